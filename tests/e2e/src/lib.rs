@@ -1,0 +1,1 @@
+//! End-to-end tests of evictkit against a real control plane; the tests live in `tests/`.
