@@ -4,7 +4,8 @@
 # Usage: build.sh [CACHE_DIR]   (prints the bin directory on the last line)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/go.mod")
+k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit} $1 == "require" && $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/go.mod")
+[ -n "$k8s_version" ] || { echo "error: no k8s.io/kubernetes requirement in $here/go.mod" >&2; exit 1; }
 kwok_version=v0.8.0
 helm_version=v3.19.5
 cache=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/evictkit/k8s-$k8s_version}

@@ -1,1 +1,48 @@
-fn main() {}
+//! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
+
+mod cluster;
+mod crds;
+mod demo;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "evictkit development tasks: CRD generation, the local control plane, tests and the demo")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write crds/*.yaml (and the chart copies) from the Rust types in crates/api.
+    GenCrds,
+    /// Fail if crds/ or the chart copies differ from what gen-crds would write.
+    CheckCrds,
+    /// Start, stop or inspect the local control plane (etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler, kwok).
+    Cluster(cluster::Args),
+    /// The CI job: fmt, clippy, CRD freshness, unit tests, then end-to-end tests on the control plane.
+    Test(test::Args),
+    /// Start the control plane, run every component with its scenario, print a timeline.
+    Demo(demo::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::GenCrds => crds::generate(),
+        Command::CheckCrds => crds::check(),
+        Command::Cluster(args) => cluster::run(args),
+        Command::Test(args) => test::run(args),
+        Command::Demo(args) => demo::run(args),
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent directory")
+        .to_path_buf()
+}

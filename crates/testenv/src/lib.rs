@@ -1,1 +1,262 @@
-//! placeholder
+//! Test support for evictkit's end-to-end tests: a real control plane (started by
+//! `cargo xtask cluster up`), one fresh namespace per test, builders for the objects
+//! the tests need, wait helpers whose failures show the object, webhook serving
+//! certificates signed by the cluster CA, webhook registration by URL, and the audit log.
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! let env = evictkit_testenv::TestEnv::new("smoke").await?;
+//! let deployment = env.create(&evictkit_testenv::objects::deployment("web", 3)).await?;
+//! env.wait_for_ready_pods("app=web", 3).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod audit;
+pub mod objects;
+pub mod wait;
+pub mod webhook;
+
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Mutex;
+
+/// Serialises cluster start-up between the tests of one binary.
+static CLUSTER_START: Mutex<()> = Mutex::const_new(());
+/// Makes namespace names unique within a process; the PID makes them unique across runs.
+static SEQUENCE: AtomicU32 = AtomicU32::new(0);
+
+/// One test's view of the cluster: a client and a namespace of its own, deleted on drop
+/// together with the cluster-scoped objects (nodes, webhook configurations) it created.
+pub struct TestEnv {
+    pub client: Client,
+    pub namespace: String,
+    kubeconfig: PathBuf,
+    cluster_scoped: std::sync::Mutex<Vec<ClusterScoped>>,
+}
+
+enum ClusterScoped {
+    Node(String),
+    ValidatingWebhook(String),
+    MutatingWebhook(String),
+}
+
+impl TestEnv {
+    /// Connects to the running cluster (starting one if none runs) and creates a namespace
+    /// `<prefix>-<pid>-<n>`.
+    pub async fn new(prefix: &str) -> Result<Self> {
+        let kubeconfig = ensure_cluster().await?;
+        let config = Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(&kubeconfig)?,
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .with_context(|| format!("loading {}", kubeconfig.display()))?;
+        let client = Client::try_from(config)?;
+        let namespace = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            SEQUENCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(namespace.clone()),
+                        labels: Some([("evictkit.io/e2e".to_string(), "true".to_string())].into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .with_context(|| format!("creating namespace {namespace}"))?;
+        let env = Self {
+            client,
+            namespace,
+            kubeconfig,
+            cluster_scoped: Default::default(),
+        };
+        env.wait_for_default_service_account().await?;
+        Ok(env)
+    }
+
+    /// The kubeconfig of the cluster, for components started as processes.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The directory of the running cluster's state (PKI, audit log).
+    pub fn cluster_dir(&self) -> PathBuf {
+        cluster_dir()
+    }
+
+    /// An Api for a namespaced kind in this test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates a namespaced object in this test's namespace.
+    pub async fn create<K>(&self, object: &K) -> Result<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let name = object.meta().name.clone().unwrap_or_default();
+        self.api::<K>()
+            .create(&PostParams::default(), object)
+            .await
+            .with_context(|| format!("creating {} {}/{name}", K::kind(&()), self.namespace))
+    }
+
+    /// Creates a kwok node named `<namespace>-<name>` (deleted with the test) with the given
+    /// labels and NoExecute/NoSchedule taints; returns it once kwok has made it Ready.
+    pub async fn create_node(&self, mut node: Node) -> Result<Node> {
+        let name = format!("{}-{}", self.namespace, node.metadata.name.unwrap_or_default());
+        node.metadata.name = Some(name.clone());
+        node.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("kwok.x-k8s.io/node".into(), "fake".into());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .with_context(|| format!("creating node {name}"))?;
+        self.cluster_scoped
+            .lock()
+            .expect("not poisoned")
+            .push(ClusterScoped::Node(name.clone()));
+        wait::wait_for(&nodes, &name, wait::DEFAULT_TIMEOUT, "Ready", |node: &Node| {
+            objects::node_ready(node)
+        })
+        .await
+    }
+
+    /// Waits until exactly `count` pods matching `label_selector` are Running and Ready
+    /// (and none is terminating).
+    pub async fn wait_for_ready_pods(&self, label_selector: &str, count: usize) -> Result<Vec<Pod>> {
+        wait::wait_for_list(
+            &self.api::<Pod>(),
+            label_selector,
+            wait::DEFAULT_TIMEOUT,
+            &format!("{count} Ready pods"),
+            |pods| pods.len() == count && pods.iter().all(objects::pod_ready),
+        )
+        .await
+    }
+
+    pub(crate) fn remember_webhook(&self, name: String, mutating: bool) {
+        self.cluster_scoped
+            .lock()
+            .expect("not poisoned")
+            .push(if mutating {
+                ClusterScoped::MutatingWebhook(name)
+            } else {
+                ClusterScoped::ValidatingWebhook(name)
+            });
+    }
+
+    async fn wait_for_default_service_account(&self) -> Result<()> {
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = self.api();
+        wait::wait_for(&accounts, "default", wait::DEFAULT_TIMEOUT, "to exist", |_| true)
+            .await
+            .map(drop)
+    }
+}
+
+impl Drop for TestEnv {
+    /// Deletes the namespace and the cluster-scoped objects of the test, even when it panicked.
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        let namespace = self.namespace.clone();
+        let cluster_scoped = std::mem::take(&mut *self.cluster_scoped.lock().unwrap_or_else(|e| e.into_inner()));
+        // Drop cannot await; a thread with its own runtime works inside and outside tokio.
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            runtime.block_on(async move {
+                let dp = DeleteParams::background();
+                for object in cluster_scoped {
+                    let result = match &object {
+                        ClusterScoped::Node(name) => Api::<Node>::all(client.clone()).delete(name, &dp).await.map(drop),
+                        ClusterScoped::ValidatingWebhook(name) => Api::<
+                            k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+                        >::all(client.clone())
+                        .delete(name, &dp)
+                        .await
+                        .map(drop),
+                        ClusterScoped::MutatingWebhook(name) => Api::<
+                            k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+                        >::all(client.clone())
+                        .delete(name, &dp)
+                        .await
+                        .map(drop),
+                    };
+                    if let Err(error) = result {
+                        eprintln!("cleanup of a cluster-scoped object of {namespace} failed: {error}");
+                    }
+                }
+                if let Err(error) = Api::<Namespace>::all(client).delete(&namespace, &dp).await {
+                    eprintln!("deleting namespace {namespace} failed: {error}");
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/testenv is two levels below the workspace root")
+        .to_path_buf()
+}
+
+fn cluster_dir() -> PathBuf {
+    workspace_root().join("target/evictkit-cluster")
+}
+
+/// The kubeconfig of the running cluster: `$KUBECONFIG` if set, else the one
+/// `cargo xtask cluster up` writes, starting the cluster if none runs.
+async fn ensure_cluster() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("KUBECONFIG") {
+        return Ok(PathBuf::from(path));
+    }
+    let kubeconfig = cluster_dir().join("kubeconfig");
+    let _guard = CLUSTER_START.lock().await;
+    if kubeconfig.exists() {
+        return Ok(kubeconfig);
+    }
+    let status = tokio::process::Command::new("cargo")
+        .args(["xtask", "cluster", "up"])
+        .current_dir(workspace_root())
+        .status()
+        .await
+        .context("running cargo xtask cluster up")?;
+    if !status.success() || !kubeconfig.exists() {
+        bail!("cargo xtask cluster up failed ({status}); see its output above");
+    }
+    Ok(kubeconfig)
+}

@@ -1,0 +1,160 @@
+//! Admission webhooks in end-to-end tests: the apiserver calls a webhook served by the
+//! test (or a component process) over TLS at `https://127.0.0.1:<port>/<path>`, with a
+//! serving certificate signed by the cluster CA.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use base64::prelude::{BASE64_STANDARD, Engine as _};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
+use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
+
+use crate::TestEnv;
+
+/// A serving certificate for 127.0.0.1 and localhost, signed by the cluster CA.
+pub struct ServingCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_pem: String,
+}
+
+impl ServingCert {
+    /// Writes `tls.crt` and `tls.key` into `dir` and returns their paths.
+    pub fn write_to(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+        std::fs::create_dir_all(dir)?;
+        let cert = dir.join("tls.crt");
+        let key = dir.join("tls.key");
+        std::fs::write(&cert, &self.cert_pem)?;
+        std::fs::write(&key, &self.key_pem)?;
+        Ok((cert, key))
+    }
+}
+
+/// Where a webhook is served and which requests it gets.
+pub struct Registration {
+    /// Name of the webhook configuration object (made unique with the test namespace).
+    pub name: String,
+    /// `https://127.0.0.1:<port>/<path>`.
+    pub url: String,
+    pub rules: Vec<RuleWithOperations>,
+    /// `Fail` or `Ignore`.
+    pub failure_policy: String,
+}
+
+/// One admission rule, e.g. `rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])`.
+pub fn rule(groups: &[&str], versions: &[&str], resources: &[&str], operations: &[&str]) -> RuleWithOperations {
+    let owned = |items: &[&str]| Some(items.iter().map(|item| item.to_string()).collect());
+    RuleWithOperations {
+        api_groups: owned(groups),
+        api_versions: owned(versions),
+        resources: owned(resources),
+        operations: owned(operations),
+        scope: None,
+    }
+}
+
+impl TestEnv {
+    /// Issues a serving certificate for 127.0.0.1 signed by the cluster CA.
+    pub fn serving_cert(&self) -> Result<ServingCert> {
+        let pki = self.cluster_dir().join("pki");
+        let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).context("reading the cluster CA")?;
+        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?;
+        let ca = Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec!["localhost".to_string()])?;
+        params.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse()?));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &ca)?;
+        Ok(ServingCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_pem,
+        })
+    }
+
+    fn client_config(&self, registration: &Registration, ca_pem: &str) -> WebhookClientConfig {
+        WebhookClientConfig {
+            url: Some(registration.url.clone()),
+            ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+            service: None,
+        }
+    }
+
+    /// Only this test's namespace: parallel tests never see each other's webhooks.
+    fn own_namespace(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(
+                [("kubernetes.io/metadata.name".to_string(), self.namespace.clone())].into(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// Registers a validating webhook for requests in this test's namespace; deleted with the test.
+    pub async fn register_validating_webhook(&self, registration: Registration, ca_pem: &str) -> Result<String> {
+        let name = format!("{}-{}", self.namespace, registration.name);
+        let configuration = ValidatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            webhooks: Some(vec![ValidatingWebhook {
+                name: format!("{}.e2e.evictkit.io", registration.name),
+                client_config: self.client_config(&registration, ca_pem),
+                rules: Some(registration.rules.clone()),
+                failure_policy: Some(registration.failure_policy.clone()),
+                namespace_selector: Some(self.own_namespace()),
+                side_effects: "None".into(),
+                admission_review_versions: vec!["v1".into()],
+                timeout_seconds: Some(10),
+                ..Default::default()
+            }]),
+        };
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .create(&PostParams::default(), &configuration)
+            .await
+            .with_context(|| format!("creating ValidatingWebhookConfiguration {name}"))?;
+        self.remember_webhook(name.clone(), false);
+        Ok(name)
+    }
+
+    /// Registers a mutating webhook for requests in this test's namespace; deleted with the test.
+    pub async fn register_mutating_webhook(&self, registration: Registration, ca_pem: &str) -> Result<String> {
+        let name = format!("{}-{}", self.namespace, registration.name);
+        let configuration = MutatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            webhooks: Some(vec![MutatingWebhook {
+                name: format!("{}.e2e.evictkit.io", registration.name),
+                client_config: self.client_config(&registration, ca_pem),
+                rules: Some(registration.rules.clone()),
+                failure_policy: Some(registration.failure_policy.clone()),
+                namespace_selector: Some(self.own_namespace()),
+                side_effects: "None".into(),
+                admission_review_versions: vec!["v1".into()],
+                timeout_seconds: Some(10),
+                ..Default::default()
+            }]),
+        };
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .create(&PostParams::default(), &configuration)
+            .await
+            .with_context(|| format!("creating MutatingWebhookConfiguration {name}"))?;
+        self.remember_webhook(name.clone(), true);
+        Ok(name)
+    }
+}
+
+/// The caBundle as it appears in a webhook configuration manifest.
+pub fn ca_bundle_base64(ca_pem: &str) -> String {
+    BASE64_STANDARD.encode(ca_pem)
+}

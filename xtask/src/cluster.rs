@@ -1,0 +1,714 @@
+//! `cargo xtask cluster up|down|status|env`: a real control plane on loopback.
+//!
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run as
+//! processes built from Go modules by `tests/controlplane/build.sh` (cached per
+//! Kubernetes version). Everything a later command needs (PIDs, ports, flags) is
+//! recorded in `target/evictkit-cluster/state.json`, written as each process
+//! starts so `down` can always find what `up` started, even after a failed `up`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use base64::prelude::{BASE64_STANDARD, Engine as _};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use serde::{Deserialize, Serialize};
+
+/// Zones the kwok nodes are spread over, round robin.
+const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+/// The annotation kwok selects the nodes it simulates by.
+const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// Pods (and nodes) annotated `kwok.x-k8s.io/status: custom` keep the status a test writes.
+const KWOK_STATUS_ANNOTATION: &str = "kwok.x-k8s.io/status";
+/// kwok's stages: how simulated nodes and pods move through their lives.
+const KWOK_STAGES: [&str; 5] = [
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(clap::Subcommand)]
+enum Action {
+    /// Build what is missing, start the control plane (or reuse a healthy one) and print `export KUBECONFIG=...`.
+    Up(UpArgs),
+    /// Stop every process by its recorded PID and remove the cluster's state (logs are kept).
+    Down,
+    /// Say what runs: each process, its PID and memory, the API server and the nodes.
+    Status,
+    /// Print the shell lines that point kubectl and helm at the cluster.
+    Env,
+}
+
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpArgs {
+    /// Number of kwok (simulated) nodes, labelled topology.kubernetes.io/zone over zone-a, zone-b, zone-c.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// kube-controller-manager's --controllers, e.g. '*,-taint-eviction-controller' when evictkit's
+    /// taint-manager replaces the upstream one.
+    #[arg(long, default_value = "*")]
+    pub kcm_controllers: String,
+    /// --feature-gates for kube-apiserver, kube-controller-manager and kube-scheduler, e.g. 'A=true,B=false'.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+}
+
+impl Default for UpArgs {
+    fn default() -> Self {
+        Self {
+            nodes: 3,
+            kcm_controllers: "*".into(),
+            feature_gates: String::new(),
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.action {
+        Action::Up(up_args) => {
+            let cluster = up(&up_args)?;
+            println!("export KUBECONFIG={}", cluster.kubeconfig().display());
+            Ok(())
+        }
+        Action::Down => down(),
+        Action::Status => status(),
+        Action::Env => {
+            let cluster = Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")?;
+            println!("export KUBECONFIG={}", cluster.kubeconfig().display());
+            println!("export PATH={}:$PATH", cluster.state.bin_dir.display());
+            Ok(())
+        }
+    }
+}
+
+/// Where the cluster keeps its PKI, kubeconfig, logs and state.
+pub fn state_dir() -> PathBuf {
+    crate::workspace_root().join("target/evictkit-cluster")
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct State {
+    config: UpArgs,
+    bin_dir: PathBuf,
+    etcd_data_dir: PathBuf,
+    apiserver_port: u16,
+    /// name -> PID, in start order.
+    processes: Vec<(String, u32)>,
+}
+
+/// A started (or found) control plane.
+pub struct Cluster {
+    dir: PathBuf,
+    state: State,
+}
+
+impl Cluster {
+    fn load() -> Result<Option<Self>> {
+        let dir = state_dir();
+        let path = dir.join("state.json");
+        if !path.exists() {
+            return Ok(None);
+        }
+        let state = serde_json::from_slice(&fs::read(&path)?)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(Some(Self { dir, state }))
+    }
+
+    fn save(&self) -> Result<()> {
+        fs::write(self.dir.join("state.json"), serde_json::to_vec_pretty(&self.state)?)?;
+        Ok(())
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.state.bin_dir.join(name)
+    }
+
+    /// Runs kubectl against the cluster; the error carries kubectl's stderr.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let output = Command::new(self.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .output()
+            .context("running kubectl")?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// kubectl with a manifest on stdin.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Result<String> {
+        use std::io::Write;
+        let mut child = Command::new(self.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running kubectl")?;
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(input.as_bytes())?;
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{name}.log"))
+    }
+
+    /// Every recorded process still runs (and is ours: its command line names our binary).
+    fn all_running(&self) -> bool {
+        self.state
+            .processes
+            .iter()
+            .all(|(name, pid)| process_runs(*pid, &self.bin(name)))
+    }
+
+    fn healthy(&self) -> bool {
+        self.all_running() && self.kubectl(&["get", "--raw", "/readyz"]).is_ok()
+    }
+
+    /// Starts one control-plane process in its own process group (so a Ctrl-C of the
+    /// caller does not take the cluster down), logging to logs/<name>.log.
+    fn start(&mut self, name: &str, args: &[String]) -> Result<()> {
+        let log = fs::File::create(self.log_path(name))?;
+        let child = Command::new(self.bin(name))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        self.state.processes.push((name.to_string(), child.id()));
+        self.save()
+    }
+
+    /// Fails with the tail of the log of any process that has died.
+    fn check_alive(&self) -> Result<()> {
+        for (name, pid) in &self.state.processes {
+            if !process_runs(*pid, &self.bin(name)) {
+                bail!(
+                    "{name} (pid {pid}) died during start; last lines of {}:\n{}",
+                    self.log_path(name).display(),
+                    tail(&self.log_path(name), 30)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls `probe` until it succeeds, failing early if a process dies.
+    fn wait_for(&self, what: &str, timeout: Duration, mut probe: impl FnMut() -> Result<bool>) -> Result<()> {
+        let start = Instant::now();
+        let mut last_error = String::new();
+        while start.elapsed() < timeout {
+            self.check_alive()?;
+            match probe() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(error) => last_error = format!("{error:#}"),
+            }
+            sleep(Duration::from_millis(500));
+        }
+        bail!("timed out after {timeout:?} waiting for {what}; last error: {last_error}")
+    }
+}
+
+/// Starts the control plane, or reuses a healthy one started with the same flags.
+pub fn up(args: &UpArgs) -> Result<Cluster> {
+    let started = Instant::now();
+    if let Some(cluster) = Cluster::load()? {
+        if cluster.state.config == *args && cluster.healthy() {
+            eprintln!("==> reusing the running cluster ({} nodes)", cluster.state.config.nodes);
+            return Ok(cluster);
+        }
+        eprintln!("==> the recorded cluster is unhealthy or was started with other flags: restarting it");
+        down()?;
+    }
+
+    let bin_dir = build_control_plane()?;
+    let dir = state_dir();
+    fs::create_dir_all(dir.join("logs"))?;
+    fs::create_dir_all(dir.join("pki"))?;
+    let pki = Pki::generate(&dir.join("pki"))?;
+
+    // tmpfs keeps etcd's fsyncs off the disk: the cluster is throwaway.
+    let shm = Path::new("/dev/shm");
+    let etcd_data_dir = if shm.is_dir() {
+        shm.join(format!("evictkit-etcd-{}", std::process::id()))
+    } else {
+        dir.join("etcd-data")
+    };
+    let [etcd_port, etcd_peer_port, apiserver_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
+    let mut cluster = Cluster {
+        dir: dir.clone(),
+        state: State {
+            config: args.clone(),
+            bin_dir,
+            etcd_data_dir: etcd_data_dir.clone(),
+            apiserver_port,
+            processes: Vec::new(),
+        },
+    };
+    cluster.save()?;
+    write_kubeconfig(&cluster.kubeconfig(), apiserver_port, &pki)?;
+    let audit_policy = dir.join("audit-policy.yaml");
+    fs::write(&audit_policy, AUDIT_POLICY)?;
+
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
+    eprintln!("==> starting etcd on {etcd_url} (data in {})", etcd_data_dir.display());
+    cluster.start(
+        "etcd",
+        &strings(&[
+            "--name=evictkit",
+            &format!("--data-dir={}", etcd_data_dir.display()),
+            &format!("--listen-client-urls={etcd_url}"),
+            &format!("--advertise-client-urls={etcd_url}"),
+            &format!("--listen-peer-urls={peer_url}"),
+            &format!("--initial-advertise-peer-urls={peer_url}"),
+            &format!("--initial-cluster=evictkit={peer_url}"),
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ]),
+    )?;
+    cluster.wait_for("etcd to listen", Duration::from_secs(30), || {
+        Ok(TcpStream::connect(("127.0.0.1", etcd_port)).is_ok())
+    })?;
+
+    let pki_path = |file: &str| dir.join("pki").join(file).display().to_string();
+    let feature_gates = format!("--feature-gates={}", args.feature_gates);
+    eprintln!("==> starting kube-apiserver on https://127.0.0.1:{apiserver_port}");
+    cluster.start(
+        "kube-apiserver",
+        &strings(&[
+            &format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            &format!("--secure-port={apiserver_port}"),
+            &format!("--tls-cert-file={}", pki_path("apiserver.crt")),
+            &format!("--tls-private-key-file={}", pki_path("apiserver.key")),
+            &format!("--client-ca-file={}", pki_path("ca.crt")),
+            &format!("--token-auth-file={}", pki_path("tokens.csv")),
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            &format!("--service-account-key-file={}", pki_path("sa.pub")),
+            &format!("--service-account-signing-key-file={}", pki_path("sa.key")),
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=true",
+            &format!("--audit-policy-file={}", audit_policy.display()),
+            &format!("--audit-log-path={}", dir.join("audit.log").display()),
+            "--audit-log-format=json",
+            &feature_gates,
+        ]),
+    )?;
+    cluster.wait_for("kube-apiserver /readyz", Duration::from_secs(90), || {
+        cluster.kubectl(&["get", "--raw", "/readyz"]).map(|_| true)
+    })?;
+
+    let kubeconfig = format!("--kubeconfig={}", cluster.kubeconfig().display());
+    eprintln!("==> starting kube-controller-manager (--controllers={})", args.kcm_controllers);
+    cluster.start(
+        "kube-controller-manager",
+        &strings(&[
+            &kubeconfig,
+            &format!("--controllers={}", args.kcm_controllers),
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={kcm_port}"),
+            &format!("--service-account-private-key-file={}", pki_path("sa.key")),
+            &format!("--root-ca-file={}", pki_path("ca.crt")),
+            &format!("--cluster-signing-cert-file={}", pki_path("ca.crt")),
+            &format!("--cluster-signing-key-file={}", pki_path("ca.key")),
+            "--allocate-node-cidrs=false",
+            "--cluster-name=evictkit",
+            &feature_gates,
+        ]),
+    )?;
+    eprintln!("==> starting kube-scheduler");
+    cluster.start(
+        "kube-scheduler",
+        &strings(&[
+            &kubeconfig,
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={scheduler_port}"),
+            &feature_gates,
+        ]),
+    )?;
+    eprintln!("==> starting kwok");
+    let stages = cluster.state.bin_dir.parent().expect("bin dir has a parent").join("kwok-stages");
+    let mut kwok_args = strings(&[
+        &kubeconfig,
+        "--manage-all-nodes=false",
+        &format!("--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake"),
+        // Tests set the status of pods annotated so (e.g. Running but not Ready) themselves.
+        &format!("--disregard-status-with-annotation-selector={KWOK_STATUS_ANNOTATION}=custom"),
+        &format!("--server-address=127.0.0.1:{kwok_port}"),
+        "--node-lease-duration-seconds=40",
+        "--cidr=10.0.0.1/16",
+        "--node-ip=10.0.0.1",
+    ]);
+    for stage in KWOK_STAGES {
+        kwok_args.push(format!("--config={}", stages.join(stage).display()));
+    }
+    cluster.start("kwok", &kwok_args)?;
+
+    eprintln!("==> creating {} kwok nodes", args.nodes);
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &node_manifests(args.nodes))?;
+    cluster.wait_for("kwok nodes to be Ready", Duration::from_secs(120), || {
+        let out = cluster.kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+        ])?;
+        Ok(out.lines().filter(|line| *line == "True").count() == args.nodes)
+    })?;
+    cluster.wait_for("the default ServiceAccount", Duration::from_secs(60), || {
+        Ok(cluster.kubectl(&["get", "serviceaccount", "default", "-n", "default"]).is_ok())
+    })?;
+    eprintln!("==> cluster ready in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(cluster)
+}
+
+/// Stops every recorded process (SIGTERM, then SIGKILL after 10 s) and removes the state.
+pub fn down() -> Result<()> {
+    let Some(cluster) = Cluster::load()? else {
+        return Ok(());
+    };
+    // Reverse start order: clients before the apiserver, etcd last.
+    for (name, pid) in cluster.state.processes.iter().rev() {
+        let bin = cluster.bin(name);
+        if !process_runs(*pid, &bin) {
+            continue;
+        }
+        signal(*pid, "TERM");
+        let start = Instant::now();
+        while process_runs(*pid, &bin) && start.elapsed() < Duration::from_secs(10) {
+            sleep(Duration::from_millis(100));
+        }
+        if process_runs(*pid, &bin) {
+            signal(*pid, "KILL");
+        }
+        eprintln!("==> stopped {name} (pid {pid})");
+    }
+    if cluster.state.etcd_data_dir.exists() {
+        fs::remove_dir_all(&cluster.state.etcd_data_dir)?;
+    }
+    for entry in fs::read_dir(&cluster.dir)? {
+        let path = entry?.path();
+        if path.file_name().is_some_and(|name| name == "logs") {
+            continue;
+        }
+        if path.is_dir() {
+            fs::remove_dir_all(&path)?;
+        } else {
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+fn status() -> Result<()> {
+    let Some(cluster) = Cluster::load()? else {
+        println!("no cluster: run cargo xtask cluster up");
+        return Ok(());
+    };
+    println!("kubeconfig: {}", cluster.kubeconfig().display());
+    println!("apiserver:  https://127.0.0.1:{}", cluster.state.apiserver_port);
+    let mut total_kib = 0;
+    for (name, pid) in &cluster.state.processes {
+        if process_runs(*pid, &cluster.bin(name)) {
+            let rss = rss_kib(*pid).unwrap_or(0);
+            total_kib += rss;
+            println!("{name:<24} pid {pid:<8} running   rss {:>6.1} MiB", rss as f64 / 1024.0);
+        } else {
+            println!("{name:<24} pid {pid:<8} NOT RUNNING (log: {})", cluster.log_path(name).display());
+        }
+    }
+    println!("{:<24} {:>34.1} MiB", "total", total_kib as f64 / 1024.0);
+    match cluster.kubectl(&["get", "nodes", "-L", "topology.kubernetes.io/zone"]) {
+        Ok(nodes) => print!("{nodes}"),
+        Err(error) => println!("apiserver not answering: {error:#}"),
+    }
+    Ok(())
+}
+
+/// Runs tests/controlplane/build.sh (builds only what is missing) and returns the bin directory.
+fn build_control_plane() -> Result<PathBuf> {
+    let script = crate::workspace_root().join("tests/controlplane/build.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!("building the control plane failed (see the lines above)");
+    }
+    let stdout = String::from_utf8(output.stdout)?;
+    let bin = stdout.lines().last().context("build.sh printed no bin directory")?;
+    Ok(PathBuf::from(bin))
+}
+
+/// The test PKI: a CA, the apiserver's serving certificate, a service-account key pair
+/// and an admin token (user `admin` in `system:masters`).
+struct Pki {
+    ca_pem: String,
+    admin_token: String,
+}
+
+impl Pki {
+    fn generate(dir: &Path) -> Result<Self> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.distinguished_name = dn("evictkit-test-ca");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let ca = Issuer::new(ca_params, &ca_key);
+
+        let serving_key = KeyPair::generate()?;
+        let mut serving = CertificateParams::new(vec![
+            "localhost".to_string(),
+            "kubernetes".to_string(),
+            "kubernetes.default".to_string(),
+            "kubernetes.default.svc".to_string(),
+            "kubernetes.default.svc.cluster.local".to_string(),
+        ])?;
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse()?));
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress("10.96.0.1".parse()?));
+        serving.distinguished_name = dn("kube-apiserver");
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let serving_cert = serving.signed_by(&serving_key, &ca)?;
+
+        let sa_key = KeyPair::generate()?;
+        let admin_token = random_hex(16)?;
+        fs::write(dir.join("ca.crt"), ca_cert.pem())?;
+        fs::write(dir.join("ca.key"), ca_key.serialize_pem())?;
+        fs::write(dir.join("apiserver.crt"), serving_cert.pem())?;
+        fs::write(dir.join("apiserver.key"), serving_key.serialize_pem())?;
+        fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
+        fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
+        fs::write(
+            dir.join("tokens.csv"),
+            format!("{admin_token},admin,admin,\"system:masters\"\n"),
+        )?;
+        Ok(Self {
+            ca_pem: ca_cert.pem(),
+            admin_token,
+        })
+    }
+}
+
+fn dn(common_name: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+fn write_kubeconfig(path: &Path, apiserver_port: u16, pki: &Pki) -> Result<()> {
+    let ca_data = BASE64_STANDARD.encode(pki.ca_pem.as_bytes());
+    let kubeconfig = format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: evictkit
+  cluster:
+    server: https://127.0.0.1:{apiserver_port}
+    certificate-authority-data: {ca_data}
+users:
+- name: admin
+  user:
+    token: {token}
+contexts:
+- name: evictkit
+  context:
+    cluster: evictkit
+    user: admin
+current-context: evictkit
+",
+        token = pki.admin_token
+    );
+    fs::write(path, kubeconfig)?;
+    Ok(())
+}
+
+/// Records evictions and EvictionRequests (who, when, which object, the response code).
+/// Evictions at Request level: the body carries the UID precondition, so tests can count
+/// eviction requests per pod UID.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  resources:
+  - group: \"\"
+    resources: [pods/eviction]
+- level: Metadata
+  resources:
+  - group: evictkit.io
+    resources: [evictionrequests, evictionrequests/status]
+- level: None
+";
+
+fn node_manifests(count: usize) -> String {
+    (0..count)
+        .map(|index| {
+            let name = format!("kwok-node-{index}");
+            let zone = ZONES[index % ZONES.len()];
+            format!(
+                "apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  annotations:
+    {KWOK_NODE_ANNOTATION}: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    type: kwok
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+    kubernetes.io/hostname: {name}
+    topology.kubernetes.io/zone: {zone}
+status:
+  allocatable: {{cpu: \"32\", memory: 256Gi, pods: \"110\"}}
+  capacity: {{cpu: \"32\", memory: 256Gi, pods: \"110\"}}
+---
+"
+            )
+        })
+        .collect()
+}
+
+/// Picks distinct free loopback ports by holding all listeners until every port is chosen.
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect::<std::io::Result<_>>()?;
+    Ok(ports.try_into().expect("N ports"))
+}
+
+/// The PID runs and is the binary we started (PIDs are reused).
+fn process_runs(pid: u32, bin: &Path) -> bool {
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // A zombie has exited; it only waits for its parent to reap it.
+    let zombie = stat
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('Z'));
+    let argv0 = cmdline.split(|byte| *byte == 0).next().unwrap_or_default();
+    !zombie && Path::new(std::str::from_utf8(argv0).unwrap_or_default()) == bin
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+}
+
+fn signal(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let content = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = content.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter()
+        .filter(|arg| !arg.ends_with('='))
+        .map(|arg| arg.to_string())
+        .collect()
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buffer = vec![0u8; bytes];
+    fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
+    Ok(buffer.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_spread_over_three_zones() {
+        let manifests = node_manifests(4);
+        assert_eq!(manifests.matches("kind: Node").count(), 4);
+        for (node, zone) in [("kwok-node-0", "zone-a"), ("kwok-node-3", "zone-a")] {
+            let doc = manifests
+                .split("---")
+                .find(|doc| doc.contains(&format!("name: {node}\n")))
+                .unwrap();
+            assert!(doc.contains(&format!("topology.kubernetes.io/zone: {zone}")), "{doc}");
+        }
+        assert!(manifests.contains("topology.kubernetes.io/zone: zone-c"));
+    }
+
+    #[test]
+    fn empty_flags_are_dropped() {
+        assert_eq!(strings(&["--a=1", "--feature-gates="]), vec!["--a=1".to_string()]);
+    }
+}
