@@ -1,1 +1,28 @@
-//! placeholder
+//! The imperative shell every evictkit binary shares (DESIGN.md, "Shared runtime contracts").
+//!
+//! A binary's `main` reads top to bottom with these pieces:
+//! - [`cli`]: the common flags ([`cli::CommonArgs`], [`cli::RoleArgs`]) and their validation;
+//! - [`logging`]: `tracing` as text or JSON, filtered by `RUST_LOG`;
+//! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT;
+//! - [`client`]: the Kubernetes client, with the QPS/burst limit and no retries of evictions;
+//! - [`metrics`] and [`http`]: the Prometheus registry and the `/metrics`, `/healthz`,
+//!   `/readyz` server;
+//! - [`leader`]: act only while holding the component's Lease;
+//! - [`eviction`]: the one eviction client, with its outcome classification;
+//! - [`events`]: Kubernetes Events under the component's name;
+//! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate.
+//!
+//! Nothing here decides anything about pods: decisions live in `evictkit-core`.
+
+pub mod cli;
+pub mod client;
+pub mod events;
+pub mod eviction;
+pub mod http;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+mod ratelimit;
+pub mod shutdown;
+pub mod tls;
+pub mod webhook;

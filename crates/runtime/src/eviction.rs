@@ -1,0 +1,357 @@
+//! THE eviction client (DESIGN.md, "Shared runtime contracts"): a `policy/v1` Eviction of one
+//! pod, with a UID precondition so that a same-named successor (a StatefulSet's next `web-0`)
+//! is never evicted in place of the pod the caller decided about, and its answer classified.
+//!
+//! Why not `kube::Api::evict`: kube 5 serialises `EvictParams::delete_options` under the JSON
+//! key `delete_options`, not the Eviction's `deleteOptions`, so the apiserver drops the
+//! preconditions silently. We post a typed `policy/v1` Eviction to the subresource instead.
+//!
+//! How kube 5 reports the answer: any non-2xx JSON `Status` comes back as
+//! `kube::Error::Api(Box<Status>)` with `details.causes` intact, so the apiserver's
+//! `DisruptionBudget` cause and its message ("The disruption budget web needs 2 healthy pods
+//! and has 1 currently") are read from it; no raw response is needed.
+//!
+//! Use a client from [`crate::client`]: kube's default client retries 429s for minutes.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::PostParams;
+use kube::core::Status;
+use kube::{Api, Client, ResourceExt};
+
+use crate::metrics::Metrics;
+
+/// `policyv1.DisruptionBudgetCause`, the cause type the apiserver attaches when a
+/// PodDisruptionBudget blocks an eviction.
+const DISRUPTION_BUDGET_CAUSE: &str = "DisruptionBudget";
+
+/// The message prefix of an eviction taken over to run in the background (KEP-1397): KubeVirt's
+/// `Eviction triggered evacuation of VMI "ns/name"`, and evictkit's descheduler-bridge.
+const IN_BACKGROUND_PREFIX: &str = "Eviction triggered";
+
+/// What the apiserver prefixes to a message of a denying admission webhook
+/// (k8s.io/apiserver webhook/errors `ToStatusErr`): `admission webhook "name" denied the
+/// request: <message>`. Background evictions are always such denials.
+const WEBHOOK_DENIAL_PREFIX: &str = "admission webhook \"";
+const WEBHOOK_DENIAL_SEPARATOR: &str = "\" denied the request: ";
+
+/// The answer to one eviction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EvictionOutcome {
+    /// The pod is being deleted (or, in dry-run, would be).
+    Evicted,
+    /// A PodDisruptionBudget allows no disruption now (429 with a `DisruptionBudget` cause);
+    /// `message` is the cause's, e.g. "The disruption budget web needs 2 healthy pods and has
+    /// 1 currently". Retry later.
+    BlockedByBudget { message: String },
+    /// A webhook took the eviction over and runs it in the background (429, message starting
+    /// with `Eviction triggered`). Do not retry; watch the pod go.
+    InBackground { message: String },
+    /// The pod no longer exists (404).
+    Gone,
+    /// 409: the UID precondition failed (the name now belongs to a successor) or the pod
+    /// changed under the eviction. Re-read the pod and decide again.
+    Conflict { message: String },
+    /// Any other answer, e.g. 429 from API priority and fairness, 500 when several
+    /// PodDisruptionBudgets select the pod, 403 when RBAC forbids it.
+    Other { status: Box<Status> },
+}
+
+impl EvictionOutcome {
+    /// The `outcome` label of `evictkit_evictions_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Evicted => "evicted",
+            Self::BlockedByBudget { .. } => "blocked_by_budget",
+            Self::InBackground { .. } => "in_background",
+            Self::Gone => "gone",
+            Self::Conflict { .. } => "conflict",
+            Self::Other { .. } => "other",
+        }
+    }
+
+    /// Classifies a failure `Status` of the eviction subresource.
+    pub fn from_status(status: &Status) -> Self {
+        match status.code {
+            404 => Self::Gone,
+            409 => Self::Conflict {
+                message: status.message.clone(),
+            },
+            429 if denial_message(&status.message).starts_with(IN_BACKGROUND_PREFIX) => {
+                Self::InBackground {
+                    message: status.message.clone(),
+                }
+            }
+            429 => match budget_causes(status) {
+                Some(message) => Self::BlockedByBudget { message },
+                None => Self::Other {
+                    status: Box::new(status.clone()),
+                },
+            },
+            _ => Self::Other {
+                status: Box::new(status.clone()),
+            },
+        }
+    }
+
+    /// Classifies the result of the eviction call. `Ok` for every answer of the apiserver,
+    /// `Err` only when there was none (connection, TLS, timeouts).
+    pub fn classify(result: Result<Status, kube::Error>) -> Result<Self, kube::Error> {
+        match result {
+            Ok(_) => Ok(Self::Evicted),
+            Err(kube::Error::Api(status)) => Ok(Self::from_status(&status)),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// The message of a webhook's denial without the apiserver's prefix, or `message` as is.
+fn denial_message(message: &str) -> &str {
+    message
+        .strip_prefix(WEBHOOK_DENIAL_PREFIX)
+        .and_then(|rest| rest.split_once(WEBHOOK_DENIAL_SEPARATOR))
+        .map_or(message, |(_webhook, denial)| denial)
+}
+
+/// The messages of all `DisruptionBudget` causes, joined, if there is one.
+fn budget_causes(status: &Status) -> Option<String> {
+    let messages: Vec<&str> = status
+        .details
+        .iter()
+        .flat_map(|details| &details.causes)
+        .filter(|cause| cause.reason == DISRUPTION_BUDGET_CAUSE)
+        .map(|cause| cause.message.as_str())
+        .collect();
+    // A budget cause without a message still means the budget blocked it; keep the
+    // top-level message then ("Cannot evict pod as it would violate the pod's disruption budget.").
+    match messages.as_slice() {
+        [] => None,
+        _ if messages.iter().all(|m| m.is_empty()) => Some(status.message.clone()),
+        _ => Some(messages.join("; ")),
+    }
+}
+
+/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other.
+fn eviction_of(namespace: &str, name: &str, uid: &str) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        }),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvictionError {
+    #[error(
+        "cannot evict pod {pod}: it has no {field} (only pods read from the API can be evicted)"
+    )]
+    Incomplete { pod: String, field: &'static str },
+    #[error("no answer to the eviction of pod {pod}: {source}")]
+    Request {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Evicts pods through the Eviction API and counts each outcome.
+#[derive(Clone)]
+pub struct EvictionClient {
+    client: Client,
+    metrics: Arc<Metrics>,
+    dry_run: bool,
+}
+
+impl EvictionClient {
+    /// `client` should come from [`crate::client::build`] (see the module docs).
+    pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            metrics,
+            dry_run: false,
+        }
+    }
+
+    /// With `dry_run`, evictions are sent with `dryRun=All`: admission and PodDisruptionBudgets
+    /// are checked, nothing is deleted, and `Evicted` means "would be evicted".
+    pub fn dry_run(self, dry_run: bool) -> Self {
+        Self { dry_run, ..self }
+    }
+
+    /// Evicts exactly this pod (namespace, name and UID from `pod`).
+    pub async fn evict(&self, pod: &Pod) -> Result<EvictionOutcome, EvictionError> {
+        let pod_ref = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let incomplete = |field| EvictionError::Incomplete {
+            pod: pod_ref.clone(),
+            field,
+        };
+        let namespace = pod
+            .metadata
+            .namespace
+            .as_deref()
+            .ok_or_else(|| incomplete("namespace"))?;
+        let name = pod
+            .metadata
+            .name
+            .as_deref()
+            .ok_or_else(|| incomplete("name"))?;
+        let uid = pod.metadata.uid.clone().ok_or_else(|| incomplete("uid"))?;
+
+        let eviction = eviction_of(namespace, name, &uid);
+        let params = PostParams {
+            dry_run: self.dry_run,
+            field_manager: None,
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let result = pods
+            .create_subresource::<_, Status>("eviction", name, &params, &eviction)
+            .await;
+
+        let outcome = EvictionOutcome::classify(result).map_err(|source| EvictionError::Request {
+            pod: pod_ref.clone(),
+            source,
+        });
+        let label = outcome.as_ref().map_or("error", EvictionOutcome::label);
+        self.metrics
+            .evictions
+            .with_label_values(&[label, if self.dry_run { "true" } else { "false" }])
+            .inc();
+        match &outcome {
+            Ok(outcome) => {
+                tracing::debug!(pod = %pod_ref, %uid, dry_run = self.dry_run, outcome = ?outcome, "eviction answered")
+            }
+            Err(error) => tracing::warn!(pod = %pod_ref, %uid, %error, "eviction not answered"),
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn status(code: u16, reason: &str, message: &str, causes: &[(&str, &str)]) -> Status {
+        let details = StatusDetails {
+            name: "web-0".into(),
+            group: String::new(),
+            kind: "pods".into(),
+            uid: String::new(),
+            causes: causes
+                .iter()
+                .map(|(reason, message)| StatusCause {
+                    reason: (*reason).into(),
+                    message: (*message).into(),
+                    field: String::new(),
+                })
+                .collect(),
+            retry_after_seconds: 0,
+        };
+        Status::failure(message, reason)
+            .with_code(code)
+            .with_details(details)
+    }
+
+    const PDB_MESSAGE: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+
+    #[test]
+    fn classification_table() {
+        let budget = "The disruption budget web needs 2 healthy pods and has 1 currently";
+        let processing = "The disruption budget web is still being processed by the server.";
+        let kubevirt = "admission webhook \"virt-launcher-eviction-interceptor.kubevirt.io\" denied \
+                        the request: Eviction triggered evacuation of VMI \"ns/vmi\"";
+        let bridge = "Eviction triggered evacuation of pod ns/web-0 (EvictionRequest ns/uid)";
+        let uid = "Precondition failed: UID in precondition: 1234, UID in object meta: 5678";
+        #[rustfmt::skip]
+        let table: &[(&str, Status, EvictionOutcome)] = &[
+            ("PDB allows no disruption (apiserver checkAndDecrement)",
+             status(429, "TooManyRequests", PDB_MESSAGE, &[("DisruptionBudget", budget)]),
+             EvictionOutcome::BlockedByBudget { message: budget.into() }),
+            ("PDB not yet observed by the disruption controller",
+             status(429, "TooManyRequests", PDB_MESSAGE, &[("DisruptionBudget", processing)]),
+             EvictionOutcome::BlockedByBudget { message: processing.into() }),
+            ("budget cause without a message keeps the top-level message",
+             status(429, "TooManyRequests", PDB_MESSAGE, &[("DisruptionBudget", "")]),
+             EvictionOutcome::BlockedByBudget { message: PDB_MESSAGE.into() }),
+            ("KubeVirt-style background eviction through a webhook denial",
+             status(429, "", kubevirt, &[]),
+             EvictionOutcome::InBackground { message: kubevirt.into() }),
+            ("background eviction message without a webhook prefix",
+             status(429, "TooManyRequests", bridge, &[]),
+             EvictionOutcome::InBackground { message: bridge.into() }),
+            ("pod already gone", status(404, "NotFound", "pods \"web-0\" not found", &[]),
+             EvictionOutcome::Gone),
+            ("UID precondition failed: a same-named successor",
+             status(409, "Conflict", uid, &[]),
+             EvictionOutcome::Conflict { message: uid.into() }),
+        ];
+        for (case, status, expected) in table {
+            assert_eq!(&EvictionOutcome::from_status(status), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn other_answers_keep_their_status() {
+        #[rustfmt::skip]
+        let table: &[(&str, Status)] = &[
+            ("API priority and fairness throttling: 429 without a budget cause",
+             status(429, "TooManyRequests", "Too many requests, please try again later.", &[])),
+            ("429 whose cause is not a budget",
+             status(429, "TooManyRequests", PDB_MESSAGE, &[("FieldValueInvalid", "x")])),
+            ("'Eviction triggered' in the middle of a message is not a prefix",
+             status(429, "", "admission webhook \"x\" denied the request: no. Eviction triggered", &[])),
+            ("several PDBs select the pod",
+             status(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.", &[])),
+            ("RBAC", status(403, "Forbidden", "pods \"web-0\" is forbidden", &[])),
+            ("non-JSON answer rebuilt by kube", status(502, "Failed to parse error data", "Bad Gateway", &[])),
+        ];
+        for (case, status) in table {
+            let outcome = EvictionOutcome::from_status(status);
+            assert_eq!(
+                outcome,
+                EvictionOutcome::Other {
+                    status: Box::new(status.clone())
+                },
+                "{case}"
+            );
+            assert_eq!(outcome.label(), "other");
+        }
+    }
+
+    #[test]
+    fn results_without_an_answer_stay_errors() {
+        assert_eq!(
+            EvictionOutcome::classify(Ok(Status::success())).unwrap(),
+            EvictionOutcome::Evicted
+        );
+        let api = kube::Error::Api(Box::new(status(404, "NotFound", "gone", &[])));
+        assert_eq!(
+            EvictionOutcome::classify(Err(api)).unwrap(),
+            EvictionOutcome::Gone
+        );
+        let transport = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert!(EvictionOutcome::classify(Err(transport)).is_err());
+    }
+
+    #[test]
+    fn body_is_a_policy_v1_eviction_with_uid_precondition() {
+        // Guards the reason this module exists: `deleteOptions`, camelCase, with the UID.
+        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234")).unwrap();
+        assert_eq!(json["apiVersion"], "policy/v1");
+        assert_eq!(json["kind"], "Eviction");
+        assert_eq!(json["metadata"]["name"], "web-0");
+        assert_eq!(json["deleteOptions"]["preconditions"]["uid"], "1234");
+    }
+}

@@ -1,0 +1,248 @@
+//! The webhook server over real TLS: the certificate is rotated the way kubelet rotates a
+//! Secret volume (a new directory, a temporary symlink renamed over `..data`), and a new
+//! connection must see the new certificate without a restart.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use evictkit_runtime::cli::TlsFiles;
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::tls::{ReloadingCertResolver, install_crypto_provider};
+use evictkit_runtime::webhook::{Admission, Webhooks};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+
+struct TestCa {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl TestCa {
+    fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        Self {
+            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap(),
+        }
+    }
+
+    /// A serving certificate for 127.0.0.1 (the SAN the apiserver checks for `url:` webhooks).
+    fn serving(&self) -> (String, String, CertificateDer<'static>) {
+        let params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem(), cert.der().clone())
+    }
+}
+
+/// A Secret volume: `tls.crt -> ..data/tls.crt`, `..data -> <timestamped dir>`.
+struct SecretVolume {
+    root: PathBuf,
+    generation: u32,
+}
+
+impl SecretVolume {
+    fn new(cert: &str, key: &str) -> Self {
+        let root = std::env::temp_dir().join(format!(
+            "evictkit-tls-{}-{:?}",
+            std::process::id(),
+            Instant::now()
+        ));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut volume = Self {
+            root,
+            generation: 0,
+        };
+        volume.write(cert, key);
+        symlink("..data/tls.crt", volume.root.join("tls.crt")).unwrap();
+        symlink("..data/tls.key", volume.root.join("tls.key")).unwrap();
+        volume
+    }
+
+    /// What kubelet's AtomicWriter does: write a fresh directory, point a temporary symlink at
+    /// it, rename that over `..data` (atomic), then remove the old directory.
+    fn write(&mut self, cert: &str, key: &str) {
+        self.generation += 1;
+        let dir = format!(
+            "..2026_01_01_00_00_0{}.{}",
+            self.generation,
+            std::process::id()
+        );
+        std::fs::create_dir(self.root.join(&dir)).unwrap();
+        std::fs::write(self.root.join(&dir).join("tls.crt"), cert).unwrap();
+        std::fs::write(self.root.join(&dir).join("tls.key"), key).unwrap();
+        let old = std::fs::read_link(self.root.join("..data")).ok();
+        symlink(&dir, self.root.join("..data_tmp")).unwrap();
+        std::fs::rename(self.root.join("..data_tmp"), self.root.join("..data")).unwrap();
+        if let Some(old) = old {
+            std::fs::remove_dir_all(self.root.join(old)).unwrap();
+        }
+    }
+
+    fn files(&self) -> TlsFiles {
+        TlsFiles {
+            cert: self.root.join("tls.crt"),
+            key: self.root.join("tls.key"),
+        }
+    }
+}
+
+impl Drop for SecretVolume {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Opens a new TLS connection trusting only `ca`, sends one AdmissionReview over HTTP/1.1, and
+/// returns the server's certificate and the response body.
+fn connect(
+    addr: SocketAddr,
+    ca: &CertificateDer<'static>,
+    body: &str,
+) -> (CertificateDer<'static>, String) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::IpAddress(addr.ip().into());
+    let mut tls = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut socket = TcpStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    while tls.is_handshaking() {
+        tls.complete_io(&mut socket).unwrap();
+    }
+    let served = tls.peer_certificates().unwrap()[0].clone().into_owned();
+    let mut stream = rustls::Stream::new(&mut tls, &mut socket);
+    write!(
+        stream,
+        "POST /validate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    // The server closes after the response; rustls reports a close without close_notify as
+    // an error, which is fine once the body is read.
+    let _ = stream.read_to_string(&mut response);
+    (served, response)
+}
+
+fn review(uid: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction",
+            "name": "web-0",
+            "namespace": "ns",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:descheduler"},
+            "dryRun": false
+        }
+    })
+    .to_string()
+}
+
+async fn connect_async(
+    addr: SocketAddr,
+    ca: &CertificateDer<'static>,
+    uid: &str,
+) -> (CertificateDer<'static>, String) {
+    let ca = ca.clone();
+    let body = review(uid);
+    tokio::task::spawn_blocking(move || connect(addr, &ca, &body))
+        .await
+        .unwrap()
+}
+
+async fn wait_until(deadline: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_rotation_through_symlink_swap_is_served_to_new_connections() {
+    install_crypto_provider();
+    let ca = TestCa::new();
+    let (cert1, key1, der1) = ca.serving();
+    let mut volume = SecretVolume::new(&cert1, &key1);
+
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
+    let server = Webhooks::new(metrics.clone())
+        .route("/validate", |_request| async {
+            Admission::deny(429, "Eviction triggered evacuation")
+        })
+        .bind("127.0.0.1:0".parse().unwrap(), certificates)
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn(server.serve(shutdown.clone()));
+
+    let (served, response) = connect_async(addr, ca.issuer.der(), "first").await;
+    assert_eq!(served, der1, "the first certificate is served");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.contains(r#""uid":"first""#),
+        "uid echoed over TLS: {response}"
+    );
+
+    // A bad pair (the key of another certificate) is rejected and the old one kept.
+    let (_, other_key, _) = ca.serving();
+    volume.write(&cert1, &other_key);
+    let rejected = wait_until(Duration::from_secs(15), || {
+        metrics
+            .encode()
+            .unwrap()
+            .contains(r#"result="rejected"} 1"#)
+    })
+    .await;
+    assert!(rejected, "the mismatched pair is seen and rejected");
+    assert_eq!(
+        connect_async(addr, ca.issuer.der(), "bad").await.0,
+        der1,
+        "still the first certificate"
+    );
+
+    let (cert2, key2, der2) = ca.serving();
+    volume.write(&cert2, &key2);
+    let rotated = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let (served, _) = connect_async(addr, ca.issuer.der(), "second").await;
+            if served == der2 {
+                return;
+            }
+            assert_eq!(
+                served, der1,
+                "only the old or the new certificate is ever served"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert!(
+        rotated.is_ok(),
+        "a new connection sees the rotated certificate"
+    );
+    assert!(metrics.encode().unwrap().contains(r#"result="loaded"} 1"#));
+
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
+    assert!(!Path::new(&volume.root).join("..data_tmp").exists());
+}
