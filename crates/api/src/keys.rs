@@ -1,0 +1,58 @@
+//! Every annotation key, label key, API group and well-known name evictkit reads or writes.
+//!
+//! No binary spells one of these strings itself (DESIGN.md, "API group").
+
+/// API group of evictkit's CRDs; `coordination.k8s.io` in the KEPs' in-tree form.
+pub const GROUP: &str = "evictkit.io";
+/// API version of evictkit's CRDs.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of evictkit's CRDs: `GROUP/VERSION`.
+pub const API_VERSION: &str = "evictkit.io/v1alpha1";
+
+/// Pod annotation carrying KEP-4328's execution-time node affinity
+/// (`nodeAffinity.requiredDuringSchedulingRequiredDuringExecution` in-tree).
+///
+/// The value is a `NodeSelector` as JSON, or [`REQUIRED_DURING_EXECUTION_SCHEDULING`] to enforce
+/// the pod's own `requiredDuringSchedulingIgnoredDuringExecution` at execution time too.
+pub const REQUIRED_DURING_EXECUTION: &str = "evictkit.io/required-during-execution";
+/// Value of [`REQUIRED_DURING_EXECUTION`] meaning "enforce the pod's scheduling-time required
+/// node affinity during execution as well".
+pub const REQUIRED_DURING_EXECUTION_SCHEDULING: &str = "scheduling";
+
+/// Pod annotation listing KEP-4563's eviction interceptors (`.spec.evictionInterceptors`
+/// in-tree): ordered, comma-separated FQDNs, at most [`MAX_INTERCEPTORS_PER_POD`].
+pub const EVICTION_INTERCEPTORS: &str = "evictkit.io/eviction-interceptors";
+/// KEP-4563: a pod has at most 15 interceptors, and so has an EvictionRequest's
+/// `.status.targetInterceptors` (the pod's own plus the default ones).
+pub const MAX_INTERCEPTORS_PER_POD: usize = 15;
+
+/// Descheduler (KEP-1397) pod annotation: the descheduler asks for an eviction "in background"
+/// instead of a plain eviction when a pod carries it.
+pub const DESCHEDULER_REQUEST_EVICT_ONLY: &str =
+    "descheduler.alpha.kubernetes.io/request-evict-only";
+/// Descheduler (KEP-1397) pod annotation set by whoever evicts the pod in background, so the
+/// descheduler counts the pod as being evicted.
+pub const DESCHEDULER_EVICTION_IN_PROGRESS: &str =
+    "descheduler.alpha.kubernetes.io/eviction-in-progress";
+
+/// KEP-4563's default interceptor, always appended last to `.status.targetInterceptors`: the
+/// eviction request controller evicts the pod through the Eviction API.
+pub const IMPERATIVE_EVICTION_INTERCEPTOR: &str = "imperative-eviction.k8s.io";
+
+/// Requester name of the descheduler, added to `.spec.requesters` by `descheduler-bridge`.
+pub const DESCHEDULER_REQUESTER: &str = "descheduler.sigs.k8s.io";
+/// Requester name of `taint-manager` (action `EvictionRequest` of a `TaintEvictionPolicy`).
+pub const TAINT_MANAGER_REQUESTER: &str = "taint-manager.evictkit.io";
+/// Requester name of `affinity-evictor` in `--mode=eviction-request`.
+pub const AFFINITY_EVICTOR_REQUESTER: &str = "affinity-evictor.evictkit.io";
+
+/// Standard label: the name of the application (Helm charts and the objects we create).
+pub const LABEL_APP_NAME: &str = "app.kubernetes.io/name";
+/// Standard label: the component within the application.
+pub const LABEL_APP_COMPONENT: &str = "app.kubernetes.io/component";
+/// Standard label: the higher-level application this is part of (`evictkit`).
+pub const LABEL_APP_PART_OF: &str = "app.kubernetes.io/part-of";
+/// Standard label: the tool managing the object.
+pub const LABEL_APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_APP_PART_OF`] on everything evictkit deploys.
+pub const PART_OF: &str = "evictkit";
