@@ -1,0 +1,131 @@
+{{/*
+The component's Deployment with the flags every evictkit binary shares (crates/runtime
+CommonArgs): --metrics-addr, --leader-elect, --log-format, and with webhooks --webhook-addr,
+--tls-cert-file, --tls-key-file; probes on /healthz and /readyz of the metrics port; a
+non-root, read-only container.
+
+Values:
+  replicas: 1
+  image: {registry, repository (default evictkit/<component>), tag (default appVersion), pullPolicy}
+  imagePullSecrets: []
+  args: []                        component flags, appended after the common ones
+  env: []
+  leaderElection: {enabled: true} false only with exactly one replica
+  logFormat: json                 text | json
+  webhook: {enabled: false, ...}  see _webhook.tpl; mounts the certificate at /etc/evictkit/tls
+  resources: {}
+  podAnnotations: {}
+  podLabels: {}
+  podSecurityContext: {}          merged over runAsNonRoot/seccompProfile defaults
+  securityContext: {}             merged over the container defaults below
+  nodeSelector: {}, tolerations: [], affinity: {}, priorityClassName: ""
+*/}}
+{{- define "evictkit.deployment" -}}
+{{- $webhook := .Values.webhook | default dict -}}
+{{- $leaderElection := .Values.leaderElection | default dict -}}
+{{- $image := .Values.image | default dict -}}
+{{- $podSecurityContext := merge (deepCopy (.Values.podSecurityContext | default dict)) (dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532 "seccompProfile" (dict "type" "RuntimeDefault")) -}}
+{{- $securityContext := merge (deepCopy (.Values.securityContext | default dict)) (dict "runAsNonRoot" true "readOnlyRootFilesystem" true "allowPrivilegeEscalation" false "capabilities" (dict "drop" (list "ALL"))) -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "evictkit.fullname" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "evictkit.labels" . | nindent 4 }}
+spec:
+  replicas: {{ .Values.replicas | default 1 }}
+  selector:
+    matchLabels:
+      {{- include "evictkit.selectorLabels" . | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "evictkit.labels" . | nindent 8 }}
+        {{- with .Values.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with .Values.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ include "evictkit.serviceAccountName" . }}
+      {{- with .Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $podSecurityContext | nindent 8 }}
+      containers:
+        - name: {{ include "evictkit.component" . }}
+          image: {{ include "evictkit.image" . | quote }}
+          imagePullPolicy: {{ $image.pullPolicy | default "IfNotPresent" }}
+          args:
+            - --metrics-addr=0.0.0.0:{{ include "evictkit.metricsPort" . }}
+            - --leader-elect={{ not (and (hasKey $leaderElection "enabled") (not $leaderElection.enabled)) }}
+            - --log-format={{ .Values.logFormat | default "json" }}
+            {{- if $webhook.enabled }}
+            - --webhook-addr=0.0.0.0:8443
+            - --tls-cert-file=/etc/evictkit/tls/tls.crt
+            - --tls-key-file=/etc/evictkit/tls/tls.key
+            {{- end }}
+            {{- range .Values.args }}
+            - {{ . | quote }}
+            {{- end }}
+          {{- with .Values.env }}
+          env:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          ports:
+            - name: metrics
+              containerPort: {{ include "evictkit.metricsPort" . }}
+              protocol: TCP
+            {{- if $webhook.enabled }}
+            - name: webhook
+              containerPort: 8443
+              protocol: TCP
+            {{- end }}
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: metrics
+            initialDelaySeconds: 5
+            periodSeconds: 10
+          readinessProbe:
+            httpGet:
+              path: /readyz
+              port: metrics
+            periodSeconds: 5
+          resources:
+            {{- toYaml (.Values.resources | default (dict "requests" (dict "cpu" "10m" "memory" "32Mi"))) | nindent 12 }}
+          securityContext:
+            {{- toYaml $securityContext | nindent 12 }}
+          {{- if $webhook.enabled }}
+          volumeMounts:
+            - name: webhook-tls
+              mountPath: /etc/evictkit/tls
+              readOnly: true
+          {{- end }}
+      {{- if $webhook.enabled }}
+      volumes:
+        - name: webhook-tls
+          secret:
+            secretName: {{ include "evictkit.webhookCertSecretName" . }}
+      {{- end }}
+      {{- with .Values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end -}}

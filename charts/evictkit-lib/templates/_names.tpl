@@ -1,0 +1,55 @@
+{{/*
+Names and labels. Every helper takes the chart's root context (`.`), so a component subchart
+calls them as `include "evictkit.labels" .`. The component is the subchart's name unless
+`.Values.component` overrides it.
+*/}}
+
+{{/* The component name, e.g. "taint-manager". */}}
+{{- define "evictkit.component" -}}
+{{- default .Chart.Name .Values.component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Name of the component's objects: "<release>-<component>", or .Values.fullnameOverride. */}}
+{{- define "evictkit.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $component := include "evictkit.component" . -}}
+{{- if contains $component .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels that select the component's pods; never change them after a release exists. */}}
+{{- define "evictkit.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "evictkit.component" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Standard labels of every object a component chart renders. */}}
+{{- define "evictkit.labels" -}}
+{{ include "evictkit.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | default .Chart.Version | quote }}
+app.kubernetes.io/component: {{ include "evictkit.component" . }}
+app.kubernetes.io/part-of: evictkit
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The container image: .Values.image.{registry,repository,tag}, tag defaulting to appVersion.
+global.imageRegistry, when set, replaces the registry. */}}
+{{- define "evictkit.image" -}}
+{{- $image := .Values.image | default dict -}}
+{{- $global := .Values.global | default dict -}}
+{{- $registry := $global.imageRegistry | default $image.registry -}}
+{{- $repository := $image.repository | default (printf "evictkit/%s" (include "evictkit.component" .)) -}}
+{{- $tag := $image.tag | default .Chart.AppVersion -}}
+{{- if $registry -}}
+{{- printf "%s/%s:%s" $registry $repository $tag -}}
+{{- else -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+{{- end -}}
