@@ -28,9 +28,11 @@ pub fn generate() -> anyhow::Result<()> {
     let root = crate::workspace_root();
     let plan = plan(&root)?;
     for dir in &plan.dirs {
-        fs::create_dir_all(root.join(dir)).with_context(|| format!("creating {}", dir.display()))?;
+        fs::create_dir_all(root.join(dir))
+            .with_context(|| format!("creating {}", dir.display()))?;
         for extra in extra_files(&root, dir, &plan.outputs)? {
-            fs::remove_file(root.join(&extra)).with_context(|| format!("removing {}", extra.display()))?;
+            fs::remove_file(root.join(&extra))
+                .with_context(|| format!("removing {}", extra.display()))?;
             println!("removed {}", extra.display());
         }
     }
@@ -40,7 +42,8 @@ pub fn generate() -> anyhow::Result<()> {
             println!("unchanged {}", out.path.display());
             continue;
         }
-        fs::write(&path, &out.contents).with_context(|| format!("writing {}", out.path.display()))?;
+        fs::write(&path, &out.contents)
+            .with_context(|| format!("writing {}", out.path.display()))?;
         println!("wrote {}", out.path.display());
     }
     for skipped in &plan.skipped_charts {
@@ -63,7 +66,10 @@ pub fn check() -> anyhow::Result<()> {
         stale.extend(extra_files(&root, dir, &plan.outputs)?);
     }
     if !stale.is_empty() {
-        let list: Vec<String> = stale.iter().map(|p| format!("{} is stale", p.display())).collect();
+        let list: Vec<String> = stale
+            .iter()
+            .map(|p| format!("{} is stale", p.display()))
+            .collect();
         bail!("{}: run cargo xtask gen-crds", list.join(", "));
     }
     println!("{} generated CRD files are up to date", plan.outputs.len());
@@ -86,29 +92,43 @@ fn plan(root: &Path) -> anyhow::Result<Plan> {
     for crd in evictkit_api::crds() {
         let file = file_name(&crd)?;
         let contents = render(&crd)?;
-        outputs.push(Output { path: crds_dir.join(&file), contents: contents.clone() });
+        outputs.push(Output {
+            path: crds_dir.join(&file),
+            contents: contents.clone(),
+        });
         rendered.insert(crd.spec.names.kind.clone(), (file, contents));
     }
     for (kind, chart) in CHART_OWNERS {
-        let (file, contents) = rendered
-            .get(*kind)
-            .with_context(|| format!("CHART_OWNERS names {kind}, which crates/api does not define"))?;
+        let (file, contents) = rendered.get(*kind).with_context(|| {
+            format!("CHART_OWNERS names {kind}, which crates/api does not define")
+        })?;
         if !root.join(chart).join("Chart.yaml").is_file() {
             skipped_charts.push(*chart);
             continue;
         }
         let dir = Path::new(chart).join("templates").join("crds");
-        outputs.push(Output { path: dir.join(file), contents: contents.clone() });
+        outputs.push(Output {
+            path: dir.join(file),
+            contents: contents.clone(),
+        });
         if !dirs.contains(&dir) {
             dirs.push(dir);
         }
     }
-    Ok(Plan { outputs, dirs, skipped_charts })
+    Ok(Plan {
+        outputs,
+        dirs,
+        skipped_charts,
+    })
 }
 
 /// `<plural>.<group>.yaml`, which is also the CRD's `metadata.name`.
 fn file_name(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
-    let name = crd.metadata.name.as_deref().context("a generated CRD has no metadata.name")?;
+    let name = crd
+        .metadata
+        .name
+        .as_deref()
+        .context("a generated CRD has no metadata.name")?;
     let expected = format!("{}.{}", crd.spec.names.plural, crd.spec.group);
     if name != expected {
         bail!("CRD {name} is not named <plural>.<group> ({expected})");
