@@ -88,7 +88,11 @@ impl Admission {
 
     /// The response to `request`, with its uid.
     pub fn into_response(self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        let mut response = AdmissionResponse::from(request);
+        self.apply(AdmissionResponse::from(request))
+    }
+
+    /// Fills in `response`, which was built from the request and so carries its uid.
+    fn apply(self, mut response: AdmissionResponse) -> AdmissionResponse {
         if let Some((code, message)) = self.denial {
             response.allowed = false;
             response.result = Status::failure(&message, reason_of(code)).with_code(code);
@@ -96,11 +100,12 @@ impl Admission {
         if !self.warnings.is_empty() {
             response.warnings = Some(self.warnings);
         }
+        let uid = response.uid.clone();
         match self.patch {
             Some(patch) => response.with_patch(patch).unwrap_or_else(|error| {
                 // A json_patch::Patch always serialises; this is the type's Result, not a case.
-                tracing::error!(%error, uid = %request.uid, "cannot serialise the JSON patch");
-                deny_with_uid(&request.uid, 500, "the webhook could not encode its patch")
+                tracing::error!(%error, %uid, "cannot serialise the JSON patch");
+                deny_with_uid(&uid, 500, "the webhook could not encode its patch")
             }),
             None => response,
         }
@@ -254,15 +259,17 @@ async fn review(State(route): State<Route>, body: Bytes) -> Json<AdmissionReview
         }) {
         Ok(request) => {
             let request: AdmissionRequest<DynamicObject> = request;
-            let uid = request.uid.clone();
+            // Built before the handler takes the request, so the uid cannot get lost.
+            let response = AdmissionResponse::from(&request);
+            let uid = &response.uid;
             let object = format!(
                 "{}/{}",
                 request.namespace.as_deref().unwrap_or(""),
                 request.name
             );
-            let decision = (route.handler)(request.clone()).await;
+            let decision = (route.handler)(request).await;
             tracing::debug!(webhook = %route.path, %uid, %object, allowed = decision.is_allowed(), "admission reviewed");
-            decision.into_response(&request)
+            decision.apply(response)
         }
         Err(error) => {
             let uid = uid_of(&body);
