@@ -1,1 +1,22 @@
-//! placeholder
+//! # evictkit-core
+//!
+//! The pure decisions of evictkit: data in, decision out, no client, no clock, no I/O. Each
+//! module reproduces one piece of upstream Kubernetes behaviour that a KEP builds on, with
+//! upstream's own test cases carried over as table tests, so the binaries can be trusted to
+//! act exactly when Kubernetes would.
+//!
+//! | module | concept | upstream source |
+//! |---|---|---|
+//! | [`labels`] | label requirements and `LabelSelector`s | apimachinery `labels`, `LabelSelectorAsSelector` |
+//! | [`node_selector`] | `NodeSelector` matching, a pod's required node affinity, the `evictkit.io/required-during-execution` annotation (KEP-4328) | component-helpers `nodeaffinity` |
+//! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
+//! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
+//!
+//! Invalid user input is a typed error, never a panic; where upstream tolerates invalid input
+//! in a particular way (an invalid node-selector term does not stop another term from matching,
+//! an invalid PDB selector selects nothing) the same tolerance is kept and documented.
+
+pub mod eviction;
+pub mod labels;
+pub mod node_selector;
+pub mod taints;
