@@ -26,20 +26,6 @@ pub enum Operator {
     Lt,
 }
 
-impl Operator {
-    /// The operator's spelling in the Kubernetes API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operator::In => "In",
-            Operator::NotIn => "NotIn",
-            Operator::Exists => "Exists",
-            Operator::DoesNotExist => "DoesNotExist",
-            Operator::Gt => "Gt",
-            Operator::Lt => "Lt",
-        }
-    }
-}
-
 /// Why one requirement is invalid; the checks are those of apimachinery `labels.NewRequirement`
 /// plus the operator check its callers do first.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
