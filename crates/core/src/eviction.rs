@@ -47,13 +47,6 @@ impl UnhealthyPodEvictionPolicy {
             UnhealthyPodEvictionPolicy::IfHealthyBudget
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UnhealthyPodEvictionPolicy::IfHealthyBudget => "IfHealthyBudget",
-            UnhealthyPodEvictionPolicy::AlwaysAllow => "AlwaysAllow",
-        }
-    }
 }
 
 /// Why PDBs were not consulted at all (upstream `canIgnorePDB`).
