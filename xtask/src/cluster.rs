@@ -6,7 +6,6 @@
 //! recorded in `target/evictkit-cluster/state.json`, written as each process
 //! starts so `down` can always find what `up` started, even after a failed `up`.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
