@@ -90,7 +90,8 @@ pub fn run(args: Args) -> Result<()> {
         Action::Down => down(),
         Action::Status => status(),
         Action::Env => {
-            let cluster = Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")?;
+            let cluster =
+                Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")?;
             println!("export KUBECONFIG={}", cluster.kubeconfig().display());
             println!("export PATH={}:$PATH", cluster.state.bin_dir.display());
             Ok(())
@@ -132,7 +133,10 @@ impl Cluster {
     }
 
     fn save(&self) -> Result<()> {
-        fs::write(self.dir.join("state.json"), serde_json::to_vec_pretty(&self.state)?)?;
+        fs::write(
+            self.dir.join("state.json"),
+            serde_json::to_vec_pretty(&self.state)?,
+        )?;
         Ok(())
     }
 
@@ -237,7 +241,12 @@ impl Cluster {
     }
 
     /// Polls `probe` until it succeeds, failing early if a process dies.
-    fn wait_for(&self, what: &str, timeout: Duration, mut probe: impl FnMut() -> Result<bool>) -> Result<()> {
+    fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut probe: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
         let start = Instant::now();
         let mut last_error = String::new();
         while start.elapsed() < timeout {
@@ -258,10 +267,15 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     let started = Instant::now();
     if let Some(cluster) = Cluster::load()? {
         if cluster.state.config == *args && cluster.healthy() {
-            eprintln!("==> reusing the running cluster ({} nodes)", cluster.state.config.nodes);
+            eprintln!(
+                "==> reusing the running cluster ({} nodes)",
+                cluster.state.config.nodes
+            );
             return Ok(cluster);
         }
-        eprintln!("==> the recorded cluster is unhealthy or was started with other flags: restarting it");
+        eprintln!(
+            "==> the recorded cluster is unhealthy or was started with other flags: restarting it"
+        );
         down()?;
     }
 
@@ -278,7 +292,14 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     } else {
         dir.join("etcd-data")
     };
-    let [etcd_port, etcd_peer_port, apiserver_port, kcm_port, scheduler_port, kwok_port] = free_ports()?;
+    let [
+        etcd_port,
+        etcd_peer_port,
+        apiserver_port,
+        kcm_port,
+        scheduler_port,
+        kwok_port,
+    ] = free_ports()?;
     let mut cluster = Cluster {
         dir: dir.clone(),
         state: State {
@@ -296,7 +317,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
 
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
     let peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
-    eprintln!("==> starting etcd on {etcd_url} (data in {})", etcd_data_dir.display());
+    eprintln!(
+        "==> starting etcd on {etcd_url} (data in {})",
+        etcd_data_dir.display()
+    );
     cluster.start(
         "etcd",
         &strings(&[
@@ -346,7 +370,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     })?;
 
     let kubeconfig = format!("--kubeconfig={}", cluster.kubeconfig().display());
-    eprintln!("==> starting kube-controller-manager (--controllers={})", args.kcm_controllers);
+    eprintln!(
+        "==> starting kube-controller-manager (--controllers={})",
+        args.kcm_controllers
+    );
     cluster.start(
         "kube-controller-manager",
         &strings(&[
@@ -376,7 +403,12 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
         ]),
     )?;
     eprintln!("==> starting kwok");
-    let stages = cluster.state.bin_dir.parent().expect("bin dir has a parent").join("kwok-stages");
+    let stages = cluster
+        .state
+        .bin_dir
+        .parent()
+        .expect("bin dir has a parent")
+        .join("kwok-stages");
     let mut kwok_args = strings(&[
         &kubeconfig,
         "--manage-all-nodes=false",
@@ -404,10 +436,19 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
         ])?;
         Ok(out.lines().filter(|line| *line == "True").count() == args.nodes)
     })?;
-    cluster.wait_for("the default ServiceAccount", Duration::from_secs(60), || {
-        Ok(cluster.kubectl(&["get", "serviceaccount", "default", "-n", "default"]).is_ok())
-    })?;
-    eprintln!("==> cluster ready in {:.1}s", started.elapsed().as_secs_f64());
+    cluster.wait_for(
+        "the default ServiceAccount",
+        Duration::from_secs(60),
+        || {
+            Ok(cluster
+                .kubectl(&["get", "serviceaccount", "default", "-n", "default"])
+                .is_ok())
+        },
+    )?;
+    eprintln!(
+        "==> cluster ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(cluster)
 }
 
@@ -455,15 +496,24 @@ fn status() -> Result<()> {
         return Ok(());
     };
     println!("kubeconfig: {}", cluster.kubeconfig().display());
-    println!("apiserver:  https://127.0.0.1:{}", cluster.state.apiserver_port);
+    println!(
+        "apiserver:  https://127.0.0.1:{}",
+        cluster.state.apiserver_port
+    );
     let mut total_kib = 0;
     for (name, pid) in &cluster.state.processes {
         if process_runs(*pid, &cluster.bin(name)) {
             let rss = rss_kib(*pid).unwrap_or(0);
             total_kib += rss;
-            println!("{name:<24} pid {pid:<8} running   rss {:>6.1} MiB", rss as f64 / 1024.0);
+            println!(
+                "{name:<24} pid {pid:<8} running   rss {:>6.1} MiB",
+                rss as f64 / 1024.0
+            );
         } else {
-            println!("{name:<24} pid {pid:<8} NOT RUNNING (log: {})", cluster.log_path(name).display());
+            println!(
+                "{name:<24} pid {pid:<8} NOT RUNNING (log: {})",
+                cluster.log_path(name).display()
+            );
         }
     }
     println!("{:<24} {:>34.1} MiB", "total", total_kib as f64 / 1024.0);
@@ -486,7 +536,10 @@ fn build_control_plane() -> Result<PathBuf> {
         bail!("building the control plane failed (see the lines above)");
     }
     let stdout = String::from_utf8(output.stdout)?;
-    let bin = stdout.lines().last().context("build.sh printed no bin directory")?;
+    let bin = stdout
+        .lines()
+        .last()
+        .context("build.sh printed no bin directory")?;
     Ok(PathBuf::from(bin))
 }
 
@@ -701,13 +754,19 @@ mod tests {
                 .split("---")
                 .find(|doc| doc.contains(&format!("name: {node}\n")))
                 .unwrap();
-            assert!(doc.contains(&format!("topology.kubernetes.io/zone: {zone}")), "{doc}");
+            assert!(
+                doc.contains(&format!("topology.kubernetes.io/zone: {zone}")),
+                "{doc}"
+            );
         }
         assert!(manifests.contains("topology.kubernetes.io/zone: zone-c"));
     }
 
     #[test]
     fn empty_flags_are_dropped() {
-        assert_eq!(strings(&["--a=1", "--feature-gates="]), vec!["--a=1".to_string()]);
+        assert_eq!(
+            strings(&["--a=1", "--feature-gates="]),
+            vec!["--a=1".to_string()]
+        );
     }
 }

@@ -42,7 +42,10 @@ struct Demo {
 
 impl Demo {
     fn say(&self, scenario: &str, message: &str) {
-        println!("{:>7.1}s  [{scenario}] {message}", self.started.elapsed().as_secs_f64());
+        println!(
+            "{:>7.1}s  [{scenario}] {message}",
+            self.started.elapsed().as_secs_f64()
+        );
     }
 
     fn kubectl(&self, args: &[&str]) -> Result<String> {
@@ -50,7 +53,9 @@ impl Demo {
     }
 
     fn apply(&self, manifest: &str) -> Result<()> {
-        self.cluster.kubectl_stdin(&["apply", "-f", "-"], manifest).map(drop)
+        self.cluster
+            .kubectl_stdin(&["apply", "-f", "-"], manifest)
+            .map(drop)
     }
 
     /// Prints the Events of a namespace in time order, as the scenario's closing timeline.
@@ -75,13 +80,19 @@ impl Demo {
 pub fn run(args: Args) -> Result<()> {
     let selected: Vec<&Scenario> = SCENARIOS
         .iter()
-        .filter(|scenario| args.scenario.is_empty() || args.scenario.iter().any(|name| name == scenario.name))
+        .filter(|scenario| {
+            args.scenario.is_empty() || args.scenario.iter().any(|name| name == scenario.name)
+        })
         .collect();
     if selected.is_empty() {
         let known: Vec<&str> = SCENARIOS.iter().map(|scenario| scenario.name).collect();
-        bail!("no scenario named {:?}; known: {}", args.scenario, known.join(", "));
+        bail!(
+            "no scenario named {:?}; known: {}",
+            args.scenario,
+            known.join(", ")
+        );
     }
-    let cluster = cluster::up(&cluster::UpArgs::default())?;
+    let cluster = cluster::up(&crate::test::test_cluster())?;
     let demo = Demo {
         cluster,
         started: Instant::now(),
@@ -95,7 +106,10 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     if args.keep {
-        println!("\nThe cluster keeps running: export KUBECONFIG={}", demo.cluster.kubeconfig().display());
+        println!(
+            "\nThe cluster keeps running: export KUBECONFIG={}",
+            demo.cluster.kubeconfig().display()
+        );
         println!("Stop it with: cargo xtask cluster down");
     } else {
         cluster::down()?;
@@ -133,26 +147,64 @@ spec:
   selector: {{matchLabels: {{app: web}}}}
 "
     ))?;
-    demo.say("drain", "created Deployment web (3 replicas, preferring kwok-node-0) and PDB web (minAvailable 2)");
-    demo.kubectl(&["rollout", "status", "-n", ns, "deployment/web", "--timeout=60s"])?;
+    demo.say(
+        "drain",
+        "created Deployment web (3 replicas, preferring kwok-node-0) and PDB web (minAvailable 2)",
+    );
+    demo.kubectl(&[
+        "rollout",
+        "status",
+        "-n",
+        ns,
+        "deployment/web",
+        "--timeout=60s",
+    ])?;
     let placement = |demo: &Demo| {
         demo.kubectl(&[
-            "get", "pods", "-n", ns, "-l", "app=web", "-o",
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "app=web",
+            "-o",
             "jsonpath={range .items[*]}{.metadata.name} on {.spec.nodeName}; {end}",
         ])
     };
     demo.say("drain", &format!("Running and Ready: {}", placement(demo)?));
-    let node = demo
-        .kubectl(&["get", "pods", "-n", ns, "-l", "app=web", "-o", "jsonpath={.items[0].spec.nodeName}"])?;
-    demo.say("drain", &format!("draining {node}: kubectl drain evicts its pods, retrying while the PDB says no"));
+    let node = demo.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[0].spec.nodeName}",
+    ])?;
+    demo.say(
+        "drain",
+        &format!("draining {node}: kubectl drain evicts its pods, retrying while the PDB says no"),
+    );
     let output = demo.kubectl(&[
-        "drain", &node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s",
+        "drain",
+        &node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=120s",
         "--pod-selector=app=web",
     ])?;
     for line in output.lines() {
         demo.say("drain", line);
     }
-    demo.kubectl(&["rollout", "status", "-n", ns, "deployment/web", "--timeout=60s"])?;
+    demo.kubectl(&[
+        "rollout",
+        "status",
+        "-n",
+        ns,
+        "deployment/web",
+        "--timeout=60s",
+    ])?;
     demo.say("drain", &format!("after the drain: {}", placement(demo)?));
     demo.kubectl(&["uncordon", &node])?;
     demo.print_events("drain", ns)

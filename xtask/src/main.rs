@@ -8,7 +8,9 @@ mod test;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "evictkit development tasks: CRD generation, the local control plane, tests and the demo")]
+#[command(
+    about = "evictkit development tasks: CRD generation, the local control plane, tests and the demo"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -24,7 +24,14 @@ pub fn run(args: Args) -> Result<()> {
     step("cargo fmt --check", cargo(&["fmt", "--all", "--check"]))?;
     step(
         "cargo clippy",
-        cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     )?;
     step("CRD freshness", crate::crds::check())?;
     step(
@@ -35,8 +42,13 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
+    // The end-to-end tests start components from target/debug (see crates/testenv).
+    step(
+        "build the binaries",
+        cargo(&["build", "--workspace", "--bins"]),
+    )?;
     let was_running = cluster::state_dir().join("state.json").exists();
-    let control_plane = cluster::up(&cluster::UpArgs::default())?;
+    let control_plane = cluster::up(&test_cluster())?;
     step(
         "helm lint",
         run_command(
@@ -62,8 +74,20 @@ pub fn run(args: Args) -> Result<()> {
     result
 }
 
+/// The cluster the end-to-end tests run on: evictkit's taint-manager replaces
+/// kube-controller-manager's taint-eviction-controller there, as in production.
+pub fn test_cluster() -> cluster::UpArgs {
+    cluster::UpArgs {
+        kcm_controllers: "*,-taint-eviction-controller".into(),
+        ..Default::default()
+    }
+}
+
 fn step(name: &str, result: Result<()>) -> Result<()> {
-    eprintln!("==> {name}: {}", if result.is_ok() { "ok" } else { "FAILED" });
+    eprintln!(
+        "==> {name}: {}",
+        if result.is_ok() { "ok" } else { "FAILED" }
+    );
     result.with_context(|| format!("{name} failed"))
 }
 
@@ -77,7 +101,9 @@ fn cargo(args: &[&str]) -> Result<()> {
 
 fn run_command(command: &mut Command) -> Result<()> {
     eprintln!("--> {command:?}");
-    let status = command.status().with_context(|| format!("running {command:?}"))?;
+    let status = command
+        .status()
+        .with_context(|| format!("running {command:?}"))?;
     if !status.success() {
         bail!("{command:?} exited with {status}");
     }

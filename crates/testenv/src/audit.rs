@@ -43,7 +43,10 @@ pub struct ResponseStatus {
 impl AuditEvent {
     /// The UID precondition of an eviction (`deleteOptions.preconditions.uid`), if it had one.
     pub fn eviction_precondition_uid(&self) -> Option<&str> {
-        self.request_object.as_ref()?.pointer("/deleteOptions/preconditions/uid")?.as_str()
+        self.request_object
+            .as_ref()?
+            .pointer("/deleteOptions/preconditions/uid")?
+            .as_str()
     }
 
     pub fn code(&self) -> Option<u16> {
@@ -55,7 +58,8 @@ impl TestEnv {
     /// Completed audit events of this test's namespace.
     pub fn audit_events(&self) -> Result<Vec<AuditEvent>> {
         let path = self.cluster_dir().join("audit.log");
-        let content = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let content = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
         Ok(content
             .lines()
             .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
@@ -76,7 +80,11 @@ impl TestEnv {
             .audit_events()?
             .into_iter()
             .filter(|event| {
-                event.object_ref.as_ref().and_then(|o| o.subresource.as_deref()) == Some("eviction")
+                event
+                    .object_ref
+                    .as_ref()
+                    .and_then(|o| o.subresource.as_deref())
+                    == Some("eviction")
                     && event.eviction_precondition_uid() == Some(pod_uid)
             })
             .collect())

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod audit;
+pub mod component;
 pub mod objects;
 pub mod wait;
 pub mod webhook;
@@ -21,12 +22,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, Result, bail};
+use evictkit_runtime::client::RateLimit;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Config;
 use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, Resource};
+use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
@@ -62,7 +65,8 @@ impl TestEnv {
         )
         .await
         .with_context(|| format!("loading {}", kubeconfig.display()))?;
-        let client = Client::try_from(config)?;
+        // The runtime's client: kube's default one retries an eviction's 429 for minutes.
+        let client = evictkit_runtime::client::from_config(config, RateLimit::UNLIMITED)?;
         let namespace = format!(
             "{prefix}-{}-{}",
             std::process::id(),
@@ -130,7 +134,11 @@ impl TestEnv {
     /// Creates a kwok node named `<namespace>-<name>` (deleted with the test) with the given
     /// labels and NoExecute/NoSchedule taints; returns it once kwok has made it Ready.
     pub async fn create_node(&self, mut node: Node) -> Result<Node> {
-        let name = format!("{}-{}", self.namespace, node.metadata.name.unwrap_or_default());
+        let name = format!(
+            "{}-{}",
+            self.namespace,
+            node.metadata.name.unwrap_or_default()
+        );
         node.metadata.name = Some(name.clone());
         node.metadata
             .annotations
@@ -145,15 +153,23 @@ impl TestEnv {
             .lock()
             .expect("not poisoned")
             .push(ClusterScoped::Node(name.clone()));
-        wait::wait_for(&nodes, &name, wait::DEFAULT_TIMEOUT, "Ready", |node: &Node| {
-            objects::node_ready(node)
-        })
+        wait::wait_for(
+            &nodes,
+            &name,
+            wait::DEFAULT_TIMEOUT,
+            "Ready",
+            |node: &Node| objects::node_ready(node),
+        )
         .await
     }
 
     /// Waits until exactly `count` pods matching `label_selector` are Running and Ready
     /// (and none is terminating).
-    pub async fn wait_for_ready_pods(&self, label_selector: &str, count: usize) -> Result<Vec<Pod>> {
+    pub async fn wait_for_ready_pods(
+        &self,
+        label_selector: &str,
+        count: usize,
+    ) -> Result<Vec<Pod>> {
         wait::wait_for_list(
             &self.api::<Pod>(),
             label_selector,
@@ -177,9 +193,15 @@ impl TestEnv {
 
     async fn wait_for_default_service_account(&self) -> Result<()> {
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = self.api();
-        wait::wait_for(&accounts, "default", wait::DEFAULT_TIMEOUT, "to exist", |_| true)
-            .await
-            .map(drop)
+        wait::wait_for(
+            &accounts,
+            "default",
+            wait::DEFAULT_TIMEOUT,
+            "to exist",
+            |_| true,
+        )
+        .await
+        .map(drop)
     }
 }
 
@@ -188,7 +210,12 @@ impl Drop for TestEnv {
     fn drop(&mut self) {
         let client = self.client.clone();
         let namespace = self.namespace.clone();
-        let cluster_scoped = std::mem::take(&mut *self.cluster_scoped.lock().unwrap_or_else(|e| e.into_inner()));
+        let cluster_scoped = std::mem::take(
+            &mut *self
+                .cluster_scoped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         // Drop cannot await; a thread with its own runtime works inside and outside tokio.
         let cleanup = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -239,7 +266,8 @@ fn cluster_dir() -> PathBuf {
 }
 
 /// The kubeconfig of the running cluster: `$KUBECONFIG` if set, else the one
-/// `cargo xtask cluster up` writes, starting the cluster if none runs.
+/// `cargo xtask cluster up` writes, starting the cluster if none runs. The start runs the
+/// xtask binary itself: a nested `cargo` inside `cargo test` would wait on cargo's lock.
 async fn ensure_cluster() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("KUBECONFIG") {
         return Ok(PathBuf::from(path));
@@ -249,14 +277,30 @@ async fn ensure_cluster() -> Result<PathBuf> {
     if kubeconfig.exists() {
         return Ok(kubeconfig);
     }
-    let status = tokio::process::Command::new("cargo")
-        .args(["xtask", "cluster", "up"])
+    let xtask = workspace_root().join("target/debug/xtask");
+    if !xtask.exists() {
+        bail!(
+            "no cluster runs and {} is missing: run `cargo xtask cluster up`",
+            xtask.display()
+        );
+    }
+    // The same control plane `cargo xtask test` starts (see xtask's test_cluster).
+    let status = tokio::process::Command::new(&xtask)
+        .args([
+            "cluster",
+            "up",
+            "--kcm-controllers",
+            "*,-taint-eviction-controller",
+        ])
         .current_dir(workspace_root())
         .status()
         .await
-        .context("running cargo xtask cluster up")?;
+        .with_context(|| format!("running {} cluster up", xtask.display()))?;
     if !status.success() || !kubeconfig.exists() {
-        bail!("cargo xtask cluster up failed ({status}); see its output above");
+        bail!(
+            "{} cluster up failed ({status}); see its output above",
+            xtask.display()
+        );
     }
     Ok(kubeconfig)
 }

@@ -120,7 +120,10 @@ pub fn pdb(name: &str, app: &str, budget: Budget, policy: Option<&str>) -> PodDi
     }
 }
 
-fn condition_true(conditions: Option<&[k8s_openapi::api::core::v1::PodCondition]>, kind: &str) -> bool {
+fn condition_true(
+    conditions: Option<&[k8s_openapi::api::core::v1::PodCondition]>,
+    kind: &str,
+) -> bool {
     conditions
         .unwrap_or_default()
         .iter()

@@ -49,7 +49,12 @@ pub struct Registration {
 }
 
 /// One admission rule, e.g. `rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])`.
-pub fn rule(groups: &[&str], versions: &[&str], resources: &[&str], operations: &[&str]) -> RuleWithOperations {
+pub fn rule(
+    groups: &[&str],
+    versions: &[&str],
+    resources: &[&str],
+    operations: &[&str],
+) -> RuleWithOperations {
     let owned = |items: &[&str]| Some(items.iter().map(|item| item.to_string()).collect());
     RuleWithOperations {
         api_groups: owned(groups),
@@ -64,12 +69,15 @@ impl TestEnv {
     /// Issues a serving certificate for 127.0.0.1 signed by the cluster CA.
     pub fn serving_cert(&self) -> Result<ServingCert> {
         let pki = self.cluster_dir().join("pki");
-        let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).context("reading the cluster CA")?;
+        let ca_pem =
+            std::fs::read_to_string(pki.join("ca.crt")).context("reading the cluster CA")?;
         let ca_key = KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?;
         let ca = Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec!["localhost".to_string()])?;
-        params.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse()?));
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse()?));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let cert = params.signed_by(&key, &ca)?;
         Ok(ServingCert {
@@ -91,14 +99,22 @@ impl TestEnv {
     fn own_namespace(&self) -> LabelSelector {
         LabelSelector {
             match_labels: Some(
-                [("kubernetes.io/metadata.name".to_string(), self.namespace.clone())].into(),
+                [(
+                    "kubernetes.io/metadata.name".to_string(),
+                    self.namespace.clone(),
+                )]
+                .into(),
             ),
             ..Default::default()
         }
     }
 
     /// Registers a validating webhook for requests in this test's namespace; deleted with the test.
-    pub async fn register_validating_webhook(&self, registration: Registration, ca_pem: &str) -> Result<String> {
+    pub async fn register_validating_webhook(
+        &self,
+        registration: Registration,
+        ca_pem: &str,
+    ) -> Result<String> {
         let name = format!("{}-{}", self.namespace, registration.name);
         let configuration = ValidatingWebhookConfiguration {
             metadata: ObjectMeta {
@@ -126,7 +142,11 @@ impl TestEnv {
     }
 
     /// Registers a mutating webhook for requests in this test's namespace; deleted with the test.
-    pub async fn register_mutating_webhook(&self, registration: Registration, ca_pem: &str) -> Result<String> {
+    pub async fn register_mutating_webhook(
+        &self,
+        registration: Registration,
+        ca_pem: &str,
+    ) -> Result<String> {
         let name = format!("{}-{}", self.namespace, registration.name);
         let configuration = MutatingWebhookConfiguration {
             metadata: ObjectMeta {

@@ -11,9 +11,9 @@ use kube::api::{EvictParams, Patch, PatchParams};
 use kube::core::Status;
 use serde_json::json;
 
+use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_testenv::TestEnv;
 
 /// Evicts `name` and returns the apiserver's Status, success or failure alike.
 async fn evict(env: &TestEnv, name: &str) -> Result<Status> {
@@ -25,15 +25,21 @@ async fn evict(env: &TestEnv, name: &str) -> Result<Status> {
 }
 
 fn has_disruption_budget_cause(status: &Status) -> bool {
-    status
-        .details
-        .as_ref()
-        .is_some_and(|details| details.causes.iter().any(|cause| cause.reason == "DisruptionBudget"))
+    status.details.as_ref().is_some_and(|details| {
+        details
+            .causes
+            .iter()
+            .any(|cause| cause.reason == "DisruptionBudget")
+    })
 }
 
 /// Waits until the disruption controller has observed the PDB's generation and reports
 /// `disruptionsAllowed`.
-async fn wait_for_pdb(env: &TestEnv, name: &str, disruptions_allowed: i32) -> Result<PodDisruptionBudget> {
+async fn wait_for_pdb(
+    env: &TestEnv,
+    name: &str,
+    disruptions_allowed: i32,
+) -> Result<PodDisruptionBudget> {
     wait::wait_for(
         &env.api::<PodDisruptionBudget>(),
         name,
@@ -56,29 +62,49 @@ async fn deployment_of_three_reaches_three_ready_pods_on_kwok_nodes() -> Result<
     let pods = env.wait_for_ready_pods("app=web", 3).await?;
     for pod in &pods {
         let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
-        assert!(node.is_some(), "pod {:?} was not scheduled", pod.metadata.name);
+        assert!(
+            node.is_some(),
+            "pod {:?} was not scheduled",
+            pod.metadata.name
+        );
     }
-    wait::wait_for(&env.api::<Deployment>(), "web", DEFAULT_TIMEOUT, "available", |d: &Deployment| {
-        d.status.as_ref().and_then(|s| s.available_replicas) == Some(3)
-    })
+    wait::wait_for(
+        &env.api::<Deployment>(),
+        "web",
+        DEFAULT_TIMEOUT,
+        "available",
+        |d: &Deployment| d.status.as_ref().and_then(|s| s.available_replicas) == Some(3),
+    )
     .await?;
     Ok(())
 }
 
 #[tokio::test]
-async fn eviction_respects_the_disruption_budget_and_the_replicaset_replaces_the_pod() -> Result<()> {
+async fn eviction_respects_the_disruption_budget_and_the_replicaset_replaces_the_pod() -> Result<()>
+{
     let env = TestEnv::new("smoke-pdb").await?;
     env.create(&objects::deployment("web", 3)).await?;
     let pods = env.wait_for_ready_pods("app=web", 3).await?;
-    env.create(&objects::pdb("web", "web", Budget::MinAvailable(IntOrString::Int(3)), None))
-        .await?;
+    env.create(&objects::pdb(
+        "web",
+        "web",
+        Budget::MinAvailable(IntOrString::Int(3)),
+        None,
+    ))
+    .await?;
     wait_for_pdb(&env, "web", 0).await?;
 
     let victim = pods[0].metadata.name.clone().unwrap();
     let refused = evict(&env, &victim).await?;
     assert_eq!(refused.code, 429, "{refused:?}");
-    assert!(has_disruption_budget_cause(&refused), "no DisruptionBudget cause: {refused:?}");
-    assert_eq!(refused.message, "Cannot evict pod as it would violate the pod's disruption budget.");
+    assert!(
+        has_disruption_budget_cause(&refused),
+        "no DisruptionBudget cause: {refused:?}"
+    );
+    assert_eq!(
+        refused.message,
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
 
     env.api::<PodDisruptionBudget>()
         .patch(
@@ -89,12 +115,17 @@ async fn eviction_respects_the_disruption_budget_and_the_replicaset_replaces_the
         .await?;
     wait_for_pdb(&env, "web", 1).await?;
     let allowed = evict(&env, &victim).await?;
-    assert!(allowed.is_success(), "eviction under minAvailable 2 failed: {allowed:?}");
+    assert!(
+        allowed.is_success(),
+        "eviction under minAvailable 2 failed: {allowed:?}"
+    );
 
     wait::wait_for_deletion(&env.api::<Pod>(), &victim, DEFAULT_TIMEOUT).await?;
     let replaced = env.wait_for_ready_pods("app=web", 3).await?;
     assert!(
-        replaced.iter().all(|pod| pod.metadata.name.as_deref() != Some(victim.as_str())),
+        replaced
+            .iter()
+            .all(|pod| pod.metadata.name.as_deref() != Some(victim.as_str())),
         "the evicted pod {victim} is still listed"
     );
     Ok(())
@@ -128,9 +159,13 @@ async fn unhealthy_pod_eviction_policy_decides_for_a_running_but_not_ready_pod()
             }})),
         )
         .await?;
-    wait::wait_for_list(&env.api::<Pod>(), "app=db", DEFAULT_TIMEOUT, "2 Ready of 3", |pods| {
-        pods.len() == 3 && pods.iter().filter(|pod| objects::pod_ready(pod)).count() == 2
-    })
+    wait::wait_for_list(
+        &env.api::<Pod>(),
+        "app=db",
+        DEFAULT_TIMEOUT,
+        "2 Ready of 3",
+        |pods| pods.len() == 3 && pods.iter().filter(|pod| objects::pod_ready(pod)).count() == 2,
+    )
     .await?;
 
     env.create(&objects::pdb(
@@ -145,7 +180,10 @@ async fn unhealthy_pod_eviction_policy_decides_for_a_running_but_not_ready_pod()
     assert_eq!((status.current_healthy, status.desired_healthy), (2, 3));
 
     let refused = evict(&env, "not-ready").await?;
-    assert_eq!(refused.code, 429, "IfHealthyBudget with the budget unmet must refuse: {refused:?}");
+    assert_eq!(
+        refused.code, 429,
+        "IfHealthyBudget with the budget unmet must refuse: {refused:?}"
+    );
     assert!(has_disruption_budget_cause(&refused), "{refused:?}");
 
     env.api::<PodDisruptionBudget>()
@@ -161,11 +199,18 @@ async fn unhealthy_pod_eviction_policy_decides_for_a_running_but_not_ready_pod()
         bail!("AlwaysAllow must evict the not-Ready pod: {allowed:?}");
     }
     // The evicted pod is gone or terminating; the healthy ones are untouched.
-    wait::wait_for_list(&env.api::<Pod>(), "app=db", DEFAULT_TIMEOUT, "without a live not-ready pod", |pods| {
-        pods.iter().all(|pod| {
-            pod.metadata.name.as_deref() != Some("not-ready") || pod.metadata.deletion_timestamp.is_some()
-        })
-    })
+    wait::wait_for_list(
+        &env.api::<Pod>(),
+        "app=db",
+        DEFAULT_TIMEOUT,
+        "without a live not-ready pod",
+        |pods| {
+            pods.iter().all(|pod| {
+                pod.metadata.name.as_deref() != Some("not-ready")
+                    || pod.metadata.deletion_timestamp.is_some()
+            })
+        },
+    )
     .await?;
     env.wait_for_ready_pods("app=db", 2).await.map(drop)
 }

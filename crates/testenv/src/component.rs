@@ -1,0 +1,166 @@
+//! evictkit components as real processes against the test cluster: started from the
+//! binaries that `cargo build --bins` left in `target/debug/` (`cargo xtask test` builds them
+//! first; a nested `cargo build` from inside `cargo test` would wait on cargo's lock forever),
+//! logging to a file, stopped with SIGTERM when dropped.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::TestEnv;
+
+/// A running component process.
+pub struct Component {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    /// Where its `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+}
+
+/// A free loopback port (for a component's metrics or webhook server).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl TestEnv {
+    /// Starts `target/debug/<binary>` with `args` plus `--metrics-addr 127.0.0.1:<free port>`,
+    /// `KUBECONFIG` pointing at the test cluster and `RUST_LOG=debug` for our crates.
+    pub fn start_component(&self, binary: &str, args: &[&str]) -> Result<Component> {
+        let path = crate::workspace_root().join("target/debug").join(binary);
+        if !path.exists() {
+            bail!(
+                "{} does not exist: run `cargo build --bins` first (cargo xtask test does)",
+                path.display()
+            );
+        }
+        let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let log_dir = self.cluster_dir().join("logs/e2e");
+        std::fs::create_dir_all(&log_dir)?;
+        let log = log_dir.join(format!(
+            "{}-{binary}-{}.log",
+            self.namespace,
+            metrics_addr.port()
+        ));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(&path)
+            .args(args)
+            .arg("--metrics-addr")
+            .arg(metrics_addr.to_string())
+            .env("KUBECONFIG", self.kubeconfig())
+            .env("RUST_LOG", "info,evictkit=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {}", path.display()))?;
+        Ok(Component {
+            name: binary.to_string(),
+            child,
+            log,
+            metrics_addr,
+        })
+    }
+}
+
+impl Component {
+    /// Waits until `/readyz` answers 200, failing with the log's tail if the process exits.
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited with {status} before it was ready; log:\n{}",
+                    self.name,
+                    self.log_tail(40)
+                );
+            }
+            if let Ok((200, _)) = self.get("/readyz") {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "{} not ready after {timeout:?}; log:\n{}",
+                    self.name,
+                    self.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The Prometheus text exposition of the component.
+    pub fn metrics(&self) -> Result<String> {
+        match self.get("/metrics")? {
+            (200, body) => Ok(body),
+            (code, body) => bail!("{} /metrics answered {code}: {body}", self.name),
+        }
+    }
+
+    /// The value of one sample, e.g. `metric_value("evictkit_evictions_total{outcome=\"evicted\"")`;
+    /// `series` is matched as a prefix of the sample line up to the value.
+    pub fn metric_value(&self, series: &str) -> Result<Option<f64>> {
+        Ok(self.metrics()?.lines().find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (!line.starts_with('#') && name.starts_with(series)).then(|| value.parse().ok())?
+        }))
+    }
+
+    /// The last `lines` lines of the component's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let content = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = content.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// A plain HTTP/1.0 GET on the metrics address.
+    fn get(&self, path: &str) -> Result<(u16, String)> {
+        let mut stream = TcpStream::connect_timeout(&self.metrics_addr, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n",
+            self.metrics_addr
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .context("no HTTP status line")?;
+        Ok((code, body.to_string()))
+    }
+
+    /// Sends SIGTERM and waits up to 10 s for a graceful exit (then SIGKILL); returns whether
+    /// the process exited by itself.
+    pub fn stop(&mut self) -> bool {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..100 {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        false
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
