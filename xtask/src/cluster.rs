@@ -703,8 +703,10 @@ fn process_runs(pid: u32, bin: &Path) -> bool {
     let zombie = stat
         .rsplit_once(") ")
         .is_some_and(|(_, rest)| rest.starts_with('Z'));
+    // The command line is empty for a moment while the process is inside execve.
     let argv0 = cmdline.split(|byte| *byte == 0).next().unwrap_or_default();
-    !zombie && Path::new(std::str::from_utf8(argv0).unwrap_or_default()) == bin
+    !zombie
+        && (argv0.is_empty() || Path::new(std::str::from_utf8(argv0).unwrap_or_default()) == bin)
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {

@@ -5,11 +5,15 @@
 //! stock behaviour every component builds on: a drain that evicts through the Eviction API
 //! while a PodDisruptionBudget holds.
 
+use std::cell::RefCell;
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 use crate::cluster::{self, Cluster};
+
+mod drain;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,19 +32,63 @@ struct Scenario {
     run: fn(&Demo) -> Result<()>,
 }
 
+/// Each component adds its module and its entry here.
 const SCENARIOS: &[Scenario] = &[Scenario {
     name: "drain",
     shows: "kubectl drain evicts through the Eviction API; a PDB with minAvailable 2 lets one pod go at a time",
-    run: drain,
+    run: drain::run,
 }];
 
-/// What scenarios use: the cluster and a timeline printer.
+/// What scenarios use: the cluster, a timeline printer, and the component processes they started.
 struct Demo {
     cluster: Cluster,
     started: Instant,
+    components: RefCell<Vec<(String, Child)>>,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        for (name, child) in self.components.get_mut().iter_mut() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.wait();
+            println!("stopped {name}");
+        }
+    }
 }
 
 impl Demo {
+    /// Starts `target/debug/<binary>` (the demo builds the binaries first) against the cluster,
+    /// logging to `target/evictkit-cluster/logs/demo-<binary>.log`; stopped when the demo ends.
+    #[expect(dead_code, reason = "the component scenarios use it as they land")]
+    fn start_component(&self, scenario: &str, binary: &str, args: &[&str]) -> Result<()> {
+        let path = crate::workspace_root().join("target/debug").join(binary);
+        let log_path = cluster::state_dir().join(format!("logs/demo-{binary}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let child = Command::new(&path)
+            .args(args)
+            .env("KUBECONFIG", self.cluster.kubeconfig())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", path.display()))?;
+        self.say(
+            scenario,
+            &format!(
+                "started {binary} {} (log: {})",
+                args.join(" "),
+                log_path.display()
+            ),
+        );
+        self.components
+            .borrow_mut()
+            .push((binary.to_string(), child));
+        Ok(())
+    }
+
     fn say(&self, scenario: &str, message: &str) {
         println!(
             "{:>7.1}s  [{scenario}] {message}",
@@ -92,10 +140,18 @@ pub fn run(args: Args) -> Result<()> {
             known.join(", ")
         );
     }
+    let status = Command::new("cargo")
+        .args(["build", "--workspace", "--bins"])
+        .current_dir(crate::workspace_root())
+        .status()?;
+    if !status.success() {
+        bail!("cargo build --bins failed");
+    }
     let cluster = cluster::up(&crate::test::test_cluster())?;
     let demo = Demo {
         cluster,
         started: Instant::now(),
+        components: RefCell::default(),
     };
     let mut result = Ok(());
     for scenario in selected {
@@ -106,106 +162,20 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     if args.keep {
+        // The components keep running with the cluster.
+        let components = std::mem::take(&mut *demo.components.borrow_mut());
+        for (name, child) in components {
+            println!("{name} keeps running as pid {}", child.id());
+        }
         println!(
             "\nThe cluster keeps running: export KUBECONFIG={}",
             demo.cluster.kubeconfig().display()
         );
         println!("Stop it with: cargo xtask cluster down");
+        result
     } else {
+        drop(demo);
         cluster::down()?;
+        result
     }
-    result
-}
-
-fn drain(demo: &Demo) -> Result<()> {
-    let ns = "demo-drain";
-    demo.kubectl(&["create", "namespace", ns])?;
-    demo.apply(&format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  replicas: 3
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      affinity:
-        nodeAffinity:
-          preferredDuringSchedulingIgnoredDuringExecution:
-          - weight: 100
-            preference:
-              matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [kwok-node-0]}}]
-      terminationGracePeriodSeconds: 0
-      containers: [{{name: web, image: registry.k8s.io/pause:3.10}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  minAvailable: 2
-  selector: {{matchLabels: {{app: web}}}}
-"
-    ))?;
-    demo.say(
-        "drain",
-        "created Deployment web (3 replicas, preferring kwok-node-0) and PDB web (minAvailable 2)",
-    );
-    demo.kubectl(&[
-        "rollout",
-        "status",
-        "-n",
-        ns,
-        "deployment/web",
-        "--timeout=60s",
-    ])?;
-    let placement = |demo: &Demo| {
-        demo.kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name} on {.spec.nodeName}; {end}",
-        ])
-    };
-    demo.say("drain", &format!("Running and Ready: {}", placement(demo)?));
-    let node = demo.kubectl(&[
-        "get",
-        "pods",
-        "-n",
-        ns,
-        "-l",
-        "app=web",
-        "-o",
-        "jsonpath={.items[0].spec.nodeName}",
-    ])?;
-    demo.say(
-        "drain",
-        &format!("draining {node}: kubectl drain evicts its pods, retrying while the PDB says no"),
-    );
-    let output = demo.kubectl(&[
-        "drain",
-        &node,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--timeout=120s",
-        "--pod-selector=app=web",
-    ])?;
-    for line in output.lines() {
-        demo.say("drain", line);
-    }
-    demo.kubectl(&[
-        "rollout",
-        "status",
-        "-n",
-        ns,
-        "deployment/web",
-        "--timeout=60s",
-    ])?;
-    demo.say("drain", &format!("after the drain: {}", placement(demo)?));
-    demo.kubectl(&["uncordon", &node])?;
-    demo.print_events("drain", ns)
 }
