@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`labels`] | label requirements and `LabelSelector`s | apimachinery `labels`, `LabelSelectorAsSelector` |
 //! | [`node_selector`] | `NodeSelector` matching, a pod's required node affinity, the `evictkit.io/required-during-execution` annotation (KEP-4328) | component-helpers `nodeaffinity` |
+//! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; retry backoff; folding the execution-time selector into the scheduling-time one | `nodeaffinity` (matching), `workqueue` (backoff) |
 //! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
 //!
@@ -16,6 +17,7 @@
 //! in a particular way (an invalid node-selector term does not stop another term from matching,
 //! an invalid PDB selector selects nothing) the same tolerance is kept and documented.
 
+pub mod affinity_eviction;
 pub mod eviction;
 pub mod labels;
 pub mod node_selector;

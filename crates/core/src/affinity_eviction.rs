@@ -1,0 +1,334 @@
+//! KEP-4328's decisions: does a running pod's execution-time node affinity still match its
+//! node, does a node's label change concern a pod at all, how long to wait before retrying a
+//! failed eviction, and how the admission webhook folds the execution-time selector into
+//! `requiredDuringSchedulingIgnoredDuringExecution` so the scheduler and the DaemonSet
+//! controller place pods where they may stay.
+//!
+//! The execution-time node affinity is the pod annotation
+//! [`REQUIRED_DURING_EXECUTION`](evictkit_api::keys::REQUIRED_DURING_EXECUTION), parsed by
+//! [`parse_required_during_execution`]; matching is [`NodeSelectorMatcher`]'s and
+//! [`RequiredNodeAffinity`]'s, i.e. the scheduler's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
+};
+
+use crate::node_selector::{
+    AnnotationError, NodeSelectorMatcher, RequiredDuringExecution, RequiredNodeAffinity,
+    SelectorErrors, parse_required_during_execution,
+};
+
+/// Pod condition type the affinity-evictor sets, `True` with reason
+/// `RequiredNodeAffinityViolation` while the pod violates its execution-time node affinity.
+///
+/// Not `DisruptionTarget`: the eviction API overwrites that condition with reason
+/// `EvictionByEvictionAPI` when it deletes the pod, so the KEP's reason would be lost exactly when
+/// the user looks for it.
+pub const CONDITION_TYPE: &str = "evictkit.io/AffinityEvictionTarget";
+/// Reason of [`CONDITION_TYPE`] `False` once a violating pod's node matches again.
+pub const REASON_MATCHES_AGAIN: &str = "RequiredNodeAffinityMatches";
+
+/// Annotation the kubelet sets on mirror pods of static pods (upstream
+/// `kubetypes.ConfigMirrorAnnotationKey`); evicting a mirror pod does not stop its static pod.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Why a pod is not judged at all (KEP-4328: "excluding mirror pods"; DESIGN.md: terminating
+/// pods are not evicted again; a terminal pod holds no place on its node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// No `spec.nodeName` yet: the scheduler, not this controller, places it.
+    Unscheduled,
+    Mirror,
+    Terminating,
+    /// Phase `Succeeded` or `Failed`.
+    Terminal,
+}
+
+/// Whether the pod is outside the controller's reach, and why.
+pub fn skip(pod: &Pod) -> Option<Skip> {
+    let annotations = pod.metadata.annotations.as_ref();
+    if annotations.is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION)) {
+        return Some(Skip::Mirror);
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some(Skip::Terminating);
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Some(Skip::Terminal);
+    }
+    let node_name = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    if node_name.is_none_or(str::is_empty) {
+        return Some(Skip::Unscheduled);
+    }
+    None
+}
+
+/// A pod's execution-time node affinity, with the node label keys it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionAffinity {
+    rule: Rule,
+    label_keys: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Rule {
+    Scheduling(RequiredNodeAffinity),
+    Selector(NodeSelectorMatcher),
+}
+
+impl ExecutionAffinity {
+    /// `Ok(None)` when the pod does not carry the annotation (it has not opted in).
+    pub fn of(pod: &Pod) -> Result<Option<Self>, AnnotationError> {
+        let Some(value) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REQUIRED_DURING_EXECUTION))
+        else {
+            return Ok(None);
+        };
+        let affinity = match parse_required_during_execution(value)? {
+            RequiredDuringExecution::Scheduling => {
+                let spec = pod.spec.as_ref();
+                let mut label_keys: BTreeSet<String> = spec
+                    .and_then(|s| s.node_selector.as_ref())
+                    .into_iter()
+                    .flat_map(|s| s.keys().cloned())
+                    .collect();
+                if let Some(required) = spec.and_then(required_during_scheduling) {
+                    label_keys.extend(selector_label_keys(required));
+                }
+                ExecutionAffinity {
+                    rule: Rule::Scheduling(RequiredNodeAffinity::from_pod(pod)),
+                    label_keys,
+                }
+            }
+            RequiredDuringExecution::Selector { selector, matcher } => ExecutionAffinity {
+                rule: Rule::Selector(matcher),
+                label_keys: selector_label_keys(&selector).collect(),
+            },
+        };
+        Ok(Some(affinity))
+    }
+
+    /// The scheduler's judgement; `Err` means "cannot tell", never "does not match".
+    pub fn matches(&self, node: &Node) -> Result<bool, SelectorErrors> {
+        match &self.rule {
+            Rule::Scheduling(affinity) => affinity.matches(node),
+            Rule::Selector(matcher) => matcher.matches(node),
+        }
+    }
+
+    /// Whether a change of these node label keys can change [`Self::matches`]. `matchFields`
+    /// reads only the node's name, which never changes, so it contributes no key.
+    pub fn reads_any(&self, changed: &BTreeSet<String>) -> bool {
+        !self.label_keys.is_disjoint(changed)
+    }
+}
+
+fn required_during_scheduling(spec: &PodSpec) -> Option<&NodeSelector> {
+    spec.affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+}
+
+fn selector_label_keys(selector: &NodeSelector) -> impl Iterator<Item = String> + '_ {
+    selector
+        .node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .map(|r| r.key.clone())
+}
+
+/// The label keys whose value differs between `old` and `new` (added, removed or changed).
+pub fn changed_label_keys(
+    old: Option<&BTreeMap<String, String>>,
+    new: Option<&BTreeMap<String, String>>,
+) -> BTreeSet<String> {
+    let empty = BTreeMap::new();
+    let (old, new) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+    old.keys()
+        .chain(new.keys())
+        .filter(|key| old.get(*key) != new.get(*key))
+        .cloned()
+        .collect()
+}
+
+/// The controller's judgement of one pod on one node.
+#[derive(Debug)]
+pub enum Verdict {
+    /// No annotation: the pod's node affinity is ignored during execution, as upstream's is.
+    NotOptedIn,
+    Skipped(Skip),
+    Matches,
+    /// KEP-4328: the selector is "no longer met"; evict.
+    Violates,
+    /// The annotation cannot be parsed: Warning Event, metric, and the pod is left alone.
+    Malformed(AnnotationError),
+    /// Only invalid terms of the pod's own `requiredDuringScheduling…` could have matched
+    /// (`scheduling` value, an affinity the apiserver would not accept today); not evicted.
+    Undecidable(SelectorErrors),
+}
+
+/// Judges `pod` against its node `node` (the node named by `spec.nodeName`).
+pub fn judge(pod: &Pod, node: &Node) -> Verdict {
+    if let Some(skip) = skip(pod) {
+        return Verdict::Skipped(skip);
+    }
+    match ExecutionAffinity::of(pod) {
+        Ok(None) => Verdict::NotOptedIn,
+        Err(error) => Verdict::Malformed(error),
+        Ok(Some(affinity)) => match affinity.matches(node) {
+            Ok(true) => Verdict::Matches,
+            Ok(false) => Verdict::Violates,
+            Err(errors) => Verdict::Undecidable(errors),
+        },
+    }
+}
+
+/// Wait before the next eviction attempt after `failures` failed ones: `base` doubled per
+/// failure, at most `max` (client-go's per-item exponential backoff). KEP-4328 retries on the
+/// next label change only; retrying with backoff while the violation lasts also covers a PDB
+/// that starts to allow the disruption without any node label changing.
+pub fn retry_delay(failures: u32, base: Duration, max: Duration) -> Duration {
+    let factor = 1u32
+        .checked_shl(failures.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    base.checked_mul(factor).map_or(max, |delay| delay.min(max))
+}
+
+/// The `requiredDuringSchedulingIgnoredDuringExecution` a new pod (or a DaemonSet's pod
+/// template) must have so the scheduler and the DaemonSet controller never place it on a node
+/// its execution-time affinity rejects; `Ok(None)` when nothing needs to change (no
+/// annotation, the value `scheduling`, or the selector is already folded in).
+///
+/// `metadata_annotations` are the pod's (or the template's) annotations.
+pub fn required_during_scheduling_with_execution(
+    annotations: Option<&BTreeMap<String, String>>,
+    spec: &PodSpec,
+) -> Result<Option<NodeSelector>, AnnotationError> {
+    let Some(value) = annotations.and_then(|a| a.get(REQUIRED_DURING_EXECUTION)) else {
+        return Ok(None);
+    };
+    let execution = match parse_required_during_execution(value)? {
+        RequiredDuringExecution::Scheduling => return Ok(None),
+        RequiredDuringExecution::Selector { selector, .. } => selector,
+    };
+    let existing = required_during_scheduling(spec);
+    let merged = and_node_selectors(existing, &execution);
+    Ok((Some(&merged) != existing).then_some(merged))
+}
+
+/// `existing AND execution` as one NodeSelector. Terms are ORed and the requirements of a term
+/// ANDed, so `(e1 OR e2) AND (x1 OR x2)` is the cross product `e1x1 OR e1x2 OR e2x1 OR e2x2`,
+/// each term the union of both terms' requirements. Requirements already in a term are not
+/// added again, so merging twice (webhook reinvocation, a pod created from an already merged
+/// DaemonSet template) changes nothing.
+///
+/// A term without requirements matches nothing (upstream), so it is dropped before crossing,
+/// rather than turned into a term that matches the other side. When one side has no term that
+/// can match, neither can the AND: the result is a single empty term, which the apiserver
+/// accepts and which matches no node.
+pub fn and_node_selectors(
+    existing: Option<&NodeSelector>,
+    execution: &NodeSelector,
+) -> NodeSelector {
+    let live = |s: &NodeSelector| -> Vec<NodeSelectorTerm> {
+        s.node_selector_terms
+            .iter()
+            .filter(|t| !is_empty_term(t))
+            .cloned()
+            .collect()
+    };
+    let execution_terms = live(execution);
+    let Some(existing) = existing else {
+        return match execution_terms.is_empty() {
+            true => matches_nothing(),
+            false => execution.clone(),
+        };
+    };
+    let existing_terms = live(existing);
+    let terms = absorb(
+        existing_terms
+            .iter()
+            .flat_map(|e| execution_terms.iter().map(move |x| and_terms(e, x)))
+            .collect(),
+    );
+    if terms.is_empty() {
+        return matches_nothing();
+    }
+    if terms == existing_terms {
+        // Already folded in: keep the user's selector as it is, so no patch is made.
+        return existing.clone();
+    }
+    NodeSelector {
+        node_selector_terms: terms,
+    }
+}
+
+fn matches_nothing() -> NodeSelector {
+    NodeSelector {
+        node_selector_terms: vec![NodeSelectorTerm::default()],
+    }
+}
+
+fn is_empty_term(term: &NodeSelectorTerm) -> bool {
+    term.match_expressions.as_ref().is_none_or(Vec::is_empty)
+        && term.match_fields.as_ref().is_none_or(Vec::is_empty)
+}
+
+fn and_terms(a: &NodeSelectorTerm, b: &NodeSelectorTerm) -> NodeSelectorTerm {
+    let union = |a: &Option<Vec<NodeSelectorRequirement>>,
+                 b: &Option<Vec<NodeSelectorRequirement>>| {
+        let mut all: Vec<NodeSelectorRequirement> = a.iter().flatten().cloned().collect();
+        for requirement in b.iter().flatten() {
+            if !all.contains(requirement) {
+                all.push(requirement.clone());
+            }
+        }
+        (!all.is_empty()).then_some(all)
+    };
+    NodeSelectorTerm {
+        match_expressions: union(&a.match_expressions, &b.match_expressions),
+        match_fields: union(&a.match_fields, &b.match_fields),
+    }
+}
+
+/// Drops every term implied by another (absorption: `A OR (A AND B)` is `A`), keeping the
+/// first of equal ones. Crossing an already merged selector with a selector of several terms
+/// yields such terms (`e x1 x2` beside `e x1`); without this, merging twice would not be a
+/// no-op.
+fn absorb(terms: Vec<NodeSelectorTerm>) -> Vec<NodeSelectorTerm> {
+    let mut kept: Vec<NodeSelectorTerm> = Vec::with_capacity(terms.len());
+    for (i, term) in terms.iter().enumerate() {
+        let absorbed = terms.iter().enumerate().any(|(j, other)| {
+            j != i && requires_subset(other, term) && (!requires_subset(term, other) || j < i)
+        });
+        if !absorbed {
+            kept.push(term.clone());
+        }
+    }
+    kept
+}
+
+/// Whether every requirement of `a` is one of `b`'s, i.e. `b` implies `a`.
+fn requires_subset(a: &NodeSelectorTerm, b: &NodeSelectorTerm) -> bool {
+    let within = |a: &Option<Vec<NodeSelectorRequirement>>,
+                  b: &Option<Vec<NodeSelectorRequirement>>| {
+        a.iter()
+            .flatten()
+            .all(|r| b.iter().flatten().any(|s| s == r))
+    };
+    within(&a.match_expressions, &b.match_expressions) && within(&a.match_fields, &b.match_fields)
+}
+
+#[cfg(test)]
+mod tests;
