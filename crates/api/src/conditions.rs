@@ -42,3 +42,11 @@ pub const STATUS_TRUE: &str = "True";
 pub const STATUS_FALSE: &str = "False";
 /// Condition status `Unknown`.
 pub const STATUS_UNKNOWN: &str = "Unknown";
+
+/// PodDisruptionBudgetPolicy: whether the policy can be applied (its namespaceSelector and
+/// condition types are valid); an invalid policy is in force nowhere.
+pub const PDB_POLICY_VALID: &str = "Valid";
+/// Reason of [`PDB_POLICY_VALID`] True.
+pub const REASON_POLICY_ACCEPTED: &str = "Accepted";
+/// Reason of [`PDB_POLICY_VALID`] False.
+pub const REASON_POLICY_INVALID: &str = "Invalid";

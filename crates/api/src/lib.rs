@@ -6,11 +6,16 @@
 pub mod conditions;
 pub mod eviction_request;
 pub mod keys;
+pub mod pod_disruption_budget_policy;
 mod schema;
 
 pub use eviction_request::{
     EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, EvictionTarget, Interceptor,
     InterceptorStatus, LocalPodReference, Requester,
+};
+pub use pod_disruption_budget_policy::{
+    CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec,
+    PodDisruptionBudgetPolicyStatus, PolicyMode, StricterEviction, UnhealthyPodEvictionPolicyType,
 };
 
 pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -18,5 +23,5 @@ pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::Cust
 /// Every CRD of evictkit, for `cargo xtask gen-crds` and for tests that install them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![EvictionRequest::crd()]
+    vec![EvictionRequest::crd(), PodDisruptionBudgetPolicy::crd()]
 }

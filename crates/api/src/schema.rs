@@ -65,3 +65,40 @@ pub fn conditions(_: &mut SchemaGenerator) -> Schema {
         },
     })
 }
+
+/// `metav1.LabelSelector`, with the limits of the Go type's validation.
+pub fn label_selector(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "description": "A label query over a set of resources. The result of matchLabels and matchExpressions are ANDed. An empty label selector matches all objects.",
+        "x-kubernetes-map-type": "atomic",
+        "properties": {
+            "matchLabels": {
+                "description": "matchLabels is a map of {key,value} pairs; each is a requirement key In [value].",
+                "type": "object",
+                "additionalProperties": {"type": "string", "maxLength": 63},
+            },
+            "matchExpressions": {
+                "description": "matchExpressions is a list of label selector requirements. The requirements are ANDed.",
+                "type": "array",
+                "maxItems": 64,
+                "x-kubernetes-list-type": "atomic",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"description": "key is the label key that the selector applies to.", "type": "string", "maxLength": 317},
+                        "operator": {"description": "operator represents a key's relationship to a set of values.", "type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "values": {
+                            "description": "values is an array of string values; non-empty for In and NotIn, empty for Exists and DoesNotExist.",
+                            "type": "array",
+                            "maxItems": 64,
+                            "x-kubernetes-list-type": "atomic",
+                            "items": {"type": "string", "maxLength": 63},
+                        },
+                    },
+                },
+            },
+        },
+    })
+}

@@ -12,6 +12,7 @@
 //! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; retry backoff; folding the execution-time selector into the scheduling-time one | `nodeaffinity` (matching), `workqueue` (backoff) |
 //! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
+//! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
 //!
 //! Invalid user input is a typed error, never a panic; where upstream tolerates invalid input
 //! in a particular way (an invalid node-selector term does not stop another term from matching,
@@ -21,4 +22,5 @@ pub mod affinity_eviction;
 pub mod eviction;
 pub mod labels;
 pub mod node_selector;
+pub mod pdb_policy;
 pub mod taints;

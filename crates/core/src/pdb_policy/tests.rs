@@ -1,0 +1,587 @@
+//! Table tests: one tuple a case.
+#![allow(clippy::type_complexity)]
+
+use std::collections::BTreeMap;
+
+use super::*;
+use evictkit_api::{PodDisruptionBudgetPolicySpec, StricterEviction};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodCondition, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn policy(name: &str, precedence: i32, team: Option<&str>) -> PodDisruptionBudgetPolicy {
+    PodDisruptionBudgetPolicy {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: PodDisruptionBudgetPolicySpec {
+            namespace_selector: team.map(|team| LabelSelector {
+                match_labels: Some(labels(&[("team", team)])),
+                ..Default::default()
+            }),
+            precedence,
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
+/// A pod `name` labelled `app=<app>` in `ns`, Running, with the given condition types True.
+fn pod(name: &str, app: &str, true_conditions: &[&str]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            labels: Some(labels(&[("app", app)])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec::default()),
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(
+                true_conditions
+                    .iter()
+                    .map(|kind| PodCondition {
+                        type_: kind.to_string(),
+                        status: "True".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+    }
+}
+
+fn with_volume(mut pod: Pod, volume: Volume) -> Pod {
+    pod.spec.get_or_insert_default().volumes = Some(vec![volume]);
+    pod
+}
+
+fn pdb(
+    name: &str,
+    app: Option<&str>,
+    min: Option<IntOrString>,
+    max: Option<IntOrString>,
+) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            generation: Some(1),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: app.map(|app| LabelSelector {
+                match_labels: Some(labels(&[("app", app)])),
+                ..Default::default()
+            }),
+            min_available: min,
+            max_unavailable: max,
+            unhealthy_pod_eviction_policy: None,
+        }),
+        status: None,
+    }
+}
+
+fn with_status(
+    mut pdb: PodDisruptionBudget,
+    allowed: i32,
+    current: i32,
+    desired: i32,
+) -> PodDisruptionBudget {
+    pdb.status = Some(PodDisruptionBudgetStatus {
+        disruptions_allowed: allowed,
+        current_healthy: current,
+        desired_healthy: desired,
+        expected_pods: current,
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    pdb
+}
+
+fn int(n: i32) -> Option<IntOrString> {
+    Some(IntOrString::Int(n))
+}
+
+fn pct(s: &str) -> Option<IntOrString> {
+    Some(IntOrString::String(s.into()))
+}
+
+#[test]
+fn precedence_then_name_decides_between_policies() {
+    let everywhere = policy("everywhere", 0, None);
+    let payments = policy("payments", 10, Some("payments"));
+    let also_payments = policy("also-payments", 10, Some("payments"));
+    let all = [everywhere.clone(), payments.clone(), also_payments.clone()];
+    // (namespace labels, policy in force)
+    let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+        (&[("team", "web")], Some("everywhere")),
+        (&[], Some("everywhere")),
+        // Equal precedence: the name that sorts first.
+        (&[("team", "payments")], Some("also-payments")),
+    ];
+    for (ns_labels, want) in cases {
+        let got = policy_for_namespace(&all, &labels(ns_labels));
+        assert_eq!(
+            got.and_then(|p| p.metadata.name.as_deref()),
+            *want,
+            "{ns_labels:?}"
+        );
+    }
+    assert!(policy_for_namespace(&[payments], &labels(&[("team", "web")])).is_none());
+}
+
+#[test]
+fn invalid_policies_are_in_force_nowhere() {
+    let mut bad_selector = policy("bad", 100, None);
+    bad_selector.spec.namespace_selector = Some(LabelSelector {
+        match_labels: Some(labels(&[("team", "not valid!")])),
+        ..Default::default()
+    });
+    let mut bad_condition = policy("bad-condition", 100, None);
+    bad_condition.spec.eviction = Some(StricterEviction {
+        required_pod_conditions: vec!["no spaces allowed".into()],
+        ..Default::default()
+    });
+    assert!(matches!(
+        validate(&bad_selector).unwrap_err()[0],
+        PolicyError::NamespaceSelector(_)
+    ));
+    assert!(matches!(
+        validate(&bad_condition).unwrap_err()[0],
+        PolicyError::ConditionType { index: 0, .. }
+    ));
+    let fallback = policy("fallback", 0, None);
+    let all = [bad_selector, bad_condition, fallback];
+    let got = policy_for_namespace(&all, &labels(&[("team", "x")]));
+    assert_eq!(
+        got.and_then(|p| p.metadata.name.as_deref()),
+        Some("fallback")
+    );
+}
+
+#[test]
+fn defaulting_versus_enforcing() {
+    use PolicyMode::*;
+    use UnhealthyPodEvictionPolicyType::*;
+    // (mode, policy's value, PDB's value, value written)
+    let cases = [
+        (Default, Some(AlwaysAllow), None, Some(AlwaysAllow)),
+        (Default, Some(AlwaysAllow), Some("IfHealthyBudget"), None),
+        (Default, None, None, None),
+        (
+            Enforce,
+            Some(AlwaysAllow),
+            Some("IfHealthyBudget"),
+            Some(AlwaysAllow),
+        ),
+        (Enforce, Some(AlwaysAllow), Some("AlwaysAllow"), None),
+        (Enforce, Some(IfHealthyBudget), None, Some(IfHealthyBudget)),
+        (Enforce, None, Some("IfHealthyBudget"), None),
+    ];
+    for (mode, wanted, current, expected) in cases {
+        let mut p = policy("p", 0, None);
+        p.spec.mode = mode;
+        p.spec.unhealthy_pod_eviction_policy = wanted;
+        let mut budget = pdb("b", Some("web"), int(1), None);
+        budget.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = current.map(String::from);
+        assert_eq!(
+            unhealthy_pod_eviction_policy_to_set(&budget, &p),
+            expected,
+            "{mode:?} {wanted:?} {current:?}"
+        );
+    }
+}
+
+#[test]
+fn budget_checks_in_each_mode() {
+    let pods = [
+        pod("web-1", "web", &["Ready"]),
+        pod("web-2", "web", &["Ready"]),
+    ];
+    let others = [pdb("other", Some("web"), int(1), None)];
+    // (pdb, other PDBs, rules found)
+    let cases: Vec<(PodDisruptionBudget, &[PodDisruptionBudget], Vec<Rule>)> = vec![
+        (pdb("fine", Some("web"), int(1), None), &[], vec![]),
+        (pdb("fine-max", Some("web"), None, int(1)), &[], vec![]),
+        (
+            pdb("overlap", Some("web"), int(1), None),
+            &others,
+            vec![Rule::OverlappingBudgets],
+        ),
+        (
+            pdb("max0", Some("web"), None, int(0)),
+            &[],
+            vec![Rule::NeverAllowsDisruption],
+        ),
+        (
+            pdb("max0pct", Some("web"), None, pct("0%")),
+            &[],
+            vec![Rule::NeverAllowsDisruption],
+        ),
+        (
+            pdb("min100", Some("web"), pct("100%"), None),
+            &[],
+            vec![Rule::NeverAllowsDisruption],
+        ),
+        (
+            pdb("min-all", Some("web"), int(2), None),
+            &[],
+            vec![Rule::NeverAllowsDisruption],
+        ),
+        (
+            pdb("min-more", Some("web"), int(5), None),
+            &[],
+            vec![Rule::NeverAllowsDisruption],
+        ),
+        (pdb("min-50pct", Some("web"), pct("50%"), None), &[], vec![]),
+        (
+            pdb("empty", Some("db"), int(1), None),
+            &[],
+            vec![Rule::SelectsNoPods],
+        ),
+        // A minAvailable above zero pods is the empty finding, not also a blocking one.
+        (
+            pdb("nil", None, int(1), None),
+            &[],
+            vec![Rule::SelectsNoPods],
+        ),
+    ];
+    for action in [CheckAction::Deny, CheckAction::Warn, CheckAction::Allow] {
+        let mut p = policy("p", 0, None);
+        p.spec.overlapping_budgets = action;
+        p.spec.budgets_never_allowing_disruption = action;
+        p.spec.budgets_selecting_no_pods = action;
+        for (budget, other_pdbs, rules) in &cases {
+            let findings = check_budget(budget, other_pdbs, &pods, &p);
+            let got: Vec<Rule> = findings.iter().map(|f| f.rule).collect();
+            let want: &[Rule] = if action == CheckAction::Allow {
+                &[]
+            } else {
+                rules
+            };
+            assert_eq!(got, want, "{:?} {action:?}", budget.metadata.name);
+            assert!(findings.iter().all(|f| f.action == action));
+        }
+    }
+}
+
+#[test]
+fn overlap_messages_name_both_budgets_and_the_reason() {
+    let p = policy("p", 0, None);
+    let same_selector = check_budget(
+        &pdb("a", Some("db"), int(1), None),
+        &[pdb("b", Some("db"), int(1), None)],
+        &[],
+        &p,
+    );
+    assert_eq!(same_selector[0].rule, Rule::OverlappingBudgets);
+    assert!(
+        same_selector[0]
+            .message
+            .contains("ns/a overlaps b: both have the same selector"),
+        "{}",
+        same_selector[0].message
+    );
+    let shared_pod = check_budget(
+        &pdb("a", Some("web"), int(1), None),
+        &[pdb("b", Some("web"), int(1), None)],
+        &[pod("web-1", "web", &["Ready"])],
+        &p,
+    );
+    assert!(
+        shared_pod[0].message.contains("both select pod web-1"),
+        "{}",
+        shared_pod[0].message
+    );
+    // An update of the PDB itself is no overlap with its stored self.
+    let two = [
+        pod("web-1", "web", &["Ready"]),
+        pod("web-2", "web", &["Ready"]),
+    ];
+    assert!(
+        check_budget(
+            &pdb("a", Some("web"), int(1), None),
+            &[pdb("a", Some("web"), int(1), None)],
+            &two,
+            &p
+        )
+        .is_empty()
+    );
+}
+
+fn strict_policy(conditions: &[&str], local_storage: bool) -> PodDisruptionBudgetPolicy {
+    let mut p = policy("strict", 0, None);
+    p.spec.eviction = Some(StricterEviction {
+        required_pod_conditions: conditions.iter().map(|c| c.to_string()).collect(),
+        protect_unhealthy_pods_with_local_storage: local_storage,
+    });
+    p
+}
+
+#[test]
+fn stricter_eviction_rules() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let ready = &["Ready"][..];
+    let empty_dir = Volume {
+        name: "data".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    };
+    let memory = Volume {
+        name: "cache".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let always = |mut b: PodDisruptionBudget| {
+        b.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
+        b
+    };
+    // (case, subject, its app's other pods, PDB, policy, denying rule)
+    let cases: Vec<(
+        &str,
+        Pod,
+        Vec<Pod>,
+        PodDisruptionBudget,
+        PodDisruptionBudgetPolicy,
+        Option<Rule>,
+    )> = vec![
+        (
+            "budget allows and two stay fully healthy",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            with_status(pdb("web", Some("web"), int(2), None), 1, 3, 2),
+            strict_policy(&["example.com/Synced"], false),
+            None,
+        ),
+        (
+            "budget allows by Ready but one peer is not Synced",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", ready)],
+            with_status(pdb("web", Some("web"), int(2), None), 1, 3, 2),
+            strict_policy(&["example.com/Synced"], false),
+            Some(Rule::RequiredPodConditions),
+        ),
+        (
+            "evicting a not-Synced pod costs no strict health",
+            pod("s", "web", ready),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            with_status(pdb("web", Some("web"), int(2), None), 1, 3, 2),
+            strict_policy(&["example.com/Synced"], false),
+            None,
+        ),
+        (
+            "unhealthy pod under IfHealthyBudget with too few strictly healthy peers",
+            pod("s", "web", &[]),
+            vec![pod("a", "web", synced), pod("b", "web", ready)],
+            with_status(pdb("web", Some("web"), int(2), None), 0, 2, 2),
+            strict_policy(&["example.com/Synced"], false),
+            Some(Rule::RequiredPodConditions),
+        ),
+        (
+            "AlwaysAllow lets unhealthy pods go whatever the strict count",
+            pod("s", "web", &[]),
+            vec![pod("a", "web", ready)],
+            always(with_status(pdb("web", Some("web"), int(2), None), 0, 1, 2)),
+            strict_policy(&["example.com/Synced"], false),
+            None,
+        ),
+        (
+            "unhealthy pod with an emptyDir is protected",
+            with_volume(pod("s", "web", &[]), empty_dir.clone()),
+            vec![],
+            always(with_status(pdb("web", Some("web"), int(2), None), 0, 1, 2)),
+            strict_policy(&[], true),
+            Some(Rule::ProtectUnhealthyPodsWithLocalStorage),
+        ),
+        (
+            "a memory emptyDir is not local storage",
+            with_volume(pod("s", "web", &[]), memory),
+            vec![],
+            always(with_status(pdb("web", Some("web"), int(2), None), 0, 1, 2)),
+            strict_policy(&[], true),
+            None,
+        ),
+        (
+            "a Ready pod with local storage is the budget's business",
+            with_volume(pod("s", "web", ready), empty_dir.clone()),
+            vec![],
+            with_status(pdb("web", Some("web"), int(1), None), 1, 2, 1),
+            strict_policy(&[], true),
+            None,
+        ),
+        (
+            "the apiserver denies anyway: nothing to add",
+            with_volume(pod("s", "web", &[]), empty_dir),
+            vec![],
+            with_status(pdb("web", Some("web"), int(2), None), 0, 1, 2),
+            strict_policy(&["example.com/Synced"], true),
+            None,
+        ),
+    ];
+    for (case, subject, mut pods, budget, p, want) in cases {
+        pods.push(subject.clone());
+        let pdbs = [budget];
+        let decision = eviction::decide(&subject, &pdbs);
+        let got = stricter_eviction(&subject, &decision, &pdbs, &pods, &p);
+        assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
+        if let Some(denial) = got {
+            assert!(
+                denial.message.starts_with(&format!(
+                    "pdb-policy-webhook: rule {} of PodDisruptionBudgetPolicy strict: ",
+                    denial.rule.as_str()
+                )),
+                "{case}: {}",
+                denial.message
+            );
+            let explained = explain(&subject, &pdbs, &pods, Some(&p));
+            assert_eq!(
+                (explained.prediction.code, explained.prediction.decided_by),
+                (429, "webhook"),
+                "{case}"
+            );
+            assert_eq!(explained.prediction.message, denial.message, "{case}");
+        }
+    }
+}
+
+#[test]
+fn explain_predicts_the_apiserver_and_says_what_would_change_it() {
+    let ready = &["Ready"][..];
+    let terminating = |mut p: Pod| {
+        p.metadata.deletion_timestamp = Some(Time("2025-01-01T00:00:00Z".parse().unwrap()));
+        p
+    };
+    let mut stale = with_status(pdb("web", Some("web"), None, int(1)), 0, 0, 0);
+    stale.metadata.generation = Some(2);
+    let mut always_policy = policy("defaults", 0, None);
+    always_policy.spec.unhealthy_pod_eviction_policy =
+        Some(UnhealthyPodEvictionPolicyType::AlwaysAllow);
+    // (case, pod, PDBs, policy, code, outcome, advice fragment)
+    let cases: Vec<(
+        &str,
+        Pod,
+        Vec<PodDisruptionBudget>,
+        Option<&PodDisruptionBudgetPolicy>,
+        u16,
+        &str,
+        Option<&str>,
+    )> = vec![
+        (
+            "no PDB",
+            pod("s", "web", ready),
+            vec![],
+            None,
+            201,
+            "NoPdb",
+            None,
+        ),
+        (
+            "budget allows",
+            pod("s", "web", ready),
+            vec![with_status(pdb("web", Some("web"), int(1), None), 1, 2, 1)],
+            None,
+            201,
+            "BudgetAllows",
+            Some("disruptionsAllowed becomes 0"),
+        ),
+        (
+            "budget exhausted, Ready",
+            pod("s", "web", ready),
+            vec![with_status(pdb("web", Some("web"), int(2), None), 0, 2, 2)],
+            None,
+            429,
+            "NoDisruptionsAllowed",
+            Some("needs 1 more healthy pod (PDB web: currentHealthy 2, desiredHealthy 2)"),
+        ),
+        (
+            "budget exhausted, not Ready",
+            pod("s", "web", &[]),
+            vec![with_status(pdb("web", Some("web"), int(3), None), 0, 2, 3)],
+            None,
+            429,
+            "NoDisruptionsAllowed",
+            Some("set unhealthyPodEvictionPolicy: AlwaysAllow on PDB web"),
+        ),
+        (
+            "the policy would default AlwaysAllow",
+            pod("s", "web", &[]),
+            vec![with_status(pdb("web", Some("web"), int(3), None), 0, 2, 3)],
+            Some(&always_policy),
+            429,
+            "NoDisruptionsAllowed",
+            Some("policy defaults sets unhealthyPodEvictionPolicy: AlwaysAllow on PDB web"),
+        ),
+        (
+            "two PDBs",
+            pod("s", "web", ready),
+            vec![
+                pdb("a", Some("web"), int(1), None),
+                pdb("b", Some("web"), int(1), None),
+            ],
+            None,
+            500,
+            "MultiplePdbs",
+            Some("two PDBs select this pod: a, b"),
+        ),
+        (
+            "stale status",
+            pod("s", "web", ready),
+            vec![stale],
+            None,
+            429,
+            "BudgetNotObserved",
+            Some("has not observed generation 2 of PDB web (observedGeneration 1)"),
+        ),
+        (
+            "terminating",
+            terminating(pod("s", "web", ready)),
+            vec![
+                pdb("a", Some("web"), int(1), None),
+                pdb("b", Some("web"), int(1), None),
+            ],
+            None,
+            201,
+            "PdbsIgnoredTerminating",
+            None,
+        ),
+    ];
+    for (case, subject, pdbs, p, code, outcome, advice) in cases {
+        let pods = [subject.clone()];
+        let explained = explain(&subject, &pdbs, &pods, p);
+        assert_eq!(explained.prediction.code, code, "{case}");
+        assert_eq!(explained.prediction.decided_by, "apiserver", "{case}");
+        assert_eq!(explained.outcome, outcome, "{case}");
+        assert_eq!(
+            explained.prediction.message,
+            eviction::decide(&subject, &pdbs).response.message,
+            "{case}"
+        );
+        if let Some(fragment) = advice {
+            assert!(
+                explained.advice.iter().any(|a| a.contains(fragment)),
+                "{case}: {:?}",
+                explained.advice
+            );
+        } else {
+            assert!(
+                explained.advice.is_empty(),
+                "{case}: {:?}",
+                explained.advice
+            );
+        }
+    }
+}
