@@ -192,7 +192,7 @@ impl CommonArgs {
 
 /// Accepts the friendly format ("15s", "1m 30s") and ISO 8601 ("PT15S"), like kubectl users
 /// expect from Go's duration flags.
-fn parse_duration(value: &str) -> Result<Duration, String> {
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
     let parsed: jiff::SignedDuration = value
         .parse()
         .map_err(|e| format!("not a duration like \"15s\": {e}"))?;

@@ -1,0 +1,494 @@
+//! # affinity-evictor (KEP-4328, affinity-based eviction)
+//!
+//! A pod annotated `evictkit.io/required-during-execution` (a NodeSelector as JSON, or
+//! `scheduling` for its own required node affinity) is evicted through the Eviction API, so
+//! PodDisruptionBudgets are respected, once its node no longer matches. Reads top to bottom:
+//! flags, wiring, the watches (Nodes: label changes only; Pods: indexed by node), `reconcile`
+//! of one pod, and the actions it takes. The decisions are in
+//! [`evictkit_core::affinity_eviction`]; the mutating webhook that makes the scheduler and the
+//! DaemonSet controller honour the same selector is in [`webhook`].
+
+mod cache;
+mod metrics;
+pub mod webhook;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{ArgAction, Parser};
+use evictkit_api::conditions::{
+    REASON_REQUIRED_NODE_AFFINITY_VIOLATION, STATUS_FALSE, STATUS_TRUE,
+};
+use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_core::affinity_eviction::{
+    CONDITION_TYPE, REASON_MATCHES_AGAIN, Verdict, judge, retry_delay,
+};
+use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
+use evictkit_runtime::http::{HealthServer, Readiness};
+use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::tls::ReloadingCertResolver;
+use evictkit_runtime::{client, logging, shutdown, tls};
+use futures::{StreamExt, future, stream};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use crate::cache::{LabelRounds, PodsByNode, strip_node, strip_pod};
+use crate::metrics::AffinityMetrics;
+
+/// Reporting component of Events and the `component` label of shared metrics.
+pub const COMPONENT: &str = "affinity-evictor";
+const LEASE_NAME: &str = "evictkit-affinity-evictor";
+/// Event reason of KEP-4328 (Normal on eviction, Warning when it fails).
+pub const EVENT_REASON: &str = "NodeAffinityEviction";
+/// Event reason for a pod whose annotation cannot be parsed.
+pub const EVENT_REASON_MALFORMED: &str = "InvalidRequiredDuringExecution";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "affinity-evictor",
+    version,
+    about = "Evicts pods whose execution-time node affinity no longer matches their node (KEP-4328)",
+    long_about = "Evicts pods whose execution-time node affinity no longer matches their node (KEP-4328).\n\n\
+Opt a pod in with the annotation evictkit.io/required-during-execution: a NodeSelector as JSON \
+(e.g. {\"nodeSelectorTerms\":[{\"matchExpressions\":[{\"key\":\"userB\",\"operator\":\"In\",\"values\":[\"allow\"]}]}]}), \
+or the word `scheduling` to keep enforcing the pod's own requiredDuringSchedulingIgnoredDuringExecution \
+and nodeSelector. When a node's labels change so that the pod's selector no longer matches, the pod is \
+evicted through the Eviction API (PodDisruptionBudgets respected), retried with backoff while the \
+violation lasts. The webhook role copies the selector into requiredDuringScheduling of new Pods and \
+DaemonSet templates, so pods are placed only where they may stay."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub roles: RoleArgs,
+    /// Act on violations (KEP-4328's feature gate). With `--enabled=false` violations are only
+    /// logged and counted (evictkit_affinity_evictor_violating_pods); nothing is written.
+    #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = true, default_missing_value = "true")]
+    pub enabled: bool,
+    /// Wait after the first failed eviction of a pod; doubled per further failure.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub retry_backoff_base: Duration,
+    /// Longest wait between eviction attempts of a pod that keeps violating.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub retry_backoff_max: Duration,
+}
+
+/// Starts the health server, the webhook (all replicas) and the controller (the Lease
+/// holder), and runs until SIGTERM or until one of them fails.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    logging::init(args.common.log_format)?;
+    args.common.validate(args.roles.runs(Role::Webhook))?;
+    anyhow::ensure!(
+        args.retry_backoff_base <= args.retry_backoff_max,
+        "--retry-backoff-base ({:?}) must not exceed --retry-backoff-max ({:?})",
+        args.retry_backoff_base,
+        args.retry_backoff_max
+    );
+    tls::install_crypto_provider();
+    let shutdown = shutdown::on_signal()?;
+    let client = client::build(args.common.rate_limit()).await?;
+    let metrics = Arc::new(Metrics::new(COMPONENT)?);
+    let own_metrics = AffinityMetrics::register(&metrics)?;
+    let readiness = Readiness::default();
+    let health =
+        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
+
+    let mut parts: Vec<future::BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    if args.roles.runs(Role::Webhook) {
+        let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
+        let server =
+            webhook::webhooks(metrics.clone()).bind(args.common.webhook_addr, certificates)?;
+        tracing::info!(addr = %server.local_addr()?, "serving the mutating webhook");
+        let token = shutdown.clone();
+        parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
+    }
+    if args.roles.runs(Role::Controller) {
+        let settings = Settings {
+            evictions: EvictionClient::new(client.clone(), metrics.clone())
+                .dry_run(args.common.dry_run),
+            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            metrics: own_metrics,
+            enabled: args.enabled,
+            dry_run: args.common.dry_run,
+            backoff: (args.retry_backoff_base, args.retry_backoff_max),
+        };
+        if !args.enabled {
+            tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
+        }
+        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
+        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
+        parts.push(Box::pin(async move {
+            leader
+                .run(client.clone(), metrics, token, |work| {
+                    control(client, settings, work)
+                })
+                .await
+                .context("leader election")
+        }));
+    }
+    let token = shutdown.clone();
+    parts.push(Box::pin(async move { Ok(health.serve(token).await?) }));
+    readiness.set_ready(true);
+
+    // The first part to end (an error, or all of them at shutdown) stops the others.
+    let (result, _, rest) = future::select_all(parts).await;
+    shutdown.cancel();
+    future::join_all(rest).await;
+    result
+}
+
+/// What the flags decide, handed to each term of leadership.
+struct Settings {
+    evictions: EvictionClient,
+    recorder: EventRecorder,
+    metrics: AffinityMetrics,
+    enabled: bool,
+    dry_run: bool,
+    /// `--retry-backoff-base`, `--retry-backoff-max`.
+    backoff: (Duration, Duration),
+}
+
+/// What reconcile needs; per-pod retry state lives here because kube-runtime keeps no
+/// per-object backoff (DESIGN.md). It is rebuilt from the API after a restart: a pod still
+/// violating is simply tried again.
+struct Context {
+    client: Client,
+    settings: Settings,
+    nodes: Store<Node>,
+    pods: Mutex<PodStates>,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Settings;
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+#[derive(Default)]
+struct PodStates {
+    /// Failed eviction attempts in a row, and when the next may be made.
+    failures: HashMap<ObjectRef<Pod>, (u32, tokio::time::Instant)>,
+    violating: HashSet<ObjectRef<Pod>>,
+}
+
+impl Context {
+    /// The pod matches again, is gone or no longer opted in: stop retrying, stop counting.
+    fn forget(&self, pod: &ObjectRef<Pod>) {
+        let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        states.failures.remove(pod);
+        states.violating.remove(pod);
+        self.metrics.violating.set(states.violating.len() as i64);
+    }
+
+    fn gone(&self, pod: &ObjectRef<Pod>) {
+        self.forget(pod);
+        self.metrics
+            .forget(pod.namespace.as_deref().unwrap_or_default(), &pod.name);
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+}
+
+/// The watches and the controller, run while holding the Lease.
+async fn control(client: Client, settings: Settings, token: CancellationToken) {
+    let (node_store, node_writer) = reflector::store();
+    let (pod_store, pod_writer) = reflector::store();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        settings,
+        nodes: node_store.clone(),
+        pods: Mutex::default(),
+    });
+    let index = Arc::new(Mutex::new(PodsByNode::default()));
+
+    // Pods bound to a node only: the scheduler, not this controller, places the others.
+    let pods = {
+        let (index, context) = (index.clone(), context.clone());
+        watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields("spec.nodeName!="),
+        )
+        .default_backoff()
+        .modify(strip_pod)
+        .reflect(pod_writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
+                gone.iter().for_each(|pod| context.gone(pod));
+            }
+        })
+        .applied_objects()
+    };
+
+    // Node label changes, mapped to the opted-in pods on that node that read a changed key.
+    let label_changes = {
+        let mut rounds = LabelRounds::new(node_store.clone());
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(strip_node)
+            .reflect(node_writer)
+            .filter_map(|event| {
+                future::ready(
+                    event
+                        .map_err(|error| tracing::warn!(%error, "node watch failed; retrying"))
+                        .ok(),
+                )
+            })
+            .flat_map(move |event| {
+                let pods =
+                    rounds.on_event(&event, &index.lock().unwrap_or_else(|p| p.into_inner()));
+                stream::iter(pods)
+            })
+    };
+
+    Controller::for_stream(pods, pod_store)
+        .reconcile_on(label_changes)
+        .graceful_shutdown_on(token.cancelled_owned())
+        .run(reconcile, error_policy, context)
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile ended with an error");
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Eviction(#[from] EvictionError),
+    #[error("cannot set condition {CONDITION_TYPE} on pod {pod}: {source}")]
+    Condition {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// One pod: judge it against its node and act on the verdict.
+async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(pod.as_ref());
+    let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+    let node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    // A node not yet in the cache: its first watch event re-checks the pods on it.
+    let Some(node) = context.node(&node_name) else {
+        return Ok(Action::await_change());
+    };
+    match judge(&pod, &node) {
+        Verdict::NotOptedIn | Verdict::Skipped(_) => context.forget(&key),
+        Verdict::Matches => {
+            context.forget(&key);
+            if has_condition(&pod, STATUS_TRUE) && context.enabled && !context.dry_run {
+                let message = format!(
+                    "node {node_name} matches the pod's required-during-execution node affinity again"
+                );
+                set_condition(
+                    &context.client,
+                    &pod,
+                    STATUS_FALSE,
+                    REASON_MATCHES_AGAIN,
+                    &message,
+                )
+                .await?;
+            }
+        }
+        Verdict::Malformed(error) => {
+            context.metrics.malformed.inc();
+            let note =
+                format!("annotation {REQUIRED_DURING_EXECUTION} ignored, pod left alone: {error}");
+            tracing::warn!(pod = %name, %error, "malformed annotation; pod left alone");
+            if let Err(error) = context
+                .recorder
+                .warning(pod.as_ref(), EVENT_REASON_MALFORMED, "Check", &note)
+                .await
+            {
+                tracing::warn!(%error, "cannot record event");
+            }
+        }
+        Verdict::Undecidable(errors) => {
+            tracing::warn!(pod = %name, node = %node_name, %errors, "only invalid node selector terms could match; not evicting");
+        }
+        Verdict::Violates => return violation(&pod, &key, &name, &node_name, &context).await,
+    }
+    Ok(Action::await_change())
+}
+
+/// KEP-4328: the pod's node no longer matches; evict it, or wait for the next attempt.
+async fn violation(
+    pod: &Pod,
+    key: &ObjectRef<Pod>,
+    name: &str,
+    node: &str,
+    context: &Context,
+) -> Result<Action, Error> {
+    let next_attempt = {
+        let mut states = context.pods.lock().unwrap_or_else(|p| p.into_inner());
+        states.violating.insert(key.clone());
+        context.metrics.violating.set(states.violating.len() as i64);
+        states.failures.get(key).map(|(_, at)| *at)
+    };
+    if !context.enabled {
+        tracing::info!(pod = %name, %node, "violates its required-during-execution node affinity; not evicting (--enabled=false)");
+        return Ok(Action::await_change());
+    }
+    // Any change of the pod (e.g. our own condition) triggers a reconcile; the backoff holds.
+    if let Some(wait) =
+        next_attempt.map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
+        && !wait.is_zero()
+    {
+        return Ok(Action::requeue(wait));
+    }
+    let message =
+        format!("node {node} no longer matches the pod's required-during-execution node affinity");
+    if !has_condition(pod, STATUS_TRUE) && !context.dry_run {
+        set_condition(
+            &context.client,
+            pod,
+            STATUS_TRUE,
+            REASON_REQUIRED_NODE_AFFINITY_VIOLATION,
+            &message,
+        )
+        .await?;
+    }
+    let outcome = context.evictions.evict(pod).await?;
+    match outcome {
+        EvictionOutcome::Evicted => {
+            context.metrics.evictions.inc();
+            context.forget(key);
+            tracing::info!(pod = %name, %node, dry_run = context.dry_run, "evicted: node affinity no longer met");
+            let note = format!("Evicting pod: {message}");
+            record(context, pod, false, &note).await;
+            Ok(Action::await_change())
+        }
+        EvictionOutcome::Gone => {
+            context.forget(key);
+            Ok(Action::await_change())
+        }
+        failed => {
+            let delay = context.failed(key, name);
+            let why = match &failed {
+                EvictionOutcome::BlockedByBudget { message }
+                | EvictionOutcome::InBackground { message }
+                | EvictionOutcome::Conflict { message } => message.clone(),
+                EvictionOutcome::Other { status } => status.message.clone(),
+                EvictionOutcome::Evicted | EvictionOutcome::Gone => String::new(),
+            };
+            // The KEP asks for minimal failure logs: names only, at debug.
+            tracing::debug!(pod = %name, outcome = failed.label(), "eviction failed; retrying");
+            record(
+                context,
+                pod,
+                true,
+                &format!("Cannot evict pod ({message}), retrying in {delay:?}: {why}"),
+            )
+            .await;
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+impl Context {
+    /// Counts a failed attempt and returns the wait before the next one.
+    fn failed(&self, key: &ObjectRef<Pod>, name: &str) -> Duration {
+        let (namespace, pod) = name.split_once('/').unwrap_or_default();
+        self.metrics
+            .failed
+            .with_label_values(&[namespace, pod])
+            .inc();
+        let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        let failures = states.failures.get(key).map_or(0, |(n, _)| *n) + 1;
+        let delay = retry_delay(failures, self.backoff.0, self.backoff.1);
+        states
+            .failures
+            .insert(key.clone(), (failures, tokio::time::Instant::now() + delay));
+        delay
+    }
+}
+
+/// Client and API errors (not eviction refusals, which `violation` handles): retry with the
+/// pod's backoff too.
+fn error_policy(pod: Arc<Pod>, error: &Error, context: Arc<Context>) -> Action {
+    let key = ObjectRef::from_obj(pod.as_ref());
+    let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+    tracing::warn!(pod = %name, %error, "reconcile failed; retrying");
+    Action::requeue(context.failed(&key, &name))
+}
+
+fn has_condition(pod: &Pod, status: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == CONDITION_TYPE && c.status == status)
+}
+
+/// Sets [`CONDITION_TYPE`] by strategic merge (conditions merge by type), leaving the
+/// kubelet's conditions alone.
+async fn set_condition(
+    client: &Client,
+    pod: &Pod,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "status": {"conditions": [{
+            "type": CONDITION_TYPE,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": Time(jiff::Timestamp::now()),
+        }]}
+    });
+    api.patch_status(
+        &pod.name_any(),
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|source| Error::Condition {
+        pod: format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+        source,
+    })
+}
+
+async fn record(context: &Context, pod: &Pod, warning: bool, note: &str) {
+    let result = if warning {
+        context
+            .recorder
+            .warning(pod, EVENT_REASON, "Evict", note)
+            .await
+    } else {
+        context
+            .recorder
+            .normal(pod, EVENT_REASON, "Evict", note)
+            .await
+    };
+    if let Err(error) = result {
+        tracing::warn!(%error, "cannot record event");
+    }
+}

@@ -1,0 +1,60 @@
+//! KEP-4328's metrics (names as the KEP spells them) and the controller's own.
+
+use std::sync::Arc;
+
+use evictkit_runtime::metrics::{Metrics, MetricsError};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+
+#[derive(Clone)]
+pub struct AffinityMetrics {
+    /// KEP-4328 `evictions_node_affinity_total`: evictions the controller made.
+    pub evictions: IntCounter,
+    /// KEP-4328 `pod_failed_eviction_node_affinity_total{namespace, pod}`: failed attempts per
+    /// pod, so users find the pods to look after; the series goes when the pod does.
+    pub failed: IntCounterVec,
+    /// Pods whose annotation cannot be parsed (bad input is counted, DESIGN.md).
+    pub malformed: IntCounter,
+    /// Pods violating their execution-time affinity right now; with `--enabled=false` this is
+    /// what would be evicted.
+    pub violating: IntGauge,
+}
+
+impl AffinityMetrics {
+    pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
+        fn new<T>(result: Result<T, prometheus::Error>) -> Result<T, MetricsError> {
+            result.map_err(MetricsError::Register)
+        }
+        let own = Self {
+            evictions: new(IntCounter::new(
+                "evictions_node_affinity_total",
+                "Pods evicted because their required-during-execution node affinity no longer matches their node (KEP-4328).",
+            ))?,
+            failed: new(IntCounterVec::new(
+                Opts::new(
+                    "pod_failed_eviction_node_affinity_total",
+                    "Failed eviction attempts of pods violating their required-during-execution node affinity, by pod (KEP-4328).",
+                ),
+                &["namespace", "pod"],
+            ))?,
+            malformed: new(IntCounter::new(
+                "evictkit_affinity_evictor_malformed_annotations_total",
+                "Pods seen with an evictkit.io/required-during-execution annotation that cannot be parsed; they are left alone.",
+            ))?,
+            violating: new(IntGauge::new(
+                "evictkit_affinity_evictor_violating_pods",
+                "Running pods whose node no longer matches their required-during-execution node affinity.",
+            ))?,
+        };
+        metrics.register(own.evictions.clone())?;
+        metrics.register(own.failed.clone())?;
+        metrics.register(own.malformed.clone())?;
+        metrics.register(own.violating.clone())?;
+        Ok(own)
+    }
+
+    /// Drops the per-pod series of a pod that is gone.
+    pub fn forget(&self, namespace: &str, pod: &str) {
+        // An error only says the pod never failed an eviction.
+        let _ = self.failed.remove_label_values(&[namespace, pod]);
+    }
+}

@@ -1,0 +1,141 @@
+//! The mutating webhook (stateless; every replica serves it). For a new Pod, and for a
+//! DaemonSet's pod template, it ANDs the execution-time selector of the annotation
+//! `evictkit.io/required-during-execution` into `requiredDuringSchedulingIgnoredDuringExecution`:
+//! the scheduler then places pods only where they may stay, and the DaemonSet controller, which
+//! decides from the template, does not recreate an evicted pod on a node that no longer
+//! matches (KEP-4328's DaemonSet goal, without an evict/recreate hot loop). A malformed
+//! annotation is refused at admission, with the bad part in the message.
+//!
+//! Pods are mutated on CREATE only: a running pod's affinity is immutable. On UPDATE, a changed
+//! annotation is still checked, and a value admitted before (or written before the webhook was
+//! installed) never blocks an update, so a pod with a bad value can still lose its finalizers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_core::affinity_eviction::required_during_scheduling_with_execution;
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::webhook::json_patch::jsonptr::PointerBuf;
+use evictkit_runtime::webhook::json_patch::{AddOperation, Patch, PatchOperation};
+use evictkit_runtime::webhook::{Admission, Webhooks};
+use k8s_openapi::api::core::v1::{NodeSelector, PodSpec};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+use serde_json::{Value, json};
+
+/// Path of the webhook (the chart's MutatingWebhookConfiguration points here).
+pub const PATH: &str = "/mutate";
+
+const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
+
+pub fn webhooks(metrics: Arc<Metrics>) -> Webhooks {
+    Webhooks::new(metrics).route(PATH, |request| async move { mutate(&request) })
+}
+
+/// Where the pod template sits in each kind we mutate.
+fn template_path(kind: &str) -> Option<&'static [&'static str]> {
+    match kind {
+        "Pod" => Some(&[]),
+        "DaemonSet" => Some(&["spec", "template"]),
+        _ => None,
+    }
+}
+
+pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> Admission {
+    let kind = request.kind.kind.as_str();
+    let (Some(prefix), Some(object)) = (template_path(kind), request.object.as_ref()) else {
+        return Admission::allow();
+    };
+    let Some(new) = template(object, prefix) else {
+        return Admission::allow();
+    };
+    let annotations = annotations_of(&new);
+    let value = annotations
+        .as_ref()
+        .and_then(|a| a.get(REQUIRED_DURING_EXECUTION));
+    let unchanged = request.operation == Operation::Update
+        && request
+            .old_object
+            .as_ref()
+            .and_then(|old| template(old, prefix))
+            .map(|old| annotations_of(&old))
+            .is_some_and(|old| {
+                old.as_ref().and_then(|a| a.get(REQUIRED_DURING_EXECUTION)) == value
+            });
+    let spec: PodSpec = match new.get("spec").cloned().map(serde_json::from_value) {
+        Some(Ok(spec)) => spec,
+        // The apiserver decodes the object before calling us; what it accepted we let through.
+        _ => return Admission::allow(),
+    };
+    match required_during_scheduling_with_execution(annotations.as_ref(), &spec) {
+        Ok(None) => Admission::allow(),
+        // A pod's affinity is immutable once created.
+        Ok(Some(_)) if kind == "Pod" && request.operation != Operation::Create => {
+            Admission::allow()
+        }
+        Ok(Some(selector)) => {
+            Admission::allow().with_patch(affinity_patch(&new, prefix, &selector))
+        }
+        Err(_) if unchanged => Admission::allow(),
+        Err(error) => Admission::deny(
+            422,
+            format!(
+                "{kind} {}: annotation {REQUIRED_DURING_EXECUTION}: {error}",
+                object_name(request, object)
+            ),
+        ),
+    }
+}
+
+fn template(object: &DynamicObject, prefix: &[&str]) -> Option<Value> {
+    let mut value = serde_json::to_value(object).ok()?;
+    for key in prefix {
+        value = value.get_mut(*key)?.take();
+    }
+    Some(value)
+}
+
+fn annotations_of(template: &Value) -> Option<BTreeMap<String, String>> {
+    serde_json::from_value(template.get("metadata")?.get("annotations")?.clone()).ok()
+}
+
+fn object_name(request: &AdmissionRequest<DynamicObject>, object: &DynamicObject) -> String {
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    match (&object.metadata.name, &object.metadata.generate_name) {
+        (Some(name), _) if !name.is_empty() => format!("{namespace}/{name}"),
+        (_, Some(prefix)) => format!("{namespace}/{prefix}*"),
+        _ => format!("{namespace}/{}", request.name),
+    }
+}
+
+/// One `add` at the shallowest missing level, so the rest of the affinity (pod affinity,
+/// preferred terms, fields newer than our API types) is left exactly as it was.
+fn affinity_patch(template: &Value, prefix: &[&str], selector: &NodeSelector) -> Patch {
+    let selector = serde_json::to_value(selector).unwrap_or(Value::Null);
+    let affinity = template
+        .get("spec")
+        .and_then(|s| s.get("affinity"))
+        .filter(|a| !a.is_null());
+    let node_affinity = affinity
+        .and_then(|a| a.get("nodeAffinity"))
+        .filter(|n| !n.is_null());
+    let (path, value): (&[&str], Value) = match (affinity, node_affinity) {
+        (None, _) => (
+            &["spec", "affinity"],
+            json!({"nodeAffinity": {REQUIRED: selector}}),
+        ),
+        (Some(_), None) => (
+            &["spec", "affinity", "nodeAffinity"],
+            json!({REQUIRED: selector}),
+        ),
+        (Some(_), Some(_)) => (&["spec", "affinity", "nodeAffinity", REQUIRED], selector),
+    };
+    Patch(vec![PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(prefix.iter().chain(path).copied()),
+        value,
+    })])
+}
+
+#[cfg(test)]
+mod tests;
