@@ -1,0 +1,218 @@
+//! The three webhooks. Each reads the policy in force in the request's namespace from the
+//! caches, hands the decision to `evictkit_core::pdb_policy`, and turns it into an
+//! AdmissionResponse. Dry-run requests get the same answer: nothing here has side effects
+//! beyond metrics (the webhook configurations declare `sideEffects: None`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
+use evictkit_core::{eviction, pdb_policy};
+use evictkit_runtime::webhook::{Admission, json_patch};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+
+use crate::cache::Caches;
+use crate::metrics::WebhookMetrics;
+
+/// Paths of the webhooks, as the webhook configurations name them.
+pub const MUTATE_PDB_PATH: &str = "/mutate-pdb";
+pub const VALIDATE_PDB_PATH: &str = "/validate-pdb";
+pub const VALIDATE_EVICTION_PATH: &str = "/validate-eviction";
+
+pub struct Context {
+    pub caches: Caches,
+    pub metrics: Arc<WebhookMetrics>,
+}
+
+/// A decision plus its result label for the metrics.
+struct Reviewed {
+    admission: Admission,
+    result: &'static str,
+}
+
+impl Reviewed {
+    fn allowed() -> Self {
+        Self {
+            admission: Admission::allow(),
+            result: "allowed",
+        }
+    }
+}
+
+/// Times and counts one review of `webhook`.
+pub async fn review(
+    ctx: Arc<Context>,
+    webhook: &'static str,
+    request: AdmissionRequest<DynamicObject>,
+) -> Admission {
+    let started = Instant::now();
+    let reviewed = match webhook {
+        "mutate-pdb" => mutate_pdb(&ctx, &request),
+        "validate-pdb" => validate_pdb(&ctx, &request),
+        _ => validate_eviction(&ctx, &request),
+    };
+    ctx.metrics
+        .duration
+        .with_label_values(&[webhook])
+        .observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .requests
+        .with_label_values(&[webhook, reviewed.result])
+        .inc();
+    reviewed.admission
+}
+
+/// The PDB of a PDB review; `None` (and a log line naming it) when it does not parse, which
+/// the apiserver's own validation will refuse anyway.
+fn pdb_of(request: &AdmissionRequest<DynamicObject>) -> Option<PodDisruptionBudget> {
+    let object = request.object.as_ref()?;
+    let parsed =
+        serde_json::to_value(object).and_then(serde_json::from_value::<PodDisruptionBudget>);
+    match parsed {
+        Ok(mut pdb) => {
+            pdb.metadata.namespace = request.namespace.clone();
+            Some(pdb)
+        }
+        Err(error) => {
+            tracing::warn!(pdb = %format!("{}/{}", request.namespace.as_deref().unwrap_or(""), request.name), %error, "unreadable PodDisruptionBudget in review");
+            None
+        }
+    }
+}
+
+fn policy_for(
+    ctx: &Context,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Option<Arc<PodDisruptionBudgetPolicy>> {
+    ctx.caches.policy_for(request.namespace.as_deref()?)
+}
+
+/// Mutating, PDB CREATE/UPDATE: sets `spec.unhealthyPodEvictionPolicy` as the policy in force
+/// says (Default: only when unset; Enforce: always).
+fn mutate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    let (Some(pdb), Some(policy)) = (pdb_of(request), policy_for(ctx, request)) else {
+        return Reviewed::allowed();
+    };
+    let Some(value) = pdb_policy::unhealthy_pod_eviction_policy_to_set(&pdb, &policy) else {
+        return Reviewed::allowed();
+    };
+    let mode = format!("{:?}", policy.spec.mode);
+    let policy_name = policy.metadata.name.clone().unwrap_or_default();
+    // JSON Patch `add` on an object member replaces it when present, so one op covers both.
+    let patch: json_patch::Patch = match serde_json::from_value(serde_json::json!([
+        {"op": "add", "path": "/spec/unhealthyPodEvictionPolicy", "value": value.as_str()}
+    ])) {
+        Ok(patch) => patch,
+        Err(error) => {
+            tracing::error!(%error, "cannot build the unhealthyPodEvictionPolicy patch");
+            return Reviewed::allowed();
+        }
+    };
+    ctx.metrics.defaulted.with_label_values(&[&mode]).inc();
+    let mut admission = Admission::allow().with_patch(patch);
+    let previous = pdb
+        .spec
+        .as_ref()
+        .and_then(|s| s.unhealthy_pod_eviction_policy.clone());
+    if let Some(previous) = previous {
+        admission = admission.with_warning(format!(
+            "unhealthyPodEvictionPolicy {previous} replaced by {} (PodDisruptionBudgetPolicy {policy_name} enforces it)",
+            value.as_str()
+        ));
+    }
+    tracing::info!(pdb = %format!("{}/{}", request.namespace.as_deref().unwrap_or(""), request.name), policy = %policy_name, %mode, value = value.as_str(), "set unhealthyPodEvictionPolicy");
+    Reviewed {
+        admission,
+        result: "mutated",
+    }
+}
+
+/// Validating, PDB CREATE/UPDATE: the overlap, never-allows-disruption and selects-nothing
+/// checks, each denied, warned about or allowed as the policy says.
+fn validate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    let (Some(pdb), Some(policy)) = (pdb_of(request), policy_for(ctx, request)) else {
+        return Reviewed::allowed();
+    };
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let (pdbs, pods) = ctx.caches.namespace_objects(namespace);
+    let findings = pdb_policy::check_budget(&pdb, &pdbs, &pods, &policy);
+    let policy_name = policy.metadata.name.clone().unwrap_or_default();
+    let mut denials = Vec::new();
+    let mut warnings = Vec::new();
+    for finding in findings {
+        let message = format!(
+            "{} (PodDisruptionBudgetPolicy {policy_name})",
+            finding.message
+        );
+        match finding.action {
+            CheckAction::Deny => {
+                ctx.metrics
+                    .denials
+                    .with_label_values(&[finding.rule.as_str()])
+                    .inc();
+                denials.push(message);
+            }
+            CheckAction::Warn => {
+                ctx.metrics
+                    .warnings
+                    .with_label_values(&[finding.rule.as_str()])
+                    .inc();
+                warnings.push(message);
+            }
+            CheckAction::Allow => {}
+        }
+    }
+    let (mut admission, result) = if denials.is_empty() {
+        (
+            Admission::allow(),
+            if warnings.is_empty() {
+                "allowed"
+            } else {
+                "warned"
+            },
+        )
+    } else {
+        (Admission::deny(403, denials.join("; ")), "denied")
+    };
+    for warning in warnings {
+        admission = admission.with_warning(warning);
+    }
+    Reviewed { admission, result }
+}
+
+/// Validating, `pods/eviction` CREATE: the policy's stricter rules. Denies with 429 (the
+/// status an evictor retries on, like the apiserver's own budget answer) naming the rule and
+/// the PDB; allows everything else, leaving the apiserver's decision as it is.
+fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+    let Some(namespace) = request.namespace.as_deref() else {
+        return Reviewed::allowed();
+    };
+    let Some(policy) = ctx.caches.policy_for(namespace) else {
+        return Reviewed::allowed();
+    };
+    if policy.spec.eviction.is_none() {
+        return Reviewed::allowed();
+    }
+    // Not in the cache: the apiserver answers 404 itself.
+    let Some(pod) = ctx.caches.pods.get(namespace, &request.name) else {
+        return Reviewed::allowed();
+    };
+    let (pdbs, pods) = ctx.caches.namespace_objects(namespace);
+    let decision = eviction::decide(&pod, &pdbs);
+    match pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, &policy) {
+        Some(denial) => {
+            ctx.metrics
+                .denials
+                .with_label_values(&[denial.rule.as_str()])
+                .inc();
+            tracing::info!(pod = %format!("{namespace}/{}", request.name), pdb = %denial.pdb, rule = denial.rule.as_str(), dry_run = request.dry_run, "eviction denied");
+            Reviewed {
+                admission: Admission::deny(429, denial.message),
+                result: "denied",
+            }
+        }
+        None => Reviewed::allowed(),
+    }
+}

@@ -1,0 +1,211 @@
+//! `pdb-policy-webhook explain NAMESPACE/POD` and `explain --node NODE` (a drain preview):
+//! reads the pods, their namespaces' PDBs and the policy in force, and prints for each pod
+//! what an eviction would get (`evictkit_core::pdb_policy::explain`) and what would change it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, ValueEnum};
+use evictkit_api::PodDisruptionBudgetPolicy;
+use evictkit_core::pdb_policy::{self, Explanation};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+/// `explain`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The pod to explain, as NAMESPACE/POD. Leave out with --node.
+    #[arg(
+        value_name = "NAMESPACE/POD",
+        required_unless_present = "node",
+        conflicts_with = "node"
+    )]
+    pub pod: Option<String>,
+
+    /// Explain every pod on this node, as a drain of it would evict them (DaemonSet and mirror
+    /// pods included: kubectl drain skips or refuses them, the eviction API does not).
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+
+    /// Output format: a table for people, or JSON (an array of explanations) for tools.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+pub async fn run(client: Client, args: &ExplainArgs) -> Result<()> {
+    let explanations = explain(client, args).await?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match args.output {
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&explanations)?)?,
+        Output::Table => write!(out, "{}", table(&explanations))?,
+    }
+    Ok(())
+}
+
+/// The explanations of the pods `args` names, in namespace and name order.
+pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanation>> {
+    let targets: Vec<Pod> = match (&args.pod, &args.node) {
+        (Some(pod), _) => {
+            let Some((namespace, name)) = pod.split_once('/') else {
+                bail!("{pod:?} is not NAMESPACE/POD, e.g. default/web-0");
+            };
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            vec![
+                pods.get(name)
+                    .await
+                    .with_context(|| format!("reading pod {namespace}/{name}"))?,
+            ]
+        }
+        (None, Some(node)) => {
+            let pods: Api<Pod> = Api::all(client.clone());
+            let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+            pods.list(&on_node)
+                .await
+                .with_context(|| format!("listing the pods on node {node}"))?
+                .items
+        }
+        (None, None) => bail!("name a pod (NAMESPACE/POD) or a node (--node NODE)"),
+    };
+    let policies = policies(&client).await?;
+    let mut by_namespace: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+    for pod in targets {
+        by_namespace
+            .entry(pod.metadata.namespace.clone().unwrap_or_default())
+            .or_default()
+            .push(pod);
+    }
+    let mut explanations = Vec::new();
+    for (namespace, mut targets) in by_namespace {
+        let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace)
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing the PodDisruptionBudgets of namespace {namespace}"))?
+            .items;
+        let labels = Api::<Namespace>::all(client.clone())
+            .get(&namespace)
+            .await
+            .with_context(|| format!("reading namespace {namespace}"))?
+            .metadata
+            .labels
+            .unwrap_or_default();
+        let policy = pdb_policy::policy_for_namespace(&policies, &labels);
+        // The stricter rules count the pods of a PDB; only then are they needed.
+        let pods = if policy.is_some_and(|p| p.spec.eviction.is_some()) {
+            Api::<Pod>::namespaced(client.clone(), &namespace)
+                .list(&ListParams::default())
+                .await
+                .with_context(|| format!("listing the pods of namespace {namespace}"))?
+                .items
+        } else {
+            targets.clone()
+        };
+        targets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for pod in &targets {
+            explanations.push(pdb_policy::explain(pod, &pdbs, &pods, policy));
+        }
+    }
+    Ok(explanations)
+}
+
+/// The policies of the cluster; none when the CRD is not installed (the apiserver's decision
+/// is then the whole story).
+async fn policies(client: &Client) -> Result<Vec<PodDisruptionBudgetPolicy>> {
+    match Api::<PodDisruptionBudgetPolicy>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+        Err(error) => Err(error).context("listing PodDisruptionBudgetPolicies"),
+    }
+}
+
+/// One row per pod, then its PDBs, the prediction's message and the advice, indented.
+pub fn table(explanations: &[Explanation]) -> String {
+    let header = [
+        "POD",
+        "PHASE",
+        "READY",
+        "TERMINATING",
+        "PDBS",
+        "POLICY",
+        "EVICTION",
+        "OUTCOME",
+    ];
+    let rows: Vec<[String; 8]> = explanations
+        .iter()
+        .map(|e| {
+            let pdbs: Vec<&str> = e.pdbs.iter().map(|p| p.name.as_str()).collect();
+            [
+                e.pod.clone(),
+                e.phase.clone(),
+                e.ready.to_string(),
+                e.terminating.to_string(),
+                if pdbs.is_empty() {
+                    "-".to_owned()
+                } else {
+                    pdbs.join(",")
+                },
+                e.policy.clone().unwrap_or_else(|| "-".to_owned()),
+                format!(
+                    "{} {}",
+                    e.prediction.code,
+                    if e.allowed() { "allowed" } else { "blocked" }
+                ),
+                format!("{} ({})", e.outcome, e.prediction.decided_by),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for (row, e) in rows.iter().zip(explanations) {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        for pdb in &e.pdbs {
+            out.push_str(&format!(
+                "    PDB {}: minAvailable={} maxUnavailable={} unhealthyPodEvictionPolicy={} currentHealthy={} desiredHealthy={} disruptionsAllowed={} observedGeneration={}/{}\n",
+                pdb.name,
+                pdb.min_available.as_deref().unwrap_or("-"),
+                pdb.max_unavailable.as_deref().unwrap_or("-"),
+                pdb.unhealthy_pod_eviction_policy.as_deref().unwrap_or("<unset>"),
+                pdb.current_healthy,
+                pdb.desired_healthy,
+                pdb.disruptions_allowed,
+                pdb.observed_generation,
+                pdb.generation,
+            ));
+        }
+        if !e.prediction.message.is_empty() {
+            out.push_str(&format!("    message: {}\n", e.prediction.message));
+        }
+        if let Some(cause) = &e.prediction.cause {
+            out.push_str(&format!("    cause: {cause}\n"));
+        }
+        for advice in &e.advice {
+            out.push_str(&format!("    -> {advice}\n"));
+        }
+    }
+    out
+}

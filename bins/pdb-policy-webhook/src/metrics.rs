@@ -1,0 +1,71 @@
+//! The webhook's own metrics (KEP-3017 names none beyond the apiserver's
+//! `apiserver_request_total{resource="pods",subresource="eviction"}`, so these carry the
+//! component's prefix). The shared `evictkit_admission_reviews_total` counts reviews by path
+//! and decision; these add what the shared one cannot see.
+
+use std::sync::Arc;
+
+use evictkit_runtime::metrics::{Metrics, MetricsError};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+
+pub struct WebhookMetrics {
+    /// `pdb_policy_webhook_admission_requests_total{webhook, result}`; result is `allowed`,
+    /// `warned`, `mutated` or `denied`.
+    pub requests: IntCounterVec,
+    /// `pdb_policy_webhook_admission_duration_seconds{webhook}`.
+    pub duration: HistogramVec,
+    /// `pdb_policy_webhook_pdbs_defaulted_total{mode}`: PDBs whose unhealthyPodEvictionPolicy
+    /// the mutating webhook set (`Default`) or overwrote (`Enforce`).
+    pub defaulted: IntCounterVec,
+    /// `pdb_policy_webhook_warnings_total{rule}`.
+    pub warnings: IntCounterVec,
+    /// `pdb_policy_webhook_denials_total{rule}`.
+    pub denials: IntCounterVec,
+}
+
+impl WebhookMetrics {
+    pub fn register(metrics: &Metrics) -> Result<Arc<Self>, MetricsError> {
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).map_err(MetricsError::Register)
+        };
+        let own = Self {
+            requests: counter(
+                "pdb_policy_webhook_admission_requests_total",
+                "AdmissionReviews answered, by webhook (mutate-pdb, validate-pdb, validate-eviction) and result (allowed, warned, mutated, denied).",
+                &["webhook", "result"],
+            )?,
+            duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "pdb_policy_webhook_admission_duration_seconds",
+                    "Time to decide one AdmissionReview, by webhook.",
+                )
+                .buckets(vec![
+                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                ]),
+                &["webhook"],
+            )
+            .map_err(MetricsError::Register)?,
+            defaulted: counter(
+                "pdb_policy_webhook_pdbs_defaulted_total",
+                "PodDisruptionBudgets whose unhealthyPodEvictionPolicy was set, by policy mode (Default, Enforce).",
+                &["mode"],
+            )?,
+            warnings: counter(
+                "pdb_policy_webhook_warnings_total",
+                "Admission warnings given, by rule.",
+                &["rule"],
+            )?,
+            denials: counter(
+                "pdb_policy_webhook_denials_total",
+                "Requests denied, by rule.",
+                &["rule"],
+            )?,
+        };
+        metrics.register(own.requests.clone())?;
+        metrics.register(own.duration.clone())?;
+        metrics.register(own.defaulted.clone())?;
+        metrics.register(own.warnings.clone())?;
+        metrics.register(own.denials.clone())?;
+        Ok(Arc::new(own))
+    }
+}

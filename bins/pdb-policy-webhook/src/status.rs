@@ -1,0 +1,125 @@
+//! The controller role: keeps each PodDisruptionBudgetPolicy's status saying where it is in
+//! force and whether it is valid. Level-triggered from the caches, one replica at a time
+//! (behind the Lease), rewritten only when it changes.
+
+use std::time::Duration;
+
+use evictkit_api::conditions::{
+    PDB_POLICY_VALID, REASON_POLICY_ACCEPTED, REASON_POLICY_INVALID, STATUS_FALSE, STATUS_TRUE,
+};
+use evictkit_api::{PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicyStatus};
+use evictkit_core::pdb_policy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::Caches;
+
+/// How often statuses are recomputed; namespaces come and go without touching policies, so
+/// this is a resync rather than a reaction to policy events.
+const RESYNC: Duration = Duration::from_secs(5);
+
+pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
+    let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
+    loop {
+        if caches.is_synced() {
+            for policy in caches.policies.all() {
+                let desired = status_of(&policy, &caches);
+                if !same(policy.status.as_ref(), &desired) {
+                    write(&api, &policy, desired).await;
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(RESYNC) => {}
+        }
+    }
+}
+
+fn status_of(
+    policy: &PodDisruptionBudgetPolicy,
+    caches: &Caches,
+) -> PodDisruptionBudgetPolicyStatus {
+    let (status, reason, message) = match pdb_policy::validate(policy) {
+        Ok(()) => (
+            STATUS_TRUE,
+            REASON_POLICY_ACCEPTED,
+            "the policy is valid".to_owned(),
+        ),
+        Err(errors) => {
+            let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            (STATUS_FALSE, REASON_POLICY_INVALID, messages.join("; "))
+        }
+    };
+    let mut namespaces: Vec<String> = caches
+        .namespaces
+        .all()
+        .iter()
+        .filter_map(|ns| ns.metadata.name.clone())
+        .filter(|ns| {
+            caches
+                .policy_for(ns)
+                .is_some_and(|p| p.metadata.name == policy.metadata.name)
+        })
+        .collect();
+    namespaces.sort();
+    let previous = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == PDB_POLICY_VALID));
+    let last_transition_time = match previous {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => Time(k8s_openapi::jiff::Timestamp::now()),
+    };
+    PodDisruptionBudgetPolicyStatus {
+        observed_generation: policy.metadata.generation,
+        namespaces,
+        conditions: vec![Condition {
+            type_: PDB_POLICY_VALID.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: policy.metadata.generation,
+            last_transition_time,
+        }],
+    }
+}
+
+/// Equal but for the condition's transition time, which only moves with its status.
+fn same(
+    current: Option<&PodDisruptionBudgetPolicyStatus>,
+    desired: &PodDisruptionBudgetPolicyStatus,
+) -> bool {
+    current.is_some_and(|current| {
+        let strip = |s: &PodDisruptionBudgetPolicyStatus| {
+            let mut s = s.clone();
+            for c in &mut s.conditions {
+                c.last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+            }
+            s
+        };
+        strip(current) == strip(desired)
+    })
+}
+
+async fn write(
+    api: &Api<PodDisruptionBudgetPolicy>,
+    policy: &PodDisruptionBudgetPolicy,
+    status: PodDisruptionBudgetPolicyStatus,
+) {
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({"status": status});
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(policy = %name, namespaces = status.namespaces.len(), "status updated")
+        }
+        Err(error) => {
+            tracing::warn!(policy = %name, %error, "cannot update status; retrying at the next resync")
+        }
+    }
+}
