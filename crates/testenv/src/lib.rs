@@ -45,6 +45,8 @@ pub struct TestEnv {
     pub client: Client,
     pub namespace: String,
     kubeconfig: PathBuf,
+    /// For the clean-up client (see Drop).
+    config: Config,
     cluster_scoped: std::sync::Mutex<Vec<ClusterScoped>>,
 }
 
@@ -66,7 +68,7 @@ impl TestEnv {
         .await
         .with_context(|| format!("loading {}", kubeconfig.display()))?;
         // The runtime's client: kube's default one retries an eviction's 429 for minutes.
-        let client = evictkit_runtime::client::from_config(config, RateLimit::UNLIMITED)?;
+        let client = evictkit_runtime::client::from_config(config.clone(), RateLimit::UNLIMITED)?;
         let namespace = format!(
             "{prefix}-{}-{}",
             std::process::id(),
@@ -91,6 +93,7 @@ impl TestEnv {
             client,
             namespace,
             kubeconfig,
+            config,
             cluster_scoped: Default::default(),
         };
         env.wait_for_default_service_account().await?;
@@ -208,7 +211,7 @@ impl TestEnv {
 impl Drop for TestEnv {
     /// Deletes the namespace and the cluster-scoped objects of the test, even when it panicked.
     fn drop(&mut self) {
-        let client = self.client.clone();
+        let config = self.config.clone();
         let namespace = self.namespace.clone();
         let cluster_scoped = std::mem::take(
             &mut *self
@@ -223,6 +226,12 @@ impl Drop for TestEnv {
                 .build()
                 .expect("a tokio runtime");
             runtime.block_on(async move {
+                // A client of this runtime: the test's client runs its I/O on the test's
+                // runtime, which is blocked in this drop.
+                let client = match Client::try_from(config) {
+                    Ok(client) => client,
+                    Err(error) => return eprintln!("no client to clean up {namespace}: {error}"),
+                };
                 let dp = DeleteParams::background();
                 for object in cluster_scoped {
                     let result = match &object {

@@ -16,6 +16,11 @@ use kube::Api;
 use kube::api::PostParams;
 use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
 
+use evictkit_runtime::cli::TlsFiles;
+use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::tls::ReloadingCertResolver;
+use evictkit_runtime::webhook::Webhooks;
+
 use crate::TestEnv;
 
 /// A serving certificate for 127.0.0.1 and localhost, signed by the cluster CA.
@@ -177,4 +182,41 @@ impl TestEnv {
 /// The caBundle as it appears in a webhook configuration manifest.
 pub fn ca_bundle_base64(ca_pem: &str) -> String {
     BASE64_STANDARD.encode(ca_pem)
+}
+
+/// Webhooks served by the test process itself on 127.0.0.1, stopped when dropped.
+pub struct ServedWebhooks {
+    /// `https://127.0.0.1:<port>`; append the route's path.
+    pub base_url: String,
+    /// The CA that signed the serving certificate: the webhook configuration's caBundle.
+    pub ca_pem: String,
+    shutdown: CancellationToken,
+}
+
+impl Drop for ServedWebhooks {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl TestEnv {
+    /// Serves `webhooks` over TLS on a free loopback port with a certificate from the cluster CA.
+    pub fn serve_webhooks(&self, webhooks: Webhooks) -> Result<ServedWebhooks> {
+        let cert = self.serving_cert()?;
+        let (cert_file, key_file) =
+            cert.write_to(&self.cluster_dir().join("e2e-certs").join(&self.namespace))?;
+        let resolver = ReloadingCertResolver::load(TlsFiles {
+            cert: cert_file,
+            key: key_file,
+        })?;
+        let server = webhooks.bind("127.0.0.1:0".parse()?, resolver)?;
+        let base_url = format!("https://127.0.0.1:{}", server.local_addr()?.port());
+        let shutdown = CancellationToken::new();
+        tokio::spawn(server.serve(shutdown.clone()));
+        Ok(ServedWebhooks {
+            base_url,
+            ca_pem: cert.ca_pem,
+            shutdown,
+        })
+    }
 }

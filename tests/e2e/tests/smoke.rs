@@ -2,18 +2,24 @@
 //! kwok nodes, the disruption controller maintains PDB status, the eviction subresource
 //! answers as kube-apiserver does, and admission webhooks are called over TLS.
 
+use std::sync::Arc;
+
 use anyhow::{Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{EvictParams, Patch, PatchParams};
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use serde_json::json;
 
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::webhook::{Admission, Webhooks};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_testenv::webhook::{self, Registration};
 
 /// Evicts `name` and returns the apiserver's Status, success or failure alike.
 async fn evict(env: &TestEnv, name: &str) -> Result<Status> {
@@ -213,4 +219,58 @@ async fn unhealthy_pod_eviction_policy_decides_for_a_running_but_not_ready_pod()
     )
     .await?;
     env.wait_for_ready_pods("app=db", 2).await.map(drop)
+}
+
+#[tokio::test]
+async fn a_validating_webhook_registered_by_url_is_called_and_its_denial_reaches_the_client()
+-> Result<()> {
+    let env = TestEnv::new("smoke-webhook").await?;
+    let metrics = Arc::new(Metrics::new("e2e")?);
+    let served = env.serve_webhooks(Webhooks::new(metrics).route(
+        "/deny-configmaps",
+        |request| async move {
+            Admission::deny(
+                403,
+                format!("smoke webhook saw {:?} {}", request.operation, request.name),
+            )
+        },
+    ))?;
+    env.register_validating_webhook(
+        Registration {
+            name: "deny-configmaps".into(),
+            url: format!("{}/deny-configmaps", served.base_url),
+            rules: vec![webhook::rule(&[""], &["v1"], &["configmaps"], &["CREATE"])],
+            failure_policy: "Fail".into(),
+        },
+        &served.ca_pem,
+    )
+    .await?;
+
+    // The apiserver picks up new webhook configurations within a moment; until then creates pass.
+    let configmaps = env.api::<ConfigMap>();
+    for attempt in 0..50 {
+        let name = format!("cm-{attempt}");
+        let object = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match configmaps.create(&PostParams::default(), &object).await {
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 403, "{status:?}");
+                assert!(
+                    status
+                        .message
+                        .contains(&format!("smoke webhook saw Create {name}")),
+                    "the webhook's message did not reach the client: {status:?}"
+                );
+                return Ok(());
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    bail!("the webhook was never called in 10 s")
 }

@@ -1,0 +1,221 @@
+//! The shared eviction client against the real eviction subresource: every outcome is
+//! produced by the apiserver, not simulated, and counted in the metric.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, PostParams};
+
+use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_testenv::webhook::{self, Registration};
+
+fn client(env: &TestEnv) -> Result<(EvictionClient, Arc<Metrics>)> {
+    let metrics = Arc::new(Metrics::new("e2e")?);
+    Ok((
+        EvictionClient::new(env.client.clone(), metrics.clone()),
+        metrics,
+    ))
+}
+
+/// The sample `evictkit_evictions_total{...outcome="<outcome>"...}` of `metrics`.
+fn evictions_counted(metrics: &Metrics, outcome: &str) -> Result<f64> {
+    let text = metrics.encode()?;
+    Ok(text
+        .lines()
+        .filter(|line| {
+            line.starts_with("evictkit_evictions_total{")
+                && line.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum())
+}
+
+/// Waits until the PDB `name` is observed with `disruptions_allowed`.
+async fn wait_for_budget(env: &TestEnv, name: &str, disruptions_allowed: i32) -> Result<()> {
+    wait::wait_for(
+        &env.api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(),
+        name,
+        DEFAULT_TIMEOUT,
+        &format!("observed with disruptionsAllowed={disruptions_allowed}"),
+        |pdb| {
+            pdb.status.as_ref().is_some_and(|status| {
+                status.observed_generation == pdb.metadata.generation
+                    && status.disruptions_allowed == disruptions_allowed
+            })
+        },
+    )
+    .await
+    .map(drop)
+}
+
+#[tokio::test]
+async fn blocked_by_budget_then_evicted_when_the_budget_allows() -> Result<()> {
+    let env = TestEnv::new("evict-budget").await?;
+    env.create(&objects::deployment("web", 2)).await?;
+    let pods = env.wait_for_ready_pods("app=web", 2).await?;
+    env.create(&objects::pdb(
+        "web",
+        "web",
+        Budget::MinAvailable(IntOrString::Int(2)),
+        None,
+    ))
+    .await?;
+    wait_for_budget(&env, "web", 0).await?;
+    let (evictions, metrics) = client(&env)?;
+
+    let outcome = evictions.evict(&pods[0]).await?;
+    assert_eq!(
+        outcome,
+        EvictionOutcome::BlockedByBudget {
+            message: "The disruption budget web needs 2 healthy pods and has 2 currently".into()
+        }
+    );
+    assert_eq!(evictions_counted(&metrics, "blocked_by_budget")?, 1.0);
+
+    env.api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()
+        .delete("web", &DeleteParams::default())
+        .await?;
+    wait::wait_for_deletion(
+        &env.api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(),
+        "web",
+        DEFAULT_TIMEOUT,
+    )
+    .await?;
+    let name = pods[0].metadata.name.clone().unwrap();
+    assert_eq!(evictions.evict(&pods[0]).await?, EvictionOutcome::Evicted);
+    assert_eq!(evictions_counted(&metrics, "evicted")?, 1.0);
+    wait::wait_for_deletion(&env.api::<Pod>(), &name, DEFAULT_TIMEOUT).await?;
+
+    // The audit log shows both calls carried the pod's UID as a precondition.
+    let uid = pods[0].metadata.uid.clone().unwrap();
+    let calls = env.evictions_of_uid(&uid)?;
+    let codes: Vec<Option<u16>> = calls.iter().map(|call| call.code()).collect();
+    assert_eq!(
+        codes,
+        vec![Some(429), Some(201)],
+        "eviction calls of {name} in the audit log"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn gone_when_the_pod_does_not_exist() -> Result<()> {
+    let env = TestEnv::new("evict-gone").await?;
+    let pod = env.create(&objects::pod("short-lived", "gone")).await?;
+    env.api::<Pod>()
+        .delete("short-lived", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "short-lived", DEFAULT_TIMEOUT).await?;
+    let (evictions, metrics) = client(&env)?;
+    assert_eq!(evictions.evict(&pod).await?, EvictionOutcome::Gone);
+    assert_eq!(evictions_counted(&metrics, "gone")?, 1.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn conflict_when_the_name_belongs_to_a_successor_which_stays() -> Result<()> {
+    let env = TestEnv::new("evict-uid").await?;
+    let original = env.create(&objects::pod("db-0", "db")).await?;
+    env.api::<Pod>()
+        .delete("db-0", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "db-0", DEFAULT_TIMEOUT).await?;
+    let successor = env
+        .api::<Pod>()
+        .create(&PostParams::default(), &objects::pod("db-0", "db"))
+        .await?;
+    assert_ne!(original.metadata.uid, successor.metadata.uid);
+
+    let (evictions, metrics) = client(&env)?;
+    let outcome = evictions.evict(&original).await?;
+    assert!(
+        matches!(&outcome, EvictionOutcome::Conflict { message } if message.contains("Precondition failed")),
+        "{outcome:?}"
+    );
+    assert_eq!(evictions_counted(&metrics, "conflict")?, 1.0);
+    let still_there = env.api::<Pod>().get("db-0").await?;
+    assert_eq!(still_there.metadata.uid, successor.metadata.uid);
+    assert!(
+        still_there.metadata.deletion_timestamp.is_none(),
+        "the successor must not be evicted"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn in_background_when_a_webhook_takes_the_eviction_over() -> Result<()> {
+    let env = TestEnv::new("evict-background").await?;
+    env.create(&objects::deployment("vm", 1)).await?;
+    let pods = env.wait_for_ready_pods("app=vm", 1).await?;
+    let served = env.serve_webhooks(Webhooks::new(Arc::new(Metrics::new("e2e")?)).route(
+        "/evacuate",
+        |request| async move {
+            let target = format!("{}/{}", request.namespace.unwrap_or_default(), request.name);
+            Admission::deny(
+                429,
+                format!("Eviction triggered evacuation of pod {target}"),
+            )
+        },
+    ))?;
+    env.register_validating_webhook(
+        Registration {
+            name: "evacuate".into(),
+            url: format!("{}/evacuate", served.base_url),
+            rules: vec![webhook::rule(
+                &[""],
+                &["v1"],
+                &["pods/eviction"],
+                &["CREATE"],
+            )],
+            failure_policy: "Fail".into(),
+        },
+        &served.ca_pem,
+    )
+    .await?;
+
+    let (evictions, metrics) = client(&env)?;
+    let target = format!(
+        "{}/{}",
+        env.namespace,
+        pods[0].metadata.name.as_deref().unwrap()
+    );
+    // The webhook configuration takes effect within a moment; until then the eviction succeeds,
+    // so use a dry run while waiting.
+    let dry_run = EvictionClient::new(env.client.clone(), metrics.clone()).dry_run(true);
+    let mut outcome = dry_run.evict(&pods[0]).await?;
+    for _ in 0..50 {
+        if matches!(outcome, EvictionOutcome::InBackground { .. }) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        outcome = dry_run.evict(&pods[0]).await?;
+    }
+    assert!(
+        matches!(outcome, EvictionOutcome::InBackground { .. }),
+        "{outcome:?}"
+    );
+
+    // The apiserver prefixes a webhook's denial with the webhook's name.
+    let outcome = evictions.evict(&pods[0]).await?;
+    let expected = format!(
+        "admission webhook \"evacuate.e2e.evictkit.io\" denied the request: Eviction triggered evacuation of pod {target}"
+    );
+    assert_eq!(outcome, EvictionOutcome::InBackground { message: expected });
+    assert!(
+        env.api::<Pod>()
+            .get(pods[0].metadata.name.as_deref().unwrap())
+            .await?
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    assert!(evictions_counted(&metrics, "in_background")? >= 2.0);
+    Ok(())
+}
