@@ -136,7 +136,7 @@ async fn conflict_when_the_name_belongs_to_a_successor_which_stays() -> Result<(
     let (evictions, metrics) = client(&env)?;
     let outcome = evictions.evict(&original).await?;
     assert!(
-        matches!(&outcome, EvictionOutcome::Conflict { message } if message.contains("Precondition failed")),
+        matches!(&outcome, EvictionOutcome::Conflict { message } if message.contains("does not match the UID in record")),
         "{outcome:?}"
     );
     assert_eq!(evictions_counted(&metrics, "conflict")?, 1.0);
