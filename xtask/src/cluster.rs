@@ -99,6 +99,11 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
+/// The cluster `up` started and recorded.
+pub fn running() -> Result<Cluster> {
+    Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")
+}
+
 /// Where the cluster keeps its PKI, kubeconfig, logs and state.
 pub fn state_dir() -> PathBuf {
     crate::workspace_root().join("target/evictkit-cluster")

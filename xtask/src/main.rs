@@ -1,5 +1,6 @@
 //! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
 
+mod charts;
 mod cluster;
 mod crds;
 mod demo;
@@ -22,6 +23,9 @@ enum Command {
     GenCrds,
     /// Fail if crds/ or the chart copies differ from what gen-crds would write.
     CheckCrds,
+    /// Build, lint and render every chart, and server-side dry-run apply the output against the
+    /// running control plane (start it with `cargo xtask cluster up`).
+    CheckCharts,
     /// Start, stop or inspect the local control plane (etcd, kube-apiserver,
     /// kube-controller-manager, kube-scheduler, kwok).
     Cluster(cluster::Args),
@@ -35,6 +39,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::GenCrds => crds::generate(),
         Command::CheckCrds => crds::check(),
+        Command::CheckCharts => charts::check(&cluster::running()?),
         Command::Cluster(args) => cluster::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),

@@ -34,6 +34,7 @@ pub fn run(args: Args) -> Result<()> {
         ]),
     )?;
     step("CRD freshness", crate::crds::check())?;
+    step("dependency rules", dependency_rules())?;
     step(
         "unit tests",
         cargo(&["test", "--workspace", "--exclude", "e2e"]),
@@ -49,14 +50,7 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&test_cluster())?;
-    step(
-        "helm lint",
-        run_command(
-            Command::new(control_plane.bin("helm"))
-                .args(["lint", "--strict"])
-                .arg(root.join("charts/evictkit")),
-        ),
-    )?;
+    step("charts", crate::charts::check(&control_plane))?;
     let mut e2e = vec!["test", "--package", "e2e", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
     let result = step(
@@ -72,6 +66,79 @@ pub fn run(args: Args) -> Result<()> {
         cluster::down()?;
     }
     result
+}
+
+/// One kube and one k8s-openapi in the build (DESIGN.md), and a `crates/core` that links no
+/// client, no async runtime and no HTTP stack, so its decisions stay pure.
+fn dependency_rules() -> Result<()> {
+    const SINGLE: [&str; 5] = [
+        "kube",
+        "kube-client",
+        "kube-core",
+        "kube-runtime",
+        "k8s-openapi",
+    ];
+    const NOT_IN_CORE: [&str; 4] = ["kube-client", "kube-runtime", "tokio", "hyper"];
+    let duplicates = cargo_output(&[
+        "tree",
+        "--workspace",
+        "--duplicates",
+        "--edges",
+        "normal",
+        "--depth",
+        "0",
+    ])?;
+    let doubled: Vec<&str> = duplicates
+        .lines()
+        .filter(|line| {
+            line.split_whitespace()
+                .next()
+                .is_some_and(|name| SINGLE.contains(&name))
+        })
+        .collect();
+    if !doubled.is_empty() {
+        bail!("more than one version of: {}", doubled.join(", "));
+    }
+    let core = cargo_output(&[
+        "tree",
+        "--package",
+        "evictkit-core",
+        "--edges",
+        "normal",
+        "--prefix",
+        "none",
+    ])?;
+    let forbidden: Vec<&str> = core
+        .lines()
+        .filter(|line| {
+            line.split_whitespace()
+                .next()
+                .is_some_and(|name| NOT_IN_CORE.contains(&name))
+        })
+        .collect();
+    if !forbidden.is_empty() {
+        bail!(
+            "crates/core must stay pure but depends on: {}",
+            forbidden.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn cargo_output(args: &[&str]) -> Result<String> {
+    let output = Command::new("cargo")
+        .args(args)
+        .current_dir(crate::workspace_root())
+        .output()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !output.status.success() {
+        bail!(
+            "cargo {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8(output.stdout)?)
 }
 
 /// The cluster the end-to-end tests run on: evictkit's taint-manager replaces
