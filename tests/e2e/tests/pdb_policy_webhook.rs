@@ -1,0 +1,1108 @@
+//! pdb-policy-webhook (KEP-3017) against the real control plane: the apiserver calls the
+//! webhook process over TLS; PDB status comes from the real disruption controller; evictions
+//! are answered by the real eviction subresource.
+//!
+//! The oracle test compares `explain`'s prediction with the apiserver's answer to a dry-run
+//! eviction over a matrix of pod phase x readiness x terminating x unhealthyPodEvictionPolicy x
+//! budget state x number of PDBs. Pods carry kwok's custom-status annotation and no node, so
+//! the statuses the test writes stay; terminating pods are held by a finalizer.
+//!
+//! "Status stale" (`status.observedGeneration < metadata.generation`) is produced by a PDB
+//! whose status the disruption controller cannot compute: a `maxUnavailable` PDB needs the
+//! scale of each selected pod's controller, and a pod controlled by a ConfigMap (which has no
+//! scale subresource) makes the controller fail its sync. Its fail-safe then writes
+//! `disruptionsAllowed: 0` and a `SyncFailed` condition but never advances
+//! `observedGeneration`, so the PDB stays stale for as long as the test needs — unlike a spec
+//! change raced against the controller, which it usually wins within milliseconds.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use evictkit_api::{
+    CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec, PolicyMode,
+    StricterEviction, UnhealthyPodEvictionPolicyType,
+};
+use evictkit_core::pdb_policy::Explanation;
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::component::{Component, free_port};
+use evictkit_testenv::objects::{self, Budget, CUSTOM_STATUS_ANNOTATION};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_testenv::webhook::{Registration, rule};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::Status;
+use kube::{Api, Client};
+use pdb_policy_webhook::explain::{ExplainArgs, Output};
+use serde_json::json;
+
+const BINARY: &str = "pdb-policy-webhook";
+/// Holds terminating pods of the oracle matrix in place until the test releases them.
+const HOLD_FINALIZER: &str = "e2e.evictkit.io/hold";
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// Installs the PodDisruptionBudgetPolicy CRD (idempotent: server-side apply of the generated
+/// CRD, shared by every test) and waits until it is served.
+async fn install_crd(client: &Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = evictkit_api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == "PodDisruptionBudgetPolicy")
+        .context("crates/api defines PodDisruptionBudgetPolicy")?;
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply("e2e-pdb-policy-webhook").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {name}"))?;
+    wait::wait_for(&crds, &name, DEFAULT_TIMEOUT, "Established", |crd| {
+        crd.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await
+    .map(drop)
+}
+
+/// A cluster-scoped policy selecting only `env`'s namespace, deleted when dropped.
+struct Policy {
+    client: Client,
+    name: String,
+}
+
+impl Policy {
+    async fn create(
+        env: &TestEnv,
+        suffix: &str,
+        spec: PodDisruptionBudgetPolicySpec,
+    ) -> Result<Self> {
+        let name = format!("{}-{suffix}", env.namespace);
+        let mut spec = spec;
+        spec.namespace_selector = Some(only_namespace(&env.namespace));
+        let policy = PodDisruptionBudgetPolicy::new(&name, spec);
+        Api::<PodDisruptionBudgetPolicy>::all(env.client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .with_context(|| format!("creating PodDisruptionBudgetPolicy {name}"))?;
+        Ok(Self {
+            client: env.client.clone(),
+            name,
+        })
+    }
+
+    fn api(&self) -> Api<PodDisruptionBudgetPolicy> {
+        Api::all(self.client.clone())
+    }
+
+    async fn patch_spec(&self, spec: serde_json::Value) -> Result<()> {
+        self.api()
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": spec})),
+            )
+            .await
+            .with_context(|| format!("patching PodDisruptionBudgetPolicy {}", self.name))
+            .map(drop)
+    }
+}
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        let (client, name) = (self.client.clone(), self.name.clone());
+        // Drop cannot await; TestEnv cleans up the same way.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            runtime.block_on(async move {
+                let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
+                if let Err(error) = api.delete(&name, &DeleteParams::background()).await {
+                    eprintln!("deleting PodDisruptionBudgetPolicy {name} failed: {error}");
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn only_namespace(namespace: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(
+            [(
+                "kubernetes.io/metadata.name".to_owned(),
+                namespace.to_owned(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The webhook process with its three webhooks registered for `envs`' namespaces.
+struct Webhook {
+    component: Component,
+}
+
+impl Webhook {
+    /// Starts `pdb-policy-webhook serve` and registers the webhooks for each of `envs` (each
+    /// registration is scoped to that env's namespace). Start it after creating the policies
+    /// it must know at once: readiness waits for the caches' first list.
+    async fn start(envs: &[&TestEnv], roles: &str) -> Result<Self> {
+        let env = envs[0];
+        let cert = env.serving_cert()?;
+        let dir = env
+            .cluster_dir()
+            .join("e2e-certs")
+            .join(format!("{}-pdb-policy", env.namespace));
+        let (cert_file, key_file) = cert.write_to(&dir)?;
+        let port = free_port()?;
+        let addr = format!("127.0.0.1:{port}");
+        let mut component = env.start_component(
+            BINARY,
+            &[
+                "serve",
+                "--webhook-addr",
+                &addr,
+                "--tls-cert-file",
+                &cert_file.to_string_lossy(),
+                "--tls-key-file",
+                &key_file.to_string_lossy(),
+                "--leader-elect=false",
+                &format!("--roles={roles}"),
+            ],
+        )?;
+        component.wait_ready(DEFAULT_TIMEOUT).await?;
+        for env in envs {
+            let url = |path: &str| format!("https://{addr}{path}");
+            let pdb_rule = || {
+                vec![rule(
+                    &["policy"],
+                    &["v1"],
+                    &["poddisruptionbudgets"],
+                    &["CREATE", "UPDATE"],
+                )]
+            };
+            // Fail, unlike the chart's Ignore: a test must see a webhook that does not answer.
+            env.register_mutating_webhook(
+                Registration {
+                    name: "mutate-pdb".into(),
+                    url: url("/mutate-pdb"),
+                    rules: pdb_rule(),
+                    failure_policy: "Fail".into(),
+                },
+                &cert.ca_pem,
+            )
+            .await?;
+            env.register_validating_webhook(
+                Registration {
+                    name: "validate-pdb".into(),
+                    url: url("/validate-pdb"),
+                    rules: pdb_rule(),
+                    failure_policy: "Fail".into(),
+                },
+                &cert.ca_pem,
+            )
+            .await?;
+            env.register_validating_webhook(
+                Registration {
+                    name: "validate-eviction".into(),
+                    url: url("/validate-eviction"),
+                    rules: vec![rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])],
+                    failure_policy: "Fail".into(),
+                },
+                &cert.ca_pem,
+            )
+            .await?;
+        }
+        Ok(Self { component })
+    }
+
+    fn metric(&self, series: &str) -> Result<f64> {
+        Ok(self.component.metric_value(series)?.unwrap_or(0.0))
+    }
+}
+
+/// Retries `check` for up to `DEFAULT_TIMEOUT`: the webhook learns about a changed policy
+/// through its watch, a moment after the change.
+async fn eventually<F, Fut>(what: &str, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    loop {
+        match check().await {
+            Ok(()) => return Ok(()),
+            Err(error) if tokio::time::Instant::now() >= deadline => {
+                return Err(
+                    error.context(format!("{what}: still failing after {DEFAULT_TIMEOUT:?}"))
+                );
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+/// A pod whose status the test writes (kwok leaves it alone) and that no scheduler binds.
+fn custom_pod(name: &str, app: &str) -> Pod {
+    let mut pod = objects::pod(name, app);
+    pod.metadata.annotations.get_or_insert_default().insert(
+        CUSTOM_STATUS_ANNOTATION.0.into(),
+        CUSTOM_STATUS_ANNOTATION.1.into(),
+    );
+    pod.spec.get_or_insert_default().scheduler_name = Some("e2e-nobody".into());
+    pod
+}
+
+/// Writes `phase` and the given condition types as True (Ready False unless listed).
+async fn set_status(
+    env: &TestEnv,
+    name: &str,
+    phase: &str,
+    true_conditions: &[&str],
+) -> Result<()> {
+    let mut conditions: Vec<serde_json::Value> = true_conditions
+        .iter()
+        .map(|kind| json!({"type": kind, "status": "True"}))
+        .collect();
+    if !true_conditions.contains(&"Ready") {
+        conditions.push(json!({"type": "Ready", "status": "False"}));
+    }
+    env.api::<Pod>()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": phase, "conditions": conditions}})),
+        )
+        .await
+        .with_context(|| format!("writing the status of pod {}/{name}", env.namespace))
+        .map(drop)
+}
+
+/// Evicts with `dryRun: All` and returns the apiserver's Status, success or failure alike.
+async fn evict(env: &TestEnv, name: &str, dry_run: bool) -> Result<Status> {
+    let params = EvictParams {
+        delete_options: Some(DeleteParams {
+            dry_run,
+            ..Default::default()
+        }),
+        post_options: PostParams {
+            dry_run,
+            ..Default::default()
+        },
+    };
+    match env.api::<Pod>().evict(name, &params).await {
+        Ok(status) => Ok(status),
+        Err(kube::Error::Api(status)) => Ok(*status),
+        Err(error) => Err(error).with_context(|| format!("evicting {}/{name}", env.namespace)),
+    }
+}
+
+fn budget_cause(status: &Status) -> Option<String> {
+    status
+        .details
+        .as_ref()?
+        .causes
+        .iter()
+        .find(|cause| cause.reason == "DisruptionBudget")
+        .map(|cause| cause.message.clone())
+}
+
+async fn explain_pod(client: &Client, namespace: &str, name: &str) -> Result<Explanation> {
+    let args = ExplainArgs {
+        pod: Some(format!("{namespace}/{name}")),
+        node: None,
+        output: Output::Json,
+    };
+    let mut explanations = pdb_policy_webhook::explain::explain(client.clone(), &args).await?;
+    explanations.pop().context("explain returned nothing")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The oracle
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BudgetState {
+    Met,
+    NotMet,
+    Stale,
+}
+
+const PHASES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
+const POLICIES: [Option<&str>; 3] = [None, Some("IfHealthyBudget"), Some("AlwaysAllow")];
+const STATES: [BudgetState; 3] = [BudgetState::Met, BudgetState::NotMet, BudgetState::Stale];
+
+/// One group of pods sharing an `app` label and its PDBs.
+struct Group {
+    app: String,
+    policy: Option<&'static str>,
+    state: BudgetState,
+    pdbs: usize,
+}
+
+fn groups() -> Vec<Group> {
+    let mut groups = vec![Group {
+        app: "none".into(),
+        policy: None,
+        state: BudgetState::Met,
+        pdbs: 0,
+    }];
+    for pdbs in [1, 2] {
+        for policy in POLICIES {
+            for state in STATES {
+                groups.push(Group {
+                    app: format!(
+                        "p{pdbs}-{}-{}",
+                        policy.map_or("unset".to_owned(), str::to_lowercase),
+                        format!("{state:?}").to_lowercase()
+                    ),
+                    policy,
+                    state,
+                    pdbs,
+                });
+            }
+        }
+    }
+    groups
+}
+
+/// A subject pod of the matrix.
+#[derive(Debug, Clone)]
+struct Subject {
+    name: String,
+    phase: &'static str,
+    ready: bool,
+    terminating: bool,
+}
+
+fn subjects(app: &str) -> Vec<Subject> {
+    let mut subjects = Vec::new();
+    for phase in PHASES {
+        for ready in [true, false] {
+            for terminating in [false, true] {
+                subjects.push(Subject {
+                    name: format!(
+                        "{app}-{}-{}-{}",
+                        phase.to_lowercase(),
+                        if ready { "ready" } else { "unready" },
+                        if terminating { "terminating" } else { "live" }
+                    ),
+                    phase,
+                    ready,
+                    terminating,
+                });
+            }
+        }
+    }
+    subjects
+}
+
+async fn create_subject(env: &TestEnv, app: &str, subject: &Subject) -> Result<()> {
+    let mut pod = custom_pod(&subject.name, app);
+    if subject.terminating {
+        pod.metadata.finalizers = Some(vec![HOLD_FINALIZER.into()]);
+    }
+    env.create(&pod).await?;
+    let conditions: &[&str] = if subject.ready { &["Ready"] } else { &[] };
+    set_status(env, &subject.name, subject.phase, conditions).await?;
+    if subject.terminating {
+        env.api::<Pod>()
+            .delete(&subject.name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting {}/{}", env.namespace, subject.name))?;
+    }
+    Ok(())
+}
+
+/// Two Ready pods per group, so a budget of minAvailable 1 is met whatever the subjects are;
+/// in stale groups they are controlled by a ConfigMap, which has no scale (see module docs).
+async fn create_fillers(env: &TestEnv, group: &Group, owner: &ConfigMap) -> Result<()> {
+    for i in 0..2 {
+        let name = format!("{}-filler-{i}", group.app);
+        let mut pod = custom_pod(&name, &group.app);
+        if group.state == BudgetState::Stale {
+            pod.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: owner.metadata.name.clone().unwrap_or_default(),
+                uid: owner.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]);
+        }
+        env.create(&pod).await?;
+        set_status(env, &name, "Running", &["Ready"]).await?;
+    }
+    Ok(())
+}
+
+fn group_pdbs(group: &Group) -> Vec<PodDisruptionBudget> {
+    let budget = || match group.state {
+        BudgetState::Met => Budget::MinAvailable(IntOrString::Int(1)),
+        BudgetState::NotMet => Budget::MinAvailable(IntOrString::Int(100)),
+        BudgetState::Stale => Budget::MaxUnavailable(IntOrString::Int(1)),
+    };
+    (0..group.pdbs)
+        .map(|i| {
+            objects::pdb(
+                &format!("{}-{}", group.app, ["a", "b"][i]),
+                &group.app,
+                budget(),
+                group.policy,
+            )
+        })
+        .collect()
+}
+
+/// Waits until the disruption controller has settled `pdb`: observed and counting every
+/// healthy pod, or (stale groups) failed its sync without observing the generation.
+async fn wait_settled(env: &TestEnv, pdb: &str, state: BudgetState, healthy: i32) -> Result<()> {
+    let what = match state {
+        BudgetState::Stale => "SyncFailed with observedGeneration behind generation".to_owned(),
+        _ => format!("observed with currentHealthy={healthy}"),
+    };
+    wait::wait_for(
+        &env.api::<PodDisruptionBudget>(),
+        pdb,
+        DEFAULT_TIMEOUT,
+        &what,
+        |pdb| {
+            let Some(status) = pdb.status.as_ref() else {
+                return false;
+            };
+            let observed = status.observed_generation == pdb.metadata.generation;
+            match state {
+                BudgetState::Stale => {
+                    !observed
+                        && status
+                            .conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "DisruptionAllowed" && c.reason == "SyncFailed")
+                }
+                _ => observed && status.current_healthy == healthy,
+            }
+        },
+    )
+    .await
+    .map(drop)
+}
+
+#[tokio::test]
+async fn explain_predicts_the_apiservers_answer_to_every_dry_run_eviction_of_the_matrix()
+-> Result<()> {
+    let env = TestEnv::new("pdbp-oracle").await?;
+    install_crd(&env.client).await?;
+    let owner = env
+        .create(&ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("not-scalable".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .await?;
+    let groups = groups();
+    let mut work = Vec::new();
+    for group in &groups {
+        for subject in subjects(&group.app) {
+            work.push((group.app.clone(), subject));
+        }
+    }
+    for group in &groups {
+        create_fillers(&env, group, &owner).await?;
+    }
+    stream::iter(work.iter())
+        .map(|(app, subject)| create_subject(&env, app, subject))
+        .buffer_unordered(12)
+        .try_collect::<Vec<()>>()
+        .await?;
+
+    // Healthy as the disruption controller counts: Ready and not being deleted.
+    let healthy = 2 + subjects("x")
+        .iter()
+        .filter(|s| s.ready && !s.terminating)
+        .count() as i32;
+    for group in &groups {
+        for pdb in group_pdbs(group) {
+            let name = pdb.metadata.name.clone().unwrap_or_default();
+            env.create(&pdb).await?;
+            wait_settled(&env, &name, group.state, healthy).await?;
+        }
+    }
+
+    let checks = stream::iter(work.iter())
+        .map(|(_, subject)| async {
+            let explanation = explain_pod(&env.client, &env.namespace, &subject.name).await?;
+            let status = evict(&env, &subject.name, true).await?;
+            anyhow::Ok((subject.clone(), explanation, status))
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    let mut mismatches = Vec::new();
+    let mut outcomes = BTreeSet::new();
+    for (subject, explanation, status) in &checks {
+        outcomes.insert(explanation.outcome);
+        let predicted = (
+            i32::from(explanation.prediction.code),
+            explanation.prediction.message.as_str(),
+            explanation.prediction.cause.clone(),
+        );
+        let answered = (
+            status.code as i32,
+            status.message.as_str(),
+            budget_cause(status),
+        );
+        if predicted != answered {
+            mismatches.push(format!(
+                "{}: explain {predicted:?} ({}), apiserver {answered:?}",
+                subject.name, explanation.outcome
+            ));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} differ:\n{}",
+        mismatches.len(),
+        checks.len(),
+        mismatches.join("\n")
+    );
+    // The matrix reaches every branch of the decision that a test can produce.
+    for outcome in [
+        "NoPdb",
+        "PdbsIgnoredPending",
+        "PdbsIgnoredTerminal",
+        "PdbsIgnoredTerminating",
+        "UnhealthyPodAlwaysAllowed",
+        "UnhealthyPodHealthyBudget",
+        "BudgetAllows",
+        "MultiplePdbs",
+        "BudgetNotObserved",
+        "NoDisruptionsAllowed",
+    ] {
+        assert!(
+            outcomes.contains(outcome),
+            "no case reached {outcome}; reached {outcomes:?}"
+        );
+    }
+    assert_eq!(checks.len(), groups.len() * 16);
+
+    release_held_pods(&env).await
+}
+
+/// Removes the hold finalizer so the namespace can go.
+async fn release_held_pods(env: &TestEnv) -> Result<()> {
+    let pods = env.api::<Pod>().list(&ListParams::default()).await?;
+    for pod in pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.finalizers.is_some())
+    {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        env.api::<Pod>()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .with_context(|| format!("releasing {}/{name}", env.namespace))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaulting, enforcing, namespace selection, status
+// ---------------------------------------------------------------------------------------------
+
+fn policy_spec(
+    value: UnhealthyPodEvictionPolicyType,
+    mode: PolicyMode,
+) -> PodDisruptionBudgetPolicySpec {
+    PodDisruptionBudgetPolicySpec {
+        unhealthy_pod_eviction_policy: Some(value),
+        mode,
+        // Quiet checks: these tests are about the field.
+        overlapping_budgets: CheckAction::Allow,
+        budgets_never_allowing_disruption: CheckAction::Allow,
+        budgets_selecting_no_pods: CheckAction::Allow,
+        ..Default::default()
+    }
+}
+
+fn policy_of(pdb: &PodDisruptionBudget) -> Option<&str> {
+    pdb.spec.as_ref()?.unhealthy_pod_eviction_policy.as_deref()
+}
+
+#[tokio::test]
+async fn default_mode_fills_the_field_only_when_unset_and_enforce_overwrites_it() -> Result<()> {
+    let env = TestEnv::new("pdbp-mode").await?;
+    install_crd(&env.client).await?;
+    let policy = Policy::create(
+        &env,
+        "mode",
+        policy_spec(
+            UnhealthyPodEvictionPolicyType::AlwaysAllow,
+            PolicyMode::Default,
+        ),
+    )
+    .await?;
+    let webhook = Webhook::start(&[&env], "webhook").await?;
+    let pdbs = env.api::<PodDisruptionBudget>();
+
+    let unset = env
+        .create(&objects::pdb(
+            "unset",
+            "web",
+            Budget::MinAvailable(IntOrString::Int(1)),
+            None,
+        ))
+        .await?;
+    assert_eq!(
+        policy_of(&unset),
+        Some("AlwaysAllow"),
+        "Default mode fills an unset field"
+    );
+    let own = env
+        .create(&objects::pdb(
+            "own",
+            "db",
+            Budget::MinAvailable(IntOrString::Int(1)),
+            Some("IfHealthyBudget"),
+        ))
+        .await?;
+    assert_eq!(
+        policy_of(&own),
+        Some("IfHealthyBudget"),
+        "Default mode keeps the PDB's own choice"
+    );
+    assert_eq!(
+        webhook.metric("pdb_policy_webhook_pdbs_defaulted_total{mode=\"Default\"}")?,
+        1.0
+    );
+
+    policy.patch_spec(json!({"mode": "Enforce"})).await?;
+    eventually(
+        "Enforce mode overwrites IfHealthyBudget on update",
+        || async {
+            let updated = pdbs
+                .patch(
+                    "own",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"minAvailable": 2}})),
+                )
+                .await?;
+            if policy_of(&updated) == Some("AlwaysAllow") {
+                Ok(())
+            } else {
+                bail!("still {:?}", policy_of(&updated))
+            }
+        },
+    )
+    .await?;
+    // A dry-run create is answered the same, without side effects.
+    let dry = pdbs
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &objects::pdb(
+                "dry",
+                "cache",
+                Budget::MinAvailable(IntOrString::Int(1)),
+                Some("IfHealthyBudget"),
+            ),
+        )
+        .await?;
+    assert_eq!(policy_of(&dry), Some("AlwaysAllow"));
+    assert!(pdbs.get_opt("dry").await?.is_none());
+    assert!(webhook.metric("pdb_policy_webhook_pdbs_defaulted_total{mode=\"Enforce\"}")? >= 2.0);
+    assert!(
+        webhook.metric(
+            "pdb_policy_webhook_admission_requests_total{result=\"mutated\",webhook=\"mutate-pdb\"}"
+        )? >= 3.0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_selected_namespaces_are_defaulted_and_precedence_decides_between_policies()
+-> Result<()> {
+    let selected = TestEnv::new("pdbp-ns-a").await?;
+    let other = TestEnv::new("pdbp-ns-b").await?;
+    install_crd(&selected.client).await?;
+    let low = Policy::create(
+        &selected,
+        "low",
+        policy_spec(
+            UnhealthyPodEvictionPolicyType::IfHealthyBudget,
+            PolicyMode::Default,
+        ),
+    )
+    .await?;
+    let mut high_spec = policy_spec(
+        UnhealthyPodEvictionPolicyType::AlwaysAllow,
+        PolicyMode::Default,
+    );
+    high_spec.precedence = 10;
+    let high = Policy::create(&selected, "high", high_spec).await?;
+    // The controller role writes the policies' status.
+    let _webhook = Webhook::start(&[&selected, &other], "webhook,controller").await?;
+
+    let in_selected = selected
+        .create(&objects::pdb(
+            "web",
+            "web",
+            Budget::MinAvailable(IntOrString::Int(1)),
+            None,
+        ))
+        .await?;
+    assert_eq!(
+        policy_of(&in_selected),
+        Some("AlwaysAllow"),
+        "the policy of higher precedence wins"
+    );
+    let in_other = other
+        .create(&objects::pdb(
+            "web",
+            "web",
+            Budget::MinAvailable(IntOrString::Int(1)),
+            None,
+        ))
+        .await?;
+    assert_eq!(
+        policy_of(&in_other),
+        None,
+        "a namespace no policy selects is left alone"
+    );
+
+    let covers = |policy: &Policy, namespaces: Vec<String>| {
+        let api = policy.api();
+        let name = policy.name.clone();
+        async move {
+            wait::wait_for(
+                &api,
+                &name,
+                DEFAULT_TIMEOUT,
+                &format!("status.namespaces = {namespaces:?}, Valid"),
+                |p: &PodDisruptionBudgetPolicy| {
+                    p.status.as_ref().is_some_and(|s| {
+                        s.namespaces == namespaces
+                            && s.conditions
+                                .iter()
+                                .any(|c| c.type_ == "Valid" && c.status == "True")
+                    })
+                },
+            )
+            .await
+            .map(drop)
+        }
+    };
+    covers(&high, vec![selected.namespace.clone()]).await?;
+    covers(&low, vec![]).await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The PDB checks in each mode
+// ---------------------------------------------------------------------------------------------
+
+/// `kubectl create` of `manifest`, returning (succeeded, stderr) — kubectl prints admission
+/// warnings as `Warning: ...` on stderr, which kube's client does not surface.
+fn kubectl_create(env: &TestEnv, manifest: &str) -> Result<(bool, String)> {
+    let kubectl = std::env::var("KUBECTL")
+        .unwrap_or_else(|_| "/root/.cache/evictkit/k8s-v1.34.4/bin/kubectl".into());
+    let mut child = std::process::Command::new(kubectl)
+        .args(["create", "-n", &env.namespace, "-f", "-"])
+        .env("KUBECONFIG", env.kubeconfig())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running kubectl")?;
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .context("kubectl stdin")?
+        .write_all(manifest.as_bytes())?;
+    let output = child.wait_with_output()?;
+    Ok((
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+fn pdb_manifest(name: &str, budget: &str, app: Option<&str>) -> String {
+    let selector = app.map_or(String::new(), |app| {
+        format!("  selector: {{matchLabels: {{app: {app}}}}}\n")
+    });
+    format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: {name}}}\nspec:\n  {budget}\n{selector}"
+    )
+}
+
+#[tokio::test]
+async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -> Result<()> {
+    let modes = [CheckAction::Deny, CheckAction::Warn, CheckAction::Allow];
+    let mut envs = Vec::new();
+    for action in modes {
+        envs.push(TestEnv::new(&format!("pdbp-{}", format!("{action:?}").to_lowercase())).await?);
+    }
+    install_crd(&envs[0].client).await?;
+    let mut policies = Vec::new();
+    for (env, action) in envs.iter().zip(modes) {
+        let spec = PodDisruptionBudgetPolicySpec {
+            overlapping_budgets: action,
+            budgets_never_allowing_disruption: action,
+            budgets_selecting_no_pods: action,
+            ..Default::default()
+        };
+        policies.push(Policy::create(env, "checks", spec).await?);
+    }
+    let env_refs: Vec<&TestEnv> = envs.iter().collect();
+    let webhook = Webhook::start(&env_refs, "webhook").await?;
+
+    for (env, action) in envs.iter().zip(modes) {
+        env.create(&objects::deployment("web", 2)).await?;
+        env.wait_for_ready_pods("app=web", 2).await?;
+        env.create(&objects::pdb(
+            "web",
+            "web",
+            Budget::MaxUnavailable(IntOrString::Int(1)),
+            None,
+        ))
+        .await?;
+        // (PDB, rule it breaks)
+        let cases = [
+            (
+                pdb_manifest("overlap", "minAvailable: 1", Some("web")),
+                "OverlappingBudgets",
+            ),
+            (
+                pdb_manifest("max-zero", "maxUnavailable: 0", Some("web-solo")),
+                "NeverAllowsDisruption",
+            ),
+            (
+                pdb_manifest("min-all", "minAvailable: 100%", Some("web-solo")),
+                "NeverAllowsDisruption",
+            ),
+            (
+                pdb_manifest("nothing", "minAvailable: 1", Some("absent")),
+                "SelectsNoPods",
+            ),
+        ];
+        // web-solo pods exist so that only the blocking rule applies to those cases.
+        env.create(&custom_pod("solo", "web-solo")).await?;
+        eventually("the webhook sees the deployment's pods and PDB", || async {
+            let (_, stderr) =
+                kubectl_create(env, &pdb_manifest("probe", "minAvailable: 1", Some("web")))?;
+            let _ = env
+                .api::<PodDisruptionBudget>()
+                .delete("probe", &DeleteParams::default())
+                .await;
+            if action == CheckAction::Allow || stderr.contains("OverlappingBudgets") {
+                Ok(())
+            } else {
+                bail!("no overlap reported yet: {stderr}")
+            }
+        })
+        .await?;
+        for (manifest, rule) in &cases {
+            let (created, stderr) = kubectl_create(env, manifest)?;
+            match action {
+                CheckAction::Deny => {
+                    assert!(!created, "{rule} in Deny mode must be refused: {stderr}");
+                    assert!(
+                        stderr.contains(rule) && stderr.contains("denied the request"),
+                        "{stderr}"
+                    );
+                }
+                CheckAction::Warn => {
+                    assert!(created, "{rule} in Warn mode is admitted: {stderr}");
+                    assert!(
+                        stderr.contains("Warning:") && stderr.contains(rule),
+                        "{stderr}"
+                    );
+                }
+                CheckAction::Allow => {
+                    assert!(created, "{rule} in Allow mode is admitted: {stderr}");
+                    assert!(!stderr.contains("Warning:"), "{stderr}");
+                }
+            }
+        }
+    }
+    assert!(
+        webhook.metric("pdb_policy_webhook_denials_total{rule=\"NeverAllowsDisruption\"}")? >= 2.0
+    );
+    assert!(webhook.metric("pdb_policy_webhook_warnings_total{rule=\"SelectsNoPods\"}")? >= 1.0);
+    assert!(webhook.metric("pdb_policy_webhook_admission_requests_total{result=\"denied\",webhook=\"validate-pdb\"}")? >= 4.0);
+    drop(policies);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stricter eviction rules
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_says_so()
+-> Result<()> {
+    let env = TestEnv::new("pdbp-strict").await?;
+    install_crd(&env.client).await?;
+    let spec = PodDisruptionBudgetPolicySpec {
+        eviction: Some(StricterEviction {
+            required_pod_conditions: vec!["example.com/Synced".into()],
+            protect_unhealthy_pods_with_local_storage: true,
+        }),
+        budgets_never_allowing_disruption: CheckAction::Allow,
+        ..Default::default()
+    };
+    let _policy = Policy::create(&env, "strict", spec).await?;
+    let webhook = Webhook::start(&[&env], "webhook").await?;
+
+    // db: three Ready pods, one not Synced; the budget (minAvailable 2) allows one eviction,
+    // the stricter health does not: only two pods are fully healthy.
+    for (name, conditions) in [
+        ("db-0", &["Ready", "example.com/Synced"][..]),
+        ("db-1", &["Ready", "example.com/Synced"][..]),
+        ("db-2", &["Ready"][..]),
+    ] {
+        env.create(&custom_pod(name, "db")).await?;
+        set_status(&env, name, "Running", conditions).await?;
+    }
+    // cache: a not-Ready pod with an emptyDir under AlwaysAllow; the apiserver lets it go.
+    let mut cache = custom_pod("cache-0", "cache");
+    cache.spec.get_or_insert_default().volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+        name: "data".into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    }]);
+    env.create(&cache).await?;
+    set_status(&env, "cache-0", "Running", &[]).await?;
+    for i in 1..3 {
+        let name = format!("cache-{i}");
+        env.create(&custom_pod(&name, "cache")).await?;
+        set_status(&env, &name, "Running", &["Ready"]).await?;
+    }
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(2)),
+        None,
+    ))
+    .await?;
+    env.create(&objects::pdb(
+        "cache",
+        "cache",
+        Budget::MinAvailable(IntOrString::Int(2)),
+        Some("AlwaysAllow"),
+    ))
+    .await?;
+    wait_settled(&env, "db", BudgetState::Met, 3).await?;
+    wait_settled(&env, "cache", BudgetState::Met, 2).await?;
+
+    let cases = [
+        (
+            "db-0",
+            "RequiredPodConditions",
+            "the disruption budget db needs 2 healthy pods and would have 1",
+        ),
+        (
+            "cache-0",
+            "ProtectUnhealthyPodsWithLocalStorage",
+            "is not Ready and keeps data in local volume \"data\"",
+        ),
+    ];
+    for (pod, rule, fragment) in cases {
+        let explanation = explain_pod(&env.client, &env.namespace, pod).await?;
+        assert_eq!(
+            (
+                explanation.prediction.code,
+                explanation.prediction.decided_by
+            ),
+            (429, "webhook"),
+            "{explanation:?}"
+        );
+        assert!(
+            explanation.prediction.message.contains(rule)
+                && explanation.prediction.message.contains(fragment),
+            "{explanation:?}"
+        );
+        eventually(
+            &format!("the eviction of {pod} is denied by {rule}"),
+            || async {
+                let status = evict(&env, pod, true).await?;
+                if status.code == 429 && status.message.ends_with(&explanation.prediction.message) {
+                    Ok(())
+                } else {
+                    bail!("{status:?}")
+                }
+            },
+        )
+        .await?;
+        // The real (not dry-run) eviction gets the same answer, and the pod stays.
+        let status = evict(&env, pod, false).await?;
+        assert_eq!(status.code, 429, "{status:?}");
+        assert!(
+            status.message.contains("denied the request: ")
+                && status.message.ends_with(&explanation.prediction.message),
+            "{status:?}"
+        );
+        assert!(env.api::<Pod>().get_opt(pod).await?.is_some());
+    }
+    // db-2 is not Synced: evicting it costs no strict health, and the apiserver allows it.
+    let status = evict(&env, "db-2", true).await?;
+    assert_eq!(status.code, 201, "{status:?}");
+
+    // The CLI prints the same prediction as JSON.
+    let cli = std::process::Command::new(webhook_binary())
+        .args(["explain", &format!("{}/db-0", env.namespace), "-o", "json"])
+        .env("KUBECONFIG", env.kubeconfig())
+        .output()?;
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&cli.stdout)?;
+    assert_eq!(printed[0]["prediction"]["code"], 429);
+    assert_eq!(printed[0]["policy"], format!("{}-strict", env.namespace));
+    assert!(
+        webhook.metric("pdb_policy_webhook_denials_total{rule=\"RequiredPodConditions\"}")? >= 2.0
+    );
+    assert!(
+        webhook.metric(
+            "pdb_policy_webhook_denials_total{rule=\"ProtectUnhealthyPodsWithLocalStorage\"}"
+        )? >= 2.0
+    );
+    Ok(())
+}
+
+fn webhook_binary() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(|root| root.join("target/debug").join(BINARY))
+        .unwrap_or_default()
+}
