@@ -12,6 +12,7 @@
 //! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; retry backoff; folding the execution-time selector into the scheduling-time one | `nodeaffinity` (matching), `workqueue` (backoff) |
 //! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
+//! | [`eviction_request`] | KEP-4563: the EvictionRequest state machine (validation, label sync, interceptor hand-over, cancellation, imperative eviction with backoff) | evictkit's own, from the KEP's "Eviction Request Controller" |
 //! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
 //!
 //! Invalid user input is a typed error, never a panic; where upstream tolerates invalid input
@@ -20,6 +21,7 @@
 
 pub mod affinity_eviction;
 pub mod eviction;
+pub mod eviction_request;
 pub mod labels;
 pub mod node_selector;
 pub mod pdb_policy;

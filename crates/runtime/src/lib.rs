@@ -9,6 +9,7 @@
 //!   `/readyz` server;
 //! - [`leader`]: act only while holding the component's Lease;
 //! - [`eviction`]: the one eviction client, with its outcome classification;
+//! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
 //! - [`events`]: Kubernetes Events under the component's name;
 //! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate.
 //!
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod events;
 pub mod eviction;
+pub mod eviction_request;
 pub mod http;
 pub mod leader;
 pub mod logging;
