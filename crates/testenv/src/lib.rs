@@ -54,6 +54,8 @@ enum ClusterScoped {
     Node(String),
     ValidatingWebhook(String),
     MutatingWebhook(String),
+    /// Any other cluster-scoped object, e.g. a policy CRD's (see `delete_on_drop`).
+    Other(kube::discovery::ApiResource, String),
 }
 
 impl TestEnv {
@@ -183,6 +185,22 @@ impl TestEnv {
         .await
     }
 
+    /// Deletes the cluster-scoped object `name` of kind `K` with the test (e.g. a policy custom
+    /// resource the test created; give it a name unique to the test, such as one starting with
+    /// the namespace).
+    pub fn delete_on_drop<K>(&self, name: &str)
+    where
+        K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>,
+    {
+        self.cluster_scoped
+            .lock()
+            .expect("not poisoned")
+            .push(ClusterScoped::Other(
+                kube::discovery::ApiResource::erase::<K>(&()),
+                name.to_owned(),
+            ));
+    }
+
     pub(crate) fn remember_webhook(&self, name: String, mutating: bool) {
         self.cluster_scoped
             .lock()
@@ -248,6 +266,12 @@ impl Drop for TestEnv {
                         .delete(name, &dp)
                         .await
                         .map(drop),
+                        ClusterScoped::Other(resource, name) => {
+                            Api::<kube::core::DynamicObject>::all_with(client.clone(), resource)
+                                .delete(name, &dp)
+                                .await
+                                .map(drop)
+                        }
                     };
                     if let Err(error) = result {
                         eprintln!("cleanup of a cluster-scoped object of {namespace} failed: {error}");
