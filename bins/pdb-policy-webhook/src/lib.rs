@@ -40,11 +40,15 @@ const LEASE_NAME: &str = "evictkit-pdb-policy-webhook";
 
 /// KEP-3017's unhealthyPodEvictionPolicy, applied per namespace by PodDisruptionBudgetPolicies,
 /// with checks of PodDisruptionBudgets and a preview of what evictions will get.
+///
+/// Without a subcommand it serves (the flags of `serve` apply), as the Helm chart runs it.
 #[derive(Debug, Parser)]
-#[command(name = COMPONENT, version)]
+#[command(name = COMPONENT, version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,8 +71,9 @@ pub struct ServeArgs {
 
 pub async fn main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => run(args).await,
-        Command::Explain(args) => {
+        None => run(cli.serve).await,
+        Some(Command::Serve(args)) => run(args).await,
+        Some(Command::Explain(args)) => {
             install_crypto_provider();
             let client =
                 evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)

@@ -78,7 +78,7 @@ async fn install_crd(client: &Client) -> Result<()> {
     .map(drop)
 }
 
-/// A cluster-scoped policy selecting only `env`'s namespace, deleted when dropped.
+/// A cluster-scoped policy selecting only `env`'s namespace, deleted with the test.
 struct Policy {
     client: Client,
     name: String,
@@ -98,6 +98,7 @@ impl Policy {
             .create(&PostParams::default(), &policy)
             .await
             .with_context(|| format!("creating PodDisruptionBudgetPolicy {name}"))?;
+        env.delete_on_drop::<PodDisruptionBudgetPolicy>(&name);
         Ok(Self {
             client: env.client.clone(),
             name,
@@ -118,26 +119,6 @@ impl Policy {
             .await
             .with_context(|| format!("patching PodDisruptionBudgetPolicy {}", self.name))
             .map(drop)
-    }
-}
-
-impl Drop for Policy {
-    fn drop(&mut self) {
-        let (client, name) = (self.client.clone(), self.name.clone());
-        // Drop cannot await; TestEnv cleans up the same way.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime");
-            runtime.block_on(async move {
-                let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
-                if let Err(error) = api.delete(&name, &DeleteParams::background()).await {
-                    eprintln!("deleting PodDisruptionBudgetPolicy {name} failed: {error}");
-                }
-            });
-        })
-        .join();
     }
 }
 
@@ -870,7 +851,7 @@ async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -
         envs.push(TestEnv::new(&format!("pdbp-{}", format!("{action:?}").to_lowercase())).await?);
     }
     install_crd(&envs[0].client).await?;
-    let mut policies = Vec::new();
+
     for (env, action) in envs.iter().zip(modes) {
         let spec = PodDisruptionBudgetPolicySpec {
             overlapping_budgets: action,
@@ -878,7 +859,7 @@ async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -
             budgets_selecting_no_pods: action,
             ..Default::default()
         };
-        policies.push(Policy::create(env, "checks", spec).await?);
+        Policy::create(env, "checks", spec).await?;
     }
     let env_refs: Vec<&TestEnv> = envs.iter().collect();
     let webhook = Webhook::start(&env_refs, "webhook").await?;
@@ -957,7 +938,6 @@ async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -
     );
     assert!(webhook.metric("pdb_policy_webhook_warnings_total{rule=\"SelectsNoPods\"}")? >= 1.0);
     assert!(webhook.metric("pdb_policy_webhook_admission_requests_total{result=\"denied\",webhook=\"validate-pdb\"}")? >= 4.0);
-    drop(policies);
     Ok(())
 }
 
