@@ -179,11 +179,12 @@ pub struct EvictionRequestStatus {
     /// evictkit.io/eviction-interceptors). The default interceptor imperative-eviction.k8s.io
     /// is appended to the end of the list; it calls the /evict API endpoint.
     ///
-    /// The maximum length of the interceptors list is 15.
+    /// The maximum length of the interceptors list is 16: a pod's 15 interceptors (the KEP's
+    /// limit) plus the default one.
     /// This field is immutable once set.
     /// This field is managed by Kubernetes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 15))]
+    #[schemars(length(max = 16))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub target_interceptors: Vec<Interceptor>,
 
@@ -209,7 +210,7 @@ pub struct EvictionRequestStatus {
     /// manner.
     /// This field is managed by Kubernetes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 15), inner(length(max = 253)))]
+    #[schemars(length(max = 16), inner(length(max = 253)))]
     #[x_kube(
         merge_strategy = ListMerge::Set,
         validation = Rule::new(ALL_FQDN).message(IS_FQDN_MESSAGE),
@@ -221,7 +222,7 @@ pub struct EvictionRequestStatus {
     ///
     /// Each InterceptorStatus is managed by the designated interceptor.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 15))]
+    #[schemars(length(max = 16))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub interceptors: Vec<InterceptorStatus>,
 }

@@ -22,8 +22,9 @@ pub const REQUIRED_DURING_EXECUTION_SCHEDULING: &str = "scheduling";
 /// Pod annotation listing KEP-4563's eviction interceptors (`.spec.evictionInterceptors`
 /// in-tree): ordered, comma-separated FQDNs, at most [`MAX_INTERCEPTORS_PER_POD`].
 pub const EVICTION_INTERCEPTORS: &str = "evictkit.io/eviction-interceptors";
-/// KEP-4563: a pod has at most 15 interceptors, and so has an EvictionRequest's
-/// `.status.targetInterceptors` (the pod's own plus the default ones).
+/// KEP-4563: a pod has at most 15 interceptors; an EvictionRequest's
+/// `.status.targetInterceptors` holds them plus the default [`IMPERATIVE_EVICTION_INTERCEPTOR`],
+/// so its lists allow one more.
 pub const MAX_INTERCEPTORS_PER_POD: usize = 15;
 
 /// Descheduler (KEP-1397) pod annotation: the descheduler asks for an eviction "in background"
@@ -56,3 +57,13 @@ pub const LABEL_APP_PART_OF: &str = "app.kubernetes.io/part-of";
 pub const LABEL_APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_APP_PART_OF`] on everything evictkit deploys.
 pub const PART_OF: &str = "evictkit";
+
+/// Well-known NoExecute taint of a node whose Ready condition is False (node lifecycle
+/// controller); the taint-manager's zone guard counts it.
+pub const TAINT_NODE_NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// Well-known NoExecute taint of a node whose Ready condition is Unknown (the node stopped
+/// reporting); counted by the zone guard, and where a TaintEvictionPolicy's
+/// forceDeleteTerminatingAfter applies.
+pub const TAINT_NODE_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+/// Well-known node label naming the node's zone (the zone guard groups nodes by it).
+pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";

@@ -532,11 +532,11 @@ fn crd_lists_are_bounded_maps_and_sets() {
     let status = &s["properties"]["status"]["properties"];
     for (list, max, kind) in [
         (&spec["requesters"], 100, "map"),
-        (&status["targetInterceptors"], 15, "map"),
-        (&status["interceptors"], 15, "map"),
+        (&status["targetInterceptors"], 16, "map"),
+        (&status["interceptors"], 16, "map"),
         (&status["conditions"], 32, "map"),
         (&status["activeInterceptors"], 1, "set"),
-        (&status["processedInterceptors"], 15, "set"),
+        (&status["processedInterceptors"], 16, "set"),
     ] {
         assert_eq!(list["maxItems"], max, "{list}");
         assert_eq!(list["x-kubernetes-list-type"], kind, "{list}");
