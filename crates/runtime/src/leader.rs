@@ -14,7 +14,8 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio_util::sync::CancellationToken;
 
@@ -88,26 +89,14 @@ impl LeaderElection {
             work(shutdown.child_token()).await;
             return Ok(());
         }
+        tracing::info!(lease = %self.lease(), identity = %self.identity, "waiting to acquire the Lease");
+        let Some(manager) = self.acquire(&client, &shutdown).await? else {
+            return Ok(());
+        };
         let lease_error = |source| LeaderError::Lease {
             lease: self.lease(),
             source,
         };
-        let duration = self.duration.as_secs();
-        let manager = LeaseManagerBuilder::new(client, &self.lease_name)
-            .with_namespace(&self.namespace)
-            .with_identity(&self.identity)
-            .with_duration(duration)
-            // Renew a third of the duration before expiry, as client-go's defaults do (15 s
-            // lease, 10 s renew deadline). `CommonArgs::validate` keeps this at least 1 s.
-            .with_grace((duration / 3).max(1))
-            .build()
-            .await
-            .map_err(lease_error)?;
-
-        tracing::info!(lease = %self.lease(), identity = %self.identity, "waiting to acquire the Lease");
-        if !self.acquire(&manager, &shutdown).await {
-            return Ok(());
-        }
         tracing::info!(lease = %self.lease(), identity = %self.identity, "acquired the Lease; acting");
         metrics.leader.set(1);
 
@@ -146,23 +135,71 @@ impl LeaderElection {
         }
     }
 
-    /// Waits until the Lease is ours (`true`) or shutdown is asked for (`false`).
-    async fn acquire(&self, manager: &LeaseManager, shutdown: &CancellationToken) -> bool {
+    async fn manager(&self, client: Client) -> Result<LeaseManager, LeaderError> {
+        let duration = self.duration.as_secs();
+        LeaseManagerBuilder::new(client, &self.lease_name)
+            .with_namespace(&self.namespace)
+            .with_identity(&self.identity)
+            .with_duration(duration)
+            // Renew a third of the duration before expiry, as client-go's defaults do (15 s
+            // lease, 10 s renew deadline). `CommonArgs::validate` keeps this at least 1 s.
+            .with_grace((duration / 3).max(1))
+            .build()
+            .await
+            .map_err(|source| LeaderError::Lease {
+                lease: self.lease(),
+                source,
+            })
+    }
+
+    /// Waits until the Lease is ours (`Some`) or shutdown is asked for (`None`).
+    ///
+    /// kube-lease-manager caches another holder's Lease until it would expire, so on its own a
+    /// standby notices a released Lease only a lease duration later. Like client-go's retry
+    /// period, we look every `RETRY_INTERVAL` and start over with fresh state once the holder
+    /// has released it, so a rollout hands over in seconds.
+    async fn acquire(
+        &self,
+        client: &Client,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<LeaseManager>, LeaderError> {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
         loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return false,
-                changed = manager.changed() => match changed {
-                    Ok(true) => return true,
-                    Ok(false) => {}
-                    Err(error) => {
-                        tracing::warn!(lease = %self.lease(), %error, "cannot take the Lease; retrying");
-                        tokio::select! {
-                            () = shutdown.cancelled() => return false,
-                            () = tokio::time::sleep(RETRY_INTERVAL) => {}
+            let manager = self.manager(client.clone()).await?;
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(None),
+                    changed = manager.changed() => match changed {
+                        Ok(true) => return Ok(Some(manager)),
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::warn!(lease = %self.lease(), %error, "cannot take the Lease; retrying");
+                            tokio::select! {
+                                () = shutdown.cancelled() => return Ok(None),
+                                () = tokio::time::sleep(RETRY_INTERVAL) => {}
+                            }
                         }
-                    }
-                },
+                    },
+                    () = released(&leases, &self.lease_name) => break,
+                }
             }
+        }
+    }
+}
+
+/// Returns once the Lease has no holder (released) or does not exist; polls every `RETRY_INTERVAL`.
+async fn released(leases: &Api<Lease>, name: &str) {
+    loop {
+        tokio::time::sleep(RETRY_INTERVAL).await;
+        match leases.get_opt(name).await {
+            Ok(None) => return,
+            Ok(Some(lease)) => {
+                let holder = lease.spec.and_then(|spec| spec.holder_identity);
+                if holder.is_none_or(|holder| holder.is_empty()) {
+                    return;
+                }
+            }
+            Err(error) => tracing::debug!(lease = name, %error, "cannot read the Lease"),
         }
     }
 }
