@@ -155,39 +155,36 @@ impl Cluster {
 
     /// Runs kubectl against the cluster; the error carries kubectl's stderr.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
-        let output = Command::new(self.bin("kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(args)
-            .output()
-            .context("running kubectl")?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        self.kubectl_with_input(args, None)
     }
 
     /// kubectl with a manifest on stdin.
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Result<String> {
+        self.kubectl_with_input(args, Some(input))
+    }
+
+    fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Result<String> {
         use std::io::Write;
         let mut child = Command::new(self.bin("kubectl"))
             .arg("--kubeconfig")
             .arg(self.kubeconfig())
             .args(args)
-            .stdin(Stdio::piped())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .context("running kubectl")?;
-        child
-            .stdin
-            .take()
-            .expect("stdin is piped")
-            .write_all(input.as_bytes())?;
+        if let Some(input) = input {
+            child
+                .stdin
+                .take()
+                .expect("stdin is piped")
+                .write_all(input.as_bytes())?;
+        }
         let output = child.wait_with_output()?;
         if !output.status.success() {
             bail!(

@@ -114,6 +114,22 @@ impl TestEnv {
         }
     }
 
+    /// The webhook both kinds of configuration carry (a mutating webhook has the same fields
+    /// plus reinvocationPolicy, which stays unset).
+    fn webhook(&self, registration: &Registration, ca_pem: &str) -> ValidatingWebhook {
+        ValidatingWebhook {
+            name: format!("{}.e2e.evictkit.io", registration.name),
+            client_config: self.client_config(registration, ca_pem),
+            rules: Some(registration.rules.clone()),
+            failure_policy: Some(registration.failure_policy.clone()),
+            namespace_selector: Some(self.own_namespace()),
+            side_effects: "None".into(),
+            admission_review_versions: vec!["v1".into()],
+            timeout_seconds: Some(10),
+            ..Default::default()
+        }
+    }
+
     /// Registers a validating webhook for requests in this test's namespace; deleted with the test.
     pub async fn register_validating_webhook(
         &self,
@@ -126,17 +142,7 @@ impl TestEnv {
                 name: Some(name.clone()),
                 ..Default::default()
             },
-            webhooks: Some(vec![ValidatingWebhook {
-                name: format!("{}.e2e.evictkit.io", registration.name),
-                client_config: self.client_config(&registration, ca_pem),
-                rules: Some(registration.rules.clone()),
-                failure_policy: Some(registration.failure_policy.clone()),
-                namespace_selector: Some(self.own_namespace()),
-                side_effects: "None".into(),
-                admission_review_versions: vec!["v1".into()],
-                timeout_seconds: Some(10),
-                ..Default::default()
-            }]),
+            webhooks: Some(vec![self.webhook(&registration, ca_pem)]),
         };
         Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
             .create(&PostParams::default(), &configuration)
@@ -153,22 +159,14 @@ impl TestEnv {
         ca_pem: &str,
     ) -> Result<String> {
         let name = format!("{}-{}", self.namespace, registration.name);
+        let webhook: MutatingWebhook =
+            serde_json::from_value(serde_json::to_value(self.webhook(&registration, ca_pem))?)?;
         let configuration = MutatingWebhookConfiguration {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 ..Default::default()
             },
-            webhooks: Some(vec![MutatingWebhook {
-                name: format!("{}.e2e.evictkit.io", registration.name),
-                client_config: self.client_config(&registration, ca_pem),
-                rules: Some(registration.rules.clone()),
-                failure_policy: Some(registration.failure_policy.clone()),
-                namespace_selector: Some(self.own_namespace()),
-                side_effects: "None".into(),
-                admission_review_versions: vec!["v1".into()],
-                timeout_seconds: Some(10),
-                ..Default::default()
-            }]),
+            webhooks: Some(vec![webhook]),
         };
         Api::<MutatingWebhookConfiguration>::all(self.client.clone())
             .create(&PostParams::default(), &configuration)
