@@ -27,6 +27,10 @@ pub const EVICTION_INTERCEPTORS: &str = "evictkit.io/eviction-interceptors";
 /// so its lists allow one more.
 pub const MAX_INTERCEPTORS_PER_POD: usize = 15;
 
+/// Pod label of the scheduler-plugins coscheduling PodGroup a pod belongs to; KEP-4563's alpha
+/// does not evict pods of a Workload/PodGroup.
+pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
 /// Descheduler (KEP-1397) pod annotation: the descheduler asks for an eviction "in background"
 /// instead of a plain eviction when a pod carries it.
 pub const DESCHEDULER_REQUEST_EVICT_ONLY: &str =

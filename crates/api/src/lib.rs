@@ -8,6 +8,7 @@ pub mod eviction_request;
 pub mod keys;
 pub mod pod_disruption_budget_policy;
 mod schema;
+pub mod taint_eviction_policy;
 
 pub use eviction_request::{
     EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, EvictionTarget, Interceptor,
@@ -17,11 +18,19 @@ pub use pod_disruption_budget_policy::{
     CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec,
     PodDisruptionBudgetPolicyStatus, PolicyMode, StricterEviction, UnhealthyPodEvictionPolicyType,
 };
+pub use taint_eviction_policy::{
+    TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec, TaintEvictionPolicyStatus,
+    TaintSelector,
+};
 
 pub use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 /// Every CRD of evictkit, for `cargo xtask gen-crds` and for tests that install them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    vec![EvictionRequest::crd(), PodDisruptionBudgetPolicy::crd()]
+    vec![
+        EvictionRequest::crd(),
+        PodDisruptionBudgetPolicy::crd(),
+        TaintEvictionPolicy::crd(),
+    ]
 }
