@@ -2,14 +2,32 @@
 //! imperative-eviction interceptor should write, given a request, its target pod and the time.
 //!
 //! The shell (bins/evictionrequest-controller) reads the request and the pod, calls
-//! `reconcile`, and turns the `Plan` into one status apply, one label apply, an eviction and
+//! [`reconcile`], and turns the [`Plan`] into one status apply, one label apply, an eviction and
 //! Events. Everything that decides lives here, so the KEP's walkthroughs are table tests.
 //! Requesters and interceptors (the library in evictkit-runtime) use [`State`] and
 //! [`next_heartbeat`] to follow the same rules.
 
-use evictkit_api::conditions::{EVICTION_REQUEST_CANCELED, EVICTION_REQUEST_EVICTED, STATUS_TRUE};
-use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus, InterceptorStatus};
+use std::collections::BTreeMap;
+
+use evictkit_api::conditions::{
+    EVICTION_REQUEST_CANCELED, EVICTION_REQUEST_EVICTED, REASON_NO_REQUESTERS,
+    REASON_TARGET_DELETED, REASON_TARGET_TERMINATED, REASON_VALIDATION_FAILED, STATUS_TRUE,
+};
+use evictkit_api::eviction_request::{
+    EvictionRequest, EvictionRequestStatus, Interceptor, InterceptorStatus,
+};
+use evictkit_api::keys::{IMPERATIVE_EVICTION_INTERCEPTOR, POD_GROUP_LABEL};
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::affinity_eviction::MIRROR_POD_ANNOTATION;
+
+mod interceptors;
+#[cfg(test)]
+mod tests;
+
+pub use interceptors::{InterceptorsError, PodInterceptors, is_fqdn};
 
 /// KEP: heartbeatTime "can only be incremented. There must be at least 60 second increments
 /// during subsequent updates."
@@ -91,4 +109,470 @@ pub fn next_heartbeat(previous: Option<Timestamp>, now: Timestamp) -> Timestamp 
 /// the same precision.
 pub fn whole_seconds(time: Timestamp) -> Timestamp {
     Timestamp::from_second(time.as_second()).unwrap_or(time)
+}
+
+/// KEP: "Target Pod xyz was not found."
+pub fn message_not_found(pod: &str) -> String {
+    format!("Target Pod {pod} was not found.")
+}
+
+/// KEP: "Target Pod xyz is part of a Workload/PodGroup. Eviction of such pods is currently not
+/// supported."
+pub fn message_workload(pod: &str) -> String {
+    format!(
+        "Target Pod {pod} is part of a Workload/PodGroup. Eviction of such pods is currently not supported."
+    )
+}
+
+/// KEP (Eviction): "Could not evict a pod due to failing eviction requests, number of retries: 7".
+pub fn message_eviction_failed(retries: u32) -> String {
+    format!("{EVICTION_FAILED_PREFIX}{retries}")
+}
+
+const EVICTION_FAILED_PREFIX: &str =
+    "Could not evict a pod due to failing eviction requests, number of retries: ";
+
+/// The retry count in the imperative interceptor's message, so the backoff goes on growing
+/// after a controller restart (DESIGN.md: no state only in memory).
+pub fn retries_in_message(message: &str) -> Option<u32> {
+    message
+        .strip_prefix(EVICTION_FAILED_PREFIX)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The controller's settings that shape decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// KEP: control passes to the next interceptor when the active one's heartbeat is older
+    /// (20 minutes in the KEP; `--heartbeat-timeout`).
+    pub heartbeat_timeout: SignedDuration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout: SignedDuration::from_mins(20),
+        }
+    }
+}
+
+/// What the imperative-eviction interceptor should do when it is active.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Imperative {
+    /// Evict the pod through the Eviction API (PDBs respected), subject to the backoff.
+    Evict,
+    /// KEP: "API-initiated eviction of DaemonSet pods and mirror pods is not supported." The
+    /// message goes into the interceptor's status entry.
+    Unsupported(String),
+    /// KEP: "No attempt will be made to evict pods that are currently terminating."
+    Terminating,
+}
+
+/// Why control passed from one interceptor to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandOverCause {
+    /// The interceptor set its completionTime.
+    Completed,
+    /// Its heartbeat (or its activation, without one) is older than the heartbeat timeout.
+    HeartbeatTimeout,
+}
+
+/// A change the controller makes, one Event each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// The first interceptor was selected.
+    Activated { interceptor: String },
+    HandedOver {
+        from: String,
+        to: String,
+        cause: HandOverCause,
+    },
+    Canceled {
+        reason: &'static str,
+        message: String,
+    },
+    Evicted {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// The outcome of [`reconcile`]: the controller's part of the status (its complete desired
+/// value: conditions, observedGeneration, target/active/processed interceptors and the
+/// imperative interceptor's entry), the labels to copy from the pod, and what to do next.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub status: EvictionRequestStatus,
+    /// The pod's labels, when the request lacks one of them or has another value.
+    pub labels: Option<BTreeMap<String, String>>,
+    pub imperative: Option<Imperative>,
+    pub transitions: Vec<Transition>,
+    /// Look again after this long even without a change (the active interceptor's heartbeat
+    /// deadline).
+    pub requeue_after: Option<SignedDuration>,
+}
+
+impl Plan {
+    /// Writes the imperative interceptor's entry (its heartbeat follows the 60 s rule, its
+    /// startTime comes with the first heartbeat). Only while it is active.
+    pub fn record_imperative(&mut self, message: &str, now: Timestamp) {
+        let status = &mut self.status;
+        let previous = status
+            .interceptors
+            .iter()
+            .position(|i| i.name == IMPERATIVE_EVICTION_INTERCEPTOR);
+        let previous_entry = previous.map(|i| status.interceptors[i].clone());
+        let heartbeat = next_heartbeat(
+            previous_entry
+                .as_ref()
+                .and_then(|p| p.heartbeat_time.as_ref())
+                .map(|t| t.0),
+            now,
+        );
+        let entry = InterceptorStatus {
+            name: IMPERATIVE_EVICTION_INTERCEPTOR.to_owned(),
+            heartbeat_time: Some(Time(heartbeat)),
+            start_time: Some(
+                previous_entry
+                    .and_then(|p| p.start_time)
+                    .unwrap_or(Time(heartbeat)),
+            ),
+            expected_finish_time: None,
+            completion_time: None,
+            message: message.to_owned(),
+        };
+        match previous {
+            Some(index) => status.interceptors[index] = entry,
+            None => status.interceptors.push(entry),
+        }
+    }
+}
+
+/// The part of a status the controller owns (what it applies with server-side apply: a field
+/// it stops sending is removed, so it always sends all of them).
+pub fn controller_status(status: Option<&EvictionRequestStatus>) -> EvictionRequestStatus {
+    let Some(status) = status else {
+        return EvictionRequestStatus::default();
+    };
+    EvictionRequestStatus {
+        observed_generation: status.observed_generation,
+        conditions: status.conditions.clone(),
+        target_interceptors: status.target_interceptors.clone(),
+        active_interceptors: status.active_interceptors.clone(),
+        processed_interceptors: status.processed_interceptors.clone(),
+        interceptors: status
+            .interceptors
+            .iter()
+            .filter(|i| i.name == IMPERATIVE_EVICTION_INTERCEPTOR)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// KEP "Eviction Request Controller": one step of the state machine for `request`, given its
+/// target pod as the pod cache has it (`None`: no pod of that name) at `now`.
+///
+/// Order: a finished request stays as it is; the target gone or terminal makes it Evicted
+/// (a target never seen makes it Canceled/ValidationFailed instead); a Workload/PodGroup pod
+/// or a malformed interceptor annotation cancels it (ValidationFailed); no requesters cancels
+/// it and clears the active interceptor; otherwise labels are synchronised, targetInterceptors
+/// set once, and control passes along targetInterceptors, one hand-over per step.
+pub fn reconcile(
+    request: &EvictionRequest,
+    pod: Option<&Pod>,
+    now: Timestamp,
+    config: &Config,
+) -> Plan {
+    let mut plan = Plan {
+        status: controller_status(request.status.as_ref()),
+        ..Plan::default()
+    };
+    plan.status.observed_generation = request.metadata.generation;
+    if State::of_status(request.status.as_ref()).is_finished() {
+        return plan;
+    }
+    let generation = request.metadata.generation;
+    let pod_name = request
+        .spec
+        .target
+        .pod
+        .as_ref()
+        .map_or("", |p| p.name.as_str());
+    let target_uid = request.spec.target.pod.as_ref().map(|p| p.uid.as_str());
+    let seen_before = !plan.status.target_interceptors.is_empty();
+
+    let pod = pod.filter(|p| p.metadata.uid.as_deref() == target_uid && target_uid.is_some());
+    let Some(pod) = pod else {
+        if seen_before {
+            let message = format!("Target Pod {pod_name} was deleted.");
+            finish(
+                &mut plan,
+                EVICTION_REQUEST_EVICTED,
+                REASON_TARGET_DELETED,
+                message,
+                now,
+                generation,
+            );
+        } else {
+            let message = message_not_found(pod_name);
+            finish(
+                &mut plan,
+                EVICTION_REQUEST_CANCELED,
+                REASON_VALIDATION_FAILED,
+                message,
+                now,
+                generation,
+            );
+        }
+        return plan;
+    };
+    if let Some(phase) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .filter(|phase| matches!(*phase, "Succeeded" | "Failed"))
+    {
+        let message = format!("Target Pod {pod_name} reached phase {phase}.");
+        finish(
+            &mut plan,
+            EVICTION_REQUEST_EVICTED,
+            REASON_TARGET_TERMINATED,
+            message,
+            now,
+            generation,
+        );
+        return plan;
+    }
+    if is_part_of_workload(pod) {
+        let message = message_workload(pod_name);
+        finish(
+            &mut plan,
+            EVICTION_REQUEST_CANCELED,
+            REASON_VALIDATION_FAILED,
+            message,
+            now,
+            generation,
+        );
+        return plan;
+    }
+    if request.spec.requesters.is_empty() {
+        let message =
+            "All requesters have withdrawn; the eviction is no longer requested.".to_owned();
+        finish(
+            &mut plan,
+            EVICTION_REQUEST_CANCELED,
+            REASON_NO_REQUESTERS,
+            message,
+            now,
+            generation,
+        );
+        plan.status.active_interceptors.clear();
+        return plan;
+    }
+
+    plan.labels = labels_to_sync(request, pod);
+
+    if !seen_before {
+        match PodInterceptors::of(pod) {
+            Ok(interceptors) => {
+                plan.status.target_interceptors = interceptors
+                    .with_default()
+                    .into_iter()
+                    .map(|name| Interceptor { name })
+                    .collect();
+            }
+            Err(error) => {
+                let message =
+                    format!("Target Pod {pod_name} has invalid eviction interceptors: {error}.");
+                finish(
+                    &mut plan,
+                    EVICTION_REQUEST_CANCELED,
+                    REASON_VALIDATION_FAILED,
+                    message,
+                    now,
+                    generation,
+                );
+                return plan;
+            }
+        }
+    }
+
+    let created = request
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
+    advance(&mut plan, request.status.as_ref(), created, now, config);
+
+    if plan.status.active_interceptors.first().map(String::as_str)
+        == Some(IMPERATIVE_EVICTION_INTERCEPTOR)
+    {
+        plan.imperative = Some(imperative(pod));
+    }
+    plan
+}
+
+fn finish(
+    plan: &mut Plan,
+    condition_type: &'static str,
+    reason: &'static str,
+    message: String,
+    now: Timestamp,
+    generation: Option<i64>,
+) {
+    plan.status.conditions.retain(|c| c.type_ != condition_type);
+    plan.status.conditions.push(Condition {
+        type_: condition_type.to_owned(),
+        status: STATUS_TRUE.to_owned(),
+        reason: reason.to_owned(),
+        message: message.clone(),
+        last_transition_time: Time(whole_seconds(now)),
+        observed_generation: generation,
+    });
+    plan.transitions
+        .push(if condition_type == EVICTION_REQUEST_EVICTED {
+            Transition::Evicted { reason, message }
+        } else {
+            Transition::Canceled { reason, message }
+        });
+}
+
+/// KEP: in the alpha, pods of a Workload (`.spec.workloadRef`, newer than the Kubernetes we
+/// build against) are not supported. Out of tree a pod shows that by an owner of kind
+/// `Workload` or `PodGroup`, or the coscheduling plugin's pod-group label.
+pub fn is_part_of_workload(pod: &Pod) -> bool {
+    let owned = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| matches!(o.kind.as_str(), "Workload" | "PodGroup"));
+    let labelled = pod
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(POD_GROUP_LABEL));
+    owned || labelled
+}
+
+/// KEP (Label Synchronization): the pod's labels on the request, the pod winning conflicts.
+fn labels_to_sync(request: &EvictionRequest, pod: &Pod) -> Option<BTreeMap<String, String>> {
+    let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
+    let request_labels = request.metadata.labels.as_ref();
+    let in_sync = pod_labels
+        .iter()
+        .all(|(k, v)| request_labels.and_then(|l| l.get(k)) == Some(v));
+    (!in_sync).then_some(pod_labels)
+}
+
+/// When `target_interceptors[index]` became active, from recorded facts only (so a restart
+/// changes nothing): the first at the request's creation (KEP), each next one when its
+/// predecessor completed or timed out, whichever came first.
+fn activation_time(
+    status: &EvictionRequestStatus,
+    created: Timestamp,
+    index: usize,
+    timeout: SignedDuration,
+) -> Timestamp {
+    let mut activated = created;
+    for target in status.target_interceptors.iter().take(index) {
+        let entry = interceptor_status(Some(status), &target.name);
+        let deadline = last_seen(entry, activated) + timeout;
+        activated = entry
+            .and_then(|e| e.completion_time.as_ref())
+            .map_or(deadline, |c| c.0.max(activated).min(deadline));
+    }
+    activated
+}
+
+fn last_seen(entry: Option<&InterceptorStatus>, activated: Timestamp) -> Timestamp {
+    entry
+        .and_then(|e| e.heartbeat_time.as_ref())
+        .map_or(activated, |h| h.0.max(activated))
+}
+
+/// KEP (Interceptor Selection): index 0 first; on completionTime or an expired heartbeat, the
+/// next one, the previous one appended to processedInterceptors. The default interceptor,
+/// last, is the controller itself and never times out.
+fn advance(
+    plan: &mut Plan,
+    current: Option<&EvictionRequestStatus>,
+    created: Timestamp,
+    now: Timestamp,
+    config: &Config,
+) {
+    let status = &mut plan.status;
+    let Some(active) = status.active_interceptors.first().cloned() else {
+        let next = status
+            .target_interceptors
+            .get(status.processed_interceptors.len());
+        if let Some(next) = next {
+            status.active_interceptors = vec![next.name.clone()];
+            plan.transitions.push(Transition::Activated {
+                interceptor: next.name.clone(),
+            });
+        }
+        return;
+    };
+    if active == IMPERATIVE_EVICTION_INTERCEPTOR {
+        return;
+    }
+    let full = current.cloned().unwrap_or_default();
+    let index = status.processed_interceptors.len();
+    let entry = interceptor_status(Some(&full), &active);
+    let activated = activation_time(&full, created, index, config.heartbeat_timeout);
+    let deadline = last_seen(entry, activated) + config.heartbeat_timeout;
+    let cause = if entry.is_some_and(|e| e.completion_time.is_some()) {
+        HandOverCause::Completed
+    } else if now >= deadline {
+        HandOverCause::HeartbeatTimeout
+    } else {
+        plan.requeue_after = Some(deadline.duration_since(now));
+        return;
+    };
+    let Some(next) = status
+        .target_interceptors
+        .get(index + 1)
+        .map(|i| i.name.clone())
+    else {
+        return;
+    };
+    status.processed_interceptors.push(active.clone());
+    status.active_interceptors = vec![next.clone()];
+    plan.transitions.push(Transition::HandedOver {
+        from: active,
+        to: next,
+        cause,
+    });
+}
+
+/// KEP (Eviction): what the default interceptor does with the pod.
+fn imperative(pod: &Pod) -> Imperative {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Imperative::Terminating;
+    }
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
+    if mirror {
+        return Imperative::Unsupported(
+            "API-initiated eviction of mirror pods is not supported: delete the static pod's manifest on its node to terminate it.".to_owned(),
+        );
+    }
+    let daemon_set = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+    if daemon_set {
+        return Imperative::Unsupported(
+            "API-initiated eviction of DaemonSet pods is not supported: the DaemonSet would recreate the pod; terminate it by other means (e.g. a node taint or the DaemonSet's node selector).".to_owned(),
+        );
+    }
+    Imperative::Evict
 }

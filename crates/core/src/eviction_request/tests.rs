@@ -1,0 +1,653 @@
+use std::collections::BTreeMap;
+
+use evictkit_api::eviction_request::{
+    EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, EvictionTarget, Interceptor,
+    InterceptorStatus, LocalPodReference, Requester,
+};
+use evictkit_api::keys::{EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR as IMPERATIVE};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use proptest::prelude::*;
+
+use super::*;
+
+const UID: &str = "0c6a1e5e-7c55-4c43-9d0a-0b5cf3a1e001";
+const A: &str = "actor-a.example.com";
+const B: &str = "actor-b.example.com";
+
+fn t(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+}
+
+fn config() -> Config {
+    Config {
+        heartbeat_timeout: SignedDuration::from_mins(20),
+    }
+}
+
+fn pod(interceptors: Option<&str>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("p-1".into()),
+            namespace: Some("blueberry".into()),
+            uid: Some(UID.into()),
+            labels: Some(BTreeMap::from([("app".into(), "nginx".into())])),
+            annotations: interceptors
+                .map(|v| BTreeMap::from([(EVICTION_INTERCEPTORS.into(), v.into())])),
+            ..ObjectMeta::default()
+        },
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            ..PodStatus::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+fn request(requesters: &[&str], status: Option<EvictionRequestStatus>) -> EvictionRequest {
+    let mut request = EvictionRequest::new(
+        UID,
+        EvictionRequestSpec {
+            target: EvictionTarget {
+                pod: Some(LocalPodReference {
+                    name: "p-1".into(),
+                    uid: UID.into(),
+                }),
+            },
+            requesters: requesters
+                .iter()
+                .map(|name| Requester {
+                    name: (*name).into(),
+                })
+                .collect(),
+        },
+    );
+    request.metadata.namespace = Some("blueberry".into());
+    request.metadata.generation = Some(1);
+    request.metadata.creation_timestamp = Some(Time(t(0)));
+    request.metadata.labels = Some(BTreeMap::from([("app".into(), "nginx".into())]));
+    request.status = status;
+    request
+}
+
+/// A status after selection: targets, the processed ones, the active one, entries.
+fn status(
+    targets: &[&str],
+    processed: &[&str],
+    active: Option<&str>,
+    entries: Vec<InterceptorStatus>,
+) -> EvictionRequestStatus {
+    EvictionRequestStatus {
+        observed_generation: Some(1),
+        target_interceptors: targets
+            .iter()
+            .map(|name| Interceptor {
+                name: (*name).into(),
+            })
+            .collect(),
+        processed_interceptors: processed.iter().map(|s| (*s).into()).collect(),
+        active_interceptors: active.into_iter().map(Into::into).collect(),
+        interceptors: entries,
+        ..EvictionRequestStatus::default()
+    }
+}
+
+fn entry(name: &str, heartbeat: Option<i64>, completion: Option<i64>) -> InterceptorStatus {
+    InterceptorStatus {
+        name: name.into(),
+        heartbeat_time: heartbeat.map(|s| Time(t(s))),
+        start_time: heartbeat.map(|s| Time(t(s))),
+        completion_time: completion.map(|s| Time(t(s))),
+        message: String::new(),
+        ..InterceptorStatus::default()
+    }
+}
+
+fn condition(plan: &Plan, condition_type: &str) -> Option<(String, String)> {
+    plan.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_type && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+fn active(plan: &Plan) -> Option<&str> {
+    plan.status.active_interceptors.first().map(String::as_str)
+}
+
+/// (case, pod, request status, condition type, reason, message)
+type ValidationCase = (
+    &'static str,
+    Option<Pod>,
+    Option<EvictionRequestStatus>,
+    &'static str,
+    &'static str,
+    String,
+);
+
+/// (case, processed, active, entries, now, expected active, processed after, cause, requeue)
+type HandOverCase = (
+    &'static str,
+    Vec<&'static str>,
+    &'static str,
+    Vec<InterceptorStatus>,
+    i64,
+    &'static str,
+    Vec<&'static str>,
+    Option<HandOverCause>,
+    Option<i64>,
+);
+
+#[test]
+fn validation() {
+    let mut other_uid = pod(None);
+    other_uid.metadata.uid = Some("another-uid".into());
+    let mut workload = pod(None);
+    workload.metadata.owner_references = Some(vec![OwnerReference {
+        kind: "PodGroup".into(),
+        name: "g".into(),
+        ..OwnerReference::default()
+    }]);
+    let selected = status(&[IMPERATIVE], &[], Some(IMPERATIVE), vec![]);
+    let cases: Vec<ValidationCase> = vec![
+        ("pod never seen", None, None, "Canceled", "ValidationFailed", "Target Pod p-1 was not found.".into()),
+        ("same name, other UID, never seen", Some(other_uid.clone()), None, "Canceled", "ValidationFailed", "Target Pod p-1 was not found.".into()),
+        ("pod gone after selection", None, Some(selected.clone()), "Evicted", "TargetDeleted", "Target Pod p-1 was deleted.".into()),
+        ("replaced by a same-named pod", Some(other_uid), Some(selected), "Evicted", "TargetDeleted", "Target Pod p-1 was deleted.".into()),
+        ("workload pod", Some(workload), None, "Canceled", "ValidationFailed", "Target Pod p-1 is part of a Workload/PodGroup. Eviction of such pods is currently not supported.".into()),
+        ("bad annotation", Some(pod(Some("a.example.com, Bad_Name"))), None, "Canceled", "ValidationFailed",
+            "Target Pod p-1 has invalid eviction interceptors: entry 2 \"Bad_Name\" of annotation evictkit.io/eviction-interceptors is not a fully qualified domain name (lowercase alphanumeric characters, '-' and '.', at least two labels of at most 63 characters, at most 253 characters).".into()),
+    ];
+    for (case, pod, status, condition_type, reason, message) in cases {
+        let plan = reconcile(
+            &request(&["drain.example.com"], status),
+            pod.as_ref(),
+            t(5),
+            &config(),
+        );
+        assert_eq!(
+            condition(&plan, condition_type),
+            Some((reason.to_owned(), message)),
+            "{case}"
+        );
+        assert_eq!(plan.imperative, None, "{case}");
+        assert_eq!(plan.transitions.len(), 1, "{case}: one event");
+    }
+}
+
+#[test]
+fn terminal_pod_is_evicted() {
+    for phase in ["Succeeded", "Failed"] {
+        let mut pod = pod(None);
+        pod.status.as_mut().unwrap().phase = Some(phase.into());
+        let plan = reconcile(
+            &request(&["r.example.com"], None),
+            Some(&pod),
+            t(1),
+            &config(),
+        );
+        assert_eq!(
+            condition(&plan, "Evicted"),
+            Some((
+                "TargetTerminated".into(),
+                format!("Target Pod p-1 reached phase {phase}.")
+            ))
+        );
+    }
+}
+
+#[test]
+fn finished_request_is_left_alone() {
+    let pod = pod(None);
+    let canceled = reconcile(&request(&["r.example.com"], None), None, t(1), &config());
+    let again = reconcile(
+        &request(&["r.example.com"], Some(canceled.status.clone())),
+        Some(&pod),
+        t(100),
+        &config(),
+    );
+    assert_eq!(again.status, canceled.status);
+    assert!(again.transitions.is_empty() && again.imperative.is_none());
+}
+
+#[test]
+fn selection_and_labels() {
+    let mut pod = pod(Some("actor-b.example.com,actor-a.example.com"));
+    pod.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("tier".into(), "web".into());
+    let mut req = request(&["r.example.com"], None);
+    req.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("app".into(), "conflicting".into());
+    let plan = reconcile(&req, Some(&pod), t(1), &config());
+    let targets: Vec<_> = plan
+        .status
+        .target_interceptors
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(targets, [B, A, IMPERATIVE]);
+    assert_eq!(active(&plan), Some(B));
+    assert_eq!(plan.status.observed_generation, Some(1));
+    assert_eq!(
+        plan.transitions,
+        [Transition::Activated {
+            interceptor: B.into()
+        }]
+    );
+    assert_eq!(plan.labels, pod.metadata.labels, "the pod wins conflicts");
+
+    let in_sync = request(&["r.example.com"], Some(plan.status.clone()));
+    let mut pod_in_sync = pod.clone();
+    pod_in_sync.metadata.labels = in_sync.metadata.labels.clone();
+    let plan = reconcile(&in_sync, Some(&pod_in_sync), t(2), &config());
+    assert_eq!(plan.labels, None, "nothing to copy");
+}
+
+#[test]
+fn no_interceptors_goes_straight_to_imperative_eviction() {
+    let plan = reconcile(
+        &request(&["r.example.com"], None),
+        Some(&pod(None)),
+        t(1),
+        &config(),
+    );
+    assert_eq!(active(&plan), Some(IMPERATIVE));
+    assert_eq!(plan.imperative, Some(Imperative::Evict));
+}
+
+#[test]
+fn hand_over() {
+    let targets = [B, A, IMPERATIVE];
+    let cases: Vec<HandOverCase> = vec![
+        (
+            "fresh, no heartbeat yet: deadline from creation",
+            vec![],
+            B,
+            vec![],
+            60,
+            B,
+            vec![],
+            None,
+            Some(1140),
+        ),
+        (
+            "no heartbeat for 20 minutes since creation",
+            vec![],
+            B,
+            vec![],
+            1200,
+            A,
+            vec![B],
+            Some(HandOverCause::HeartbeatTimeout),
+            None,
+        ),
+        (
+            "heartbeat keeps it",
+            vec![],
+            B,
+            vec![entry(B, Some(1000), None)],
+            1500,
+            B,
+            vec![],
+            None,
+            Some(700),
+        ),
+        (
+            "heartbeat expired",
+            vec![],
+            B,
+            vec![entry(B, Some(1000), None)],
+            2200,
+            A,
+            vec![B],
+            Some(HandOverCause::HeartbeatTimeout),
+            None,
+        ),
+        (
+            "completed",
+            vec![],
+            B,
+            vec![entry(B, Some(10), Some(70))],
+            80,
+            A,
+            vec![B],
+            Some(HandOverCause::Completed),
+            None,
+        ),
+        // The second interceptor's clock starts at its predecessor's completion, not at the
+        // request's creation (else it would time out at once).
+        (
+            "second one, clock from predecessor's completion",
+            vec![B],
+            A,
+            vec![entry(B, Some(10), Some(1000))],
+            2100,
+            A,
+            vec![B],
+            None,
+            Some(100),
+        ),
+        (
+            "second one timed out after its predecessor timed out",
+            vec![B],
+            A,
+            vec![entry(B, Some(100), None)],
+            2600,
+            IMPERATIVE,
+            vec![B, A],
+            Some(HandOverCause::HeartbeatTimeout),
+            None,
+        ),
+        (
+            "second one completed",
+            vec![B],
+            A,
+            vec![entry(B, Some(10), Some(20)), entry(A, Some(30), Some(40))],
+            50,
+            IMPERATIVE,
+            vec![B, A],
+            Some(HandOverCause::Completed),
+            None,
+        ),
+        (
+            "imperative never times out",
+            vec![B, A],
+            IMPERATIVE,
+            vec![],
+            100_000,
+            IMPERATIVE,
+            vec![B, A],
+            None,
+            None,
+        ),
+    ];
+    for (case, processed, current, entries, now, want_active, want_processed, cause, requeue) in
+        cases
+    {
+        let req = request(
+            &["r.example.com"],
+            Some(status(&targets, &processed, Some(current), entries)),
+        );
+        let plan = reconcile(
+            &req,
+            Some(&pod(Some("actor-b.example.com,actor-a.example.com"))),
+            t(now),
+            &config(),
+        );
+        assert_eq!(active(&plan), Some(want_active), "{case}");
+        assert_eq!(plan.status.processed_interceptors, want_processed, "{case}");
+        let transitions: Vec<_> = cause
+            .map(|cause| Transition::HandedOver {
+                from: current.into(),
+                to: want_active.into(),
+                cause,
+            })
+            .into_iter()
+            .collect();
+        assert_eq!(plan.transitions, transitions, "{case}");
+        assert_eq!(
+            plan.requeue_after,
+            requeue.map(SignedDuration::from_secs),
+            "{case}"
+        );
+    }
+}
+
+/// KEP walkthrough "Single Dynamic Requester and EvictionRequest Cancellation".
+#[test]
+fn cancellation_clears_the_active_interceptor() {
+    let req = request(
+        &[],
+        Some(status(
+            &[B, A, IMPERATIVE],
+            &[],
+            Some(B),
+            vec![entry(B, Some(10), None)],
+        )),
+    );
+    let plan = reconcile(
+        &req,
+        Some(&pod(Some("actor-b.example.com,actor-a.example.com"))),
+        t(100),
+        &config(),
+    );
+    assert_eq!(
+        condition(&plan, "Canceled"),
+        Some((
+            "NoRequesters".into(),
+            "All requesters have withdrawn; the eviction is no longer requested.".into()
+        ))
+    );
+    assert_eq!(active(&plan), None);
+    assert_eq!(plan.status.target_interceptors.len(), 3, "targets stay");
+}
+
+/// KEP walkthrough "Multiple Dynamic Requesters and No EvictionRequest Cancellation": one
+/// requester withdrawing while another remains changes nothing.
+#[test]
+fn one_of_two_requesters_withdrawing_changes_nothing() {
+    let current = status(
+        &[B, A, IMPERATIVE],
+        &[],
+        Some(B),
+        vec![entry(B, Some(10), None)],
+    );
+    let pod = pod(Some("actor-b.example.com,actor-a.example.com"));
+    let both = reconcile(
+        &request(
+            &["drain.example.com", "deschedule.example.com"],
+            Some(current.clone()),
+        ),
+        Some(&pod),
+        t(100),
+        &config(),
+    );
+    let one = reconcile(
+        &request(&["deschedule.example.com"], Some(current.clone())),
+        Some(&pod),
+        t(100),
+        &config(),
+    );
+    assert_eq!(both.status, one.status);
+    assert_eq!(
+        controller_status(Some(&current)),
+        one.status,
+        "no write needed"
+    );
+    assert!(one.transitions.is_empty());
+}
+
+#[test]
+fn imperative_eviction_decisions() {
+    let req = request(
+        &["r.example.com"],
+        Some(status(&[IMPERATIVE], &[], Some(IMPERATIVE), vec![])),
+    );
+    let mut terminating = pod(None);
+    terminating.metadata.deletion_timestamp = Some(Time(t(0)));
+    let mut mirror = pod(None);
+    mirror.metadata.annotations =
+        Some(BTreeMap::from([(MIRROR_POD_ANNOTATION.into(), "x".into())]));
+    let mut daemon = pod(None);
+    daemon.metadata.owner_references = Some(vec![OwnerReference {
+        kind: "DaemonSet".into(),
+        name: "ds".into(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }]);
+    assert_eq!(
+        reconcile(&req, Some(&pod(None)), t(1), &config()).imperative,
+        Some(Imperative::Evict)
+    );
+    assert_eq!(
+        reconcile(&req, Some(&terminating), t(1), &config()).imperative,
+        Some(Imperative::Terminating)
+    );
+    for unsupported in [mirror, daemon] {
+        let Some(Imperative::Unsupported(message)) =
+            reconcile(&req, Some(&unsupported), t(1), &config()).imperative
+        else {
+            panic!("{unsupported:?} must not be API-evicted");
+        };
+        assert!(
+            message.starts_with("API-initiated eviction of "),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn imperative_entry_keeps_start_and_heartbeat_steps() {
+    let mut plan = Plan::default();
+    plan.record_imperative(&message_eviction_failed(1), t(10));
+    plan.record_imperative(&message_eviction_failed(2), t(30));
+    let entry = &plan.status.interceptors[0];
+    assert_eq!(entry.start_time, Some(Time(t(10))));
+    assert_eq!(
+        entry.heartbeat_time,
+        Some(Time(t(10))),
+        "less than 60 s later: kept"
+    );
+    assert_eq!(
+        entry.message,
+        "Could not evict a pod due to failing eviction requests, number of retries: 2"
+    );
+    plan.record_imperative(&message_eviction_failed(3), t(75));
+    assert_eq!(
+        plan.status.interceptors[0].heartbeat_time,
+        Some(Time(t(75)))
+    );
+    assert_eq!(plan.status.interceptors.len(), 1);
+    assert_eq!(
+        retries_in_message(&plan.status.interceptors[0].message),
+        Some(3)
+    );
+    assert_eq!(retries_in_message("Evicting"), None);
+}
+
+#[test]
+fn heartbeat_steps() {
+    // (previous, now, written)
+    let cases = [
+        (None, 5, 5),
+        (Some(0), 59, 0),
+        (Some(0), 60, 60),
+        (Some(0), 500, 500),
+    ];
+    for (previous, now, want) in cases {
+        assert_eq!(
+            next_heartbeat(previous.map(t), t(now)),
+            t(want),
+            "{previous:?} {now}"
+        );
+    }
+    let fraction = t(7).checked_add(SignedDuration::from_millis(900)).unwrap();
+    assert_eq!(
+        next_heartbeat(None, fraction),
+        t(7),
+        "whole seconds, as stored"
+    );
+}
+
+#[test]
+fn interceptor_annotation() {
+    let ok = [
+        ("", vec![]),
+        ("a.example.com", vec!["a.example.com"]),
+        (
+            " b.example.com , a.example.com ",
+            vec!["b.example.com", "a.example.com"],
+        ),
+        ("actor-b.k8s.io", vec!["actor-b.k8s.io"]),
+    ];
+    for (value, want) in ok {
+        assert_eq!(
+            PodInterceptors::parse(value),
+            Ok(PodInterceptors(want.into_iter().map(Into::into).collect())),
+            "{value:?}"
+        );
+    }
+    let sixteen: Vec<String> = (0..16).map(|i| format!("i{i}.example.com")).collect();
+    let err = [
+        (
+            "single",
+            InterceptorsError::NotFqdn {
+                position: 1,
+                entry: "single".into(),
+            },
+        ),
+        (
+            "a.example.com,,b.example.com",
+            InterceptorsError::NotFqdn {
+                position: 2,
+                entry: String::new(),
+            },
+        ),
+        (
+            "a.example.com,A.example.com",
+            InterceptorsError::NotFqdn {
+                position: 2,
+                entry: "A.example.com".into(),
+            },
+        ),
+        (
+            "-a.example.com",
+            InterceptorsError::NotFqdn {
+                position: 1,
+                entry: "-a.example.com".into(),
+            },
+        ),
+        (
+            "a.example.com,a.example.com",
+            InterceptorsError::Duplicate {
+                position: 2,
+                entry: "a.example.com".into(),
+            },
+        ),
+        (
+            "imperative-eviction.k8s.io",
+            InterceptorsError::Default {
+                position: 1,
+                entry: "imperative-eviction.k8s.io".into(),
+            },
+        ),
+        (&sixteen.join(","), InterceptorsError::TooMany { count: 16 }),
+    ];
+    for (value, want) in err {
+        assert_eq!(PodInterceptors::parse(value), Err(want), "{value:?}");
+    }
+    assert!(
+        PodInterceptors::parse(&sixteen[..15].join(",")).is_ok(),
+        "15 are allowed"
+    );
+    assert!(is_fqdn(&format!("{}.com", "a".repeat(63))));
+    assert!(!is_fqdn(&format!("{}.com", "a".repeat(64))));
+}
+
+#[test]
+fn eviction_backoff_is_capped_near_15_minutes() {
+    let initial = std::time::Duration::from_secs(1);
+    let max = std::time::Duration::from_secs(15 * 60);
+    let delays: Vec<u64> = [1, 2, 3, 10, 11, 40]
+        .iter()
+        .map(|n| crate::affinity_eviction::retry_delay(*n, initial, max).as_secs())
+        .collect();
+    assert_eq!(delays, [1, 2, 4, 512, 900, 900]);
+}
+
+proptest! {
+    #[test]
+    fn parse_never_panics_and_accepts_what_it_prints(value in "[a-z0-9.,\\- ]{0,80}") {
+        if let Ok(parsed) = PodInterceptors::parse(&value) {
+            prop_assert_eq!(PodInterceptors::parse(&parsed.to_string()), Ok(parsed.clone()));
+            prop_assert!(parsed.0.iter().all(|n| is_fqdn(n)));
+        }
+    }
+}
