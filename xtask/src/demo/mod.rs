@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use crate::cluster::{self, Cluster};
 
 mod drain;
+mod pdb_policy_webhook;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,11 +34,18 @@ struct Scenario {
 }
 
 /// Each component adds its module and its entry here.
-const SCENARIOS: &[Scenario] = &[Scenario {
-    name: "drain",
-    shows: "kubectl drain evicts through the Eviction API; a PDB with minAvailable 2 lets one pod go at a time",
-    run: drain::run,
-}];
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "drain",
+        shows: "kubectl drain evicts through the Eviction API; a PDB with minAvailable 2 lets one pod go at a time",
+        run: drain::run,
+    },
+    Scenario {
+        name: "pdb-policy-webhook",
+        shows: "a drain preview shows a not-Ready pod blocked by its PDB; a PodDisruptionBudgetPolicy defaults unhealthyPodEvictionPolicy: AlwaysAllow and the drain goes through",
+        run: pdb_policy_webhook::run,
+    },
+];
 
 /// What scenarios use: the cluster, a timeline printer, and the component processes they started.
 struct Demo {
@@ -62,7 +70,6 @@ impl Drop for Demo {
 impl Demo {
     /// Starts `target/debug/<binary>` (the demo builds the binaries first) against the cluster,
     /// logging to `target/evictkit-cluster/logs/demo-<binary>.log`; stopped when the demo ends.
-    #[expect(dead_code, reason = "the component scenarios use it as they land")]
     fn start_component(&self, scenario: &str, binary: &str, args: &[&str]) -> Result<()> {
         let path = crate::workspace_root().join("target/debug").join(binary);
         let log_path = cluster::state_dir().join(format!("logs/demo-{binary}.log"));

@@ -1,0 +1,297 @@
+//! KEP-3017's motivating deadlock and the fix: a PDB (minAvailable 3) over three pods, one of
+//! them Running but not Ready. Under the default `IfHealthyBudget` the not-Ready pod cannot be
+//! evicted, so draining its node blocks. `explain --node` shows it before the drain; a
+//! PodDisruptionBudgetPolicy defaulting `unhealthyPodEvictionPolicy: AlwaysAllow` fixes the PDB
+//! at its next update; the preview then allows it and the drain goes through.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine as _;
+
+use super::Demo;
+use crate::cluster;
+
+const NS: &str = "demo-pdb-policy";
+const SCENARIO: &str = "pdb-policy-webhook";
+const BINARY: &str = "pdb-policy-webhook";
+const NODE: &str = "kwok-node-1";
+
+pub(super) fn run(demo: &Demo) -> Result<()> {
+    demo.kubectl(&["create", "namespace", NS])?;
+    // Pods whose status the demo writes (kwok leaves them alone): web-0 and web-1 Ready on
+    // another node, web-2 Running but not Ready on the node to drain.
+    for (pod, node) in [
+        ("web-0", "kwok-node-2"),
+        ("web-1", "kwok-node-2"),
+        ("web-2", NODE),
+    ] {
+        demo.apply(&format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: {pod}
+  namespace: {NS}
+  labels: {{app: web}}
+  annotations: {{kwok.x-k8s.io/status: custom}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 0
+  containers: [{{name: web, image: registry.k8s.io/pause:3.10}}]
+"
+        ))?;
+        let ready = if pod == "web-2" { "False" } else { "True" };
+        demo.kubectl(&[
+            "patch",
+            "pod",
+            pod,
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"status":{{"phase":"Running","conditions":[{{"type":"Ready","status":"{ready}"}}]}}}}"#),
+        ])?;
+    }
+    demo.apply(&format!(
+        "apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: {NS}}}
+spec:
+  minAvailable: 3
+  selector: {{matchLabels: {{app: web}}}}
+"
+    ))?;
+    demo.say(
+        SCENARIO,
+        "web-0 and web-1 Ready on kwok-node-2, web-2 Running but not Ready on kwok-node-1; PDB web minAvailable 3, unhealthyPodEvictionPolicy unset",
+    );
+    wait_observed(demo)?;
+    preview(demo, "drain preview of kwok-node-1 (before):")?;
+
+    start_webhook(demo, free_port()?, free_port()?)?;
+    demo.apply(&format!(
+        "apiVersion: evictkit.io/v1alpha1
+kind: PodDisruptionBudgetPolicy
+metadata: {{name: demo-drain-friendly}}
+spec:
+  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {NS}}}}}
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  mode: Default
+"
+    ))?;
+    demo.say(
+        SCENARIO,
+        "created PodDisruptionBudgetPolicy demo-drain-friendly: default unhealthyPodEvictionPolicy AlwaysAllow in this namespace",
+    );
+    // Any update runs the mutating webhook; the webhook sees the new policy through its watch.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        demo.kubectl(&[
+            "annotate",
+            "pdb",
+            "web",
+            "-n",
+            NS,
+            "--overwrite",
+            &format!("demo/touched={}", deadline.elapsed().as_millis()),
+        ])?;
+        let policy = demo.kubectl(&[
+            "get",
+            "pdb",
+            "web",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.unhealthyPodEvictionPolicy}",
+        ])?;
+        if policy == "AlwaysAllow" {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the webhook did not default PDB web");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    demo.say(
+        SCENARIO,
+        "PDB web updated; the webhook set unhealthyPodEvictionPolicy: AlwaysAllow",
+    );
+    wait_observed(demo)?;
+    preview(demo, "drain preview of kwok-node-1 (after):")?;
+
+    let output = demo.kubectl(&[
+        "drain",
+        NODE,
+        "--pod-selector=app=web",
+        "--force",
+        "--timeout=60s",
+    ])?;
+    for line in output.lines() {
+        demo.say(SCENARIO, line);
+    }
+    demo.kubectl(&["uncordon", NODE])?;
+    let remaining = demo.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ])?;
+    demo.say(
+        SCENARIO,
+        &format!("pods left: {remaining} (web-2 evicted without spending the budget)"),
+    );
+
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        demo.kubectl(&[
+            "delete",
+            kind,
+            "demo-pdb-policy-webhook",
+            "--ignore-not-found",
+        ])?;
+    }
+    demo.kubectl(&[
+        "delete",
+        "poddisruptionbudgetpolicy",
+        "demo-drain-friendly",
+        "--ignore-not-found",
+    ])?;
+    Ok(())
+}
+
+fn wait_observed(demo: &Demo) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let observed = demo.kubectl(&[
+            "get",
+            "pdb",
+            "web",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.observedGeneration}/{.metadata.generation}/{.status.currentHealthy}",
+        ])?;
+        let parts: Vec<&str> = observed.split('/').collect();
+        if parts.len() == 3 && parts[0] == parts[1] && parts[2] == "2" {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("PDB web not observed by the disruption controller: {observed}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn preview(demo: &Demo, title: &str) -> Result<()> {
+    let output =
+        std::process::Command::new(crate::workspace_root().join("target/debug").join(BINARY))
+            .args(["explain", "--node", NODE])
+            .env("KUBECONFIG", demo.cluster.kubeconfig())
+            .output()
+            .context("running pdb-policy-webhook explain")?;
+    if !output.status.success() {
+        bail!(
+            "explain failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    demo.say(SCENARIO, title);
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        println!("            {line}");
+    }
+    Ok(())
+}
+
+/// Runs the webhook on loopback with the test PKI's apiserver certificate (issued for
+/// 127.0.0.1 by the cluster CA) and registers its PDB webhooks by URL for the demo namespace.
+fn start_webhook(demo: &Demo, webhook_port: u16, metrics_port: u16) -> Result<()> {
+    let crd = crate::workspace_root().join("crds/poddisruptionbudgetpolicies.evictkit.io.yaml");
+    demo.apply(
+        &std::fs::read_to_string(&crd).with_context(|| format!("reading {}", crd.display()))?,
+    )?;
+    demo.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/poddisruptionbudgetpolicies.evictkit.io",
+        "--timeout=30s",
+    ])?;
+    let pki = cluster::state_dir().join("pki");
+    let cert = pki.join("apiserver.crt");
+    let key = pki.join("apiserver.key");
+    demo.start_component(
+        SCENARIO,
+        BINARY,
+        &[
+            &format!("--webhook-addr=127.0.0.1:{webhook_port}"),
+            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
+            &format!("--tls-cert-file={}", cert.display()),
+            &format!("--tls-key-file={}", key.display()),
+            "--leader-elect=false",
+        ],
+    )?;
+    wait_ready(metrics_port)?;
+    let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(pki.join("ca.crt"))?);
+    let webhook = |name: &str, path: &str, resources: &str| {
+        format!(
+            "  - name: {name}.demo.evictkit.io
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Ignore
+    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {NS}}}}}
+    rules: [{{apiGroups: [policy], apiVersions: [v1], resources: [{resources}], operations: [CREATE, UPDATE]}}]
+    clientConfig: {{url: \"https://127.0.0.1:{webhook_port}{path}\", caBundle: {ca}}}
+"
+        )
+    };
+    demo.apply(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {{name: demo-pdb-policy-webhook}}
+webhooks:
+{}---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: demo-pdb-policy-webhook}}
+webhooks:
+{}",
+        webhook("mutate-pdb", "/mutate-pdb", "poddisruptionbudgets"),
+        webhook("validate-pdb", "/validate-pdb", "poddisruptionbudgets"),
+    ))?;
+    demo.say(
+        SCENARIO,
+        "registered the mutating and validating PDB webhooks (failurePolicy Ignore)",
+    );
+    Ok(())
+}
+
+fn wait_ready(metrics_port: u16) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = TcpStream::connect(("127.0.0.1", metrics_port)).and_then(|mut stream| {
+            write!(stream, "GET /readyz HTTP/1.0\r\n\r\n")?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            Ok(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"))
+        });
+        if ready.unwrap_or(false) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{BINARY} not ready after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
