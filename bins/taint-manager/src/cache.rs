@@ -1,0 +1,205 @@
+//! What the taint-manager keeps of Pods, Nodes and Namespaces, and the index of pods by node.
+//!
+//! Caches keep only the fields the logic reads (DESIGN.md): a Pod its name, namespace, uid,
+//! labels, creation and deletion timestamps, node name, tolerations and its PodScheduled and
+//! DisruptionTarget conditions; a Node its name, labels and NoExecute taints; a Namespace its
+//! name and labels.
+
+use std::collections::{HashMap, HashSet};
+
+use evictkit_api::conditions::POD_DISRUPTION_TARGET;
+use evictkit_core::taints::no_execute_taints;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, Pod, PodSpec, PodStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+/// The pod condition that says when the pod was bound to its node.
+const POD_SCHEDULED: &str = "PodScheduled";
+
+pub fn strip_pod(pod: &mut Pod) {
+    let metadata = std::mem::take(&mut pod.metadata);
+    pod.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        labels: metadata.labels,
+        creation_timestamp: metadata.creation_timestamp,
+        deletion_timestamp: metadata.deletion_timestamp,
+        ..ObjectMeta::default()
+    };
+    let spec = pod.spec.take().unwrap_or_default();
+    pod.spec = Some(PodSpec {
+        node_name: spec.node_name,
+        tolerations: spec.tolerations,
+        ..PodSpec::default()
+    });
+    let status = pod.status.take().unwrap_or_default();
+    let conditions: Vec<_> = status
+        .conditions
+        .into_iter()
+        .flatten()
+        .filter(|c| c.type_ == POD_SCHEDULED || c.type_ == POD_DISRUPTION_TARGET)
+        .collect();
+    pod.status = Some(PodStatus {
+        conditions: (!conditions.is_empty()).then_some(conditions),
+        ..PodStatus::default()
+    });
+}
+
+/// When the pod was bound to its node: its PodScheduled condition, else its creation (a pod
+/// created with spec.nodeName set never passes the scheduler).
+pub fn bound_at(pod: &Pod) -> Timestamp {
+    let scheduled = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == POD_SCHEDULED && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref());
+    scheduled
+        .or(pod.metadata.creation_timestamp.as_ref())
+        .map_or(Timestamp::UNIX_EPOCH, |t| t.0)
+}
+
+pub fn strip_namespace(namespace: &mut Namespace) {
+    let metadata = std::mem::take(&mut namespace.metadata);
+    *namespace = Namespace {
+        metadata: ObjectMeta {
+            name: metadata.name,
+            labels: metadata.labels,
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+}
+
+/// When this process first saw each NoExecute taint that carries no `timeAdded`, per node.
+/// Such a taint's window starts then, so after a restart it starts anew, as upstream's does;
+/// taints with `timeAdded` (the node lifecycle controller sets it) keep their window.
+#[derive(Default)]
+pub struct FirstSeen {
+    nodes: HashMap<String, Vec<(Taint, Timestamp)>>,
+}
+
+impl FirstSeen {
+    /// Strips a watched Node to name, labels and NoExecute taints, each with a `timeAdded`.
+    pub fn strip_node(&mut self, node: &mut Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let seen = self.nodes.entry(name).or_default();
+        let now = Timestamp::now();
+        let taints: Vec<Taint> = no_execute_taints(
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default(),
+        )
+        .map(|taint| {
+            if taint.time_added.is_some() {
+                return taint.clone();
+            }
+            let same = |t: &Taint| t.key == taint.key && t.value == taint.value;
+            let first = seen
+                .iter()
+                .find(|(t, _)| same(t))
+                .map_or(now, |(_, at)| *at);
+            Taint {
+                time_added: Some(Time(first)),
+                ..taint.clone()
+            }
+        })
+        .collect();
+        *seen = taints
+            .iter()
+            .filter_map(|t| Some((t.clone(), t.time_added.as_ref()?.0)))
+            .collect();
+        let metadata = std::mem::take(&mut node.metadata);
+        *node = Node {
+            metadata: ObjectMeta {
+                name: metadata.name,
+                labels: metadata.labels,
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                taints: (!taints.is_empty()).then_some(taints),
+                ..NodeSpec::default()
+            }),
+            ..Node::default()
+        };
+    }
+
+    pub fn forget(&mut self, node: &str) {
+        self.nodes.remove(node);
+    }
+}
+
+/// Pods by node name, so a node's taint change costs work proportional to that node's pods.
+#[derive(Default)]
+pub struct PodsByNode {
+    nodes: HashMap<String, HashSet<ObjectRef<Pod>>>,
+    relisting: Option<HashMap<String, HashSet<ObjectRef<Pod>>>>,
+}
+
+impl PodsByNode {
+    /// Applies one event of the pod watch; returns the pods that are gone.
+    pub fn apply(&mut self, event: &watcher::Event<Pod>) -> Vec<ObjectRef<Pod>> {
+        match event {
+            watcher::Event::Apply(pod) => {
+                insert(&mut self.nodes, pod);
+                Vec::new()
+            }
+            watcher::Event::Delete(pod) => {
+                let key = ObjectRef::from_obj(pod);
+                if let Some(pods) = node_name(pod).and_then(|n| self.nodes.get_mut(n)) {
+                    pods.remove(&key);
+                }
+                vec![key]
+            }
+            watcher::Event::Init => {
+                self.relisting = Some(HashMap::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(pod) => {
+                insert(self.relisting.get_or_insert_default(), pod);
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let fresh = self.relisting.take().unwrap_or_default();
+                let kept: HashSet<&ObjectRef<Pod>> = fresh.values().flatten().collect();
+                let gone = self
+                    .nodes
+                    .values()
+                    .flatten()
+                    .filter(|pod| !kept.contains(pod))
+                    .cloned()
+                    .collect();
+                self.nodes = fresh;
+                gone
+            }
+        }
+    }
+
+    pub fn on_node(&self, node: &str) -> Vec<ObjectRef<Pod>> {
+        self.nodes
+            .get(node)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+}
+
+fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+fn insert(nodes: &mut HashMap<String, HashSet<ObjectRef<Pod>>>, pod: &Pod) {
+    if let Some(node) = node_name(pod) {
+        nodes
+            .entry(node.to_owned())
+            .or_default()
+            .insert(ObjectRef::from_obj(pod));
+    }
+}

@@ -1,0 +1,92 @@
+//! Upstream's two metrics (names as kube-controller-manager exposes them, so dashboards keep
+//! working) and the taint-manager's own.
+
+use std::sync::Arc;
+
+use evictkit_runtime::metrics::{Metrics, MetricsError};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+};
+
+/// Upstream's buckets of `taint_eviction_controller_pod_deletion_duration_seconds`.
+const UPSTREAM_BUCKETS: &[f64] = &[
+    0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,
+];
+
+#[derive(Clone)]
+pub struct TaintMetrics {
+    /// Upstream `taint_eviction_controller_pod_deletions_total`.
+    pub deletions: IntCounter,
+    /// Upstream `taint_eviction_controller_pod_deletion_duration_seconds`, in seconds (upstream
+    /// multiplies a Duration by time.Second and so reports nanoseconds times 1e9).
+    pub deletion_duration: Histogram,
+    /// Removals by action (Delete, Evict, ForceDelete).
+    pub actions: IntCounterVec,
+    /// From the moment a pod became due to the API call that removed it, by action.
+    pub removal_latency: HistogramVec,
+    /// Removals that could not be made now, by reason (PodDisruptionBudget, ZonePaused, Error).
+    pub blocked: IntCounterVec,
+    /// Zones whose evictions the zone guard pauses now.
+    pub paused_zones: IntGauge,
+    /// TaintEvictionPolicies that are invalid now (they govern nothing).
+    pub invalid_policies: IntGauge,
+}
+
+impl TaintMetrics {
+    pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
+        fn new<T>(result: Result<T, prometheus::Error>) -> Result<T, MetricsError> {
+            result.map_err(MetricsError::Register)
+        }
+        let own = Self {
+            deletions: new(IntCounter::new(
+                "taint_eviction_controller_pod_deletions_total",
+                "Number of Pods deleted by the taint manager since its start.",
+            ))?,
+            deletion_duration: new(Histogram::with_opts(
+                HistogramOpts::new(
+                    "taint_eviction_controller_pod_deletion_duration_seconds",
+                    "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via the taint manager.",
+                )
+                .buckets(UPSTREAM_BUCKETS.to_vec()),
+            ))?,
+            actions: new(IntCounterVec::new(
+                Opts::new(
+                    "evictkit_taint_manager_actions_total",
+                    "Pods removed because of NoExecute taints, by action (Delete, Evict, ForceDelete).",
+                ),
+                &["action"],
+            ))?,
+            removal_latency: new(HistogramVec::new(
+                HistogramOpts::new(
+                    "evictkit_taint_manager_removal_latency_seconds",
+                    "Seconds from the moment a pod became due (its toleration window ended, or an untolerated taint reached it) to the API call that removed it, by action.",
+                )
+                .buckets(UPSTREAM_BUCKETS.to_vec()),
+                &["action"],
+            ))?,
+            blocked: new(IntCounterVec::new(
+                Opts::new(
+                    "evictkit_taint_manager_removals_blocked_total",
+                    "Attempts to remove a due pod that did not remove it, by reason (PodDisruptionBudget, ZonePaused, Error); each is retried.",
+                ),
+                &["reason"],
+            ))?,
+            paused_zones: new(IntGauge::new(
+                "evictkit_taint_manager_paused_zones",
+                "Zones whose evictions the zone guard pauses because too many of their nodes are not ready or unreachable.",
+            ))?,
+            invalid_policies: new(IntGauge::new(
+                "evictkit_taint_manager_invalid_policies",
+                "TaintEvictionPolicies that cannot be applied (see their Valid condition); they govern nothing.",
+            ))?,
+        };
+        metrics.register(own.deletions.clone())?;
+        metrics.register(own.deletion_duration.clone())?;
+        metrics.register(own.actions.clone())?;
+        metrics.register(own.removal_latency.clone())?;
+        metrics.register(own.blocked.clone())?;
+        metrics.register(own.paused_zones.clone())?;
+        metrics.register(own.invalid_policies.clone())?;
+        Ok(own)
+    }
+}
