@@ -651,3 +651,119 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn admission_time_rules() {
+    let targets = [B, A, IMPERATIVE];
+    let old = request(
+        &["r.example.com"],
+        Some(status(
+            &targets,
+            &[],
+            Some(B),
+            vec![entry(B, Some(100), None)],
+        )),
+    );
+    let now = t(200);
+    let timeout = SignedDuration::from_mins(20);
+    let with = |entries: Vec<InterceptorStatus>, processed: &[&str], active: &str| {
+        request(
+            &["r.example.com"],
+            Some(status(&targets, processed, Some(active), entries)),
+        )
+    };
+    let mut future = entry(B, Some(100), None);
+    future.heartbeat_time = Some(Time(t(211)));
+    let mut expected_past = entry(B, Some(100), None);
+    expected_past.expected_finish_time = Some(Time(t(100)));
+    // (case, new request, denial starts with)
+    let cases = [
+        (
+            "heartbeat within the skew",
+            with(
+                vec![{
+                    let mut e = entry(B, Some(100), None);
+                    e.heartbeat_time = Some(Time(t(210)));
+                    e
+                }],
+                &[],
+                B,
+            ),
+            None,
+        ),
+        (
+            "heartbeat in the future",
+            with(vec![future], &[], B),
+            Some("status.interceptors[actor-b.example.com].heartbeatTime"),
+        ),
+        (
+            "expected finish in the past",
+            with(vec![expected_past], &[], B),
+            Some("status.interceptors[actor-b.example.com].expectedFinishTime"),
+        ),
+        (
+            "completion now, hand over in the same write",
+            with(vec![entry(B, Some(100), Some(200))], &[B], A),
+            None,
+        ),
+        (
+            "completion in the past",
+            with(vec![entry(B, Some(100), Some(150))], &[B], A),
+            Some("status.interceptors[actor-b.example.com].completionTime"),
+        ),
+        (
+            "hand over before the deadline",
+            with(vec![entry(B, Some(100), None)], &[B], A),
+            Some(
+                "status.activeInterceptors may change from actor-b.example.com to actor-a.example.com only once",
+            ),
+        ),
+        (
+            "unchanged entries are not re-checked",
+            with(vec![entry(B, Some(100), None)], &[], B),
+            None,
+        ),
+    ];
+    for (case, new, denial) in cases {
+        let result = admission::validate_update(&old, &new, now, timeout);
+        match denial {
+            None => assert_eq!(result, Ok(()), "{case}"),
+            Some(prefix) => assert!(
+                result.as_ref().is_err_and(|m| m.starts_with(prefix)),
+                "{case}: {result:?}"
+            ),
+        }
+    }
+    let timed_out = admission::validate_update(
+        &old,
+        &with(vec![entry(B, Some(100), None)], &[B], A),
+        t(1300),
+        timeout,
+    );
+    assert_eq!(timed_out, Ok(()), "heartbeat deadline passed");
+}
+
+#[test]
+fn describe_in_words() {
+    let req = request(
+        &["drain.example.com"],
+        Some(status(
+            &[B, A, IMPERATIVE],
+            &[B],
+            Some(A),
+            vec![entry(B, Some(10), Some(70))],
+        )),
+    );
+    let text = describe(&req, t(100)).join("\n");
+    for expected in [
+        "asks for the eviction of pod blueberry/p-1",
+        "Requested by drain.example.com.",
+        "Interceptors, in order: actor-b.example.com, actor-a.example.com, imperative-eviction.k8s.io.",
+        "Done with: actor-b.example.com.",
+        "Active: actor-a.example.com.",
+        "completed 2027-01-15T08:01:10Z (30s ago)",
+        "The eviction is in progress.",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing in:\n{text}");
+    }
+}

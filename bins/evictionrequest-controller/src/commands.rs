@@ -1,0 +1,124 @@
+//! The subcommands for people: take part as a requester by hand, and read a request in words.
+
+use anyhow::Context as _;
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_core::eviction_request::describe;
+use evictkit_runtime::client::{self, RateLimit};
+use evictkit_runtime::eviction_request::{TargetPod, request_eviction, withdraw_target};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::Command;
+
+#[derive(Debug, clap::Args)]
+pub struct RequestArgs {
+    /// The pod, as NAMESPACE/POD.
+    #[arg(value_name = "NAMESPACE/POD", value_parser = parse_pod)]
+    pub pod: (String, String),
+    /// Requester name, a DNS subdomain such as maintenance.example.com; also the field manager
+    /// of the write, so each requester owns only its own entry.
+    #[arg(long, value_name = "NAME")]
+    pub requester: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// The pod, as NAMESPACE/POD (it may be gone already).
+    #[arg(value_name = "NAMESPACE/POD", value_parser = parse_pod)]
+    pub pod: (String, String),
+}
+
+fn parse_pod(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("expected NAMESPACE/POD, got {value:?}")),
+    }
+}
+
+pub async fn run(command: Command) -> anyhow::Result<()> {
+    let client = client::build(RateLimit::UNLIMITED).await?;
+    match command {
+        Command::Request(args) => {
+            let (namespace, name) = &args.pod;
+            let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+                .get(name)
+                .await
+                .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+            let request = request_eviction(&client, &pod, &args.requester).await?;
+            println!(
+                "EvictionRequest {namespace}/{} requests the eviction of pod {namespace}/{name} as {}.",
+                request.metadata.name.unwrap_or_default(),
+                args.requester
+            );
+        }
+        Command::Withdraw(args) => {
+            let (namespace, name) = &args.pod;
+            let Some(request) = find(&client, namespace, name).await? else {
+                println!("Pod {namespace}/{name} has no EvictionRequest.");
+                return Ok(());
+            };
+            let target = TargetPod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid: request.metadata.name.clone().unwrap_or_default(),
+            };
+            match withdraw_target(&client, &target, &args.requester).await? {
+                Some(request) if request.spec.requesters.is_empty() => println!(
+                    "{} withdrew; no requester is left, so the request will be canceled.",
+                    args.requester
+                ),
+                Some(_) => println!("{} withdrew; other requesters remain.", args.requester),
+                None => println!("Pod {namespace}/{name} has no EvictionRequest."),
+            }
+        }
+        Command::Describe(args) => {
+            let (namespace, name) = &args.pod;
+            match find(&client, namespace, name).await? {
+                Some(request) => {
+                    for line in describe(&request, Timestamp::now()) {
+                        println!("{line}");
+                    }
+                }
+                None => println!("Pod {namespace}/{name} has no EvictionRequest."),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The request of the pod named `name`: the one named after the current pod's UID, or else
+/// (the pod is gone) the newest one that targets a pod of that name.
+async fn find(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<EvictionRequest>> {
+    let requests = Api::<EvictionRequest>::namespaced(client.clone(), namespace);
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+    if let Some(uid) = pod.and_then(|p| p.metadata.uid) {
+        return requests
+            .get_opt(&uid)
+            .await
+            .with_context(|| format!("cannot read EvictionRequest {namespace}/{uid}"));
+    }
+    let list = requests
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("cannot list EvictionRequests in {namespace}"))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|r| r.spec.target.pod.as_ref().is_some_and(|p| p.name == name))
+        .max_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+        }))
+}

@@ -1,0 +1,711 @@
+//! # evictionrequest-controller (KEP-4563, the EvictionRequest API)
+//!
+//! Requesters state an intent ("this pod should go") as an EvictionRequest named after the
+//! pod's UID; interceptors (the pod's owners, from its `evictkit.io/eviction-interceptors`
+//! annotation) get the request in order; the last, default interceptor
+//! `imperative-eviction.k8s.io` is this controller, which evicts the pod through the Eviction
+//! API (PDBs respected) with backoff. Reads top to bottom: flags, wiring, the watches
+//! (EvictionRequests, and Pods mapped to their request), `reconcile` of one request, and the
+//! actions it takes. The decisions are in [`evictkit_core::eviction_request`]; the validating
+//! webhook is in [`webhook`], the commands for people in [`commands`].
+
+pub mod commands;
+mod metrics;
+pub mod webhook;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use evictkit_api::conditions::REASON_VALIDATION_FAILED;
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
+use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, retry_delay};
+use evictkit_core::eviction_request::{
+    self as core, HandOverCause, Imperative, Plan, State, Transition, controller_status,
+    interceptor_status, message_eviction_failed, retries_in_message,
+};
+use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
+use evictkit_runtime::http::{HealthServer, Readiness};
+use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::tls::ReloadingCertResolver;
+use evictkit_runtime::{client, logging, shutdown, tls};
+use futures::{StreamExt, future};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::metrics::RequestMetrics;
+
+/// Reporting component of Events, field manager of the controller's writes, and the
+/// `component` label of shared metrics.
+pub const COMPONENT: &str = "evictionrequest-controller";
+const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
+
+type Key = ObjectRef<EvictionRequest>;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "evictionrequest-controller",
+    version,
+    args_conflicts_with_subcommands = true,
+    about = "The EvictionRequest controller of KEP-4563: cooperative pod eviction through interceptors, with a PDB-respecting fallback",
+    long_about = "The EvictionRequest controller of KEP-4563: cooperative pod eviction through interceptors, with a PDB-respecting fallback.\n\n\
+Without a subcommand it runs the controller (leader-elected) and the validating webhook for \
+evictionrequests.evictkit.io. A requester asks for a pod's eviction by creating (or joining) the \
+EvictionRequest named after the pod's UID; the pod's interceptors, listed in its annotation \
+evictkit.io/eviction-interceptors (ordered, comma-separated, at most 15), get the request one after \
+the other, each until it sets its completionTime or stops sending heartbeats for \
+--heartbeat-timeout; finally the default interceptor imperative-eviction.k8s.io evicts the pod \
+through the Eviction API, retrying with backoff while a PodDisruptionBudget blocks it.\n\n\
+The subcommands request, withdraw and describe let people take part by hand."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: Args,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ask for the eviction of a pod as REQUESTER (creates or joins its EvictionRequest).
+    Request(commands::RequestArgs),
+    /// Withdraw REQUESTER from a pod's EvictionRequest; with no requester left it is canceled.
+    Withdraw(commands::RequestArgs),
+    /// Explain a pod's EvictionRequest in words: who asked, who is active, what happened.
+    Describe(commands::DescribeArgs),
+}
+
+/// Flags of the controller and webhook.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub roles: RoleArgs,
+    /// Pass the request to the next interceptor when the active one's heartbeatTime (or, before
+    /// its first heartbeat, the moment it became active) is older than this. KEP: 20 minutes.
+    #[arg(long, value_name = "DURATION", default_value = "20m", value_parser = parse_duration)]
+    pub heartbeat_timeout: Duration,
+    /// Wait after the first failed imperative eviction of a pod; doubled per further failure.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub eviction_backoff_initial: Duration,
+    /// Longest wait between imperative eviction attempts (KEP: "maximum approx. 15 minutes").
+    #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
+    pub eviction_backoff_max: Duration,
+    /// Delete EvictionRequests whose Evicted or Canceled condition is older than this (off by
+    /// default: requesters delete their requests, KEP "EvictionRequest Completion and Deletion").
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub finished_ttl: Option<Duration>,
+    /// Handle EvictionRequests of this namespace only (default: all namespaces).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+/// Runs a subcommand, or else the controller and webhook.
+pub async fn main(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Some(command) => commands::run(command).await,
+        None => run(cli.serve).await,
+    }
+}
+
+/// Starts the health server, the webhook (all replicas) and the controller (the Lease
+/// holder), and runs until SIGTERM or until one of them fails.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    logging::init(args.common.log_format)?;
+    args.common.validate(args.roles.runs(Role::Webhook))?;
+    anyhow::ensure!(
+        args.eviction_backoff_initial <= args.eviction_backoff_max,
+        "--eviction-backoff-initial ({:?}) must not exceed --eviction-backoff-max ({:?})",
+        args.eviction_backoff_initial,
+        args.eviction_backoff_max
+    );
+    anyhow::ensure!(
+        !args.heartbeat_timeout.is_zero(),
+        "--heartbeat-timeout must be positive"
+    );
+    tls::install_crypto_provider();
+    let shutdown = shutdown::on_signal()?;
+    let client = client::build(args.common.rate_limit()).await?;
+    let metrics = Arc::new(Metrics::new(COMPONENT)?);
+    let readiness = Readiness::default();
+    let health =
+        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
+    let heartbeat_timeout = SignedDuration::try_from(args.heartbeat_timeout)
+        .context("--heartbeat-timeout is too long")?;
+
+    let mut parts: Vec<future::BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    if args.roles.runs(Role::Webhook) {
+        let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
+        let server = webhook::webhooks(client.clone(), metrics.clone(), heartbeat_timeout)
+            .bind(args.common.webhook_addr, certificates)?;
+        tracing::info!(addr = %server.local_addr()?, "serving the validating webhook");
+        let token = shutdown.clone();
+        parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
+    }
+    if args.roles.runs(Role::Controller) {
+        let settings = Arc::new(Settings {
+            evictions: EvictionClient::new(client.clone(), metrics.clone())
+                .dry_run(args.common.dry_run),
+            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            metrics: RequestMetrics::register(&metrics)?,
+            config: core::Config { heartbeat_timeout },
+            backoff: (args.eviction_backoff_initial, args.eviction_backoff_max),
+            finished_ttl: args.finished_ttl,
+            dry_run: args.common.dry_run,
+            namespace: args.namespace.clone(),
+        });
+        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
+        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
+        parts.push(Box::pin(async move {
+            leader
+                .run(client.clone(), metrics, token, |work| {
+                    control(client, settings, work)
+                })
+                .await
+                .context("leader election")
+        }));
+    }
+    let token = shutdown.clone();
+    parts.push(Box::pin(async move { Ok(health.serve(token).await?) }));
+    readiness.set_ready(true);
+
+    // The first part to end (an error, or all of them at shutdown) stops the others.
+    let (result, _, rest) = future::select_all(parts).await;
+    shutdown.cancel();
+    future::join_all(rest).await;
+    result
+}
+
+/// What the flags decide, shared by every term of leadership.
+struct Settings {
+    evictions: EvictionClient,
+    recorder: EventRecorder,
+    metrics: RequestMetrics,
+    config: core::Config,
+    /// `--eviction-backoff-initial`, `--eviction-backoff-max`.
+    backoff: (Duration, Duration),
+    finished_ttl: Option<Duration>,
+    dry_run: bool,
+    namespace: Option<String>,
+}
+
+/// What reconcile needs. The per-request eviction backoff lives here because kube-runtime
+/// keeps no per-object backoff (DESIGN.md); its retry count starts from the one written in the
+/// request's status, so a restart does not reset the backoff.
+struct Context {
+    client: Client,
+    settings: Arc<Settings>,
+    pods: Store<Pod>,
+    retries: Mutex<HashMap<Key, Retry>>,
+}
+
+#[derive(Clone, Copy)]
+struct Retry {
+    failures: u32,
+    next_attempt: tokio::time::Instant,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Settings;
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+impl Context {
+    fn forget(&self, key: &Key) {
+        self.retries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        self.metrics.forget(key);
+    }
+
+    fn pod(&self, request: &EvictionRequest) -> Option<Arc<Pod>> {
+        let name = &request.spec.target.pod.as_ref()?.name;
+        self.pods
+            .get(&ObjectRef::new(name).within(&request.namespace().unwrap_or_default()))
+    }
+}
+
+/// The pod fields the decisions read; everything else is dropped from the cache.
+fn strip_pod(pod: &mut Pod) {
+    let metadata = std::mem::take(&mut pod.metadata);
+    let annotations: BTreeMap<String, String> = metadata
+        .annotations
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key == EVICTION_INTERCEPTORS || key == MIRROR_POD_ANNOTATION)
+        .collect();
+    pod.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        labels: metadata.labels,
+        owner_references: metadata.owner_references,
+        deletion_timestamp: metadata.deletion_timestamp,
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    };
+    pod.spec = None;
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        ..PodStatus::default()
+    });
+}
+
+/// The watches and the controller, run while holding the Lease.
+async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+    let (request_store, request_writer) = reflector::store();
+    let (pod_store, pod_writer) = reflector::store();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        settings: settings.clone(),
+        pods: pod_store.clone(),
+        retries: Mutex::default(),
+    });
+    let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
+        Some(namespace) => (
+            Api::namespaced(client.clone(), namespace),
+            Api::namespaced(client.clone(), namespace),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+
+    let requests = {
+        let context = context.clone();
+        watcher(requests_api, watcher::Config::default())
+            .default_backoff()
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Delete(request)) = event {
+                    context.forget(&ObjectRef::from_obj(request));
+                }
+            })
+            .reflect(request_writer)
+            .applied_objects()
+            .inspect({
+                let metrics = settings.metrics.queue.clone();
+                move |request| {
+                    if let Ok(request) = request {
+                        metrics.added(&ObjectRef::from_obj(request));
+                    }
+                }
+            })
+    };
+
+    // A pod's change (or deletion) concerns the request named after its UID, if there is one.
+    let pod_changes = {
+        let requests = request_store.clone();
+        let metrics = settings.metrics.queue.clone();
+        watcher(pods_api, watcher::Config::default())
+            .default_backoff()
+            .modify(strip_pod)
+            .reflect(pod_writer)
+            .touched_objects()
+            .filter_map(move |pod| {
+                let key = pod.ok().and_then(|pod| {
+                    let key = Key::new(pod.metadata.uid.as_deref()?)
+                        .within(&pod.namespace().unwrap_or_default());
+                    requests.get(&key).is_some().then_some(key)
+                });
+                if let Some(key) = &key {
+                    metrics.added(key);
+                }
+                future::ready(key)
+            })
+    };
+
+    // Both caches complete before the first decision: a pod missing from a half-filled cache
+    // would otherwise cancel its request as "not found".
+    let stores = {
+        let (requests, pods) = (request_store.clone(), pod_store.clone());
+        async move {
+            let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
+        }
+    };
+    Controller::for_stream(requests, request_store)
+        .reconcile_on(pod_changes)
+        .graceful_shutdown_on(token.cancelled_owned())
+        .run(reconcile_when_ready(stores), error_policy, context)
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile ended with an error");
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+/// `reconcile`, once both caches have been filled.
+fn reconcile_when_ready(
+    stores: impl Future<Output = ()> + Send + 'static,
+) -> impl FnMut(Arc<EvictionRequest>, Arc<Context>) -> future::BoxFuture<'static, Result<Action, Error>>
+{
+    let ready = futures::FutureExt::shared(Box::pin(stores));
+    move |request, context| {
+        let ready = ready.clone();
+        Box::pin(async move {
+            ready.await;
+            reconcile(request, context).await
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Eviction(#[from] EvictionError),
+    #[error("cannot {action} EvictionRequest {request}: {source}")]
+    Write {
+        action: &'static str,
+        request: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+fn error_policy(request: Arc<EvictionRequest>, error: &Error, context: Arc<Context>) -> Action {
+    context.metrics.queue.retries.inc();
+    tracing::warn!(request = %id(&request), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn id(request: &EvictionRequest) -> String {
+    format!(
+        "{}/{}",
+        request.namespace().unwrap_or_default(),
+        request.name_any()
+    )
+}
+
+/// One EvictionRequest: the state machine's step, then its writes, eviction and Events.
+async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(request.as_ref());
+    let _timer = context.metrics.queue.started(&key);
+    let pod = context.pod(&request);
+    let now = Timestamp::now();
+    let mut plan = core::reconcile(&request, pod.as_deref(), now, &context.config);
+    let mut requeue = plan.requeue_after.map(|d| d.unsigned_abs());
+
+    if let (Some(labels), false) = (&plan.labels, context.dry_run) {
+        apply_labels(&context.client, &request, labels).await?;
+    }
+    match (plan.imperative.clone(), pod.as_deref()) {
+        (Some(Imperative::Evict), Some(pod)) => {
+            let wait = imperative_eviction(&request, &key, pod, &mut plan, now, &context).await?;
+            requeue = min_some(requeue, wait);
+        }
+        (Some(Imperative::Unsupported(message)), _) => {
+            let current =
+                interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR);
+            if current.is_none_or(|c| c.message != message) {
+                plan.record_imperative(&message, now);
+                warn(
+                    &context,
+                    &request,
+                    "EvictionNotSupported",
+                    "Evict",
+                    &message,
+                )
+                .await;
+            }
+        }
+        _ => {}
+    }
+
+    let finished = State::of_status(Some(&plan.status)).is_finished();
+    if controller_status(request.status.as_ref()) != plan.status && !context.dry_run {
+        apply_status(&context.client, &request, &plan).await?;
+    }
+    let mut observed = request.as_ref().clone();
+    observed.status = Some(plan.status.clone());
+    context.metrics.observe(&observed, finished);
+    for transition in &plan.transitions {
+        record(&context, &request, transition).await;
+    }
+    if finished {
+        context
+            .retries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        requeue = min_some(requeue, expire(&request, &plan, now, &context).await?);
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
+/// its status message and the next attempt waits (exponential backoff, capped). Returns the
+/// wait before the next attempt, if one is due.
+async fn imperative_eviction(
+    request: &EvictionRequest,
+    key: &Key,
+    pod: &Pod,
+    plan: &mut Plan,
+    now: Timestamp,
+    context: &Context,
+) -> Result<Option<Duration>, Error> {
+    let previous = {
+        let mut retries = context.retries.lock().unwrap_or_else(|p| p.into_inner());
+        *retries.entry(key.clone()).or_insert_with(|| Retry {
+            failures: interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR)
+                .and_then(|e| retries_in_message(&e.message))
+                .unwrap_or(0),
+            next_attempt: tokio::time::Instant::now(),
+        })
+    };
+    let wait = previous
+        .next_attempt
+        .saturating_duration_since(tokio::time::Instant::now());
+    if !wait.is_zero() {
+        return Ok(Some(wait));
+    }
+    let namespace = key.namespace.as_deref().unwrap_or_default();
+    let pod_name = pod.name_any();
+    context
+        .metrics
+        .imperative_evictions
+        .with_label_values(&[namespace, &key.name, &pod_name])
+        .inc();
+    let outcome = context.evictions.evict(pod).await?;
+    let failure = match &outcome {
+        EvictionOutcome::Evicted | EvictionOutcome::InBackground { .. } => {
+            let message = match &outcome {
+                EvictionOutcome::InBackground { message } => {
+                    format!(
+                        "The Eviction API accepted the eviction of pod {namespace}/{pod_name}, which proceeds in the background: {message}"
+                    )
+                }
+                _ => format!("Evicted pod {namespace}/{pod_name} through the Eviction API."),
+            };
+            plan.record_imperative(&message, now);
+            normal(context, request, "Evicting", "Evict", &message).await;
+            context
+                .retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(key);
+            return Ok(None);
+        }
+        EvictionOutcome::Gone => return Ok(None),
+        EvictionOutcome::BlockedByBudget { message } | EvictionOutcome::Conflict { message } => {
+            message.clone()
+        }
+        EvictionOutcome::Other { status } => status.message.clone(),
+    };
+    let failures = previous.failures + 1;
+    let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
+    context
+        .retries
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            key.clone(),
+            Retry {
+                failures,
+                next_attempt: tokio::time::Instant::now() + delay,
+            },
+        );
+    plan.record_imperative(&message_eviction_failed(failures), now);
+    let note = format!(
+        "Cannot evict pod {namespace}/{pod_name} ({}), retry {failures} in {delay:?}: {failure}",
+        outcome.label()
+    );
+    warn(context, request, "EvictionFailed", "Evict", &note).await;
+    Ok(Some(delay))
+}
+
+/// `--finished-ttl`: a finished request is deleted once its condition is old enough.
+async fn expire(
+    request: &EvictionRequest,
+    plan: &Plan,
+    now: Timestamp,
+    context: &Context,
+) -> Result<Option<Duration>, Error> {
+    let Some(ttl) = context.finished_ttl else {
+        return Ok(None);
+    };
+    let Some(finished_at) = plan
+        .status
+        .conditions
+        .iter()
+        .filter(|c| c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .min()
+    else {
+        return Ok(None);
+    };
+    let age = now.duration_since(finished_at).unsigned_abs();
+    if now > finished_at && age >= ttl {
+        let api: Api<EvictionRequest> = Api::namespaced(
+            context.client.clone(),
+            &request.namespace().unwrap_or_default(),
+        );
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: request.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            dry_run: context.dry_run,
+            ..DeleteParams::default()
+        };
+        match api.delete(&request.name_any(), &params).await {
+            Ok(_) => {
+                tracing::info!(request = %id(request), "deleted: finished longer than --finished-ttl")
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Write {
+                    action: "delete",
+                    request: id(request),
+                    source: Box::new(source),
+                });
+            }
+        }
+        return Ok(None);
+    }
+    Ok(Some(ttl.saturating_sub(age)))
+}
+
+/// KEP (Label Synchronization): the pod's labels onto the request, owned by the controller.
+async fn apply_labels(
+    client: &Client,
+    request: &EvictionRequest,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let api: Api<EvictionRequest> =
+        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": API_VERSION,
+        "kind": "EvictionRequest",
+        "metadata": { "name": request.name_any(), "labels": labels },
+    });
+    // Force: "the labels of the target have a preference" over anyone else's.
+    api.patch(
+        &request.name_any(),
+        &PatchParams::apply(COMPONENT).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(|source| Error::Write {
+        action: "synchronise the labels of",
+        request: id(request),
+        source: Box::new(source),
+    })?;
+    Ok(())
+}
+
+/// The controller's part of the status, by server-side apply: interceptors' own entries
+/// belong to their field managers and are left alone.
+async fn apply_status(
+    client: &Client,
+    request: &EvictionRequest,
+    plan: &Plan,
+) -> Result<(), Error> {
+    let api: Api<EvictionRequest> =
+        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": API_VERSION,
+        "kind": "EvictionRequest",
+        "metadata": { "name": request.name_any() },
+        "status": plan.status,
+    });
+    api.patch_status(
+        &request.name_any(),
+        &PatchParams::apply(COMPONENT).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(|source| Error::Write {
+        action: "update the status of",
+        request: id(request),
+        source: Box::new(source),
+    })?;
+    Ok(())
+}
+
+/// One Event per transition, on the EvictionRequest (KEP: involvedObject is the request).
+async fn record(context: &Context, request: &EvictionRequest, transition: &Transition) {
+    let timeout = context.config.heartbeat_timeout;
+    match transition {
+        Transition::Activated { interceptor } => {
+            let note = format!("Interceptor {interceptor} is active.");
+            normal(context, request, "InterceptorActivated", "Select", &note).await;
+        }
+        Transition::HandedOver { from, to, cause } => {
+            let why = match cause {
+                HandOverCause::Completed => format!("Interceptor {from} completed"),
+                HandOverCause::HeartbeatTimeout => {
+                    format!("Interceptor {from} sent no heartbeat for {timeout}")
+                }
+            };
+            let note = format!("{why}; interceptor {to} is active.");
+            normal(context, request, "InterceptorHandOver", "Select", &note).await;
+        }
+        Transition::Canceled { reason, message } => {
+            if *reason == REASON_VALIDATION_FAILED {
+                if message.contains(EVICTION_INTERCEPTORS) {
+                    context.metrics.invalid_interceptors.inc();
+                }
+                warn(context, request, "Canceled", "Cancel", message).await;
+            } else {
+                normal(context, request, "Canceled", "Cancel", message).await;
+            }
+        }
+        Transition::Evicted { message, .. } => {
+            normal(context, request, "Evicted", "Complete", message).await;
+        }
+    }
+}
+
+async fn normal(
+    context: &Context,
+    request: &EvictionRequest,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    tracing::info!(request = %id(request), reason, "{note}");
+    if let Err(error) = context.recorder.normal(request, reason, action, note).await {
+        tracing::warn!(%error, "cannot record event");
+    }
+}
+
+async fn warn(
+    context: &Context,
+    request: &EvictionRequest,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    tracing::warn!(request = %id(request), reason, "{note}");
+    if let Err(error) = context
+        .recorder
+        .warning(request, reason, action, note)
+        .await
+    {
+        tracing::warn!(%error, "cannot record event");
+    }
+}

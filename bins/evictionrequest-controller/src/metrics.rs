@@ -1,0 +1,299 @@
+//! KEP-4563's metrics (names as the KEP spells them), and the workqueue metrics the KEP lists
+//! with `name="evictionrequests"`.
+//!
+//! The per-request series are recomputed on every reconcile of a request and removed when the
+//! request is deleted, so the registry holds only live requests.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_runtime::metrics::{Metrics, MetricsError};
+use kube::runtime::reflector::ObjectRef;
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
+
+/// Label value of the KEP's workqueue metrics.
+const QUEUE_NAME: &str = "evictionrequests";
+
+type Key = ObjectRef<EvictionRequest>;
+
+#[derive(Clone)]
+pub struct RequestMetrics {
+    /// `evictionrequest_controller_imperative_evictions{namespace, evictionrequest, pod}`.
+    pub imperative_evictions: IntCounterVec,
+    active_interceptor: IntGaugeVec,
+    processed_interceptor: IntGaugeVec,
+    active_requester: IntGaugeVec,
+    pod_interceptors: IntGaugeVec,
+    /// Malformed interceptor annotations seen (bad input is counted, DESIGN.md).
+    pub invalid_interceptors: IntCounter,
+    pub queue: QueueMetrics,
+    /// The label sets published per request, to remove those that no longer apply.
+    published: Arc<Mutex<HashMap<Key, Published>>>,
+}
+
+#[derive(Default, Clone, PartialEq)]
+struct Published {
+    pod: String,
+    active: BTreeSet<String>,
+    processed: BTreeSet<String>,
+    requesters: BTreeSet<String>,
+    interceptors: Option<i64>,
+}
+
+/// workqueue_* of client-go, for the controller's queue of EvictionRequests.
+#[derive(Clone)]
+pub struct QueueMetrics {
+    pub depth: IntGauge,
+    pub adds: IntCounter,
+    pub queue_duration: Histogram,
+    pub work_duration: Histogram,
+    pub retries: IntCounter,
+    /// Keys waiting, with the time they were first added (client-go's queue_duration).
+    waiting: Arc<Mutex<HashMap<Key, Instant>>>,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(
+    metrics: &Metrics,
+    result: Result<T, prometheus::Error>,
+) -> Result<T, MetricsError> {
+    let collector = result.map_err(MetricsError::Register)?;
+    metrics.register(collector.clone())?;
+    Ok(collector)
+}
+
+impl RequestMetrics {
+    pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
+        let per_request = ["namespace", "evictionrequest", "pod"];
+        let per_interceptor = ["namespace", "evictionrequest", "pod", "interceptor"];
+        let queue_opts =
+            |name: &str, help: &str| Opts::new(name, help).const_label("name", QUEUE_NAME);
+        let histogram = |name: &str, help: &str| {
+            HistogramOpts::new(name, help)
+                .const_label("name", QUEUE_NAME)
+                .buckets(prometheus::exponential_buckets(0.001, 4.0, 10).unwrap_or_default())
+        };
+        Ok(Self {
+            imperative_evictions: register(
+                metrics,
+                IntCounterVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_imperative_evictions",
+                        "Eviction API calls of the imperative-eviction.k8s.io interceptor, per EvictionRequest and Pod (KEP-4563).",
+                    ),
+                    &per_request,
+                ),
+            )?,
+            active_interceptor: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_active_interceptor",
+                        "1 for the active interceptor of each EvictionRequest and target Pod (KEP-4563).",
+                    ),
+                    &per_interceptor,
+                ),
+            )?,
+            processed_interceptor: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_processed_interceptor",
+                        "1 for each processed interceptor of each EvictionRequest and target Pod (KEP-4563).",
+                    ),
+                    &per_interceptor,
+                ),
+            )?,
+            active_requester: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_active_requester",
+                        "1 for each requester of each EvictionRequest and target Pod (KEP-4563).",
+                    ),
+                    &["namespace", "evictionrequest", "pod", "requester"],
+                ),
+            )?,
+            pod_interceptors: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_pod_interceptors",
+                        "Interceptors available to each target Pod, the default one included (KEP-4563).",
+                    ),
+                    &["namespace", "pod"],
+                ),
+            )?,
+            invalid_interceptors: register(
+                metrics,
+                IntCounter::new(
+                    "evictkit_evictionrequest_invalid_interceptors_total",
+                    "EvictionRequests canceled because their pod's evictkit.io/eviction-interceptors annotation is malformed.",
+                ),
+            )?,
+            queue: QueueMetrics {
+                depth: register(
+                    metrics,
+                    IntGauge::with_opts(queue_opts(
+                        "workqueue_depth",
+                        "Current depth of the workqueue.",
+                    )),
+                )?,
+                adds: register(
+                    metrics,
+                    IntCounter::with_opts(queue_opts(
+                        "workqueue_adds_total",
+                        "Total number of adds handled by the workqueue.",
+                    )),
+                )?,
+                queue_duration: register(
+                    metrics,
+                    Histogram::with_opts(histogram(
+                        "workqueue_queue_duration_seconds",
+                        "How long in seconds an item stays in the workqueue before being requested.",
+                    )),
+                )?,
+                work_duration: register(
+                    metrics,
+                    Histogram::with_opts(histogram(
+                        "workqueue_work_duration_seconds",
+                        "How long in seconds processing an item from the workqueue takes.",
+                    )),
+                )?,
+                retries: register(
+                    metrics,
+                    IntCounter::with_opts(queue_opts(
+                        "workqueue_retries_total",
+                        "Total number of retries handled by the workqueue.",
+                    )),
+                )?,
+                waiting: Arc::default(),
+            },
+            published: Arc::default(),
+        })
+    }
+
+    /// Publishes the request's current interceptors and requesters, removing stale series.
+    pub fn observe(&self, request: &EvictionRequest, finished: bool) {
+        let key = ObjectRef::from_obj(request);
+        let pod = request
+            .spec
+            .target
+            .pod
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        let status = request.status.as_ref();
+        let now = if finished {
+            Published {
+                pod,
+                ..Published::default()
+            }
+        } else {
+            Published {
+                pod,
+                active: status
+                    .iter()
+                    .flat_map(|s| s.active_interceptors.iter().cloned())
+                    .collect(),
+                processed: status
+                    .iter()
+                    .flat_map(|s| s.processed_interceptors.iter().cloned())
+                    .collect(),
+                requesters: request
+                    .spec
+                    .requesters
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect(),
+                interceptors: status
+                    .map(|s| s.target_interceptors.len() as i64)
+                    .filter(|n| *n > 0),
+            }
+        };
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        let before = published.remove(&key).unwrap_or_default();
+        if before != now {
+            self.set(&key, &before, false);
+            self.set(&key, &now, true);
+        }
+        published.insert(key, now);
+    }
+
+    /// The request is gone: all its series go.
+    pub fn forget(&self, key: &Key) {
+        let before = self
+            .published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        if let Some(before) = before {
+            self.set(key, &before, false);
+            let namespace = key.namespace.as_deref().unwrap_or_default();
+            // An error only says there was no eviction attempt.
+            let _ =
+                self.imperative_evictions
+                    .remove_label_values(&[namespace, &key.name, &before.pod]);
+        }
+        self.queue
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    /// Sets (`on`) or removes the series of one published state.
+    fn set(&self, key: &Key, state: &Published, on: bool) {
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let name = key.name.as_str();
+        let pod = state.pod.as_str();
+        let gauges = [
+            (&self.active_interceptor, &state.active),
+            (&self.processed_interceptor, &state.processed),
+            (&self.active_requester, &state.requesters),
+        ];
+        for (gauge, values) in gauges {
+            for value in values {
+                let labels = [namespace, name, pod, value.as_str()];
+                if on {
+                    gauge.with_label_values(&labels).set(1);
+                } else {
+                    let _ = gauge.remove_label_values(&labels);
+                }
+            }
+        }
+        if let Some(count) = state.interceptors {
+            if on {
+                self.pod_interceptors
+                    .with_label_values(&[namespace, pod])
+                    .set(count);
+            } else {
+                let _ = self.pod_interceptors.remove_label_values(&[namespace, pod]);
+            }
+        }
+    }
+}
+
+impl QueueMetrics {
+    /// A trigger for `key` arrived (a watch event of the request or of its pod).
+    pub fn added(&self, key: &Key) {
+        self.adds.inc();
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.entry(key.clone()).or_insert_with(Instant::now);
+        self.depth.set(waiting.len() as i64);
+    }
+
+    /// Work on `key` starts; the returned timer observes workqueue_work_duration_seconds when
+    /// dropped.
+    pub fn started(&self, key: &Key) -> prometheus::HistogramTimer {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(since) = waiting.remove(key) {
+            self.queue_duration.observe(since.elapsed().as_secs_f64());
+        }
+        self.depth.set(waiting.len() as i64);
+        self.work_duration.start_timer()
+    }
+}
