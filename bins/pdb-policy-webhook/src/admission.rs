@@ -216,3 +216,6 @@ fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -
         None => Reviewed::allowed(),
     }
 }
+
+#[cfg(test)]
+mod tests;

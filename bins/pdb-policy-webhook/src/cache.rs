@@ -313,3 +313,28 @@ fn project_namespace(namespace: Namespace) -> Namespace {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+impl Caches {
+    /// Caches holding exactly these objects, as after a first list.
+    pub fn of(
+        pods: Vec<Pod>,
+        pdbs: Vec<PodDisruptionBudget>,
+        namespaces: Vec<Namespace>,
+        policies: Vec<PodDisruptionBudgetPolicy>,
+    ) -> Self {
+        let caches = Self {
+            pods: Index::new("Pod"),
+            pdbs: Index::new("PodDisruptionBudget"),
+            namespaces: Index::new("Namespace"),
+            policies: Index::new("PodDisruptionBudgetPolicy"),
+        };
+        caches
+            .pods
+            .replace(pods.into_iter().map(project_pod).collect());
+        caches.pdbs.replace(pdbs);
+        caches.namespaces.replace(namespaces);
+        caches.policies.replace(policies);
+        caches
+    }
+}

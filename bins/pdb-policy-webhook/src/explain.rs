@@ -209,3 +209,51 @@ pub fn table(explanations: &[Explanation]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn table_shows_the_budget_the_prediction_and_the_advice() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-2", "namespace": "shop", "labels": {"app": "web"}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
+        }))
+        .unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "generation": 1},
+            "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 3, "disruptionsAllowed": 0, "expectedPods": 3},
+        }))
+        .unwrap();
+        let explanation = pdb_policy::explain(&pod, &[pdb], std::slice::from_ref(&pod), None);
+        let printed = table(&[explanation]);
+        let lines: Vec<&str> = printed.lines().collect();
+        assert!(lines[0].starts_with("POD"), "{printed}");
+        assert!(
+            lines[1].starts_with("shop/web-2")
+                && lines[1].contains("429 blocked")
+                && lines[1].contains("NoDisruptionsAllowed (apiserver)"),
+            "{printed}"
+        );
+        assert!(printed.contains("PDB web: minAvailable=3 maxUnavailable=- unhealthyPodEvictionPolicy=<unset> currentHealthy=2 desiredHealthy=3 disruptionsAllowed=0 observedGeneration=1/1"), "{printed}");
+        assert!(
+            printed.contains(
+                "message: Cannot evict pod as it would violate the pod's disruption budget."
+            ),
+            "{printed}"
+        );
+        assert!(
+            printed.contains(
+                "cause: The disruption budget web needs 3 healthy pods and has 2 currently"
+            ),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("-> set unhealthyPodEvictionPolicy: AlwaysAllow on PDB web"),
+            "{printed}"
+        );
+    }
+}
