@@ -221,12 +221,8 @@ fn verdicts() {
 #[test]
 fn label_changes_that_matter() {
     // (case, old labels, new labels, changed keys)
-    let cases: [(
-        &str,
-        Option<&[(&str, &str)]>,
-        Option<&[(&str, &str)]>,
-        &[&str],
-    ); 6] = [
+    type Labels<'a> = Option<&'a [(&'a str, &'a str)]>;
+    let cases: [(&str, Labels, Labels, &[&str]); 6] = [
         ("same labels", Some(&[("a", "1")]), Some(&[("a", "1")]), &[]),
         ("added", Some(&[]), Some(&[("a", "1")]), &["a"]),
         (
