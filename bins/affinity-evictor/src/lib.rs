@@ -78,6 +78,10 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = true, default_missing_value = "true")]
     pub enabled: bool,
+    /// Watch and evict pods of this namespace only (default: all namespaces), e.g. to try the
+    /// controller on one team's workloads first.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
     /// Wait after the first failed eviction of a pod; doubled per further failure.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub retry_backoff_base: Duration,
@@ -124,6 +128,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             enabled: args.enabled,
             dry_run: args.common.dry_run,
             backoff: (args.retry_backoff_base, args.retry_backoff_max),
+            namespace: args.namespace.clone(),
         };
         if !args.enabled {
             tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
@@ -159,6 +164,7 @@ struct Settings {
     dry_run: bool,
     /// `--retry-backoff-base`, `--retry-backoff-max`.
     backoff: (Duration, Duration),
+    namespace: Option<String>,
 }
 
 /// What reconcile needs; per-pod retry state lives here because kube-runtime keeps no
@@ -220,20 +226,21 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
     // Pods bound to a node only: the scheduler, not this controller, places the others.
     let pods = {
         let (index, context) = (index.clone(), context.clone());
-        watcher(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default().fields("spec.nodeName!="),
-        )
-        .default_backoff()
-        .modify(strip_pod)
-        .reflect(pod_writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
-                gone.iter().for_each(|pod| context.gone(pod));
-            }
-        })
-        .applied_objects()
+        let api = match &context.namespace {
+            Some(namespace) => Api::<Pod>::namespaced(client.clone(), namespace),
+            None => Api::<Pod>::all(client.clone()),
+        };
+        watcher(api, watcher::Config::default().fields("spec.nodeName!="))
+            .default_backoff()
+            .modify(strip_pod)
+            .reflect(pod_writer)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
+                    gone.iter().for_each(|pod| context.gone(pod));
+                }
+            })
+            .applied_objects()
     };
 
     // Node label changes, mapped to the opted-in pods on that node that read a changed key.

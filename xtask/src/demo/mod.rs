@@ -13,6 +13,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cluster::{self, Cluster};
 
+mod affinity_evictor;
 mod drain;
 mod pdb_policy_webhook;
 
@@ -44,6 +45,11 @@ const SCENARIOS: &[Scenario] = &[
         name: "pdb-policy-webhook",
         shows: "a drain preview shows a not-Ready pod blocked by its PDB; a PodDisruptionBudgetPolicy defaults unhealthyPodEvictionPolicy: AlwaysAllow and the drain goes through",
         run: pdb_policy_webhook::run,
+    },
+    Scenario {
+        name: "affinity-evictor",
+        shows: "KEP-4328's user story: removing userB=allow from the old nodes moves user B's pods to the new node, one at a time as their PDB allows; user A's pods stay",
+        run: affinity_evictor::run,
     },
 ];
 
@@ -129,6 +135,35 @@ impl Demo {
             println!("            {line}");
         }
         Ok(())
+    }
+}
+
+/// A free loopback port for a component the demo starts.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Waits until the component's `/readyz` on `metrics_port` answers 200.
+fn wait_ready(binary: &str, metrics_port: u16) -> Result<()> {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let ready =
+            std::net::TcpStream::connect(("127.0.0.1", metrics_port)).and_then(|mut stream| {
+                write!(stream, "GET /readyz HTTP/1.0\r\n\r\n")?;
+                let mut response = String::new();
+                stream.read_to_string(&mut response)?;
+                Ok(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"))
+            });
+        if ready.unwrap_or(false) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{binary} not ready after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
 

@@ -1,0 +1,536 @@
+//! affinity-evictor (KEP-4328) against the real control plane: the KEP's e2e steps 1–9, a PDB
+//! that blocks the eviction until it allows it, DaemonSet pods not recreated on a node that no
+//! longer matches, `--enabled=false`, and label changes irrelevant to the selector.
+//!
+//! Each test starts its own affinity-evictor restricted to its namespace (`--namespace`), with
+//! its Lease there too, and labels only nodes it created: the label value is the test's
+//! namespace, so no other test's node or pod can match or be evicted.
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use evictkit_api::conditions::REASON_REQUIRED_NODE_AFFINITY_VIOLATION;
+use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_core::affinity_eviction::CONDITION_TYPE;
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::component::{Component, free_port};
+use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_testenv::webhook::{Registration, rule};
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, PodTemplateSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+const USER_B: &str = "userB";
+
+/// The KEP's selector, `userB In [<namespace>]`.
+fn selector(env: &TestEnv) -> String {
+    json!({"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": USER_B, "operator": "In", "values": [env.namespace]}
+    ]}]})
+    .to_string()
+}
+
+/// A bare pod opted in with `annotation`.
+fn annotated_pod(name: &str, app: &str, annotation: &str) -> Pod {
+    let mut pod = objects::pod(name, app);
+    pod.metadata.annotations =
+        Some([(REQUIRED_DURING_EXECUTION.to_owned(), annotation.to_owned())].into());
+    pod
+}
+
+/// Starts the affinity-evictor for this test (controller and webhook), registers its webhook
+/// for Pods and DaemonSets of the namespace, and waits until it is ready.
+async fn start(env: &TestEnv, extra: &[&str]) -> Result<Component> {
+    let cert = env.serving_cert()?;
+    let dir = env
+        .cluster_dir()
+        .join("logs/e2e")
+        .join(format!("{}-certs", env.namespace));
+    std::fs::create_dir_all(&dir)?;
+    let (cert_file, key_file) = cert.write_to(&dir)?;
+    let port = free_port()?;
+    let webhook_addr = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "--namespace",
+        &env.namespace,
+        "--leader-election-namespace",
+        &env.namespace,
+        "--webhook-addr",
+        &webhook_addr,
+        "--tls-cert-file",
+        cert_file.to_str().unwrap_or_default(),
+        "--tls-key-file",
+        key_file.to_str().unwrap_or_default(),
+        "--retry-backoff-base=200ms",
+        "--retry-backoff-max=2s",
+    ];
+    args.extend_from_slice(extra);
+    let mut component = env.start_component("affinity-evictor", &args)?;
+    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    env.register_mutating_webhook(
+        Registration {
+            name: "affinity-evictor".into(),
+            url: format!("https://127.0.0.1:{port}/mutate"),
+            rules: vec![
+                rule(&[""], &["v1"], &["pods"], &["CREATE", "UPDATE"]),
+                rule(&["apps"], &["v1"], &["daemonsets"], &["CREATE", "UPDATE"]),
+            ],
+            failure_policy: "Fail".into(),
+        },
+        &cert.ca_pem,
+    )
+    .await?;
+    // The controller acts once it holds the Lease.
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while component.metric_value("evictkit_leader")? != Some(1.0) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Lease taken; log:\n{}",
+            component.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(component)
+}
+
+async fn label_node(env: &TestEnv, node: &str, labels: serde_json::Value) -> Result<()> {
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await?;
+    Ok(())
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+fn condition_reason(pod: &Pod) -> Option<(String, String)> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_TYPE)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+/// Events of this namespace with `reason` about the pod `name`.
+async fn events_about(env: &TestEnv, name: &str, reason: &str) -> Result<Vec<Event>> {
+    let events = env.api::<Event>().list(&ListParams::default()).await?.items;
+    Ok(events
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(name)
+        })
+        .collect())
+}
+
+async fn wait_for_metric(
+    component: &Component,
+    series: &str,
+    what: impl Fn(Option<f64>) -> bool,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    loop {
+        let value = component.metric_value(series)?;
+        if what(value) {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "metric {series} is {value:?}; metrics:\n{}\nlog:\n{}",
+            component.metrics()?,
+            component.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn kep_e2e_steps_scheduling_eviction_and_rescheduling() -> Result<()> {
+    let env = TestEnv::new("affinity-kep").await?;
+    let evictor = start(&env, &[]).await?;
+    let pods = env.api::<Pod>();
+
+    // 1. A node that has the label.
+    let old = env
+        .create_node(objects::node("old", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    // 2. A pod whose required-during-execution affinity matches it; the webhook copies the
+    //    selector into requiredDuringScheduling, so the scheduler honours it.
+    let created = env
+        .create(&annotated_pod("web-1", "web", &selector(&env)))
+        .await?;
+    let required = created
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    ensure!(
+        required.is_some(),
+        "the webhook did not set requiredDuringScheduling: {created:?}"
+    );
+    // 3. Scheduled to that node.
+    let running =
+        wait::wait_for(&pods, "web-1", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    assert_eq!(node_of(&running), Some(old.as_str()));
+    let uid = running.uid().unwrap_or_default();
+
+    // 4. Remove the node label. 5. The pod is evicted, through the Eviction API.
+    label_node(&env, &old, json!({USER_B: null})).await?;
+    wait::wait_for_deletion(&pods, "web-1", DEFAULT_TIMEOUT).await?;
+    let evictions = env.evictions_of_uid(&uid)?;
+    ensure!(
+        evictions.iter().any(|e| e.code() == Some(201)),
+        "no successful eviction with the pod's UID precondition: {evictions:?}"
+    );
+    ensure!(
+        !events_about(&env, "web-1", "NodeAffinityEviction")
+            .await?
+            .is_empty(),
+        "no NodeAffinityEviction event"
+    );
+    wait_for_metric(&evictor, "evictions_node_affinity_total", |v| {
+        v == Some(1.0)
+    })
+    .await?;
+
+    // 6. A new pod from the same template. 7. It cannot be scheduled.
+    env.create(&annotated_pod("web-2", "web", &selector(&env)))
+        .await?;
+    wait::wait_for(
+        &pods,
+        "web-2",
+        DEFAULT_TIMEOUT,
+        "Unschedulable",
+        |pod: &Pod| {
+            pod.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                })
+        },
+    )
+    .await?;
+
+    // 8. A new node that matches. 9. The pod is scheduled to it.
+    let new = env
+        .create_node(objects::node("new", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    let placed =
+        wait::wait_for(&pods, "web-2", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    assert_eq!(node_of(&placed), Some(new.as_str()));
+
+    // A malformed annotation never gets in: admission shows the bad part.
+    let refused = env
+        .create(&annotated_pod(
+            "bad",
+            "web",
+            r#"{"nodeSelectorTerms":[{"matchExpressions":[{"key":"userB","operator":"in"}]}]}"#,
+        ))
+        .await
+        .expect_err("a malformed annotation must be refused");
+    let message = format!("{refused:#}");
+    ensure!(
+        message.contains(
+            "nodeSelectorTerms[0].matchExpressions[0].operator: unsupported value \"in\""
+        ),
+        "the denial does not show the bad part: {message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
+    let env = TestEnv::new("affinity-pdb").await?;
+    let evictor = start(&env, &[]).await?;
+    let pods = env.api::<Pod>();
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    for name in ["db-0", "db-1"] {
+        env.create(&annotated_pod(name, "db", &selector(&env)))
+            .await?;
+    }
+    env.wait_for_ready_pods("app=db", 2).await?;
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(2)),
+        None,
+    ))
+    .await?;
+    wait::wait_for(
+        &env.api::<PodDisruptionBudget>(),
+        "db",
+        DEFAULT_TIMEOUT,
+        "observed",
+        |pdb: &PodDisruptionBudget| {
+            pdb.status.as_ref().is_some_and(|s| {
+                s.observed_generation == pdb.metadata.generation && s.expected_pods == 2
+            })
+        },
+    )
+    .await?;
+
+    label_node(&env, &node, json!({USER_B: "someone-else"})).await?;
+    // Blocked: the pod stays, says why, and the failures are counted per pod.
+    let blocked = wait::wait_for(
+        &pods,
+        "db-0",
+        DEFAULT_TIMEOUT,
+        "marked as violating",
+        |pod: &Pod| {
+            condition_reason(pod)
+                == Some((
+                    "True".into(),
+                    REASON_REQUIRED_NODE_AFFINITY_VIOLATION.into(),
+                ))
+        },
+    )
+    .await?;
+    let failed = format!(
+        "pod_failed_eviction_node_affinity_total{{namespace=\"{}\",pod=\"db-0\"}}",
+        env.namespace
+    );
+    wait_for_metric(&evictor, &failed, |v| v.is_some_and(|v| v >= 2.0)).await?;
+    ensure!(
+        blocked.metadata.deletion_timestamp.is_none(),
+        "evicted despite the PDB"
+    );
+    let refusals = env.evictions_of_uid(&blocked.uid().unwrap_or_default())?;
+    ensure!(
+        refusals.iter().all(|e| e.code() == Some(429)),
+        "{refusals:?}"
+    );
+    assert_eq!(
+        evictor.metric_value("evictions_node_affinity_total")?,
+        Some(0.0)
+    );
+
+    // The budget allows it: the retries get through, both pods go, their series with them.
+    env.api::<PodDisruptionBudget>()
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+        )
+        .await?;
+    for name in ["db-0", "db-1"] {
+        wait::wait_for_deletion(&pods, name, DEFAULT_TIMEOUT).await?;
+    }
+    wait_for_metric(&evictor, "evictions_node_affinity_total", |v| {
+        v == Some(2.0)
+    })
+    .await?;
+    wait_for_metric(&evictor, &failed, |v| v.is_none()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn disabled_reports_and_evicts_nothing() -> Result<()> {
+    let env = TestEnv::new("affinity-off").await?;
+    let evictor = start(&env, &["--enabled=false"]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    env.create(&annotated_pod("web", "web", &selector(&env)))
+        .await?;
+    let pod = wait::wait_for(
+        &env.api::<Pod>(),
+        "web",
+        DEFAULT_TIMEOUT,
+        "Ready",
+        objects::pod_ready,
+    )
+    .await?;
+
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait_for_metric(&evictor, "evictkit_affinity_evictor_violating_pods", |v| {
+        v == Some(1.0)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = env.api::<Pod>().get("web").await?;
+    ensure!(
+        still.metadata.deletion_timestamp.is_none() && condition_reason(&still).is_none(),
+        "{still:?}"
+    );
+    assert!(
+        env.evictions_of_uid(&pod.uid().unwrap_or_default())?
+            .is_empty()
+    );
+    assert_eq!(
+        evictor.metric_value("evictions_node_affinity_total")?,
+        Some(0.0)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn label_changes_irrelevant_to_the_selector_cause_no_api_writes() -> Result<()> {
+    let env = TestEnv::new("affinity-noop").await?;
+    let evictor = start(&env, &[]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    // Two values allowed: changing userB between them is relevant but still matches.
+    let either = json!({"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": USER_B, "operator": "In", "values": [env.namespace, "also"]}
+    ]}]})
+    .to_string();
+    env.create(&annotated_pod("web", "web", &either)).await?;
+    let before = wait::wait_for(
+        &env.api::<Pod>(),
+        "web",
+        DEFAULT_TIMEOUT,
+        "Ready",
+        objects::pod_ready,
+    )
+    .await?;
+    // Let kwok's last status write settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = env.api::<Pod>().get(&before.name_any()).await?;
+
+    label_node(&env, &node, json!({"team": "a"})).await?;
+    label_node(&env, &node, json!({"team": "b", "zone": "z"})).await?;
+    label_node(&env, &node, json!({USER_B: "also"})).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let after = env.api::<Pod>().get("web").await?;
+    assert_eq!(
+        after.resource_version(),
+        before.resource_version(),
+        "the pod was written: {after:?}"
+    );
+    assert!(
+        env.evictions_of_uid(&before.uid().unwrap_or_default())?
+            .is_empty()
+    );
+    assert!(
+        events_about(&env, "web", "NodeAffinityEviction")
+            .await?
+            .is_empty()
+    );
+    ensure!(
+        evictor.log_tail(200).matches("re-checking").count() == 1,
+        "only the userB change starts an eviction round; log:\n{}",
+        evictor.log_tail(60)
+    );
+
+    // The controller was watching all along: a change that matters evicts.
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "web", DEFAULT_TIMEOUT).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_returns()
+-> Result<()> {
+    let env = TestEnv::new("affinity-ds").await?;
+    let _evictor = start(&env, &[]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    let labels: std::collections::BTreeMap<String, String> =
+        [("app".to_owned(), "agent".to_owned())].into();
+    let daemonset = DaemonSet {
+        metadata: ObjectMeta {
+            name: Some("agent".into()),
+            ..Default::default()
+        },
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    annotations: Some(
+                        [(REQUIRED_DURING_EXECUTION.to_owned(), selector(&env))].into(),
+                    ),
+                    ..Default::default()
+                }),
+                spec: Some(objects::pod_spec()),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let created = env.create(&daemonset).await?;
+    let template_required = created
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    ensure!(
+        template_required.is_some(),
+        "the webhook did not mutate the template: {created:?}"
+    );
+
+    // Only our node matches: exactly one pod, on it.
+    let on_node = |pods: &[Pod]| {
+        pods.iter()
+            .filter(|p| node_of(p) == Some(node.as_str()))
+            .count()
+    };
+    let first = env.wait_for_ready_pods("app=agent", 1).await?;
+    assert_eq!(on_node(&first), 1);
+
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait::wait_for_list(
+        &env.api::<Pod>(),
+        "app=agent",
+        DEFAULT_TIMEOUT,
+        "gone",
+        |pods| pods.is_empty(),
+    )
+    .await?;
+    // The DaemonSet controller sees the node no longer fits the template: no hot loop.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let meanwhile = env
+        .api::<Pod>()
+        .list(&ListParams::default().labels("app=agent"))
+        .await?
+        .items;
+    ensure!(
+        meanwhile.is_empty(),
+        "recreated on the relabelled node: {meanwhile:?}"
+    );
+
+    label_node(&env, &node, json!({USER_B: env.namespace})).await?;
+    let back = env.wait_for_ready_pods("app=agent", 1).await?;
+    assert_eq!(on_node(&back), 1);
+    Ok(())
+}
