@@ -1,5 +1,6 @@
 //! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
 
+mod bench;
 mod charts;
 mod cluster;
 mod crds;
@@ -33,6 +34,8 @@ enum Command {
     Test(test::Args),
     /// Start the control plane, run every component with its scenario, print a timeline.
     Demo(demo::Args),
+    /// Benchmark a component against the running control plane and print its figures.
+    Bench(bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => cluster::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

@@ -1,0 +1,23 @@
+//! `cargo xtask bench <component>`: figures, not timed tests (DESIGN.md, Testing). Each
+//! component adds its benchmark as a subcommand.
+
+mod pdb_policy_webhook;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    component: Component,
+}
+
+#[derive(clap::Subcommand)]
+enum Component {
+    /// Admission throughput and latency per endpoint (release build, one core), RSS, and the
+    /// latency the eviction webhook adds to an eviction through the apiserver.
+    PdbPolicyWebhook(pdb_policy_webhook::Args),
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.component {
+        Component::PdbPolicyWebhook(args) => pdb_policy_webhook::run(&args),
+    }
+}
