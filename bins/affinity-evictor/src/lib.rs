@@ -17,17 +17,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, ValueEnum};
 use evictkit_api::conditions::{
     REASON_REQUIRED_NODE_AFFINITY_VIOLATION, STATUS_FALSE, STATUS_TRUE,
 };
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
 use evictkit_core::affinity_eviction::{
     CONDITION_TYPE, REASON_MATCHES_AGAIN, Verdict, judge, retry_delay,
 };
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
+use evictkit_runtime::eviction_request::{EvictionRequestError, request_eviction, withdraw};
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::metrics::Metrics;
@@ -78,6 +79,12 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = true, default_missing_value = "true")]
     pub enabled: bool,
+    /// How a violating pod is removed: `eviction` calls the Eviction API itself;
+    /// `eviction-request` asks for it through an EvictionRequest (KEP-4563, requester
+    /// affinity-evictor.evictkit.io; needs the evictionrequest-controller) so the pod's
+    /// interceptors take part, and withdraws the request if the pod matches again first.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Eviction)]
+    pub mode: Mode,
     /// Watch and evict pods of this namespace only (default: all namespaces), e.g. to try the
     /// controller on one team's workloads first.
     #[arg(long, value_name = "NAMESPACE")]
@@ -88,6 +95,14 @@ pub struct Args {
     /// Longest wait between eviction attempts of a pod that keeps violating.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub retry_backoff_max: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// The Eviction API (KEP-4328's alpha).
+    Eviction,
+    /// An EvictionRequest (KEP-4328's "may transfer to the Evacuation API in future stage").
+    EvictionRequest,
 }
 
 /// Starts the health server, the webhook (all replicas) and the controller (the Lease
@@ -129,6 +144,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             dry_run: args.common.dry_run,
             backoff: (args.retry_backoff_base, args.retry_backoff_max),
             namespace: args.namespace.clone(),
+            mode: args.mode,
         };
         if !args.enabled {
             tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
@@ -165,6 +181,7 @@ struct Settings {
     /// `--retry-backoff-base`, `--retry-backoff-max`.
     backoff: (Duration, Duration),
     namespace: Option<String>,
+    mode: Mode,
 }
 
 /// What reconcile needs; per-pod retry state lives here because kube-runtime keeps no
@@ -189,6 +206,8 @@ struct PodStates {
     /// Failed eviction attempts in a row, and when the next may be made.
     failures: HashMap<ObjectRef<Pod>, (u32, tokio::time::Instant)>,
     violating: HashSet<ObjectRef<Pod>>,
+    /// Pods this replica requested an eviction for (`--mode eviction-request`).
+    requested: HashSet<ObjectRef<Pod>>,
 }
 
 impl Context {
@@ -197,7 +216,19 @@ impl Context {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.failures.remove(pod);
         states.violating.remove(pod);
+        states.requested.remove(pod);
         self.metrics.violating.set(states.violating.len() as i64);
+    }
+
+    fn forget_failures(&self, pod: &ObjectRef<Pod>) {
+        let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        states.failures.remove(pod);
+    }
+
+    /// Whether this is the first request for `pod` by this replica (counted once).
+    fn mark_requested(&self, pod: &ObjectRef<Pod>) -> bool {
+        let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        states.requested.insert(pod.clone())
     }
 
     fn gone(&self, pod: &ObjectRef<Pod>) {
@@ -280,6 +311,8 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
 #[derive(Debug, thiserror::Error)]
 enum Error {
     #[error(transparent)]
+    Withdraw(#[from] EvictionRequestError),
+    #[error(transparent)]
     Eviction(#[from] EvictionError),
     #[error("cannot set condition {CONDITION_TYPE} on pod {pod}: {source}")]
     Condition {
@@ -306,7 +339,13 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
         Verdict::NotOptedIn | Verdict::Skipped(_) => context.forget(&key),
         Verdict::Matches => {
             context.forget(&key);
+            // Our condition is the durable mark of a violation we acted on (it outlives a
+            // restart): only then may there be a request to withdraw.
             if has_condition(&pod, STATUS_TRUE) && context.enabled && !context.dry_run {
+                if context.mode == Mode::EvictionRequest {
+                    withdraw(&context.client, &pod, AFFINITY_EVICTOR_REQUESTER).await?;
+                    tracing::info!(pod = %name, node = %node_name, "matches again; withdrew the eviction request");
+                }
                 let message = format!(
                     "node {node_name} matches the pod's required-during-execution node affinity again"
                 );
@@ -378,6 +417,9 @@ async fn violation(
         )
         .await?;
     }
+    if context.mode == Mode::EvictionRequest {
+        return request(pod, key, name, node, &message, context).await;
+    }
     let outcome = context.evictions.evict(pod).await?;
     match outcome {
         EvictionOutcome::Evicted => {
@@ -408,6 +450,53 @@ async fn violation(
                 pod,
                 true,
                 &format!("Cannot evict pod ({message}), retrying in {delay:?}: {why}"),
+            )
+            .await;
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+/// `--mode eviction-request`: create or join the pod's EvictionRequest as requester
+/// `affinity-evictor.evictkit.io`; the evictionrequest-controller and the pod's interceptors
+/// do the rest. Joining is idempotent (server-side apply), so a re-check writes nothing new.
+async fn request(
+    pod: &Pod,
+    key: &ObjectRef<Pod>,
+    name: &str,
+    node: &str,
+    message: &str,
+    context: &Context,
+) -> Result<Action, Error> {
+    if context.dry_run {
+        tracing::info!(pod = %name, %node, "would request the eviction (--dry-run)");
+        return Ok(Action::await_change());
+    }
+    match request_eviction(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await {
+        Ok(_) => {
+            // Counted once per pod: a re-check joins the same request again.
+            if context.mark_requested(key) {
+                context.metrics.evictions.inc();
+                tracing::info!(pod = %name, %node, "eviction requested: node affinity no longer met");
+                record(
+                    context,
+                    pod,
+                    false,
+                    &format!("Requested eviction: {message}"),
+                )
+                .await;
+            }
+            context.forget_failures(key);
+            Ok(Action::await_change())
+        }
+        Err(error) => {
+            let delay = context.failed(key, name);
+            tracing::debug!(pod = %name, "eviction request failed; retrying");
+            record(
+                context,
+                pod,
+                true,
+                &format!("Cannot request eviction ({message}), retrying in {delay:?}: {error}"),
             )
             .await;
             Ok(Action::requeue(delay))

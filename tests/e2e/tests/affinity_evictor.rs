@@ -1,6 +1,7 @@
 //! affinity-evictor (KEP-4328) against the real control plane: the KEP's e2e steps 1–9, a PDB
 //! that blocks the eviction until it allows it, DaemonSet pods not recreated on a node that no
-//! longer matches, `--enabled=false`, and label changes irrelevant to the selector.
+//! longer matches, `--enabled=false`, label changes irrelevant to the selector, and
+//! `--mode eviction-request` with the evictionrequest-controller.
 //!
 //! Each test starts its own affinity-evictor restricted to its namespace (`--namespace`), with
 //! its Lease there too, and labels only nodes it created: the label value is the test's
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use evictkit_api::conditions::REASON_REQUIRED_NODE_AFFINITY_VIOLATION;
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
 use evictkit_core::affinity_eviction::CONDITION_TYPE;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
@@ -20,6 +22,7 @@ use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{Event, Node, Pod, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -533,4 +536,145 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
     let back = env.wait_for_ready_pods("app=agent", 1).await?;
     assert_eq!(on_node(&back), 1);
     Ok(())
+}
+
+#[tokio::test]
+async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
+    let env = TestEnv::new("affinity-er").await?;
+    install_eviction_request_crd(&env).await?;
+    let ns = env.namespace.clone();
+    let mut controller = env.start_component(
+        "evictionrequest-controller",
+        &[
+            "--roles=controller",
+            "--namespace",
+            &ns,
+            "--leader-election-namespace",
+            &ns,
+            "--eviction-backoff-initial=200ms",
+            "--eviction-backoff-max=1s",
+        ],
+    )?;
+    controller.wait_ready(DEFAULT_TIMEOUT).await?;
+    let evictor = start(&env, &["--mode=eviction-request"]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &ns)], vec![]))
+        .await?
+        .name_any();
+    env.create(&annotated_pod("web", "web", &selector(&env)))
+        .await?;
+    env.create(&annotated_pod("db", "db", &selector(&env)))
+        .await?;
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    let pods = env.api::<Pod>();
+    let web = wait::wait_for(&pods, "web", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    let db = wait::wait_for(&pods, "db", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    wait::wait_for(
+        &env.api::<PodDisruptionBudget>(),
+        "db",
+        DEFAULT_TIMEOUT,
+        "observed",
+        |pdb: &PodDisruptionBudget| {
+            pdb.status.as_ref().is_some_and(|s| {
+                s.observed_generation == pdb.metadata.generation && s.expected_pods == 1
+            })
+        },
+    )
+    .await?;
+
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    // web: requested, and the evictionrequest-controller evicts it.
+    let requests = env.api::<EvictionRequest>();
+    let ours = |request: &EvictionRequest| {
+        request
+            .spec
+            .requesters
+            .iter()
+            .any(|r| r.name == AFFINITY_EVICTOR_REQUESTER)
+    };
+    wait::wait_for(
+        &requests,
+        &web.uid().unwrap_or_default(),
+        DEFAULT_TIMEOUT,
+        "requested by the affinity-evictor",
+        ours,
+    )
+    .await?;
+    wait::wait_for_deletion(&pods, "web", DEFAULT_TIMEOUT).await?;
+    // db: requested, but its PDB holds; the node matches again, so the request is withdrawn.
+    let db_request = db.uid().unwrap_or_default();
+    wait::wait_for(
+        &requests,
+        &db_request,
+        DEFAULT_TIMEOUT,
+        "requested by the affinity-evictor",
+        ours,
+    )
+    .await?;
+    label_node(&env, &node, json!({USER_B: ns})).await?;
+    wait::wait_for(
+        &requests,
+        &db_request,
+        DEFAULT_TIMEOUT,
+        "withdrawn",
+        |r: &EvictionRequest| !ours(r),
+    )
+    .await?;
+    let kept = pods.get("db").await?;
+    ensure!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "db was evicted: {kept:?}"
+    );
+    wait::wait_for(
+        &pods,
+        "db",
+        DEFAULT_TIMEOUT,
+        "no longer marked",
+        |pod: &Pod| condition_reason(pod).is_some_and(|(status, _)| status == "False"),
+    )
+    .await?;
+    assert_eq!(
+        evictor.metric_value("evictions_node_affinity_total")?,
+        Some(2.0)
+    );
+    Ok(())
+}
+
+/// The EvictionRequest CRD, applied server-side (idempotent; other tests apply the same).
+async fn install_eviction_request_crd(env: &TestEnv) -> Result<()> {
+    let crd = evictkit_api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == "EvictionRequest")
+        .ok_or_else(|| anyhow::anyhow!("no EvictionRequest CRD in evictkit_api::crds()"))?;
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply("evictkit-e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    wait::wait_for(
+        &crds,
+        &name,
+        DEFAULT_TIMEOUT,
+        "Established",
+        |crd: &CustomResourceDefinition| {
+            crd.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                })
+        },
+    )
+    .await
+    .map(drop)
 }
