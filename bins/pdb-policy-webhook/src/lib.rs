@@ -35,7 +35,7 @@ use evictkit_runtime::webhook::Webhooks;
 use crate::admission::{Context, MUTATE_PDB_PATH, VALIDATE_EVICTION_PATH, VALIDATE_PDB_PATH};
 use crate::cache::Caches;
 
-const COMPONENT: &str = "pdb-policy-webhook";
+pub(crate) const COMPONENT: &str = "pdb-policy-webhook";
 const LEASE_NAME: &str = "evictkit-pdb-policy-webhook";
 
 /// KEP-3017's unhealthyPodEvictionPolicy, applied per namespace by PodDisruptionBudgetPolicies,

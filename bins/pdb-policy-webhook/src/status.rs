@@ -14,6 +14,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
+use evictkit_runtime::events::EventRecorder;
+
 use crate::cache::Caches;
 
 /// How often statuses are recomputed; namespaces come and go without touching policies, so
@@ -21,12 +23,14 @@ use crate::cache::Caches;
 const RESYNC: Duration = Duration::from_secs(5);
 
 pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
+    let recorder = EventRecorder::new(client.clone(), crate::COMPONENT);
     let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
     loop {
         if caches.is_synced() {
             for policy in caches.policies.all() {
                 let desired = status_of(&policy, &caches);
                 if !same(policy.status.as_ref(), &desired) {
+                    report_invalid(&recorder, &policy, &desired).await;
                     write(&api, &policy, desired).await;
                 }
             }
@@ -102,6 +106,40 @@ fn same(
         };
         strip(current) == strip(desired)
     })
+}
+
+/// A policy that just turned invalid: a Warning event and a log line naming it (it is now in
+/// force nowhere, which its users need to know).
+async fn report_invalid(
+    recorder: &EventRecorder,
+    policy: &PodDisruptionBudgetPolicy,
+    desired: &PodDisruptionBudgetPolicyStatus,
+) {
+    let valid = |s: &PodDisruptionBudgetPolicyStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == PDB_POLICY_VALID)
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let Some((status, message)) = valid(desired) else {
+        return;
+    };
+    let was_invalid = policy
+        .status
+        .as_ref()
+        .and_then(valid)
+        .is_some_and(|(s, m)| s == STATUS_FALSE && m == message);
+    if status != STATUS_FALSE || was_invalid {
+        return;
+    }
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    tracing::warn!(policy = %name, %message, "PodDisruptionBudgetPolicy is invalid and in force nowhere");
+    if let Err(error) = recorder
+        .warning(policy, REASON_POLICY_INVALID, "Validate", &message)
+        .await
+    {
+        tracing::warn!(policy = %name, %error, "cannot record the InvalidPolicy event");
+    }
 }
 
 async fn write(

@@ -747,6 +747,17 @@ async fn only_selected_namespaces_are_defaulted_and_precedence_decides_between_p
     );
     high_spec.precedence = 10;
     let high = Policy::create(&selected, "high", high_spec).await?;
+    // Highest precedence but invalid (a condition type is no qualified name): in force nowhere.
+    let mut invalid_spec = policy_spec(
+        UnhealthyPodEvictionPolicyType::IfHealthyBudget,
+        PolicyMode::Enforce,
+    );
+    invalid_spec.precedence = 100;
+    invalid_spec.eviction = Some(StricterEviction {
+        required_pod_conditions: vec!["not a condition type".into()],
+        protect_unhealthy_pods_with_local_storage: false,
+    });
+    let invalid = Policy::create(&selected, "invalid", invalid_spec).await?;
     // The controller role writes the policies' status.
     let _webhook = Webhook::start(&[&selected, &other], "webhook,controller").await?;
 
@@ -801,6 +812,23 @@ async fn only_selected_namespaces_are_defaulted_and_precedence_decides_between_p
     };
     covers(&high, vec![selected.namespace.clone()]).await?;
     covers(&low, vec![]).await?;
+    wait::wait_for(
+        &invalid.api(),
+        &invalid.name,
+        DEFAULT_TIMEOUT,
+        "Valid=False naming the bad condition type",
+        |p: &PodDisruptionBudgetPolicy| {
+            p.status.as_ref().is_some_and(|s| {
+                s.namespaces.is_empty()
+                    && s.conditions.iter().any(|c| {
+                        c.type_ == "Valid"
+                            && c.status == "False"
+                            && c.message.contains("requiredPodConditions[0]")
+                    })
+            })
+        },
+    )
+    .await?;
     Ok(())
 }
 
