@@ -1,12 +1,12 @@
 {{/*
 Names and labels. Every helper takes the chart's root context (`.`), so a component subchart
-calls them as `include "evictkit.labels" .`. The component is the subchart's name unless
+calls them as `include "evictkit.labels" .`. The component is the subchart's name in kebab case (the umbrella aliases subcharts in camelCase) unless
 `.Values.component` overrides it.
 */}}
 
 {{/* The component name, e.g. "taint-manager". */}}
 {{- define "evictkit.component" -}}
-{{- default .Chart.Name .Values.component | trunc 63 | trimSuffix "-" -}}
+{{- default (kebabcase .Chart.Name) .Values.component | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* Name of the component's objects: "<release>-<component>", or .Values.fullnameOverride. */}}
