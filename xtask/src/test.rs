@@ -50,18 +50,20 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&test_cluster())?;
-    step("charts", crate::charts::check(&control_plane))?;
     let mut e2e = vec!["test", "--package", "e2e", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
-    let result = step(
-        "end-to-end tests",
-        run_command(
-            Command::new("cargo")
-                .args(&e2e)
-                .current_dir(&root)
-                .env("KUBECONFIG", control_plane.kubeconfig()),
-        ),
-    );
+    let result = step("charts", crate::charts::check(&control_plane)).and_then(|()| {
+        step(
+            "end-to-end tests",
+            run_command(
+                Command::new("cargo")
+                    .args(&e2e)
+                    .current_dir(&root)
+                    .env("KUBECONFIG", control_plane.kubeconfig()),
+            ),
+        )
+    });
+    // A failed run stops the cluster it started too; its logs stay in target/evictkit-cluster/logs.
     if !args.keep_cluster && !was_running {
         cluster::down()?;
     }
