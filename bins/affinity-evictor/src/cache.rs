@@ -6,6 +6,7 @@
 //! labels.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
 use evictkit_core::affinity_eviction::{
@@ -15,6 +16,8 @@ use k8s_openapi::api::core::v1::{Affinity, Node, NodeAffinity, Pod, PodSpec, Pod
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+
+use crate::rounds::Rounds;
 
 /// Strips a watched Pod down to what [`evictkit_core::affinity_eviction::judge`] and the
 /// eviction read.
@@ -177,13 +180,15 @@ fn insert(nodes: &mut HashMap<String, HashMap<ObjectRef<Pod>, ExecutionAffinity>
 pub struct LabelRounds {
     previous: HashMap<String, BTreeMap<String, String>>,
     nodes: Store<Node>,
+    rounds: Arc<Mutex<Rounds>>,
 }
 
 impl LabelRounds {
-    pub fn new(nodes: Store<Node>) -> Self {
+    pub fn new(nodes: Store<Node>, rounds: Arc<Mutex<Rounds>>) -> Self {
         Self {
             previous: HashMap::new(),
             nodes,
+            rounds,
         }
     }
 
@@ -204,6 +209,10 @@ impl LabelRounds {
                 }
                 let affected = pods.affected(&name, &changed);
                 if !affected.is_empty() {
+                    self.rounds
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .start(&name, &affected);
                     tracing::info!(node = %name, changed = ?changed, pods = affected.len(), "node labels changed; re-checking the pods whose affinity reads them");
                 }
                 affected

@@ -10,6 +10,7 @@
 
 mod cache;
 mod metrics;
+mod rounds;
 pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
@@ -46,6 +47,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::cache::{LabelRounds, PodsByNode, strip_node, strip_pod};
 use crate::metrics::AffinityMetrics;
+use crate::rounds::{Rounds, Step};
 
 /// Reporting component of Events and the `component` label of shared metrics.
 pub const COMPONENT: &str = "affinity-evictor";
@@ -192,6 +194,7 @@ struct Context {
     settings: Settings,
     nodes: Store<Node>,
     pods: Mutex<PodStates>,
+    rounds: Arc<Mutex<Rounds>>,
 }
 
 impl std::ops::Deref for Context {
@@ -232,6 +235,7 @@ impl Context {
     }
 
     fn gone(&self, pod: &ObjectRef<Pod>) {
+        self.finish_round(pod, Step::Settled);
         self.forget(pod);
         self.metrics
             .forget(pod.namespace.as_deref().unwrap_or_default(), &pod.name);
@@ -246,11 +250,13 @@ impl Context {
 async fn control(client: Client, settings: Settings, token: CancellationToken) {
     let (node_store, node_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
+    let rounds = Arc::new(Mutex::new(Rounds::default()));
     let context = Arc::new(Context {
         client: client.clone(),
         settings,
         nodes: node_store.clone(),
         pods: Mutex::default(),
+        rounds: rounds.clone(),
     });
     let index = Arc::new(Mutex::new(PodsByNode::default()));
 
@@ -276,7 +282,7 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
 
     // Node label changes, mapped to the opted-in pods on that node that read a changed key.
     let label_changes = {
-        let mut rounds = LabelRounds::new(node_store.clone());
+        let mut label_rounds = LabelRounds::new(node_store.clone(), rounds);
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .modify(strip_node)
@@ -290,7 +296,7 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
             })
             .flat_map(move |event| {
                 let pods =
-                    rounds.on_event(&event, &index.lock().unwrap_or_else(|p| p.into_inner()));
+                    label_rounds.on_event(&event, &index.lock().unwrap_or_else(|p| p.into_inner()));
                 stream::iter(pods)
             })
     };
@@ -322,8 +328,23 @@ enum Error {
     },
 }
 
-/// One pod: judge it against its node and act on the verdict.
+/// One pod: judge it against its node and act on the verdict; then close the pod's part of
+/// an eviction round.
 async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(pod.as_ref());
+    let result = check(&pod, &context).await;
+    context.finish_round(
+        &key,
+        if result.is_err() {
+            Step::Failed
+        } else {
+            Step::Settled
+        },
+    );
+    result
+}
+
+async fn check(pod: &Arc<Pod>, context: &Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(pod.as_ref());
     let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
     let node_name = pod
@@ -375,7 +396,7 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
         Verdict::Undecidable(errors) => {
             tracing::warn!(pod = %name, node = %node_name, %errors, "only invalid node selector terms could match; not evicting");
         }
-        Verdict::Violates => return violation(&pod, &key, &name, &node_name, &context).await,
+        Verdict::Violates => return violation(pod, &key, &name, &node_name, context).await,
     }
     Ok(Action::await_change())
 }
@@ -424,6 +445,7 @@ async fn violation(
     match outcome {
         EvictionOutcome::Evicted => {
             context.metrics.evictions.inc();
+            context.finish_round(key, Step::Evicted);
             context.forget(key);
             tracing::info!(pod = %name, %node, dry_run = context.dry_run, "evicted: node affinity no longer met");
             let note = format!("Evicting pod: {message}");
@@ -477,6 +499,7 @@ async fn request(
             // Counted once per pod: a re-check joins the same request again.
             if context.mark_requested(key) {
                 context.metrics.evictions.inc();
+                context.finish_round(key, Step::Evicted);
                 tracing::info!(pod = %name, %node, "eviction requested: node affinity no longer met");
                 record(
                     context,
@@ -505,8 +528,25 @@ async fn request(
 }
 
 impl Context {
+    /// Ends `pod`'s part of its eviction round, if it is in one, and logs the round's summary
+    /// once the last pod is done: counts at info, the failed pods' names at debug (KEP-4328).
+    fn finish_round(&self, pod: &ObjectRef<Pod>, step: Step) {
+        let finished = self
+            .rounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finish(pod, step);
+        if let Some((node, round)) = finished {
+            tracing::info!(%node, evicted = round.evicted, failed = round.failed.len(), "eviction round finished");
+            if !round.failed.is_empty() {
+                tracing::debug!(%node, pods = ?round.failed, "pods that failed to be evicted this round");
+            }
+        }
+    }
+
     /// Counts a failed attempt and returns the wait before the next one.
     fn failed(&self, key: &ObjectRef<Pod>, name: &str) -> Duration {
+        self.finish_round(key, Step::Failed);
         let (namespace, pod) = name.split_once('/').unwrap_or_default();
         self.metrics
             .failed

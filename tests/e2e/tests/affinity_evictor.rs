@@ -212,6 +212,11 @@ async fn kep_e2e_steps_scheduling_eviction_and_rescheduling() -> Result<()> {
         v == Some(1.0)
     })
     .await?;
+    ensure!(
+        evictor.log_tail(200).contains("eviction round finished"),
+        "no summary of the eviction round; log:\n{}",
+        evictor.log_tail(40)
+    );
 
     // 6. A new pod from the same template. 7. It cannot be scheduled.
     env.create(&annotated_pod("web-2", "web", &selector(&env)))
