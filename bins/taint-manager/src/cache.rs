@@ -161,8 +161,11 @@ impl PodsByNode {
                 self.relisting = Some(HashMap::new());
                 Vec::new()
             }
+            // Visible at once, not only after the relist: a node event during the relist must
+            // find the pods already listed.
             watcher::Event::InitApply(pod) => {
                 insert(self.relisting.get_or_insert_default(), pod);
+                insert(&mut self.nodes, pod);
                 Vec::new()
             }
             watcher::Event::InitDone => {

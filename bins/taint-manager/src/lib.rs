@@ -51,7 +51,7 @@ use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::{client, logging, shutdown};
-use futures::{Stream, StreamExt, future, stream};
+use futures::{FutureExt, Stream, StreamExt, future, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -75,6 +75,8 @@ pub const EVENT_REASON_ZONE_PAUSED: &str = "TaintManagerZonePaused";
 pub const EVENT_REASON_ZONE_RESUMED: &str = "TaintManagerZoneResumed";
 /// How often pods of a paused zone look again (besides the node events that resume them).
 const ZONE_RECHECK: Duration = Duration::from_secs(30);
+/// How often a pod looks again while the caches are still being listed.
+const CACHE_WAIT: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -109,6 +111,14 @@ pub struct Args {
     /// top of --kube-api-qps.
     #[arg(long, value_name = "RATE", default_value_t = 0.0)]
     pub max_evictions_per_second: f64,
+    /// Act on pods of this namespace only (default: all namespaces), e.g. to try the
+    /// taint-manager on one team's workloads first. Policy status then counts those pods only.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Read only the TaintEvictionPolicies with these labels (a label selector such as
+    /// `team=payments`; default: all), e.g. when several taint-managers run with --namespace.
+    #[arg(long, value_name = "SELECTOR")]
+    pub policy_selector: Option<String>,
     /// Wait after the first failed removal of a pod; doubled per further failure.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub retry_backoff_base: Duration,
@@ -157,6 +167,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             large_cluster_size_threshold: args.large_cluster_size_threshold,
         },
         pacer: Pacer::new(args.max_evictions_per_second),
+        namespace: args.namespace.clone(),
+        policy_selector: args.policy_selector.clone(),
     };
     let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
     let controller: future::BoxFuture<'static, anyhow::Result<()>> = {
@@ -192,6 +204,8 @@ struct Settings {
     backoff: (Duration, Duration),
     guard: ZoneGuard,
     pacer: Pacer,
+    namespace: Option<String>,
+    policy_selector: Option<String>,
 }
 
 /// `--max-evictions-per-second`: removals are spaced at least `1 / rate` apart.
@@ -257,6 +271,15 @@ impl Context {
         self.pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the node, namespace and policy caches hold a complete list (the policy one
+    /// needs the CRD installed).
+    fn caches_ready(&self) -> bool {
+        let ready = |wait: Option<Result<(), _>>| matches!(wait, Some(Ok(())));
+        ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.namespaces.wait_until_ready().now_or_never())
+            && ready(self.policies.wait_until_ready().now_or_never())
+    }
+
     fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(&ObjectRef::new(name))
     }
@@ -303,11 +326,23 @@ impl Context {
         states.scheduled.remove(key);
     }
 
-    /// The zone of `node` if the zone guard pauses it.
+    /// The zone of `node` if the zone guard pauses it, judged from the node cache now (the
+    /// node watch may not have re-run the guard yet for the change this pod sees).
     fn paused_zone(&self, node: &Node) -> Option<String> {
-        let zone = zone_of(node.metadata.labels.as_ref()?).to_owned();
-        let zones = self.zones.lock().unwrap_or_else(|p| p.into_inner());
-        zones.contains_key(&zone).then_some(zone)
+        let empty = BTreeMap::new();
+        let zone = zone_of(node.metadata.labels.as_ref().unwrap_or(&empty)).to_owned();
+        let nodes = self.nodes.state();
+        let paused = paused_zones(
+            nodes
+                .iter()
+                .filter(|n| zone_of(n.metadata.labels.as_ref().unwrap_or(&empty)) == zone)
+                .map(|n| ZoneNode {
+                    labels: n.metadata.labels.as_ref().unwrap_or(&empty),
+                    taints: taints_of(n),
+                }),
+            self.guard,
+        );
+        paused.contains_key(&zone).then_some(zone)
     }
 }
 
@@ -331,46 +366,50 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
     // Pods bound to a node only: the taints of a node concern the pods on it.
     let pods = {
         let (index, context) = (index.clone(), context.clone());
-        watcher(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default().fields("spec.nodeName!="),
-        )
-        .default_backoff()
-        .modify(strip_pod)
-        .reflect(pod_writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
-                for pod in gone {
-                    pod_gone(&context, pod);
+        let api = match &context.namespace {
+            Some(namespace) => Api::<Pod>::namespaced(client.clone(), namespace),
+            None => Api::<Pod>::all(client.clone()),
+        };
+        watcher(api, watcher::Config::default().fields("spec.nodeName!="))
+            .default_backoff()
+            .modify(strip_pod)
+            .reflect(pod_writer)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
+                    for pod in gone {
+                        pod_gone(&context, pod);
+                    }
                 }
-            }
-        })
-        .applied_objects()
+            })
+            .applied_objects()
     };
 
     let node_changes = node_changes(&client, node_writer, index.clone(), context.clone());
     let policy_changes = {
         let (nodes, index) = (node_store.clone(), index.clone());
-        watcher(
-            Api::<TaintEvictionPolicy>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(policy_writer)
-        .filter_map(move |event| {
-            future::ready(match event {
-                Ok(
-                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
-                ) => Some(stream::iter(pods_on_tainted_nodes(&nodes, &index))),
-                Ok(_) => None,
-                Err(error) => {
-                    tracing::warn!(%error, "TaintEvictionPolicy watch failed; retrying");
-                    None
-                }
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &context.policy_selector {
+            config = config.labels(selector);
+        }
+        watcher(Api::<TaintEvictionPolicy>::all(client.clone()), config)
+            .default_backoff()
+            .reflect(policy_writer)
+            .filter_map(move |event| {
+                future::ready(match event {
+                    Ok(
+                        watcher::Event::Apply(_)
+                        | watcher::Event::Delete(_)
+                        | watcher::Event::InitDone,
+                    ) => Some(stream::iter(pods_on_tainted_nodes(&nodes, &index))),
+                    Ok(_) => None,
+                    Err(error) => {
+                        tracing::warn!(%error, "TaintEvictionPolicy watch failed; retrying");
+                        None
+                    }
+                })
             })
-        })
-        .flatten()
+            .flatten()
     };
     // Namespace labels matter only to policies' namespaceSelectors.
     let namespace_changes = {
@@ -608,6 +647,11 @@ enum Error {
 
 /// One pod: plan it against its node's taints and the policies, and act on the plan.
 async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+    // Never plan without the policies and namespaces: an Ignore policy not yet read would let
+    // a pod go. Not awaited: kube's store readiness wakes only one waiter of many.
+    if !context.caches_ready() {
+        return Ok(Action::requeue(CACHE_WAIT));
+    }
     let node_name = pod
         .spec
         .as_ref()
@@ -633,7 +677,9 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
     };
     let now = Timestamp::now();
     let key = ObjectRef::from_obj(pod.as_ref());
-    match pod_plan(taints_of(&node), &facts, &context.policies(), now) {
+    let plan = pod_plan(taints_of(&node), &facts, &context.policies(), now);
+    tracing::debug!(pod = %name_of(&pod), node = %node_name, ?plan, "planned");
+    match plan {
         PodPlan::Keep => {
             context.cancel(&pod).await;
             Ok(Action::await_change())

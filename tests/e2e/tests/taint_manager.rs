@@ -1,0 +1,616 @@
+//! taint-manager (KEP-3902) against the real control plane, whose kube-controller-manager runs
+//! with `--controllers=*,-taint-eviction-controller`: upstream's NoExecute behaviour (delete at
+//! once, tolerationSeconds honoured within a second, cancellation, a terminating pod not
+//! deleted again), a restart in the middle of a toleration window, each TaintEvictionPolicy
+//! action with precedence and status, force delete of a pod stuck terminating on an unreachable
+//! node, and the zone guard pausing and resuming.
+//!
+//! Each test starts its own taint-manager restricted to its namespace (`--namespace`, its Lease
+//! there too) and to its own policies (`--policy-selector`), and taints only nodes it created,
+//! so concurrent tests never see each other's pods.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use evictkit_api::CustomResourceDefinition;
+use evictkit_api::conditions::{POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER};
+use evictkit_api::keys::{LABEL_TOPOLOGY_ZONE, TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE};
+use evictkit_api::taint_eviction_policy::{
+    TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
+};
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::component::Component;
+use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Taint, Toleration};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+/// The test's own NoExecute taint; kube-controller-manager never touches it.
+const TAINT: &str = "evictkit.io/e2e";
+/// Label on the test's policies, with the namespace as value (`--policy-selector`).
+const POLICY_LABEL: &str = "evictkit.io/e2e";
+/// Keeps a deleted pod visible (terminating) so the test can read its deletion.
+const FINALIZER: &str = "evictkit.io/e2e-hold";
+
+/// Installs the TaintEvictionPolicy CRD (idempotent: server-side apply of the generated CRD,
+/// shared by every test) and waits until it is served.
+async fn install_crd(client: &Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = evictkit_api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == "TaintEvictionPolicy")
+        .context("crates/api defines TaintEvictionPolicy")?;
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply("e2e-taint-manager").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {name}"))?;
+    wait::wait_for(&crds, &name, DEFAULT_TIMEOUT, "Established", |crd| {
+        crd.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await
+    .map(drop)
+}
+
+async fn start(env: &TestEnv, extra: &[&str]) -> Result<Component> {
+    install_crd(&env.client).await?;
+    let policies = format!("{POLICY_LABEL}={}", env.namespace);
+    let mut args = vec![
+        "--namespace",
+        &env.namespace,
+        "--leader-election-namespace",
+        &env.namespace,
+        "--policy-selector",
+        &policies,
+        "--retry-backoff-base=200ms",
+        "--retry-backoff-max=1s",
+    ];
+    args.extend_from_slice(extra);
+    let mut component = env.start_component("taint-manager", &args)?;
+    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    Ok(component)
+}
+
+fn no_execute(key: &str, added: Option<Timestamp>) -> Taint {
+    Taint {
+        key: key.to_owned(),
+        value: None,
+        effect: "NoExecute".to_owned(),
+        time_added: added.map(Time),
+    }
+}
+
+fn tolerate(key: &str, seconds: Option<i64>) -> Toleration {
+    Toleration {
+        key: Some(key.to_owned()),
+        operator: Some("Exists".to_owned()),
+        effect: Some("NoExecute".to_owned()),
+        toleration_seconds: seconds,
+        ..Toleration::default()
+    }
+}
+
+/// A pod bound to `node` (no scheduler), held by a finalizer so its deletion can be read.
+fn pod_on(name: &str, node: &str, tolerations: Vec<Toleration>) -> Pod {
+    let mut pod = objects::pod(name, name);
+    pod.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    let spec = pod.spec.get_or_insert_default();
+    spec.node_name = Some(node.to_owned());
+    spec.tolerations = Some(tolerations);
+    pod
+}
+
+/// Removes the finalizer of every pod of the test, so the namespace can go.
+async fn release(env: &TestEnv) -> Result<()> {
+    let pods = env.api::<Pod>();
+    for pod in pods.list(&ListParams::default()).await? {
+        let patch = json!({"metadata": {"finalizers": null}});
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn set_taints(env: &TestEnv, node: &str, taints: Vec<Taint>) -> Result<()> {
+    let patch = json!({"spec": {"taints": taints}});
+    Api::<Node>::all(env.client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("tainting node {node}"))?;
+    Ok(())
+}
+
+/// The second `timeAdded` can carry: the apiserver keeps whole seconds.
+fn now_seconds() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or_else(|_| Timestamp::now())
+}
+
+async fn deletion_of(env: &TestEnv, pod: &str, timeout: Duration) -> Result<Pod> {
+    wait::wait_for(&env.api::<Pod>(), pod, timeout, "terminating", |p: &Pod| {
+        p.metadata.deletion_timestamp.is_some()
+    })
+    .await
+}
+
+async fn not_deleted_for(env: &TestEnv, pod: &str, how_long: Duration) -> Result<()> {
+    tokio::time::sleep(how_long).await;
+    let pod = env.api::<Pod>().get(pod).await?;
+    ensure!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "pod {} was deleted: {}",
+        pod.name_any(),
+        wait::describe(Some(&pod))
+    );
+    Ok(())
+}
+
+/// Notes of the Events with `reason` about `pod`.
+async fn events(env: &TestEnv, pod: &str, reason: &str) -> Result<Vec<String>> {
+    let params = ListParams::default().fields(&format!("involvedObject.name={pod}"));
+    Ok(env
+        .api::<Event>()
+        .list(&params)
+        .await?
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.message)
+        .collect())
+}
+
+/// Waits until an Event with `reason` and `note` about `pod` exists.
+async fn wait_event(env: &TestEnv, pod: &str, reason: &str, note: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    loop {
+        let notes = events(env, pod, reason).await?;
+        if notes.iter().any(|n| n.contains(note)) {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no {reason} Event {note:?} about pod {pod}; seen: {notes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn metric(component: &Component, series: &str) -> Result<f64> {
+    Ok(component.metric_value(series)?.unwrap_or(0.0))
+}
+
+#[tokio::test]
+async fn untolerated_taint_deletes_at_once_and_terminating_pods_are_not_deleted_again() -> Result<()>
+{
+    let env = TestEnv::new("tm-now").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on("plain", &node, vec![])).await?;
+    env.create(&pod_on("forever", &node, vec![tolerate(TAINT, None)]))
+        .await?;
+    let manager = start(&env, &[]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    let deleted = deletion_of(&env, "plain", Duration::from_secs(5)).await?;
+    let condition = deleted
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == POD_DISRUPTION_TARGET)
+        .context("no DisruptionTarget condition")?;
+    ensure!(
+        condition.status == "True"
+            && condition.reason.as_deref() == Some(REASON_DELETION_BY_TAINT_MANAGER)
+            && condition.message.as_deref()
+                == Some("Taint manager: deleting due to NoExecute taint"),
+        "condition {condition:?}"
+    );
+    let plain = format!("{}/plain", env.namespace);
+    wait_event(
+        &env,
+        "plain",
+        "TaintManagerEviction",
+        &format!("Marking for deletion Pod {plain}"),
+    )
+    .await?;
+
+    // The pod stays terminating (finalizer): it is not deleted again.
+    not_deleted_for(&env, "forever", Duration::from_secs(3)).await?;
+    let marks = events(&env, "plain", "TaintManagerEviction").await?;
+    ensure!(marks.len() == 1, "one Marking Event expected: {marks:?}");
+    ensure!(
+        metric(
+            &manager,
+            "evictkit_taint_manager_actions_total{action=\"Delete\"}"
+        )? == 1.0
+    );
+    ensure!(metric(&manager, "taint_eviction_controller_pod_deletions_total")? == 1.0);
+    release(&env).await
+}
+
+#[tokio::test]
+async fn toleration_seconds_are_honoured_within_a_second() -> Result<()> {
+    let env = TestEnv::new("tm-seconds").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on("five", &node, vec![tolerate(TAINT, Some(5))]))
+        .await?;
+    let _manager = start(&env, &[]).await?;
+
+    let added = now_seconds();
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(added))]).await?;
+    let deleted = deletion_of(&env, "five", Duration::from_secs(15)).await?;
+    let at = deleted
+        .metadata
+        .deletion_timestamp
+        .context("terminating")?
+        .0;
+    // deletionTimestamp has whole seconds: the delete came in [added + 5 s, added + 6 s).
+    let after = at.duration_since(added).as_secs();
+    ensure!(after == 5, "deleted {after} s after the taint, expected 5");
+    wait_event(
+        &env,
+        "five",
+        "TaintManagerEviction",
+        "Marking for deletion Pod",
+    )
+    .await?;
+    release(&env).await
+}
+
+#[tokio::test]
+async fn deletion_is_cancelled_when_the_taint_goes_before_the_deadline() -> Result<()> {
+    let env = TestEnv::new("tm-cancel").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on("four", &node, vec![tolerate(TAINT, Some(4))]))
+        .await?;
+    let _manager = start(&env, &[]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_taints(&env, &node, vec![]).await?;
+    let name = format!("{}/four", env.namespace);
+    wait_event(
+        &env,
+        "four",
+        "TaintManagerEviction",
+        &format!("Cancelling deletion of Pod {name}"),
+    )
+    .await?;
+    not_deleted_for(&env, "four", Duration::from_secs(5)).await?;
+    release(&env).await
+}
+
+/// Decided and documented (bins/taint-manager, "Restarts"): the window counts from the taint's
+/// `timeAdded`, so a restart keeps it; upstream would start it again.
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_window_keeps_the_window() -> Result<()> {
+    let env = TestEnv::new("tm-restart").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on("eight", &node, vec![tolerate(TAINT, Some(8))]))
+        .await?;
+    let mut first = start(&env, &[]).await?;
+
+    let added = now_seconds();
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(added))]).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        first.stop(),
+        "the first taint-manager did not stop gracefully"
+    );
+    let _second = start(&env, &[]).await?;
+    let deleted = deletion_of(&env, "eight", Duration::from_secs(20)).await?;
+    let after = deleted
+        .metadata
+        .deletion_timestamp
+        .context("terminating")?
+        .0
+        .duration_since(added)
+        .as_secs();
+    ensure!(
+        after == 8,
+        "deleted {after} s after the taint, expected 8 (the window kept)"
+    );
+    release(&env).await
+}
+
+fn policy(
+    env: &TestEnv,
+    name: &str,
+    precedence: i32,
+    action: TaintEvictionAction,
+) -> TaintEvictionPolicy {
+    let mut policy = TaintEvictionPolicy::new(
+        &format!("{}-{name}", env.namespace),
+        TaintEvictionPolicySpec {
+            precedence,
+            action,
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(
+                    [(
+                        "kubernetes.io/metadata.name".to_owned(),
+                        env.namespace.clone(),
+                    )]
+                    .into(),
+                ),
+                ..LabelSelector::default()
+            }),
+            ..TaintEvictionPolicySpec::default()
+        },
+    );
+    policy.metadata.labels = Some([(POLICY_LABEL.to_owned(), env.namespace.clone())].into());
+    policy
+}
+
+async fn create_policy(env: &TestEnv, policy: &TaintEvictionPolicy) -> Result<()> {
+    Api::<TaintEvictionPolicy>::all(env.client.clone())
+        .create(&PostParams::default(), policy)
+        .await
+        .with_context(|| format!("creating TaintEvictionPolicy {}", policy.name_any()))?;
+    env.delete_on_drop::<TaintEvictionPolicy>(&policy.name_any());
+    Ok(())
+}
+
+fn pod_selector(app: &str) -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+        ..LabelSelector::default()
+    })
+}
+
+#[tokio::test]
+async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
+    let env = TestEnv::new("tm-evict").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let mut pod = objects::pod("db", "db");
+    pod.spec.get_or_insert_default().node_name = Some(node.clone());
+    env.create(&pod).await?;
+    env.wait_for_ready_pods("app=db", 1).await?;
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    create_policy(&env, &policy(&env, "evict", 0, TaintEvictionAction::Evict)).await?;
+    let manager = start(&env, &[]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    wait_event(&env, "db", "TaintManagerEviction", "Cannot remove Pod").await?;
+    not_deleted_for(&env, "db", Duration::from_secs(2)).await?;
+    ensure!(
+        metric(
+            &manager,
+            "evictkit_taint_manager_removals_blocked_total{reason=\"PodDisruptionBudget\"}"
+        )? >= 1.0
+    );
+    // The budget goes; the next retry evicts.
+    env.api::<PodDisruptionBudget>()
+        .delete("db", &DeleteParams::default())
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "db", Duration::from_secs(15)).await?;
+    ensure!(
+        metric(
+            &manager,
+            "evictkit_taint_manager_actions_total{action=\"Evict\"}"
+        )? == 1.0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn ignore_policy_keeps_pods_precedence_decides_and_status_reports() -> Result<()> {
+    let env = TestEnv::new("tm-ignore").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on("keep", &node, vec![])).await?;
+    env.create(&pod_on("go", &node, vec![])).await?;
+    // Ignore for app=keep outranks Delete for every pod of the namespace.
+    let mut ignore = policy(&env, "ignore", 10, TaintEvictionAction::Ignore);
+    ignore.spec.pod_selector = pod_selector("keep");
+    let delete = policy(&env, "delete", 0, TaintEvictionAction::Delete);
+    let mut invalid = policy(&env, "invalid", 0, TaintEvictionAction::Delete);
+    invalid.spec.force_delete_terminating_after = Some("soon".to_owned());
+    for p in [&ignore, &delete, &invalid] {
+        create_policy(&env, p).await?;
+    }
+    let _manager = start(&env, &[]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    deletion_of(&env, "go", Duration::from_secs(5)).await?;
+    wait_event(&env, "go", "TaintManagerEviction", "(TaintEvictionPolicy").await?;
+    not_deleted_for(&env, "keep", Duration::from_secs(2)).await?;
+
+    let policies = Api::<TaintEvictionPolicy>::all(env.client.clone());
+    let valid = |status: &str, pods: i64| {
+        let status = status.to_owned();
+        move |p: &TaintEvictionPolicy| {
+            p.status.as_ref().is_some_and(|s| {
+                s.governed_pods == pods
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Valid" && c.status == status)
+            })
+        }
+    };
+    // "go" is terminating (held by the finalizer) and still counts as governed.
+    wait::wait_for(
+        &policies,
+        &ignore.name_any(),
+        DEFAULT_TIMEOUT,
+        "valid, governing 1 pod",
+        valid("True", 1),
+    )
+    .await?;
+    wait::wait_for(
+        &policies,
+        &delete.name_any(),
+        DEFAULT_TIMEOUT,
+        "valid, governing 1 pod",
+        valid("True", 1),
+    )
+    .await?;
+    wait::wait_for(
+        &policies,
+        &invalid.name_any(),
+        DEFAULT_TIMEOUT,
+        "invalid",
+        valid("False", 0),
+    )
+    .await?;
+    release(&env).await
+}
+
+/// Makes a kwok node report `Ready=<status>` (kwok then leaves its status alone), so the node
+/// lifecycle controller keeps the not-ready/unreachable taints the test sets.
+async fn report_ready(env: &TestEnv, node: &str, status: &str) -> Result<()> {
+    let nodes = Api::<Node>::all(env.client.clone());
+    let annotate = json!({"metadata": {"annotations": {objects::CUSTOM_STATUS_ANNOTATION.0: objects::CUSTOM_STATUS_ANNOTATION.1}}});
+    nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&annotate))
+        .await?;
+    let ready = json!({"status": {"conditions": [{
+        "type": "Ready", "status": status, "reason": "E2E", "message": "set by the test",
+        "lastHeartbeatTime": Time(Timestamp::now()), "lastTransitionTime": Time(Timestamp::now()),
+    }]}});
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&ready))
+        .await?;
+    // A kwok heartbeat already under way may still overwrite it once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&ready))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pods_stuck_terminating_on_unreachable_nodes_are_force_deleted() -> Result<()> {
+    let env = TestEnv::new("tm-force").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    // A pod kwok does not manage stays terminating, as on an unreachable kubelet.
+    let mut stuck = objects::pod("stuck", "stuck");
+    stuck.metadata.annotations = Some(
+        [(
+            objects::CUSTOM_STATUS_ANNOTATION.0.to_owned(),
+            objects::CUSTOM_STATUS_ANNOTATION.1.to_owned(),
+        )]
+        .into(),
+    );
+    let spec = stuck.spec.get_or_insert_default();
+    spec.node_name = Some(node.clone());
+    spec.termination_grace_period_seconds = Some(1);
+    spec.tolerations = Some(vec![tolerate(TAINT_NODE_UNREACHABLE, None)]);
+    env.create(&stuck).await?;
+    let mut force = policy(&env, "force", 0, TaintEvictionAction::Delete);
+    force.spec.force_delete_terminating_after = Some("2s".to_owned());
+    create_policy(&env, &force).await?;
+    let manager = start(&env, &[]).await?;
+
+    report_ready(&env, &node, "Unknown").await?;
+    set_taints(
+        &env,
+        &node,
+        vec![no_execute(TAINT_NODE_UNREACHABLE, Some(now_seconds()))],
+    )
+    .await?;
+    env.api::<Pod>()
+        .delete("stuck", &DeleteParams::default())
+        .await?;
+    deletion_of(&env, "stuck", Duration::from_secs(5)).await?;
+    // Grace period (1 s) plus forceDeleteTerminatingAfter (2 s), then gone.
+    wait::wait_for_deletion(&env.api::<Pod>(), "stuck", Duration::from_secs(15)).await?;
+    ensure!(
+        metric(
+            &manager,
+            "evictkit_taint_manager_actions_total{action=\"ForceDelete\"}"
+        )? == 1.0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn zone_guard_pauses_removals_and_resumes() -> Result<()> {
+    let env = TestEnv::new("tm-zone").await?;
+    let zone = env.namespace.clone();
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "c"] {
+        let node = objects::node(name, &[(LABEL_TOPOLOGY_ZONE, &zone)], vec![]);
+        nodes.push(env.create_node(node).await?.name_any());
+    }
+    // Without it, the DefaultTolerationSeconds admission plugin adds 300 s.
+    let at_once = vec![tolerate(TAINT_NODE_NOT_READY, Some(0))];
+    env.create(&pod_on("victim", &nodes[0], at_once)).await?;
+    let manager = start(
+        &env,
+        &[
+            "--large-cluster-size-threshold=2",
+            "--unhealthy-zone-threshold=0.55",
+        ],
+    )
+    .await?;
+
+    // 2 of 3 nodes not ready: the zone pauses, the untolerating pod stays.
+    // The victim's node last, so the zone is paused by the time the pod is due.
+    for node in [&nodes[1], &nodes[0]] {
+        report_ready(&env, node, "False").await?;
+        set_taints(
+            &env,
+            node,
+            vec![no_execute(TAINT_NODE_NOT_READY, Some(now_seconds()))],
+        )
+        .await?;
+    }
+    not_deleted_for(&env, "victim", Duration::from_secs(3)).await?;
+    ensure!(metric(&manager, "evictkit_taint_manager_paused_zones")? >= 1.0);
+    ensure!(
+        metric(
+            &manager,
+            "evictkit_taint_manager_removals_blocked_total{reason=\"ZonePaused\"}"
+        )? >= 1.0
+    );
+
+    // One recovers (1 of 3): removals resume and the pod goes.
+    report_ready(&env, &nodes[1], "True").await?;
+    set_taints(&env, &nodes[1], vec![]).await?;
+    deletion_of(&env, "victim", Duration::from_secs(10)).await?;
+    release(&env).await
+}
