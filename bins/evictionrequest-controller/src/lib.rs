@@ -655,14 +655,20 @@ async fn record(context: &Context, request: &EvictionRequest, transition: &Trans
             normal(context, request, "InterceptorActivated", "Select", &note).await;
         }
         Transition::HandedOver { from, to, cause } => {
-            let why = match cause {
-                HandOverCause::Completed => format!("Interceptor {from} completed"),
-                HandOverCause::HeartbeatTimeout => {
-                    format!("Interceptor {from} sent no heartbeat for {timeout}")
-                }
+            // One reason per cause: kube's recorder folds Events of one reason on one object
+            // into a series, so the cause must not hide in the note alone.
+            let (reason, why) = match cause {
+                HandOverCause::Completed => (
+                    "InterceptorCompleted",
+                    format!("Interceptor {from} completed"),
+                ),
+                HandOverCause::HeartbeatTimeout => (
+                    "InterceptorTimedOut",
+                    format!("Interceptor {from} sent no heartbeat for {timeout:#}"),
+                ),
             };
             let note = format!("{why}; interceptor {to} is active.");
-            normal(context, request, "InterceptorHandOver", "Select", &note).await;
+            normal(context, request, reason, "Select", &note).await;
         }
         Transition::Canceled { reason, message } => {
             if *reason == REASON_VALIDATION_FAILED {

@@ -22,11 +22,25 @@ pub fn validate_update(
     let (Some(new_status), old_status) = (new.status.as_ref(), old.status.as_ref()) else {
         return Ok(());
     };
+    let was_or_is_active = |name: &str| {
+        [old_status, Some(new_status)]
+            .into_iter()
+            .flatten()
+            .any(|s| s.active_interceptors.iter().any(|a| a == name))
+    };
     for entry in &new_status.interceptors {
         let previous =
             old_status.and_then(|s| s.interceptors.iter().find(|o| o.name == entry.name));
         if previous == Some(entry) {
             continue;
+        }
+        // KEP: "Only interceptors with .name that are included in .status.activeInterceptors
+        // can be mutated"; the CEL rule sees changed entries only, this covers new ones too.
+        if !was_or_is_active(&entry.name) {
+            let name = &entry.name;
+            return Err(format!(
+                "status.interceptors[{name}] may be written only while {name} is active"
+            ));
         }
         validate_entry(entry, previous, now)?;
     }

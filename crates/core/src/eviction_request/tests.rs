@@ -767,3 +767,20 @@ fn describe_in_words() {
         assert!(text.contains(expected), "{expected:?} missing in:\n{text}");
     }
 }
+
+#[test]
+fn admission_only_active_interceptors_write_entries() {
+    let targets = [B, A, IMPERATIVE];
+    let old = request(
+        &["r.example.com"],
+        Some(status(&targets, &[], Some(B), vec![])),
+    );
+    let new = request(
+        &["r.example.com"],
+        Some(status(&targets, &[], Some(B), vec![entry(A, None, None)])),
+    );
+    assert_eq!(
+        admission::validate_update(&old, &new, t(0), SignedDuration::from_mins(20)),
+        Err("status.interceptors[actor-a.example.com] may be written only while actor-a.example.com is active".into())
+    );
+}

@@ -1,0 +1,947 @@
+//! evictionrequest-controller (KEP-4563) against the real control plane: the KEP's integration
+//! and e2e test plan (interceptor interactions, eviction when there is no interceptor or it
+//! stops responding, switching interceptors, Canceled on cancellation and on failed
+//! validation, Evicted when the pod terminates, the full flow with several interceptors, the
+//! eviction backoff while a PDB blocks), both cancellation walkthroughs, the webhook's rules,
+//! an unauthorised requester, and a controller restart in the middle of a hand-over.
+//!
+//! Each test starts its own controller and webhook restricted to its namespace (`--namespace`,
+//! Lease there too, webhook registered for that namespace only) with a short
+//! `--heartbeat-timeout` and backoff. Interceptors are played by the test through the public
+//! library (`evictkit_runtime::eviction_request`), as users would.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use evictkit_api::eviction_request::{
+    EvictionRequest, EvictionRequestSpec, EvictionTarget, LocalPodReference, Requester,
+};
+use evictkit_api::keys::{EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
+use evictkit_core::eviction_request::State;
+use evictkit_runtime::eviction_request::{InterceptorClient, request_eviction, withdraw};
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::component::{Component, free_port};
+use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_testenv::webhook::{Registration, rule};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+const DRAIN: &str = "nodemaintenance.disruption-management.org";
+const DESCHEDULE: &str = "descheduling.avalanche.io";
+const ACTOR_A: &str = "actor-a.example.com";
+const ACTOR_B: &str = "actor-b.example.com";
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// Installs the EvictionRequest CRD (idempotent server-side apply, shared by every test) and
+/// waits until it is served.
+async fn install_crd(client: &Client) -> Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = evictkit_api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == "EvictionRequest")
+        .context("crates/api defines EvictionRequest")?;
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply("e2e-evictionrequest").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .with_context(|| format!("applying CRD {name}"))?;
+    wait::wait_for(&crds, &name, DEFAULT_TIMEOUT, "Established", |crd| {
+        crd.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await
+    .map(drop)
+}
+
+/// A fresh namespace with the CRD installed.
+async fn env(prefix: &str) -> Result<TestEnv> {
+    let env = TestEnv::new(prefix).await?;
+    install_crd(&env.client).await?;
+    Ok(env)
+}
+
+/// Starts the controller and webhook for this namespace, registers the webhook, and waits
+/// until the controller holds its Lease.
+async fn start(env: &TestEnv, heartbeat_timeout: &str) -> Result<Component> {
+    start_roles(env, "controller,webhook", heartbeat_timeout).await
+}
+
+/// Starts the binary with `--roles roles`; registers the webhook if it serves one and waits
+/// for the Lease if it runs the controller.
+async fn start_roles(env: &TestEnv, roles: &str, heartbeat_timeout: &str) -> Result<Component> {
+    let cert = env.serving_cert()?;
+    let dir = env
+        .cluster_dir()
+        .join("logs/e2e")
+        .join(format!("{}-certs", env.namespace));
+    std::fs::create_dir_all(&dir)?;
+    let (cert_file, key_file) = cert.write_to(&dir)?;
+    let port = free_port()?;
+    let webhook_addr = format!("127.0.0.1:{port}");
+    let args = vec![
+        "--roles",
+        roles,
+        "--namespace",
+        &env.namespace,
+        "--leader-election-namespace",
+        &env.namespace,
+        "--leader-election-lease-duration=3s",
+        "--webhook-addr",
+        &webhook_addr,
+        "--tls-cert-file",
+        cert_file.to_str().unwrap_or_default(),
+        "--tls-key-file",
+        key_file.to_str().unwrap_or_default(),
+        "--heartbeat-timeout",
+        heartbeat_timeout,
+        "--eviction-backoff-initial=200ms",
+        "--eviction-backoff-max=1s",
+    ];
+    let mut component = env.start_component("evictionrequest-controller", &args)?;
+    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    if roles.contains("webhook") {
+        env.register_validating_webhook(
+            Registration {
+                name: "evictionrequest-controller".into(),
+                url: format!("https://127.0.0.1:{port}/validate-evictionrequests"),
+                rules: vec![rule(
+                    &["evictkit.io"],
+                    &["v1alpha1"],
+                    &["evictionrequests", "evictionrequests/status"],
+                    &["CREATE", "UPDATE", "DELETE"],
+                )],
+                failure_policy: "Fail".into(),
+            },
+            &cert.ca_pem,
+        )
+        .await?;
+    }
+    if roles.contains("controller") {
+        wait_for_leader(&component).await?;
+    }
+    Ok(component)
+}
+
+async fn wait_for_leader(component: &Component) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while component.metric_value("evictkit_leader")? != Some(1.0) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Lease taken; log:\n{}",
+            component.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// A running, ready pod, optionally with interceptors.
+async fn ready_pod(env: &TestEnv, name: &str, interceptors: Option<&str>) -> Result<Pod> {
+    let mut pod = objects::pod(name, name);
+    if let Some(interceptors) = interceptors {
+        pod.metadata.annotations =
+            Some([(EVICTION_INTERCEPTORS.to_owned(), interceptors.to_owned())].into());
+    }
+    env.create(&pod).await?;
+    wait::wait_for(
+        &env.api::<Pod>(),
+        name,
+        DEFAULT_TIMEOUT,
+        "ready",
+        objects::pod_ready,
+    )
+    .await
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+async fn wait_request(
+    env: &TestEnv,
+    pod: &Pod,
+    what: &str,
+    condition: impl Fn(&EvictionRequest) -> bool,
+) -> Result<EvictionRequest> {
+    wait::wait_for(
+        &env.api::<EvictionRequest>(),
+        &uid(pod),
+        DEFAULT_TIMEOUT,
+        what,
+        condition,
+    )
+    .await
+}
+
+fn active(request: &EvictionRequest) -> Option<&str> {
+    request
+        .status
+        .as_ref()?
+        .active_interceptors
+        .first()
+        .map(String::as_str)
+}
+
+fn processed(request: &EvictionRequest) -> Vec<&str> {
+    request
+        .status
+        .iter()
+        .flat_map(|s| s.processed_interceptors.iter().map(String::as_str))
+        .collect()
+}
+
+fn condition(request: &EvictionRequest, condition_type: &str) -> Option<(String, String)> {
+    request
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_type && c.status == "True")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+fn imperative_message(request: &EvictionRequest) -> Option<&str> {
+    request
+        .status
+        .as_ref()?
+        .interceptors
+        .iter()
+        .find(|i| i.name == IMPERATIVE_EVICTION_INTERCEPTOR)
+        .map(|i| i.message.as_str())
+}
+
+/// Event reasons recorded on the request, oldest first.
+async fn event_reasons(env: &TestEnv, request: &str) -> Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    let mut events: Vec<_> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(request))
+        .collect();
+    events.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+    });
+    Ok(events.into_iter().filter_map(|e| e.reason).collect())
+}
+
+async fn wait_for_event(env: &TestEnv, request: &str, reason: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    loop {
+        let reasons = event_reasons(env, request).await?;
+        if reasons.iter().any(|r| r == reason) {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no {reason} event on {request}; events: {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// An EvictionRequest written by hand (not through the library), e.g. for a pod that does not
+/// exist.
+fn request_object(name: &str, pod_name: &str, uid: &str, requesters: &[&str]) -> EvictionRequest {
+    EvictionRequest::new(
+        name,
+        EvictionRequestSpec {
+            target: EvictionTarget {
+                pod: Some(LocalPodReference {
+                    name: pod_name.into(),
+                    uid: uid.into(),
+                }),
+            },
+            requesters: requesters
+                .iter()
+                .map(|r| Requester { name: (*r).into() })
+                .collect(),
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controller
+// ---------------------------------------------------------------------------------------------
+
+/// KEP (Validation): a target that does not exist cancels the request with ValidationFailed.
+#[tokio::test]
+async fn missing_target_is_canceled_with_validation_failed() -> Result<()> {
+    let env = env("evr-missing").await?;
+    let _controller = start(&env, "4s").await?;
+    let uid = "5a3a4f0e-2b1c-4d6e-8f90-123456789abc";
+    env.create(&request_object(uid, "ghost", uid, &[DRAIN]))
+        .await?;
+    let request = wait::wait_for(
+        &env.api::<EvictionRequest>(),
+        uid,
+        DEFAULT_TIMEOUT,
+        "Canceled",
+        |r| State::of(r) == State::Canceled,
+    )
+    .await?;
+    assert_eq!(
+        condition(&request, "Canceled"),
+        Some((
+            "ValidationFailed".into(),
+            "Target Pod ghost was not found.".into()
+        ))
+    );
+    assert_eq!(active(&request), None);
+    wait_for_event(&env, uid, "Canceled").await
+}
+
+/// A malformed interceptor annotation cancels the request, naming the bad entry.
+#[tokio::test]
+async fn malformed_interceptors_cancel_naming_the_entry() -> Result<()> {
+    let env = env("evr-malformed").await?;
+    let controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", Some("actor-a.example.com,Not_A_Name")).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let request = wait_request(&env, &pod, "Canceled", |r| State::of(r) == State::Canceled).await?;
+    let (reason, message) = condition(&request, "Canceled").unwrap_or_default();
+    assert_eq!(reason, "ValidationFailed");
+    assert!(message.contains("entry 2 \"Not_A_Name\""), "{message}");
+    assert_eq!(
+        controller.metric_value("evictkit_evictionrequest_invalid_interceptors_total")?,
+        Some(1.0)
+    );
+    Ok(())
+}
+
+/// KEP: with no interceptor the default one evicts the pod; labels are synchronised; the
+/// request ends Evicted; its metric series go with it.
+#[tokio::test]
+async fn no_interceptor_evicts_through_the_eviction_api() -> Result<()> {
+    let env = env("evr-plain").await?;
+    let controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    let request = request_eviction(&env.client, &pod, DRAIN).await?;
+    assert_eq!(request.name_any(), uid(&pod), "named after the pod's UID");
+
+    let request = wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    assert_eq!(
+        condition(&request, "Evicted").map(|c| c.0),
+        Some("TargetDeleted".into())
+    );
+    let status = request.status.clone().unwrap_or_default();
+    let targets: Vec<_> = status
+        .target_interceptors
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    assert_eq!(targets, [IMPERATIVE_EVICTION_INTERCEPTOR]);
+    assert_eq!(status.observed_generation, request.metadata.generation);
+    assert_eq!(
+        request.labels().get("app").map(String::as_str),
+        Some("p-1"),
+        "labels synchronised"
+    );
+    assert!(
+        imperative_message(&request).is_some_and(|m| m.starts_with("Evicted pod")),
+        "{request:?}"
+    );
+    wait::wait_for_deletion(&env.api::<Pod>(), "p-1", DEFAULT_TIMEOUT).await?;
+    wait_for_event(&env, &uid(&pod), "Evicting").await?;
+    wait_for_event(&env, &uid(&pod), "Evicted").await?;
+    let series = format!(
+        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\"}}",
+        uid(&pod),
+        env.namespace
+    );
+    assert_eq!(controller.metric_value(&series)?, Some(1.0));
+
+    env.api::<EvictionRequest>()
+        .delete(&uid(&pod), &DeleteParams::default())
+        .await?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while controller.metric_value(&series)?.is_some() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "series of a deleted request stays"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// KEP e2e: "the full eviction request flow with multiple interceptors" — B completes, A goes
+/// silent and times out, the default interceptor evicts; labels follow the pod.
+#[tokio::test]
+async fn interceptors_hand_over_on_completion_and_heartbeat_timeout() -> Result<()> {
+    let env = env("evr-handover").await?;
+    let controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", Some(&format!("{ACTOR_B},{ACTOR_A}"))).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+
+    let actor_b = InterceptorClient::new(env.client.clone(), ACTOR_B);
+    let request = wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    let targets: Vec<_> = request
+        .status
+        .iter()
+        .flat_map(|s| s.target_interceptors.iter().map(|i| i.name.clone()))
+        .collect();
+    assert_eq!(targets, [ACTOR_B, ACTOR_A, IMPERATIVE_EVICTION_INTERCEPTOR]);
+    let series = format!(
+        "evictionrequest_controller_active_interceptor{{evictionrequest=\"{}\",interceptor=\"{ACTOR_B}\",namespace=\"{}\",pod=\"p-1\"}}",
+        uid(&pod),
+        env.namespace
+    );
+    assert_eq!(controller.metric_value(&series)?, Some(1.0));
+    let request = actor_b.heartbeat(&request, "notifying users", None).await?;
+    let entry = request
+        .status
+        .iter()
+        .flat_map(|s| s.interceptors.iter())
+        .find(|i| i.name == ACTOR_B)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        entry.start_time.is_some() && entry.start_time == entry.heartbeat_time,
+        "{entry:?}"
+    );
+    actor_b.complete(&request, "users notified").await?;
+
+    let request = wait_request(&env, &pod, "handed to actor A", |r| {
+        active(r) == Some(ACTOR_A)
+    })
+    .await?;
+    assert_eq!(processed(&request), [ACTOR_B]);
+    // Actor A never answers: after --heartbeat-timeout the default interceptor takes over.
+    let request = wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    assert_eq!(processed(&request), [ACTOR_B, ACTOR_A]);
+    assert_eq!(active(&request), Some(IMPERATIVE_EVICTION_INTERCEPTOR));
+    wait_for_event(&env, &uid(&pod), "InterceptorCompleted").await?;
+    wait_for_event(&env, &uid(&pod), "InterceptorTimedOut").await?;
+    Ok(())
+}
+
+/// KEP e2e: "the eviction backoff if the API-initiated eviction is blocked by a PDB. Check that
+/// the eviction terminates the pod once PDB stops blocking the disruption".
+#[tokio::test]
+async fn imperative_eviction_backs_off_while_a_pdb_blocks() -> Result<()> {
+    let env = env("evr-pdb").await?;
+    let controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    env.create(&objects::pdb(
+        "p-1",
+        "p-1",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    wait::wait_for(
+        &env.api::<PodDisruptionBudget>(),
+        "p-1",
+        DEFAULT_TIMEOUT,
+        "observed",
+        |pdb| {
+            pdb.status
+                .as_ref()
+                .is_some_and(|s| s.current_healthy == 1 && s.disruptions_allowed == 0)
+        },
+    )
+    .await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let request = wait_request(&env, &pod, "retried at least 3 times", |r| {
+        imperative_message(r)
+            .and_then(evictkit_core::eviction_request::retries_in_message)
+            .is_some_and(|n| n >= 3)
+    })
+    .await?;
+    assert!(
+        imperative_message(&request).is_some_and(|m| m.starts_with(
+            "Could not evict a pod due to failing eviction requests, number of retries: "
+        )),
+        "{request:?}"
+    );
+    wait_for_event(&env, &uid(&pod), "EvictionFailed").await?;
+    ensure!(
+        env.api::<Pod>().get_opt("p-1").await?.is_some(),
+        "the PDB must protect the pod"
+    );
+
+    env.api::<PodDisruptionBudget>()
+        .patch(
+            "p-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+        )
+        .await?;
+    wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    let series = format!(
+        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\"}}",
+        uid(&pod),
+        env.namespace
+    );
+    ensure!(
+        controller.metric_value(&series)?.is_some_and(|n| n >= 4.0),
+        "{}",
+        controller.metrics()?
+    );
+    Ok(())
+}
+
+/// KEP walkthrough "Multiple Dynamic Requesters and No EvictionRequest Cancellation".
+#[tokio::test]
+async fn walkthrough_multiple_requesters_no_cancellation() -> Result<()> {
+    let env = env("evr-multi").await?;
+    let _controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", Some(&format!("{ACTOR_B},{ACTOR_A}"))).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let joined = request_eviction(&env.client, &pod, DESCHEDULE).await?;
+    let names: Vec<_> = joined
+        .spec
+        .requesters
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [DRAIN, DESCHEDULE],
+        "the second requester joins the same request"
+    );
+
+    let actor_b = InterceptorClient::new(env.client.clone(), ACTOR_B);
+    let request = wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    let request = actor_b
+        .heartbeat(&request, "delaying for users", None)
+        .await?;
+    // The drain is canceled; the descheduler still wants the pod gone.
+    withdraw(&env.client, &pod, DRAIN).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let still = env.api::<EvictionRequest>().get(&uid(&pod)).await?;
+    assert_eq!(State::of(&still), State::InProgress);
+    assert_eq!(active(&still), Some(ACTOR_B));
+    actor_b.complete(&request, "ready to be deleted").await?;
+
+    let actor_a = InterceptorClient::new(env.client.clone(), ACTOR_A);
+    let request = wait_request(&env, &pod, "handed to actor A", |r| actor_a.is_active(r)).await?;
+    // Actor A deletes the pod and completes.
+    env.api::<Pod>()
+        .delete("p-1", &DeleteParams::default())
+        .await?;
+    actor_a.heartbeat(&request, "deleting p-1", None).await?;
+    let request = wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    assert_eq!(processed(&request), [ACTOR_B]);
+    // The descheduling controller can delete the request.
+    env.api::<EvictionRequest>()
+        .delete(&uid(&pod), &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// KEP walkthrough "Single Dynamic Requester and EvictionRequest Cancellation".
+#[tokio::test]
+async fn walkthrough_single_requester_cancellation() -> Result<()> {
+    let env = env("evr-cancel").await?;
+    let _controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", Some(&format!("{ACTOR_B},{ACTOR_A}"))).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let actor_b = InterceptorClient::new(env.client.clone(), ACTOR_B);
+    let request = wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    actor_b
+        .heartbeat(&request, "delaying for users", None)
+        .await?;
+    withdraw(&env.client, &pod, DRAIN).await?;
+    let request = wait_request(&env, &pod, "Canceled", |r| State::of(r) == State::Canceled).await?;
+    assert_eq!(
+        condition(&request, "Canceled").map(|c| c.0),
+        Some("NoRequesters".into())
+    );
+    assert_eq!(active(&request), None, "activeInterceptors cleared");
+    assert!(
+        !actor_b.is_active(&request),
+        "actor B sees the cancellation"
+    );
+    ensure!(
+        env.api::<Pod>().get_opt("p-1").await?.is_some(),
+        "the pod stays"
+    );
+    wait_for_event(&env, &uid(&pod), "Canceled").await?;
+
+    // Asking again starts afresh: the canceled request is replaced.
+    let again = request_eviction(&env.client, &pod, DRAIN).await?;
+    assert_eq!(State::of(&again), State::InProgress);
+    Ok(())
+}
+
+/// KEP: the request is Evicted when the pod reaches a terminal phase.
+#[tokio::test]
+async fn terminal_pod_is_evicted() -> Result<()> {
+    let env = env("evr-terminal").await?;
+    let _controller = start(&env, "4s").await?;
+    let mut pod = objects::pod("p-1", "p-1");
+    pod.metadata.annotations = Some(
+        [
+            (EVICTION_INTERCEPTORS.to_owned(), ACTOR_A.to_owned()),
+            (
+                objects::CUSTOM_STATUS_ANNOTATION.0.to_owned(),
+                objects::CUSTOM_STATUS_ANNOTATION.1.to_owned(),
+            ),
+        ]
+        .into(),
+    );
+    let pod = env.create(&pod).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    wait_request(&env, &pod, "handed to actor A", |r| {
+        active(r) == Some(ACTOR_A)
+    })
+    .await?;
+    env.api::<Pod>()
+        .patch_status(
+            "p-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await?;
+    let request = wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    assert_eq!(
+        condition(&request, "Evicted"),
+        Some((
+            "TargetTerminated".into(),
+            "Target Pod p-1 reached phase Succeeded.".into()
+        ))
+    );
+    Ok(())
+}
+
+/// KEP: "API-initiated eviction of DaemonSet pods and mirror pods is not supported."
+#[tokio::test]
+async fn mirror_pod_is_not_api_evicted() -> Result<()> {
+    let env = env("evr-mirror").await?;
+    let _controller = start(&env, "4s").await?;
+    let mut pod = objects::pod("p-1", "p-1");
+    // The apiserver accepts a mirror pod only bound to a node.
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some("kwok-node-0".into());
+    }
+    pod.metadata.annotations =
+        Some([("kubernetes.io/config.mirror".to_owned(), "hash".to_owned())].into());
+    let pod = env.create(&pod).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let request = wait_request(&env, &pod, "refused", |r| imperative_message(r).is_some()).await?;
+    assert!(
+        imperative_message(&request).is_some_and(
+            |m| m.starts_with("API-initiated eviction of mirror pods is not supported")
+        ),
+        "{request:?}"
+    );
+    wait_for_event(&env, &uid(&pod), "EvictionNotSupported").await?;
+    ensure!(
+        env.api::<Pod>().get_opt("p-1").await?.is_some(),
+        "the mirror pod stays"
+    );
+    Ok(())
+}
+
+/// The controller is level-triggered: an interceptor completing while it is down is handed
+/// over after it comes back, with nothing lost.
+#[tokio::test]
+async fn restart_in_the_middle_of_a_hand_over_loses_nothing() -> Result<()> {
+    let env = env("evr-restart").await?;
+    // The webhook runs on in its own process (failurePolicy Fail): only the controller stops.
+    let _webhook = start_roles(&env, "webhook", "10m").await?;
+    let mut controller = start_roles(&env, "controller", "10m").await?;
+    let pod = ready_pod(&env, "p-1", Some(&format!("{ACTOR_B},{ACTOR_A}"))).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let actor_b = InterceptorClient::new(env.client.clone(), ACTOR_B);
+    let request = wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    let request = actor_b.heartbeat(&request, "working", None).await?;
+
+    ensure!(controller.stop(), "the controller was running");
+    actor_b
+        .complete(&request, "done while the controller was down")
+        .await?;
+    let _controller = start_roles(&env, "controller", "10m").await?;
+    let request = wait_request(&env, &pod, "handed to actor A", |r| {
+        active(r) == Some(ACTOR_A)
+    })
+    .await?;
+    assert_eq!(processed(&request), [ACTOR_B]);
+    let entry = request
+        .status
+        .iter()
+        .flat_map(|s| s.interceptors.iter())
+        .find(|i| i.name == ACTOR_B)
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(entry.message, "done while the controller was down");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission: CEL rules of the CRD and the webhook's rules, each with its message
+// ---------------------------------------------------------------------------------------------
+
+async fn status_patch(env: &TestEnv, name: &str, status: serde_json::Value) -> Result<(), String> {
+    env.api::<EvictionRequest>()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map(drop)
+        .map_err(|error| error.to_string())
+}
+
+fn assert_denied(result: Result<(), String>, message: &str) {
+    match result {
+        Ok(()) => panic!("expected a denial containing {message:?}"),
+        Err(error) => assert!(error.contains(message), "{message:?} not in {error}"),
+    }
+}
+
+#[tokio::test]
+async fn admission_rules_are_enforced_with_their_messages() -> Result<()> {
+    let env = env("evr-admission").await?;
+    let _controller = start(&env, "10m").await?;
+    let pod = ready_pod(&env, "p-1", Some(&format!("{ACTOR_B},{ACTOR_A}"))).await?;
+    let api = env.api::<EvictionRequest>();
+
+    // CREATE (CEL).
+    let create = |request: EvictionRequest| {
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), &request)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    };
+    let name = uid(&pod);
+    assert_denied(
+        create(request_object("other-name", "p-1", &name, &[DRAIN])).await,
+        "metadata.name must be the UID of the target pod",
+    );
+    assert_denied(
+        create(request_object(&name, "p-1", &name, &[])).await,
+        "at least one requester is required",
+    );
+    assert_denied(
+        create(request_object(&name, "p-1", &name, &["Not_FQDN"])).await,
+        "must be a fully qualified domain name",
+    );
+
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let actor_b = InterceptorClient::new(env.client.clone(), ACTOR_B);
+    let request = wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    let request = actor_b.heartbeat(&request, "working", None).await?;
+    let entry = request
+        .status
+        .iter()
+        .flat_map(|s| s.interceptors.iter())
+        .find(|i| i.name == ACTOR_B)
+        .cloned()
+        .unwrap_or_default();
+    let heartbeat = entry
+        .heartbeat_time
+        .clone()
+        .map(|t| t.0)
+        .unwrap_or_default();
+    let at = |seconds: i64| (heartbeat + jiff::SignedDuration::from_secs(seconds)).to_string();
+    let b_entry = |heartbeat: &str, start: &str| json!([{ "name": ACTOR_B, "message": "", "heartbeatTime": heartbeat, "startTime": start }]);
+
+    // Immutability (CEL).
+    assert_denied(
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"target": {"pod": {"name": "other"}}}})),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string()),
+        "target is immutable",
+    );
+    assert_denied(
+        status_patch(&env, &name, json!({"targetInterceptors": [{"name": ACTOR_A}, {"name": IMPERATIVE_EVICTION_INTERCEPTOR}]})).await,
+        "status.targetInterceptors is immutable once set",
+    );
+    // Only the next interceptor may become active; only formerly active ones processed (CEL).
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"activeInterceptors": [IMPERATIVE_EVICTION_INTERCEPTOR]}),
+        )
+        .await,
+        "the active interceptor must be the first target interceptor that has not been processed",
+    );
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"processedInterceptors": [ACTOR_A], "activeInterceptors": [ACTOR_B]}),
+        )
+        .await,
+        "an interceptor can only become processed after it has been active",
+    );
+    // Heartbeats (CEL: steps of 60 s and start time; webhook: not in the future).
+    let start = entry
+        .start_time
+        .clone()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"interceptors": b_entry(&at(30), &start)}),
+        )
+        .await,
+        "heartbeatTime can only move forward, by at least 60 seconds at a time",
+    );
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"interceptors": b_entry(&at(300), &start)}),
+        )
+        .await,
+        "is in the future: it may be at most 10s after the present time",
+    );
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"interceptors": b_entry(&at(0), &at(-5))}),
+        )
+        .await,
+        "startTime is immutable once set",
+    );
+    // Hand-over before completion or timeout (webhook).
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"activeInterceptors": [ACTOR_A], "processedInterceptors": [ACTOR_B]}),
+        )
+        .await,
+        "status.activeInterceptors may change from actor-b.example.com to actor-a.example.com only once actor-b.example.com has set its completionTime",
+    );
+    // An interceptor that is not active may not write its entry (webhook).
+    assert_denied(
+        status_patch(
+            &env,
+            &name,
+            json!({"interceptors": [
+                { "name": ACTOR_B, "message": "", "heartbeatTime": at(0), "startTime": start },
+                { "name": ACTOR_A, "message": "sneaky" }
+            ]}),
+        )
+        .await,
+        "status.interceptors[actor-a.example.com] may be written only while actor-a.example.com is active",
+    );
+    Ok(())
+}
+
+/// KEP "CREATE, UPDATE, DELETE": the principal must be allowed to delete the target pod.
+#[tokio::test]
+async fn unauthorised_requester_is_refused() -> Result<()> {
+    let env = env("evr-authz").await?;
+    let _controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    let user = format!("{}-requester", env.namespace);
+    // Allowed to write EvictionRequests, not to delete pods.
+    env.create(&Role {
+        metadata: ObjectMeta {
+            name: Some("requester".into()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["evictkit.io".into()]),
+            resources: Some(vec!["evictionrequests".into()]),
+            verbs: [
+                "get", "list", "watch", "create", "patch", "update", "delete",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..PolicyRule::default()
+        }]),
+    })
+    .await?;
+    env.create(&RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("requester".into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: "requester".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.clone(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Subject::default()
+        }]),
+    })
+    .await?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(env.kubeconfig())?;
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.auth_info.impersonate = Some(user.clone());
+    let impersonated = Client::try_from(config)?;
+
+    // The RoleBinding reaches the apiserver's authorizer cache a moment after it is created.
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let error = loop {
+        let error = request_eviction(&impersonated, &pod, DRAIN)
+            .await
+            .err()
+            .context("the requester must be refused")?;
+        let rbac_pending = error.to_string().contains("cannot patch resource");
+        if !rbac_pending || tokio::time::Instant::now() >= deadline {
+            break error;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let message = format!("{error:#}");
+    let text = std::error::Error::source(&error)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    ensure!(
+        text.contains(&format!(
+            "user \"{user}\" may not delete pod {}/p-1",
+            env.namespace
+        )),
+        "{message}: {text}"
+    );
+    ensure!(
+        env.api::<EvictionRequest>()
+            .get_opt(&uid(&pod))
+            .await?
+            .is_none(),
+        "nothing created"
+    );
+    Ok(())
+}
