@@ -763,7 +763,9 @@ async fn admission_rules_are_enforced_with_their_messages() -> Result<()> {
         .clone()
         .map(|t| t.0)
         .unwrap_or_default();
-    let at = |seconds: i64| (heartbeat + jiff::SignedDuration::from_secs(seconds)).to_string();
+    let at = |seconds: i64| {
+        (heartbeat + k8s_openapi::jiff::SignedDuration::from_secs(seconds)).to_string()
+    };
     let b_entry = |heartbeat: &str, start: &str| json!([{ "name": ACTOR_B, "message": "", "heartbeatTime": heartbeat, "startTime": start }]);
 
     // Immutability (CEL).
