@@ -344,8 +344,8 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
     result
 }
 
-async fn check(pod: &Arc<Pod>, context: &Arc<Context>) -> Result<Action, Error> {
-    let key = ObjectRef::from_obj(pod.as_ref());
+async fn check(pod: &Pod, context: &Context) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(pod);
     let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
     let node_name = pod
         .spec
@@ -356,15 +356,15 @@ async fn check(pod: &Arc<Pod>, context: &Arc<Context>) -> Result<Action, Error> 
     let Some(node) = context.node(&node_name) else {
         return Ok(Action::await_change());
     };
-    match judge(&pod, &node) {
+    match judge(pod, &node) {
         Verdict::NotOptedIn | Verdict::Skipped(_) => context.forget(&key),
         Verdict::Matches => {
             context.forget(&key);
             // Our condition is the durable mark of a violation we acted on (it outlives a
             // restart): only then may there be a request to withdraw.
-            if has_condition(&pod, STATUS_TRUE) && context.enabled && !context.dry_run {
+            if has_condition(pod, STATUS_TRUE) && context.enabled && !context.dry_run {
                 if context.mode == Mode::EvictionRequest {
-                    withdraw(&context.client, &pod, AFFINITY_EVICTOR_REQUESTER).await?;
+                    withdraw(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await?;
                     tracing::info!(pod = %name, node = %node_name, "matches again; withdrew the eviction request");
                 }
                 let message = format!(
@@ -372,7 +372,7 @@ async fn check(pod: &Arc<Pod>, context: &Arc<Context>) -> Result<Action, Error> 
                 );
                 set_condition(
                     &context.client,
-                    &pod,
+                    pod,
                     STATUS_FALSE,
                     REASON_MATCHES_AGAIN,
                     &message,
@@ -387,7 +387,7 @@ async fn check(pod: &Arc<Pod>, context: &Arc<Context>) -> Result<Action, Error> 
             tracing::warn!(pod = %name, %error, "malformed annotation; pod left alone");
             if let Err(error) = context
                 .recorder
-                .warning(pod.as_ref(), EVENT_REASON_MALFORMED, "Check", &note)
+                .warning(pod, EVENT_REASON_MALFORMED, "Check", &note)
                 .await
             {
                 tracing::warn!(%error, "cannot record event");
