@@ -576,9 +576,6 @@ async fn zone_guard_pauses_removals_and_resumes() -> Result<()> {
         let node = objects::node(name, &[(LABEL_TOPOLOGY_ZONE, &zone)], vec![]);
         nodes.push(env.create_node(node).await?.name_any());
     }
-    // Without it, the DefaultTolerationSeconds admission plugin adds 300 s.
-    let at_once = vec![tolerate(TAINT_NODE_NOT_READY, Some(0))];
-    env.create(&pod_on("victim", &nodes[0], at_once)).await?;
     let manager = start(
         &env,
         &[
@@ -588,17 +585,34 @@ async fn zone_guard_pauses_removals_and_resumes() -> Result<()> {
     )
     .await?;
 
-    // 2 of 3 nodes not ready: the zone pauses, the untolerating pod stays.
-    // The victim's node last, so the zone is paused by the time the pod is due.
-    for node in [&nodes[1], &nodes[0]] {
+    // 2 of 3 nodes not ready: the zone pauses.
+    for node in &nodes[..2] {
         report_ready(&env, node, "False").await?;
-        set_taints(
-            &env,
-            node,
-            vec![no_execute(TAINT_NODE_NOT_READY, Some(now_seconds()))],
-        )
-        .await?;
+        let taint = no_execute(TAINT_NODE_NOT_READY, Some(now_seconds()));
+        set_taints(&env, node, vec![taint]).await?;
     }
+    // Settled (kwok and the node lifecycle controller agree the nodes are not ready) ...
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let mut paused_since = None;
+    while paused_since
+        .is_none_or(|since: tokio::time::Instant| since.elapsed() < Duration::from_secs(3))
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the zone never stayed paused"
+        );
+        let paused = metric(&manager, "evictkit_taint_manager_paused_zones")? >= 1.0;
+        paused_since = if paused {
+            paused_since.or(Some(tokio::time::Instant::now()))
+        } else {
+            None
+        };
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // ... a pod that does not tolerate not-ready (without a toleration, the
+    // DefaultTolerationSeconds admission plugin would add 300 s) is due at once, and stays.
+    let at_once = vec![tolerate(TAINT_NODE_NOT_READY, Some(0))];
+    env.create(&pod_on("victim", &nodes[0], at_once)).await?;
     not_deleted_for(&env, "victim", Duration::from_secs(3)).await?;
     ensure!(metric(&manager, "evictkit_taint_manager_paused_zones")? >= 1.0);
     ensure!(
