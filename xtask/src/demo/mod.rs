@@ -15,7 +15,9 @@ use crate::cluster::{self, Cluster};
 
 mod affinity_evictor;
 mod drain;
+mod evictionrequest;
 mod pdb_policy_webhook;
+mod taint_manager;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -50,6 +52,16 @@ const SCENARIOS: &[Scenario] = &[
         name: "affinity-evictor",
         shows: "KEP-4328's user story: removing userB=allow from the old nodes moves user B's pods to the new node, one at a time as their PDB allows; user A's pods stay",
         run: affinity_evictor::run,
+    },
+    Scenario {
+        name: "evictionrequest",
+        shows: "KEP-4563: a requester asks for a pod's eviction; one interceptor completes, one goes silent and times out; the fallback eviction is blocked by a PDB and retried with backoff, then succeeds when the PDB allows",
+        run: evictionrequest::run,
+    },
+    Scenario {
+        name: "taint-manager",
+        shows: "KEP-3902: a NoExecute taint deletes an untolerating pod at once and a pod with tolerationSeconds 10 after 10 s; an Evict policy waits for the PDB; an Ignore policy keeps a pod",
+        run: taint_manager::run,
     },
 ];
 
