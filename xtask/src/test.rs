@@ -50,7 +50,8 @@ pub fn run(args: Args) -> Result<()> {
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&test_cluster())?;
-    let mut e2e = vec!["test", "--package", "e2e", "--"];
+    // Every test binary runs, so one failure does not hide another.
+    let mut e2e = vec!["test", "--package", "e2e", "--no-fail-fast", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
     let result = step("charts", crate::charts::check(&control_plane)).and_then(|()| {
         step(
