@@ -201,6 +201,7 @@ pub fn run(args: Args) -> Result<()> {
     if !status.success() {
         bail!("cargo build --bins failed");
     }
+    let was_running = cluster::state_dir().join("state.json").exists();
     let cluster = cluster::up(&crate::test::test_cluster())?;
     let demo = Demo {
         cluster,
@@ -229,7 +230,10 @@ pub fn run(args: Args) -> Result<()> {
         result
     } else {
         drop(demo);
-        cluster::down()?;
+        // A cluster the demo found running belongs to someone else (e.g. a test run): leave it.
+        if !was_running {
+            cluster::down()?;
+        }
         result
     }
 }
