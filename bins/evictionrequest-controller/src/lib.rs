@@ -402,6 +402,10 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     let mut plan = core::reconcile(&request, pod.as_deref(), now, &context.config);
     let mut requeue = plan.requeue_after.map(|d| d.unsigned_abs());
 
+    // Events in the order things happened: the hand-over before the eviction it leads to.
+    for transition in &plan.transitions {
+        record(&context, &request, transition).await;
+    }
     if let (Some(labels), false) = (&plan.labels, context.dry_run) {
         apply_labels(&context.client, &request, labels).await?;
     }
@@ -435,9 +439,6 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     let mut observed = request.as_ref().clone();
     observed.status = Some(plan.status.clone());
     context.metrics.observe(&observed, finished);
-    for transition in &plan.transitions {
-        record(&context, &request, transition).await;
-    }
     if finished {
         context
             .retries
