@@ -5,6 +5,8 @@
 //! Kubernetes version). Everything a later command needs (PIDs, ports, flags) is
 //! recorded in `target/evictkit-cluster/state.json`, written as each process
 //! starts so `down` can always find what `up` started, even after a failed `up`.
+//! `EVICTKIT_CLUSTER_DIR=<dir>` puts a second, independent cluster there (every
+//! command, the tests and the benches follow it).
 
 use std::fs;
 use std::io::Read;
@@ -104,9 +106,12 @@ pub fn running() -> Result<Cluster> {
     Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")
 }
 
-/// Where the cluster keeps its PKI, kubeconfig, logs and state.
+/// Where the cluster keeps its PKI, kubeconfig, logs and state: `$EVICTKIT_CLUSTER_DIR` if set,
+/// so a second cluster (a benchmark's, with other controllers) can run beside the test cluster.
 pub fn state_dir() -> PathBuf {
-    crate::workspace_root().join("target/evictkit-cluster")
+    std::env::var_os("EVICTKIT_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target/evictkit-cluster"))
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -294,8 +294,12 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where `cargo xtask cluster` keeps the cluster: `$EVICTKIT_CLUSTER_DIR` if set (a second,
+/// separate cluster, e.g. for a benchmark), else `target/evictkit-cluster`.
 fn cluster_dir() -> PathBuf {
-    workspace_root().join("target/evictkit-cluster")
+    std::env::var_os("EVICTKIT_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/evictkit-cluster"))
 }
 
 /// The kubeconfig of the running cluster: `$KUBECONFIG` if set, else the one
