@@ -33,7 +33,15 @@ pub struct ExplainArgs {
     /// Output format: a table for people, or JSON (an array of explanations) for tools.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+
+    /// The name of the eviction webhook in the ValidatingWebhookConfiguration (the chart's
+    /// default): the apiserver puts it into the message of a denial by a stricter rule.
+    #[arg(long, value_name = "NAME", default_value = EVICTION_WEBHOOK_NAME)]
+    pub eviction_webhook_name: String,
 }
+
+/// What charts/pdb-policy-webhook names its `pods/eviction` webhook.
+pub const EVICTION_WEBHOOK_NAME: &str = "validate-eviction.pdb-policy-webhook.evictkit.io";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -111,7 +119,12 @@ pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanati
         };
         targets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for pod in &targets {
-            explanations.push(pdb_policy::explain(pod, &pdbs, &pods, policy));
+            let mut explanation = pdb_policy::explain(pod, &pdbs, &pods, policy);
+            explanation.prediction.message = pdb_policy::message_through_apiserver(
+                &explanation.prediction,
+                &args.eviction_webhook_name,
+            );
+            explanations.push(explanation);
         }
     }
     Ok(explanations)

@@ -412,12 +412,24 @@ pub struct Prediction {
     pub code: u16,
     /// `apiserver` (the eviction subresource) or `webhook` (a stricter rule of the policy).
     pub decided_by: &'static str,
-    /// The Status message; the apiserver prefixes a webhook's with `admission webhook "<name>"
-    /// denied the request: `.
+    /// The Status message; a webhook's alone until [`message_through_apiserver`] wraps it.
     pub message: String,
     /// The message of the `DisruptionBudget` cause, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
+}
+
+/// The message the eviction's caller reads: the apiserver's own, or a webhook's denial as the
+/// apiserver wraps it (`admission webhook "<name>" denied the request: <message>`).
+pub fn message_through_apiserver(prediction: &Prediction, eviction_webhook_name: &str) -> String {
+    if prediction.decided_by == "webhook" {
+        format!(
+            "admission webhook {eviction_webhook_name:?} denied the request: {}",
+            prediction.message
+        )
+    } else {
+        prediction.message.clone()
+    }
 }
 
 /// `explain`'s account of evicting one pod.

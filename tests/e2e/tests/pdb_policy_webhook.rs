@@ -310,6 +310,8 @@ async fn explain_pod(client: &Client, namespace: &str, name: &str) -> Result<Exp
         pod: Some(format!("{namespace}/{name}")),
         node: None,
         output: Output::Json,
+        // testenv's name for the webhook registered as "validate-eviction".
+        eviction_webhook_name: "validate-eviction.e2e.evictkit.io".into(),
     };
     let mut explanations = pdb_policy_webhook::explain::explain(client.clone(), &args).await?;
     explanations.pop().context("explain returned nothing")
@@ -1061,7 +1063,7 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
             &format!("the eviction of {pod} is denied by {rule}"),
             || async {
                 let status = evict(&env, pod, true).await?;
-                if status.code == 429 && status.message.ends_with(&explanation.prediction.message) {
+                if status.code == 429 && status.message == explanation.prediction.message {
                     Ok(())
                 } else {
                     bail!("{status:?}")
@@ -1072,11 +1074,7 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
         // The real (not dry-run) eviction gets the same answer, and the pod stays.
         let status = evict(&env, pod, false).await?;
         assert_eq!(status.code, 429, "{status:?}");
-        assert!(
-            status.message.contains("denied the request: ")
-                && status.message.ends_with(&explanation.prediction.message),
-            "{status:?}"
-        );
+        assert_eq!(status.message, explanation.prediction.message);
         assert!(env.api::<Pod>().get_opt(pod).await?.is_some());
     }
     // db-2 is not Synced: evicting it costs no strict health, and the apiserver allows it.
@@ -1095,6 +1093,17 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
     );
     let printed: serde_json::Value = serde_json::from_slice(&cli.stdout)?;
     assert_eq!(printed[0]["prediction"]["code"], 429);
+    // By default the message names the webhook as the chart does.
+    let message = printed[0]["prediction"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "admission webhook {:?} denied the request: pdb-policy-webhook: rule RequiredPodConditions",
+            pdb_policy_webhook::explain::EVICTION_WEBHOOK_NAME
+        )),
+        "{message}"
+    );
     assert_eq!(printed[0]["policy"], format!("{}-strict", env.namespace));
     assert!(
         webhook.metric("pdb_policy_webhook_denials_total{rule=\"RequiredPodConditions\"}")? >= 2.0

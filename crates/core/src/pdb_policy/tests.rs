@@ -585,3 +585,38 @@ fn explain_predicts_the_apiserver_and_says_what_would_change_it() {
         }
     }
 }
+
+#[test]
+fn the_apiserver_wraps_only_a_webhook_denial() {
+    let prediction = |decided_by, message: &str| Prediction {
+        code: 429,
+        decided_by,
+        message: message.into(),
+        cause: None,
+    };
+    let cases = [
+        (
+            prediction(
+                "apiserver",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        ),
+        (
+            prediction(
+                "webhook",
+                "pdb-policy-webhook: rule RequiredPodConditions of PodDisruptionBudgetPolicy p: x",
+            ),
+            "admission webhook \"validate-eviction.pdb-policy-webhook.evictkit.io\" denied the request: pdb-policy-webhook: rule RequiredPodConditions of PodDisruptionBudgetPolicy p: x",
+        ),
+    ];
+    for (prediction, expected) in cases {
+        assert_eq!(
+            message_through_apiserver(
+                &prediction,
+                "validate-eviction.pdb-policy-webhook.evictkit.io"
+            ),
+            expected
+        );
+    }
+}
