@@ -2,6 +2,7 @@
 //! component adds its benchmark as a subcommand.
 
 mod pdb_policy_webhook;
+pub mod support;
 
 #[derive(clap::Args)]
 pub struct Args {

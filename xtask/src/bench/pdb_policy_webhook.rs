@@ -3,7 +3,8 @@
 //! HTTPS with keep-alive (requests per second, p50/p99, RSS); then the latency a dry-run
 //! eviction through the apiserver gains when the eviction webhook is registered.
 
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use super::support::{self, Component, percentile};
 use crate::cluster::{self, Cluster};
 
 const NS: &str = "bench-pdb-policy";
@@ -35,44 +37,19 @@ pub struct Args {
     evictions: usize,
 }
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
 pub fn run(args: &Args) -> Result<()> {
-    let status = Command::new("cargo")
-        .args(["build", "--release", "-p", "pdb-policy-webhook"])
-        .current_dir(crate::workspace_root())
-        .status()?;
-    if !status.success() {
-        bail!("cargo build --release -p pdb-policy-webhook failed");
-    }
+    let binary = support::release_binary("pdb-policy-webhook")?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(bench(&cluster, args))
+        .block_on(bench(&cluster, &binary, args))
 }
 
-async fn bench(cluster: &Cluster, args: &Args) -> Result<()> {
-    let kubeconfig = cluster.kubeconfig();
-    let client = Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(&kubeconfig)?,
-            &Default::default(),
-        )
-        .await?,
-    )?;
+async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
+    let client = support::client(cluster).await?;
     setup(cluster, &client).await?;
-    let result = measure(&client, &kubeconfig, args).await;
+    let result = measure(cluster, &client, binary, args).await;
     teardown(&client).await;
     result
 }
@@ -163,36 +140,26 @@ async fn teardown(client: &Client) {
     let _ = policies.delete(POLICY, &dp).await;
 }
 
-async fn measure(client: &Client, kubeconfig: &std::path::Path, args: &Args) -> Result<()> {
-    let pki = cluster::state_dir().join("pki");
-    let port = free_port()?;
-    let metrics_port = free_port()?;
-    let binary = crate::workspace_root().join("target/release/pdb-policy-webhook");
-    let log =
-        std::fs::File::create(cluster::state_dir().join("logs/bench-pdb-policy-webhook.log"))?;
+async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
+    let pki = support::pki();
+    let port = support::free_port()?;
+    let metrics_port = support::free_port()?;
     // The apiserver's certificate of the test PKI is issued for 127.0.0.1 by the cluster CA.
-    let server = Server(
-        Command::new("taskset")
-            .args(["-c", "0"])
-            .arg(&binary)
-            .args([
-                &format!("--webhook-addr=127.0.0.1:{port}"),
-                &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
-                &format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
-                &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
-                "--leader-elect=false",
-                "--roles=webhook",
-            ])
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting the release pdb-policy-webhook under taskset")?,
-    );
-    wait_ready(metrics_port).await?;
-    let pid = server.0.id();
+    let mut command = Command::new("taskset");
+    command
+        .args(["-c", "0"])
+        .arg(binary)
+        .args([
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
+            &format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+            &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
+            "--leader-elect=false",
+            "--roles=webhook",
+        ])
+        .env("RUST_LOG", "warn");
+    let mut server = Component::start(cluster, "pdb-policy-webhook", command)?;
+    server.wait_ready(metrics_port).await?;
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
     let webhook = webhook_client(port, &ca_pem)?;
 
@@ -201,19 +168,22 @@ async fn measure(client: &Client, kubeconfig: &std::path::Path, args: &Args) -> 
         args.requests, args.concurrency
     );
     println!(
-        "{:<20} {:>10} {:>10} {:>10}",
-        "endpoint", "req/s", "p50 ms", "p99 ms"
+        "{:<20} {:>10} {:>10} {:>10} {:>14}",
+        "endpoint", "req/s", "p50 ms", "p99 ms", "CPU µs/review"
     );
     for (path, review) in reviews() {
+        let cpu_before = server.cpu_seconds()?;
         let (rps, latencies) =
             load(&webhook, path, &review, args.requests, args.concurrency).await?;
+        let cpu = server.cpu_seconds()? - cpu_before;
         println!(
-            "{path:<20} {rps:>10.0} {:>10.3} {:>10.3}",
+            "{path:<20} {rps:>10.0} {:>10.3} {:>10.3} {:>14.0}",
             percentile(&latencies, 0.50),
-            percentile(&latencies, 0.99)
+            percentile(&latencies, 0.99),
+            cpu * 1e6 / args.requests as f64
         );
     }
-    println!("RSS after the load: {} KiB", rss_kib(pid)?);
+    println!("RSS after the load: {} KiB", server.rss_kib()?);
 
     let without = evictions(client, args.evictions).await?;
     register(client, port, &ca_pem).await?;
@@ -376,69 +346,9 @@ async fn register(client: &Client, port: u16, ca_pem: &str) -> Result<()> {
 }
 
 fn validate_eviction_count(metrics_port: u16) -> Result<f64> {
-    let metrics = http_get(metrics_port, "/metrics")?;
-    Ok(metrics
-        .lines()
-        .filter(|line| {
-            line.starts_with("pdb_policy_webhook_admission_requests_total")
-                && line.contains("validate-eviction")
-        })
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
-}
-
-async fn wait_ready(metrics_port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !http_get(metrics_port, "/readyz").is_ok_and(|body| body == "ok") {
-        if Instant::now() > deadline {
-            bail!(
-                "pdb-policy-webhook not ready after 60 s; see target/evictkit-cluster/logs/bench-pdb-policy-webhook.log"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
-}
-
-fn http_get(port: u16, path: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    write!(stream, "GET {path} HTTP/1.0\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    if !head.contains(" 200 ") {
-        bail!("GET {path}: {head}");
-    }
-    Ok(body.to_owned())
-}
-
-fn rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix("VmRSS:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .context("no VmRSS in /proc/<pid>/status")
-}
-
-fn percentile(latencies: &[f64], p: f64) -> f64 {
-    let mut sorted = latencies.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted
-        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or(0.0)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    support::metric_sum(
+        metrics_port,
+        "pdb_policy_webhook_admission_requests_total",
+        &["validate-eviction"],
+    )
 }

@@ -1,0 +1,193 @@
+//! What every benchmark needs: the release binary, a client of the cluster, the component as a
+//! child process, its readiness, its RSS and CPU time from /proc, and percentiles.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use kube::Client;
+
+use crate::cluster::{self, Cluster};
+
+/// Builds `package` with `--release` and returns the path of its binary of the same name.
+pub fn release_binary(package: &str) -> Result<PathBuf> {
+    let status = Command::new("cargo")
+        .args(["build", "--release", "-p", package])
+        .current_dir(crate::workspace_root())
+        .status()?;
+    if !status.success() {
+        bail!("cargo build --release -p {package} failed");
+    }
+    Ok(crate::workspace_root().join("target/release").join(package))
+}
+
+/// A client of the cluster, as admin.
+pub async fn client(cluster: &Cluster) -> Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// A component under test: a child process, stopped with SIGTERM (then waited for) on drop.
+pub struct Component {
+    child: Child,
+    pub name: String,
+    pub log: PathBuf,
+}
+
+impl Component {
+    /// Starts `command` with the cluster's kubeconfig, logging to the cluster's
+    /// `logs/bench-<name>.log`.
+    pub fn start(cluster: &Cluster, name: &str, mut command: Command) -> Result<Self> {
+        let log = cluster::state_dir().join(format!("logs/bench-{name}.log"));
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = command
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Self {
+            child,
+            name: name.to_owned(),
+            log,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until `GET /readyz` on `metrics_port` answers `ok`.
+    pub async fn wait_ready(&mut self, metrics_port: u16) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http_get(metrics_port, "/readyz").is_ok_and(|body| body == "ok") {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited ({status}); see {}",
+                    self.name,
+                    self.log.display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} not ready after 60 s; see {}",
+                    self.name,
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
+    /// Resident memory now, in KiB.
+    pub fn rss_kib(&self) -> Result<u64> {
+        rss_kib(self.pid())
+    }
+
+    /// User plus system CPU time so far, in seconds.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        cpu_seconds(self.pid())
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain-HTTP GET of the metrics/health server; the body when the status is 200.
+pub fn http_get(port: u16, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    write!(stream, "GET {path} HTTP/1.0\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    if !head.contains(" 200 ") {
+        bail!("GET {path}: {head}");
+    }
+    Ok(body.to_owned())
+}
+
+/// The sum of the samples of `/metrics` whose series starts with `series` (a metric name,
+/// optionally with the opening of its labels) and contains every one of `labels`.
+pub fn metric_sum(metrics_port: u16, series: &str, labels: &[&str]) -> Result<f64> {
+    let metrics = http_get(metrics_port, "/metrics")?;
+    Ok(metrics
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(name, _)| {
+            (name.starts_with(&format!("{series}{{")) || *name == series)
+                && labels.iter().all(|label| name.contains(label))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum())
+}
+
+pub fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .context("no VmRSS in /proc/<pid>/status")
+}
+
+/// utime + stime of a process, from /proc/<pid>/stat (in clock ticks of 1/100 s on Linux).
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces; the fields after its closing parenthesis do not.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("malformed /proc/<pid>/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> Result<f64> {
+        Ok(fields
+            .get(i)
+            .context("short /proc/<pid>/stat")?
+            .parse::<f64>()?)
+    };
+    // utime and stime are fields 14 and 15 of stat(5); here 0-based after the name: 11 and 12.
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// The `p` quantile (0..=1) of `samples`, nearest rank.
+pub fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The cluster's PKI directory (the CA and the apiserver's serving pair, issued for 127.0.0.1,
+/// which a webhook under test can serve with).
+pub fn pki() -> PathBuf {
+    cluster::state_dir().join("pki")
+}
