@@ -39,6 +39,10 @@ pub const DESCHEDULER_REQUEST_EVICT_ONLY: &str =
 /// descheduler counts the pod as being evicted.
 pub const DESCHEDULER_EVICTION_IN_PROGRESS: &str =
     "descheduler.alpha.kubernetes.io/eviction-in-progress";
+/// Pod annotation `descheduler-bridge` sets beside [`DESCHEDULER_EVICTION_IN_PROGRESS`]: when it
+/// requested the pod's eviction (RFC 3339), the start of its `--max-evacuation-request-ttl`.
+/// It also tells the bridge's in-progress mark from another evacuator's (e.g. KubeVirt's).
+pub const DESCHEDULER_BRIDGE_EVACUATION_STARTED: &str = "evictkit.io/evacuation-started";
 
 /// KEP-4563's default interceptor, always appended last to `.status.targetInterceptors`: the
 /// eviction request controller evicts the pod through the Eviction API.

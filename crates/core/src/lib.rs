@@ -14,6 +14,7 @@
 //! | [`taint_policy`] | KEP-3902: the TaintEvictionPolicy governing a taint of a pod (precedence), the per-pod plan (Delete/Evict/Ignore, absolute windows, force-delete of stuck pods), the zone guard | evictkit's own, on top of [`taints`] |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
 //! | [`eviction_request`] | KEP-4563: the EvictionRequest state machine (validation, label sync, interceptor hand-over, cancellation, imperative eviction with backoff) | evictkit's own, from the KEP's "Eviction Request Controller" |
+//! | [`descheduler_bridge`] | KEP-1397 through KEP-4563: which descheduler evictions become EvictionRequests (the 429 "in background" answer), and when the bridge withdraws (request ended, TTL) | the descheduler's `EvictionsInBackground` protocol (`pkg/descheduler/evictions`) |
 //! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
 //!
 //! Invalid user input is a typed error, never a panic; where upstream tolerates invalid input
@@ -21,6 +22,7 @@
 //! an invalid PDB selector selects nothing) the same tolerance is kept and documented.
 
 pub mod affinity_eviction;
+pub mod descheduler_bridge;
 pub mod eviction;
 pub mod eviction_request;
 pub mod labels;

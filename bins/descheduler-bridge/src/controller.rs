@@ -1,0 +1,322 @@
+//! The controller (leader-elected): ends the bridge's part in an evacuation when its
+//! EvictionRequest ends (Evicted, Canceled) or after `--max-evacuation-request-ttl`, by
+//! withdrawing the requester `descheduler.sigs.k8s.io` and clearing the pod's
+//! `eviction-in-progress`, so the descheduler stops counting the pod against its limits and may
+//! ask again (KEP-1397, "Risks and Mitigations": a TTL to abandon requests that take too long).
+//!
+//! Level-triggered: everything it needs is in the API (the request's requesters and state, the
+//! pod's marks with the evacuation's start), so a restart rebuilds it all. It also marks pods
+//! whose mark the webhook failed to write, and a periodic sweep clears marks left on pods whose
+//! request was deleted. The decisions are [`evictkit_core::descheduler_bridge::plan`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::DESCHEDULER_REQUESTER;
+use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
+use evictkit_core::eviction_request::State;
+use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_target};
+use evictkit_runtime::shutdown::CancellationToken;
+use futures::{StreamExt, future};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Patch;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::metrics::BridgeMetrics;
+
+type Key = ObjectRef<EvictionRequest>;
+
+/// How often marks on pods without an EvictionRequest are looked for (a deleted request
+/// triggers no reconcile of its own).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+
+/// What the flags decide, shared by every term of leadership.
+pub struct Settings {
+    pub ttl: SignedDuration,
+    pub namespace: Option<String>,
+    pub metrics: BridgeMetrics,
+    /// Field manager of the pod annotation patches.
+    pub manager: String,
+    /// `--dry-run`: decide and log, write nothing.
+    pub dry_run: bool,
+}
+
+struct Context {
+    client: Client,
+    settings: Arc<Settings>,
+    pods: Store<Pod>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Withdraw(#[from] EvictionRequestError),
+    #[error("cannot {action} pod {pod}: {source}")]
+    Mark {
+        action: &'static str,
+        pod: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+/// Only the pod fields the decisions read: identity and the marks.
+fn strip_pod(pod: &mut Pod) {
+    let metadata = std::mem::take(&mut pod.metadata);
+    let marks = core::cleared_marks();
+    let annotations: std::collections::BTreeMap<_, _> = metadata
+        .annotations
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| marks.contains_key(key.as_str()))
+        .collect();
+    pod.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    };
+    pod.spec = None;
+    pod.status = None;
+}
+
+/// The watches, the controller and the sweep, run while holding the Lease.
+pub async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+    let (request_store, request_writer) = reflector::store();
+    let (pod_store, pod_writer) = reflector::store();
+    let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
+        Some(namespace) => (
+            Api::namespaced(client.clone(), namespace),
+            Api::namespaced(client.clone(), namespace),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let context = Arc::new(Context {
+        client,
+        settings: settings.clone(),
+        pods: pod_store.clone(),
+    });
+
+    let requests = {
+        let metrics = settings.metrics.clone();
+        watcher(requests_api, watcher::Config::default())
+            .default_backoff()
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Delete(request)) = event {
+                    metrics.set_in_progress(&id(request), false);
+                }
+            })
+            .reflect(request_writer)
+            .applied_objects()
+    };
+    // A pod's change concerns the request named after its UID, if there is one.
+    let pod_changes = {
+        let requests = request_store.clone();
+        watcher(pods_api, watcher::Config::default())
+            .default_backoff()
+            .modify(strip_pod)
+            .reflect(pod_writer)
+            .touched_objects()
+            .filter_map(move |pod| {
+                let key = pod.ok().and_then(|pod| {
+                    let key = Key::new(pod.metadata.uid.as_deref()?)
+                        .within(&pod.namespace().unwrap_or_default());
+                    requests.get(&key).is_some().then_some(key)
+                });
+                future::ready(key)
+            })
+    };
+    // Both caches complete before the first decision: a pod missing from a half-filled cache
+    // reads as gone.
+    let ready = {
+        let (requests, pods) = (request_store.clone(), pod_store.clone());
+        futures::FutureExt::shared(Box::pin(async move {
+            let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
+        }))
+    };
+    let controller = {
+        let ready = ready.clone();
+        Controller::for_stream(requests, request_store.clone())
+            .reconcile_on(pod_changes)
+            .graceful_shutdown_on(token.clone().cancelled_owned())
+            .run(
+                move |request, context| {
+                    let ready = ready.clone();
+                    async move {
+                        ready.await;
+                        reconcile(request, context).await
+                    }
+                },
+                error_policy,
+                context.clone(),
+            )
+            .for_each(|result| {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "reconcile ended with an error");
+                }
+                future::ready(())
+            })
+    };
+    let sweep = async {
+        ready.await;
+        loop {
+            sweep(&context, &request_store).await;
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = tokio::time::sleep(SWEEP_INTERVAL) => {}
+            }
+        }
+    };
+    future::join(controller, sweep).await;
+    settings.metrics.reset_in_progress();
+}
+
+fn error_policy(request: Arc<EvictionRequest>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(request = %id(&request), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn id(request: &EvictionRequest) -> String {
+    format!(
+        "{}/{}",
+        request.namespace().unwrap_or_default(),
+        request.name_any()
+    )
+}
+
+/// One EvictionRequest and its pod: the plan, then its writes.
+async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
+    let namespace = request.namespace().unwrap_or_default();
+    let Some(target) = request.spec.target.pod.as_ref().map(|pod| TargetPod {
+        namespace: namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    }) else {
+        return Ok(Action::await_change());
+    };
+    // The same name with another UID is a successor, not the request's pod.
+    let pod = context
+        .pods
+        .get(&ObjectRef::new(&target.name).within(&namespace))
+        .filter(|pod| pod.metadata.uid.as_deref() == Some(target.uid.as_str()));
+    let marks = pod.as_deref().map(Marks::of);
+    let listed = request
+        .spec
+        .requesters
+        .iter()
+        .any(|r| r.name == DESCHEDULER_REQUESTER);
+    let state = State::of(&request);
+    let metrics = &context.settings.metrics;
+    let plan = core::plan(
+        state,
+        listed,
+        marks.as_ref(),
+        Timestamp::now(),
+        context.settings.ttl,
+    );
+    metrics.set_in_progress(&id(&request), matches!(plan, Plan::InProgress { .. }));
+    if context.settings.dry_run && plan != Plan::Nothing {
+        tracing::info!(request = %id(&request), ?plan, "--dry-run: not acting");
+        return Ok(Action::await_change());
+    }
+    match plan {
+        Plan::Nothing => Ok(Action::await_change()),
+        Plan::InProgress {
+            mark,
+            recheck_after,
+        } => {
+            if let Some(started) = mark {
+                let marks = core::marks(&request.name_any(), started);
+                patch_marks(&context, &target, json!(marks), "mark").await?;
+                tracing::info!(pod = %format!("{namespace}/{}", target.name), %started, "marked eviction-in-progress");
+            }
+            Ok(Action::requeue(recheck_after.unsigned_abs()))
+        }
+        Plan::End {
+            ended,
+            withdraw,
+            clear_marks,
+        } => {
+            // Withdraw first: marks cleared before a failed withdrawal would read as a fresh,
+            // unmarked evacuation on the retry.
+            if withdraw {
+                withdraw_target(&context.client, &target, DESCHEDULER_REQUESTER).await?;
+            }
+            if clear_marks {
+                patch_marks(&context, &target, json!(core::cleared_marks()), "unmark").await?;
+            }
+            metrics.count(ended.label());
+            let pod = format!("{namespace}/{}", target.name);
+            if ended == Ended::Expired {
+                tracing::warn!(%pod, request = %id(&request), ttl = %context.settings.ttl, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
+            } else {
+                tracing::info!(%pod, request = %id(&request), ended = ended.label(), "evacuation ended");
+            }
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Merge-patches the pod's marks, with the pod's UID as precondition (never a successor's).
+async fn patch_marks(
+    context: &Context,
+    target: &TargetPod,
+    annotations: serde_json::Value,
+    action: &'static str,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &target.namespace);
+    let patch = json!({ "metadata": { "uid": target.uid, "annotations": annotations } });
+    match pods
+        .patch(
+            &target.name,
+            &crate::patch_params(&context.settings.manager),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone, or a successor (the UID in the patch conflicts): nothing of ours to mark.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Mark {
+            action,
+            pod: format!("{}/{}", target.namespace, target.name),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// Clears the marks of pods whose EvictionRequest no longer exists.
+async fn sweep(context: &Context, requests: &Store<EvictionRequest>) {
+    if context.settings.dry_run {
+        return;
+    }
+    for pod in context.pods.state() {
+        let (Some(uid), namespace) = (pod.metadata.uid.clone(), pod.namespace()) else {
+            continue;
+        };
+        let namespace = namespace.unwrap_or_default();
+        if !Marks::of(&pod).ours || requests.get(&Key::new(&uid).within(&namespace)).is_some() {
+            continue;
+        }
+        let target = TargetPod {
+            namespace,
+            name: pod.name_any(),
+            uid,
+        };
+        match patch_marks(context, &target, json!(core::cleared_marks()), "unmark").await {
+            Ok(()) => {
+                context.settings.metrics.count(Ended::Withdrawn.label());
+                tracing::info!(pod = %format!("{}/{}", target.namespace, target.name), "cleared eviction-in-progress: the pod's EvictionRequest is gone");
+            }
+            Err(error) => tracing::warn!(%error, "cannot clear the marks of a pod without request"),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The validating webhook on `pods/eviction` CREATE (KEP-1397, "Eviction handling"): an
+//! eviction by an intercepted user (the descheduler) of a pod that opted in becomes the pod's
+//! EvictionRequest with requester `descheduler.sigs.k8s.io`, the pod is marked
+//! `eviction-in-progress`, and the eviction is denied with 429 and
+//! `Eviction triggered evacuation of pod <ns>/<name> via EvictionRequest <name>`, which the
+//! descheduler counts as an eviction in background. Every other eviction passes untouched.
+//!
+//! Idempotent: a repeated eviction joins the same request (server-side apply) and keeps the
+//! pod's evacuation start. Dry-run evictions get the same answer with no write
+//! (`sideEffects: NoneOnDryRun`). The decisions are [`evictkit_core::descheduler_bridge`].
+//!
+//! The users matter twice: the webhook configuration's `matchConditions` keep the apiserver
+//! from calling the webhook for anyone else, and the webhook checks again, so a configuration
+//! without them still never intercepts the evictionrequest-controller's own fallback eviction
+//! (which would loop).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use evictkit_api::keys::DESCHEDULER_REQUESTER;
+use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn};
+use evictkit_runtime::eviction_request::request_eviction;
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::webhook::{Admission, Webhooks};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Patch;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::metrics::{self, BridgeMetrics};
+
+/// Path of the webhook in the ValidatingWebhookConfiguration.
+pub const PATH: &str = "/validate-eviction";
+
+/// What every review needs.
+pub struct Context {
+    pub client: Client,
+    /// `--intercept-user`: the usernames whose evictions are evacuated.
+    pub users: BTreeSet<String>,
+    pub opt_in: OptIn,
+    pub metrics: BridgeMetrics,
+    /// Field manager of the pod annotation patch.
+    pub manager: String,
+    /// `--dry-run`: log the evacuation that would happen and let the eviction through, as if
+    /// the bridge were not installed.
+    pub dry_run: bool,
+}
+
+pub fn webhooks(context: Arc<Context>, metrics: Arc<Metrics>) -> Webhooks {
+    Webhooks::new(metrics).route(PATH, move |request| review(context.clone(), request))
+}
+
+/// The UID precondition of an Eviction (`deleteOptions.preconditions.uid`), if any.
+fn precondition_uid(eviction: Option<&DynamicObject>) -> Option<String> {
+    eviction?
+        .data
+        .pointer("/deleteOptions/preconditions/uid")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+async fn review(context: Arc<Context>, request: AdmissionRequest<DynamicObject>) -> Admission {
+    let is_eviction = request.operation == Operation::Create
+        && request.sub_resource.as_deref() == Some("eviction");
+    let user = request.user_info.username.as_deref().unwrap_or_default();
+    if !is_eviction || !context.users.contains(user) {
+        return Admission::allow();
+    }
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let name = request.name.as_str();
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    let pod = match pods.get_opt(name).await {
+        Ok(Some(pod)) => pod,
+        // The apiserver answers 404 itself.
+        Ok(None) => return Admission::allow(),
+        Err(error) => {
+            context.metrics.count(metrics::FAILED);
+            tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot read the pod to evict");
+            return Admission::deny(
+                500,
+                format!("descheduler-bridge cannot read pod {namespace}/{name}: {error}"),
+            );
+        }
+    };
+    let uid = precondition_uid(request.object.as_ref());
+    match core::admit(&pod, uid.as_deref(), context.opt_in) {
+        Admit::Pass(why) => {
+            tracing::debug!(pod = %format!("{namespace}/{name}"), ?why, user, "eviction passes");
+            Admission::allow()
+        }
+        Admit::Evacuate if context.dry_run => {
+            tracing::info!(pod = %format!("{namespace}/{name}"), user, "--dry-run: would turn the eviction into an EvictionRequest; letting it through");
+            Admission::allow()
+        }
+        Admit::Evacuate if request.dry_run => {
+            // The request's name is the pod's UID: the answer is known without writing it.
+            let request_name = pod.metadata.uid.as_deref().unwrap_or_default();
+            Admission::deny(429, core::evacuation_message(namespace, name, request_name))
+        }
+        Admit::Evacuate => evacuate(&context, &pod, namespace, name).await,
+    }
+}
+
+/// Requests the eviction, marks the pod, and answers 429.
+async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> Admission {
+    let id = format!("{namespace}/{name}");
+    let request = match request_eviction(&context.client, pod, DESCHEDULER_REQUESTER).await {
+        Ok(request) => request,
+        Err(error) => {
+            context.metrics.count(metrics::FAILED);
+            tracing::warn!(pod = %id, %error, "cannot request the eviction");
+            // Not allowed: letting the eviction through would skip the pod's interceptors.
+            return Admission::deny(
+                500,
+                format!("descheduler-bridge cannot request the eviction of pod {id}: {error}"),
+            );
+        }
+    };
+    let request_name = request.metadata.name.as_deref().unwrap_or_default();
+    let marks = Marks::of(pod);
+    let repeated = marks.ours && marks.in_progress && marks.started.is_some();
+    if !repeated {
+        // A repeated eviction keeps the start of its TTL.
+        let started = marks.started.unwrap_or_else(Timestamp::now);
+        let patch = json!({ "metadata": { "annotations": core::marks(request_name, started) } });
+        let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+        if let Err(error) = pods
+            .patch(
+                name,
+                &crate::patch_params(&context.manager),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            // The request exists, so the answer stays 429; the controller marks the pod on its
+            // next look at the request.
+            tracing::warn!(pod = %id, %error, "cannot mark the pod eviction-in-progress");
+        }
+    }
+    context.metrics.count(if repeated {
+        metrics::REPEATED
+    } else {
+        metrics::REQUESTED
+    });
+    tracing::info!(pod = %id, request = request_name, repeated, "eviction turned into an EvictionRequest");
+    Admission::deny(429, core::evacuation_message(namespace, name, request_name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precondition_is_read_from_the_eviction() {
+        let eviction: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "deleteOptions": {"preconditions": {"uid": "uid-1"}}
+        }))
+        .unwrap();
+        assert_eq!(precondition_uid(Some(&eviction)).as_deref(), Some("uid-1"));
+        let bare: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "p", "namespace": "ns"}
+        }))
+        .unwrap();
+        assert_eq!(precondition_uid(Some(&bare)), None);
+        assert_eq!(precondition_uid(None), None);
+    }
+}
