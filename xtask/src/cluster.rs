@@ -643,7 +643,8 @@ current-context: evictkit
 
 /// Records evictions and EvictionRequests (who, when, which object, the response code).
 /// Evictions at Request level: the body carries the UID precondition, so tests can count
-/// eviction requests per pod UID.
+/// eviction requests per pod UID. Benchmarks run components as service accounts of namespace
+/// `evictkit-bench`, whose every write is recorded, to count API writes per unit of work.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -656,6 +657,9 @@ rules:
   resources:
   - group: evictkit.io
     resources: [evictionrequests, evictionrequests/status]
+- level: Metadata
+  userGroups: [\"system:serviceaccounts:evictkit-bench\"]
+  verbs: [create, update, patch, delete, deletecollection]
 - level: None
 ";
 

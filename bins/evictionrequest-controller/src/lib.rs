@@ -13,7 +13,7 @@ pub mod commands;
 mod metrics;
 pub mod webhook;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +53,9 @@ use crate::metrics::RequestMetrics;
 /// `component` label of shared metrics.
 pub const COMPONENT: &str = "evictionrequest-controller";
 const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
+/// When a request's cache still predates our own write, look again this soon if no watch event
+/// has woken it by then.
+const STALE_CACHE_RECHECK: Duration = Duration::from_secs(1);
 
 type Key = ObjectRef<EvictionRequest>;
 
@@ -212,6 +215,51 @@ struct Context {
     settings: Arc<Settings>,
     pods: Store<Pod>,
     retries: Mutex<HashMap<Key, Retry>>,
+    written: OwnWrites,
+}
+
+/// Per request, the resourceVersions this controller's own writes have replaced. While the
+/// cache still shows one of them, a reconcile (e.g. woken by the evicted pod's deletion, or by
+/// the label write just before the status write) would decide from a state older than its own
+/// write, such as a pod gone but no targetInterceptors yet, and cancel a request it has just
+/// carried out. (Versions are compared for equality only: the API makes no promise of order.)
+#[derive(Default)]
+struct OwnWrites(Mutex<HashMap<Key, HashSet<String>>>);
+
+impl OwnWrites {
+    /// Whether the cached `request` predates this controller's last write of it.
+    fn predate(&self, key: &Key, request: &EvictionRequest) -> bool {
+        let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(replaced) = written.get(key) else {
+            return false;
+        };
+        if request
+            .metadata
+            .resource_version
+            .as_ref()
+            .is_some_and(|version| replaced.contains(version))
+        {
+            return true;
+        }
+        written.remove(key);
+        false
+    }
+
+    /// Notes that a write of ours replaced `version` of the request.
+    fn replaced(&self, key: &Key, version: Option<String>) {
+        if let Some(version) = version {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.clone())
+                .or_default()
+                .insert(version);
+        }
+    }
+
+    fn forget(&self, key: &Key) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -233,6 +281,7 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        self.written.forget(key);
         self.metrics.forget(key);
     }
 
@@ -278,6 +327,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         settings: settings.clone(),
         pods: pod_store.clone(),
         retries: Mutex::default(),
+        written: OwnWrites::default(),
     });
     let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
         Some(namespace) => (
@@ -396,6 +446,10 @@ fn id(request: &EvictionRequest) -> String {
 /// One EvictionRequest: the state machine's step, then its writes, eviction and Events.
 async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(request.as_ref());
+    if context.written.predate(&key, &request) {
+        // The watch event of the write wakes this request again; the requeue is a safety net.
+        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+    }
     let _timer = context.metrics.queue.started(&key);
     let pod = context.pod(&request);
     let now = Timestamp::now();
@@ -406,8 +460,13 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     for transition in &plan.transitions {
         record(&context, &request, transition).await;
     }
+    // The version each write replaces: the cached one, then the previous write's.
+    let mut base = request.metadata.resource_version.clone();
     if let (Some(labels), false) = (&plan.labels, context.dry_run) {
-        apply_labels(&context.client, &request, labels).await?;
+        let version = apply_labels(&context.client, &request, labels).await?;
+        context
+            .written
+            .replaced(&key, std::mem::replace(&mut base, version));
     }
     match (plan.imperative.clone(), pod.as_deref()) {
         (Some(Imperative::Evict), Some(pod)) => {
@@ -434,7 +493,10 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
 
     let finished = State::of_status(Some(&plan.status)).is_finished();
     if controller_status(request.status.as_ref()) != plan.status && !context.dry_run {
-        apply_status(&context.client, &request, &plan).await?;
+        let version = apply_status(&context.client, &request, &plan).await?;
+        context
+            .written
+            .replaced(&key, std::mem::replace(&mut base, version));
     }
     let mut observed = request.as_ref().clone();
     observed.status = Some(plan.status.clone());
@@ -595,7 +657,7 @@ async fn apply_labels(
     client: &Client,
     request: &EvictionRequest,
     labels: &BTreeMap<String, String>,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let api: Api<EvictionRequest> =
         Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
@@ -604,18 +666,19 @@ async fn apply_labels(
         "metadata": { "name": request.name_any(), "labels": labels },
     });
     // Force: "the labels of the target have a preference" over anyone else's.
-    api.patch(
-        &request.name_any(),
-        &PatchParams::apply(COMPONENT).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(|source| Error::Write {
-        action: "synchronise the labels of",
-        request: id(request),
-        source: Box::new(source),
-    })?;
-    Ok(())
+    let written = api
+        .patch(
+            &request.name_any(),
+            &PatchParams::apply(COMPONENT).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(|source| Error::Write {
+            action: "synchronise the labels of",
+            request: id(request),
+            source: Box::new(source),
+        })?;
+    Ok(written.metadata.resource_version)
 }
 
 /// The controller's part of the status, by server-side apply: interceptors' own entries
@@ -624,7 +687,7 @@ async fn apply_status(
     client: &Client,
     request: &EvictionRequest,
     plan: &Plan,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let api: Api<EvictionRequest> =
         Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
@@ -633,18 +696,19 @@ async fn apply_status(
         "metadata": { "name": request.name_any() },
         "status": plan.status,
     });
-    api.patch_status(
-        &request.name_any(),
-        &PatchParams::apply(COMPONENT).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(|source| Error::Write {
-        action: "update the status of",
-        request: id(request),
-        source: Box::new(source),
-    })?;
-    Ok(())
+    let written = api
+        .patch_status(
+            &request.name_any(),
+            &PatchParams::apply(COMPONENT).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(|source| Error::Write {
+            action: "update the status of",
+            request: id(request),
+            source: Box::new(source),
+        })?;
+    Ok(written.metadata.resource_version)
 }
 
 /// One Event per transition, on the EvictionRequest (KEP: involvedObject is the request).
@@ -714,5 +778,56 @@ async fn warn(
         .await
     {
         tracing::warn!(%error, "cannot record event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request_at(version: &str) -> EvictionRequest {
+        let mut request: EvictionRequest = serde_json::from_value(json!({
+            "apiVersion": API_VERSION, "kind": "EvictionRequest",
+            "metadata": {"name": "uid-1", "namespace": "ns"},
+            "spec": {"target": {"pod": {"name": "web-0", "uid": "uid-1"}}, "requesters": [{"name": "a.example.com"}]},
+        }))
+        .expect("a valid EvictionRequest");
+        request.metadata.resource_version = Some(version.into());
+        request
+    }
+
+    #[test]
+    fn a_cache_older_than_our_own_write_is_not_acted_on() {
+        let written = OwnWrites::default();
+        let key = ObjectRef::from_obj(&request_at("5"));
+        assert!(
+            !written.predate(&key, &request_at("5")),
+            "nothing written yet"
+        );
+        // The labels (5 -> 6), then the status (6 -> 7).
+        written.replaced(&key, Some("5".into()));
+        written.replaced(&key, Some("6".into()));
+        assert!(
+            written.predate(&key, &request_at("5")),
+            "the cache still shows 5"
+        );
+        assert!(
+            written.predate(&key, &request_at("6")),
+            "the label write only"
+        );
+        assert!(
+            !written.predate(&key, &request_at("7")),
+            "the cache caught up"
+        );
+        assert!(
+            !written.predate(&key, &request_at("5")),
+            "caught up once is enough"
+        );
+        written.replaced(&key, Some("7".into()));
+        written.forget(&key);
+        assert!(
+            !written.predate(&key, &request_at("7")),
+            "a deleted request is forgotten"
+        );
     }
 }

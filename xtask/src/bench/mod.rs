@@ -1,6 +1,7 @@
 //! `cargo xtask bench <component>`: figures, not timed tests (DESIGN.md, Testing). Each
 //! component adds its benchmark as a subcommand.
 
+mod evictionrequest;
 mod pdb_policy_webhook;
 pub mod support;
 
@@ -15,10 +16,14 @@ enum Component {
     /// Admission throughput and latency per endpoint (release build, one core), RSS, and the
     /// latency the eviction webhook adds to an eviction through the apiserver.
     PdbPolicyWebhook(pdb_policy_webhook::Args),
+    /// Time for N EvictionRequests (pods without interceptors or PDBs) to reach Evicted, the
+    /// controller's API writes per request (audit log), RSS, CPU, and CPU while idle.
+    Evictionrequest(evictionrequest::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.component {
         Component::PdbPolicyWebhook(args) => pdb_policy_webhook::run(&args),
+        Component::Evictionrequest(args) => evictionrequest::run(&args),
     }
 }

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kube::Client;
+use kube::{Api, Client};
 
 use crate::cluster::{self, Cluster};
 
@@ -37,14 +37,16 @@ pub struct Component {
 }
 
 impl Component {
-    /// Starts `command` with the cluster's kubeconfig, logging to the cluster's
-    /// `logs/bench-<name>.log`.
+    /// Starts `command` with the cluster's admin kubeconfig unless it sets `KUBECONFIG` itself
+    /// (see [`service_account`]), logging to the cluster's `logs/bench-<name>.log`.
     pub fn start(cluster: &Cluster, name: &str, mut command: Command) -> Result<Self> {
         let log = cluster::state_dir().join(format!("logs/bench-{name}.log"));
         let file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        if !command.get_envs().any(|(key, _)| key == "KUBECONFIG") {
+            command.env("KUBECONFIG", cluster.kubeconfig());
+        }
         let child = command
-            .env("KUBECONFIG", cluster.kubeconfig())
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -103,6 +105,119 @@ impl Drop for Component {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// The namespace of the service accounts components run as in a benchmark: the cluster's audit
+/// policy records every write they make (xtask/src/cluster.rs, AUDIT_POLICY).
+pub const BENCH_NAMESPACE: &str = "evictkit-bench";
+
+/// A kubeconfig for service account `BENCH_NAMESPACE/name`, bound to cluster-admin (a bench
+/// measures work, not RBAC), so its API writes can be told apart in the audit log. Returns the
+/// kubeconfig's path and the user name the audit log shows.
+pub async fn service_account(
+    cluster: &Cluster,
+    client: &Client,
+    name: &str,
+) -> Result<(PathBuf, String)> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let apply = PatchParams::apply("evictkit-bench").force();
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            BENCH_NAMESPACE,
+            &apply,
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BENCH_NAMESPACE},
+            })),
+        )
+        .await
+        .with_context(|| format!("applying namespace {BENCH_NAMESPACE}"))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), BENCH_NAMESPACE);
+    accounts
+        .patch(
+            name,
+            &apply,
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": BENCH_NAMESPACE},
+            })),
+        )
+        .await
+        .with_context(|| format!("applying service account {BENCH_NAMESPACE}/{name}"))?;
+    let binding = format!("{BENCH_NAMESPACE}-{name}");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&binding, &apply, &Patch::Apply(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": BENCH_NAMESPACE}],
+        })))
+        .await
+        .with_context(|| format!("applying cluster role binding {binding}"))?;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(24 * 3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("requesting a token for {BENCH_NAMESPACE}/{name}"))?
+        .status
+        .context("a TokenRequest without status")?
+        .token;
+    // The admin kubeconfig (written by `cluster up`) with the service account's token.
+    let admin = std::fs::read_to_string(cluster.kubeconfig())?;
+    let kubeconfig: String = admin
+        .lines()
+        .map(|line| match line.split_once("token: ") {
+            Some((indent, _)) => format!("{indent}token: {token}\n"),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    let path = cluster::state_dir().join(format!("bench-{name}.kubeconfig"));
+    std::fs::write(&path, kubeconfig)?;
+    Ok((
+        path,
+        format!("system:serviceaccount:{BENCH_NAMESPACE}:{name}"),
+    ))
+}
+
+/// The writes `user` made, from the cluster's audit log, counted by resource (with its
+/// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
+pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {
+    let path = cluster::state_dir().join("audit.log");
+    let log =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut writes = std::collections::BTreeMap::new();
+    for line in log.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if event["stage"] != "ResponseComplete" || event["user"]["username"] != user {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or_default();
+        if !matches!(
+            verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) {
+            continue;
+        }
+        let object = &event["objectRef"];
+        let resource = match object["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or_default()),
+            None => object["resource"].as_str().unwrap_or_default().to_owned(),
+        };
+        *writes.entry(format!("{verb} {resource}")).or_insert(0) += 1;
+    }
+    Ok(writes)
 }
 
 /// A plain-HTTP GET of the metrics/health server; the body when the status is 200.

@@ -1,0 +1,254 @@
+//! `cargo xtask bench evictionrequest --requests N`: N pods without interceptors or PDBs, one
+//! EvictionRequest each (made through the requester library, as any requester would), and the
+//! release controller alone (`--roles controller`, no leader election) driving them all to
+//! Evicted. Prints the time from the first request to the last Evicted, the controller's API
+//! writes per request (from the audit log: it runs as its own service account), its RSS and
+//! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use evictkit_api::EvictionRequest;
+use evictkit_api::conditions::EVICTION_REQUEST_EVICTED;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::support::{self, Component};
+use crate::cluster::{self, Cluster};
+
+const NS: &str = "bench-evictionrequest";
+const REQUESTER: &str = "bench.evictkit.io";
+const CONTROLLER: &str = "evictionrequest-controller";
+/// Concurrent creations of pods and of EvictionRequests.
+const CONCURRENCY: usize = 16;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// EvictionRequests, one per pod.
+    #[arg(long, default_value_t = 1000)]
+    requests: usize,
+    /// The controller's --kube-api-qps (its default, as kube-controller-manager's, is 20);
+    /// --kube-api-burst is 1.5 times it.
+    #[arg(long, default_value_t = 20.0)]
+    kube_api_qps: f64,
+    /// Seconds of idle after the last eviction over which the controller's CPU is measured.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let binary = support::release_binary(CONTROLLER)?;
+    let cluster = cluster::running()?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let client = support::client(&cluster).await?;
+            let result = bench(&cluster, &client, &binary, args).await;
+            let _ = Api::<Namespace>::all(client)
+                .delete(NS, &DeleteParams::background())
+                .await;
+            result
+        })
+}
+
+async fn bench(
+    cluster: &Cluster,
+    client: &Client,
+    binary: &std::path::Path,
+    args: &Args,
+) -> Result<()> {
+    let crd = crate::workspace_root().join("crds/evictionrequests.evictkit.io.yaml");
+    cluster.kubectl_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string(crd)?,
+    )?;
+    cluster.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/evictionrequests.evictkit.io",
+    ])?;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
+        )
+        .await
+        .with_context(|| {
+            format!("creating namespace {NS} (left over from a failed run? delete it)")
+        })?;
+    let pods = create_pods(client, args.requests).await?;
+
+    let (kubeconfig, user) = support::service_account(cluster, client, CONTROLLER).await?;
+    let metrics_port = support::free_port()?;
+    let mut command = Command::new(binary);
+    command
+        .args([
+            "--roles=controller",
+            "--leader-elect=false",
+            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
+            &format!("--kube-api-qps={}", args.kube_api_qps),
+            &format!("--kube-api-burst={}", (args.kube_api_qps * 1.5).ceil()),
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn");
+    let mut controller = Component::start(cluster, CONTROLLER, command)?;
+    controller.wait_ready(metrics_port).await?;
+    let writes_before = support::audited_writes(&user)?;
+    let cpu_before = controller.cpu_seconds()?;
+
+    println!(
+        "{CONTROLLER} (release, --roles controller, --kube-api-qps {}), {} pods without interceptors or PDBs",
+        args.kube_api_qps, args.requests
+    );
+    let started = Instant::now();
+    stream::iter(pods.iter())
+        .map(|pod| evictkit_runtime::eviction_request::request_eviction(client, pod, REQUESTER))
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await
+        .context("requesting the evictions")?;
+    let requested = started.elapsed();
+    let all_evicted = wait_all_evicted(client, args.requests, started).await?;
+    let cpu_busy = controller.cpu_seconds()? - cpu_before;
+    let rss = controller.rss_kib()?;
+    println!(
+        "  {} EvictionRequests created in {:.1} s; all Evicted {:.1} s after the first ({:.1} requests/s)",
+        args.requests,
+        requested.as_secs_f64(),
+        all_evicted.as_secs_f64(),
+        args.requests as f64 / all_evicted.as_secs_f64()
+    );
+    println!("  controller RSS: {} KiB; CPU: {cpu_busy:.2} s", rss);
+
+    let cpu_idle_start = controller.cpu_seconds()?;
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let cpu_idle = controller.cpu_seconds()? - cpu_idle_start;
+    println!(
+        "  CPU during {} s of idle afterwards: {cpu_idle:.2} s",
+        args.idle_seconds
+    );
+
+    let writes = difference(&support::audited_writes(&user)?, &writes_before);
+    let total: usize = writes.values().sum();
+    println!(
+        "  API writes by the controller ({user}): {total}, {:.2} per request",
+        total as f64 / args.requests as f64
+    );
+    for (write, count) in &writes {
+        println!(
+            "    {write:<40} {count:>7} ({:.2} per request)",
+            *count as f64 / args.requests as f64
+        );
+    }
+    Ok(())
+}
+
+/// `count` Running pods spread over the simulated nodes (bound directly: the bench measures
+/// the controller, not the scheduler).
+async fn create_pods(client: &Client, count: usize) -> Result<Vec<Pod>> {
+    let nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|node| node.metadata.name)
+        .collect();
+    if nodes.is_empty() {
+        bail!("the cluster has no kwok nodes");
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pods: Vec<Pod> = stream::iter(0..count)
+        .map(|i| {
+            let pod = json!({
+                "metadata": {"name": format!("pod-{i}")},
+                "spec": {
+                    "nodeName": nodes[i % nodes.len()],
+                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            });
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &serde_json::from_value(pod)?)
+                    .await
+                    .with_context(|| format!("creating pod {NS}/pod-{i}"))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await?;
+    // kwok makes them Running; a request for a pending pod would be a different workload.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let running = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == count {
+            return Ok(pods);
+        }
+        if Instant::now() > deadline {
+            bail!("only {running} of {count} pods in {NS} are Running after 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until `count` EvictionRequests of the namespace are Evicted; the time since `started`.
+async fn wait_all_evicted(client: &Client, count: usize, started: Instant) -> Result<Duration> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), NS);
+    let mut reported = Instant::now();
+    loop {
+        let evicted = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|request| {
+                request.status.as_ref().is_some_and(|status| {
+                    status.conditions.iter().any(|condition| {
+                        condition.type_ == EVICTION_REQUEST_EVICTED && condition.status == "True"
+                    })
+                })
+            })
+            .count();
+        if evicted == count {
+            return Ok(started.elapsed());
+        }
+        if reported.elapsed() > Duration::from_secs(15) {
+            println!(
+                "  ... {evicted} of {count} Evicted after {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+            reported = Instant::now();
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            bail!("only {evicted} of {count} EvictionRequests Evicted after 30 min");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn difference(
+    after: &BTreeMap<String, usize>,
+    before: &BTreeMap<String, usize>,
+) -> BTreeMap<String, usize> {
+    after
+        .iter()
+        .map(|(write, count)| {
+            (
+                write.clone(),
+                count - before.get(write).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, count)| *count > 0)
+        .collect()
+}
