@@ -367,6 +367,13 @@ async fn no_interceptor_evicts_through_the_eviction_api() -> Result<()> {
     wait::wait_for_deletion(&env.api::<Pod>(), "p-1", DEFAULT_TIMEOUT).await?;
     wait_for_event(&env, &uid(&pod), "Evicting").await?;
     wait_for_event(&env, &uid(&pod), "Evicted").await?;
+    // The pod's deletion wakes the controller before its own status write is in its cache;
+    // deciding from that stale copy once canceled the request as "Target Pod p-1 was not found".
+    let reasons = event_reasons(&env, &uid(&pod)).await?;
+    ensure!(
+        !reasons.iter().any(|r| r == "Canceled"),
+        "an evicted request was also canceled: {reasons:?}"
+    );
     let series = format!(
         "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\"}}",
         uid(&pod),
@@ -655,6 +662,29 @@ async fn mirror_pod_is_not_api_evicted() -> Result<()> {
         env.api::<Pod>().get_opt("p-1").await?.is_some(),
         "the mirror pod stays"
     );
+    Ok(())
+}
+
+/// KEP integration: "switching on and off the gate should enable/disable the feature". Out of
+/// tree the gate is the controller role: with only the webhook running, a request is admitted
+/// but nothing acts on it; once the controller runs, it is carried out.
+#[tokio::test]
+async fn requests_wait_for_the_controller_role() -> Result<()> {
+    let env = env("evr-gate").await?;
+    let _webhook = start_roles(&env, "webhook", "10m").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let request = env.api::<EvictionRequest>().get(&uid(&pod)).await?;
+    assert_eq!(request.status, None, "nothing acted on the request");
+    ensure!(
+        env.api::<Pod>().get_opt("p-1").await?.is_some(),
+        "the pod stays"
+    );
+
+    let _controller = start_roles(&env, "controller", "10m").await?;
+    wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "p-1", DEFAULT_TIMEOUT).await?;
     Ok(())
 }
 
