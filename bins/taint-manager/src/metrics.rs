@@ -20,8 +20,11 @@ pub struct TaintMetrics {
     /// Upstream `taint_eviction_controller_pod_deletion_duration_seconds`, in seconds (upstream
     /// multiplies a Duration by time.Second and so reports nanoseconds times 1e9).
     pub deletion_duration: Histogram,
-    /// Removals by action (Delete, Evict, ForceDelete).
+    /// Removals by action (Delete, Evict, EvictionRequest, ForceDelete); a request counts once
+    /// per pod, when first made.
     pub actions: IntCounterVec,
+    /// EvictionRequests withdrawn because the pod was no longer due.
+    pub withdrawn: IntCounter,
     /// From the moment a pod became due to the API call that removed it, by action.
     pub removal_latency: HistogramVec,
     /// Removals that could not be made now, by reason (PodDisruptionBudget, ZonePaused, Error).
@@ -52,9 +55,13 @@ impl TaintMetrics {
             actions: new(IntCounterVec::new(
                 Opts::new(
                     "evictkit_taint_manager_actions_total",
-                    "Pods removed because of NoExecute taints, by action (Delete, Evict, ForceDelete).",
+                    "Pods removed because of NoExecute taints, by action (Delete, Evict, EvictionRequest, ForceDelete); an EvictionRequest counts once per pod.",
                 ),
                 &["action"],
+            ))?,
+            withdrawn: new(IntCounter::new(
+                "evictkit_taint_manager_eviction_requests_withdrawn_total",
+                "EvictionRequests the taint-manager withdrew from because the pod was no longer due (taint gone, toleration or policy changed).",
             ))?,
             removal_latency: new(HistogramVec::new(
                 HistogramOpts::new(
@@ -83,6 +90,7 @@ impl TaintMetrics {
         metrics.register(own.deletions.clone())?;
         metrics.register(own.deletion_duration.clone())?;
         metrics.register(own.actions.clone())?;
+        metrics.register(own.withdrawn.clone())?;
         metrics.register(own.removal_latency.clone())?;
         metrics.register(own.blocked.clone())?;
         metrics.register(own.paused_zones.clone())?;

@@ -4,7 +4,9 @@
 //! With no policy the taint-manager deletes pods exactly as kube-controller-manager's
 //! `taint-eviction-controller` does. A policy selects taints (key, optional value), namespaces
 //! and pods, and says what to do instead: `Evict` through the Eviction API (PDBs respected),
-//! or `Ignore` the taint for those pods (the KEP's stateful story). It may also force-delete
+//! ask for it cooperatively with an `EvictionRequest` (KEP-4563, requester
+//! `taint-manager.evictkit.io`, withdrawn when the pod is no longer due), or `Ignore` the taint
+//! for those pods (the KEP's stateful story). It may also force-delete
 //! pods stuck terminating on an unreachable node (the KEP's story 4).
 //!
 //! When several policies select the same taint for the same pod, the one with the highest
@@ -32,12 +34,12 @@ use serde::{Deserialize, Serialize};
     category = "evictkit",
     status = "TaintEvictionPolicyStatus",
     derive = "PartialEq",
-    doc = "TaintEvictionPolicy says how the taint-manager removes pods that NoExecute taints make due: Delete (as kube-controller-manager), Evict (Eviction API, PodDisruptionBudgets respected) or Ignore the taint; optionally force-deletes pods stuck terminating on unreachable nodes (KEP-3902).",
+    doc = "TaintEvictionPolicy says how the taint-manager removes pods that NoExecute taints make due: Delete (as kube-controller-manager), Evict (Eviction API, PodDisruptionBudgets respected), EvictionRequest (cooperative, KEP-4563) or Ignore the taint; optionally force-deletes pods stuck terminating on unreachable nodes (KEP-3902).",
     printcolumn(
         name = "Action",
         type_ = "string",
         json_path = ".spec.action",
-        description = "Delete, Evict or Ignore"
+        description = "Delete, Evict, EvictionRequest or Ignore"
     ),
     printcolumn(name = "Precedence", type_ = "integer", json_path = ".spec.precedence"),
     printcolumn(
@@ -84,8 +86,10 @@ pub struct TaintEvictionPolicySpec {
 
     /// Action taken when a selected taint makes a pod due (after its tolerationSeconds):
     /// Delete (default, as kube-controller-manager), Evict (Eviction API, PodDisruptionBudgets
-    /// respected, retried with backoff while the taint lasts), or Ignore (the taint never
-    /// removes the pod).
+    /// respected, retried with backoff while the taint lasts), EvictionRequest (an
+    /// EvictionRequest with requester taint-manager.evictkit.io, so the pod's interceptors act
+    /// first; withdrawn when the pod is no longer due), or Ignore (the taint never removes the
+    /// pod).
     #[serde(default)]
     pub action: TaintEvictionAction,
 
@@ -122,6 +126,11 @@ pub enum TaintEvictionAction {
     /// Evict the pod through the Eviction API, so PodDisruptionBudgets are respected; retried
     /// with backoff while the taint lasts.
     Evict,
+    /// Ask for the eviction through the pod's EvictionRequest (KEP-4563) with requester
+    /// taint-manager.evictkit.io: the pod's eviction interceptors act first, then the
+    /// evictionrequest-controller evicts it. Withdrawn when the pod is no longer due (the taint
+    /// goes, a toleration or the policy changes).
+    EvictionRequest,
     /// Keep the pod: the selected taints do not remove it.
     Ignore,
 }
@@ -132,6 +141,7 @@ impl TaintEvictionAction {
         match self {
             TaintEvictionAction::Delete => "Delete",
             TaintEvictionAction::Evict => "Evict",
+            TaintEvictionAction::EvictionRequest => "EvictionRequest",
             TaintEvictionAction::Ignore => "Ignore",
         }
     }

@@ -2,8 +2,9 @@
 //! with `--controllers=*,-taint-eviction-controller`: upstream's NoExecute behaviour (delete at
 //! once, tolerationSeconds honoured within a second, cancellation, a terminating pod not
 //! deleted again), a restart in the middle of a toleration window, each TaintEvictionPolicy
-//! action with precedence and status, force delete of a pod stuck terminating on an unreachable
-//! node, and the zone guard pausing and resuming.
+//! action (EvictionRequest with the real evictionrequest-controller) with precedence and
+//! status, force delete of a pod stuck terminating on an unreachable node, and the zone guard
+//! pausing and resuming.
 //!
 //! Each test starts its own taint-manager restricted to its namespace (`--namespace`, its Lease
 //! there too) and to its own policies (`--policy-selector`), and taints only nodes it created,
@@ -13,8 +14,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use evictkit_api::CustomResourceDefinition;
-use evictkit_api::conditions::{POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER};
-use evictkit_api::keys::{LABEL_TOPOLOGY_ZONE, TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE};
+use evictkit_api::conditions::{
+    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
+    REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
+};
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::{
+    LABEL_TOPOLOGY_ZONE, TAINT_MANAGER_REQUESTER, TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE,
+};
 use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
 };
@@ -23,7 +30,7 @@ use evictkit_testenv::component::Component;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, PodCondition, Taint, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -38,14 +45,14 @@ const POLICY_LABEL: &str = "evictkit.io/e2e";
 /// Keeps a deleted pod visible (terminating) so the test can read its deletion.
 const FINALIZER: &str = "evictkit.io/e2e-hold";
 
-/// Installs the TaintEvictionPolicy CRD (idempotent: server-side apply of the generated CRD,
-/// shared by every test) and waits until it is served.
-async fn install_crd(client: &Client) -> Result<()> {
+/// Installs the CRD of `kind` (idempotent: server-side apply of the generated CRD, shared by
+/// every test) and waits until it is served.
+async fn install_crd(client: &Client, kind: &str) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = evictkit_api::crds()
         .into_iter()
-        .find(|crd| crd.spec.names.kind == "TaintEvictionPolicy")
-        .context("crates/api defines TaintEvictionPolicy")?;
+        .find(|crd| crd.spec.names.kind == kind)
+        .with_context(|| format!("crates/api defines {kind}"))?;
     let name = crd.metadata.name.clone().unwrap_or_default();
     crds.patch(
         &name,
@@ -68,7 +75,7 @@ async fn install_crd(client: &Client) -> Result<()> {
 }
 
 async fn start(env: &TestEnv, extra: &[&str]) -> Result<Component> {
-    install_crd(&env.client).await?;
+    install_crd(&env.client, "TaintEvictionPolicy").await?;
     let policies = format!("{POLICY_LABEL}={}", env.namespace);
     let mut args = vec![
         "--namespace",
@@ -197,7 +204,6 @@ fn metric(component: &Component, series: &str) -> Result<f64> {
 }
 
 #[tokio::test]
-#[ignore = "flaky under CI load: evictkit_taint_manager_actions_total{action=Delete} read 2.0 where one pod was deleted once (see issue 5)"]
 async fn untolerated_taint_deletes_at_once_and_terminating_pods_are_not_deleted_again() -> Result<()>
 {
     let env = TestEnv::new("tm-now").await?;
@@ -388,17 +394,18 @@ fn pod_selector(app: &str) -> Option<LabelSelector> {
     })
 }
 
-#[tokio::test]
-async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
-    let env = TestEnv::new("tm-evict").await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
-    let mut pod = objects::pod("db", "db");
-    pod.spec.get_or_insert_default().node_name = Some(node.clone());
+/// A pod labelled `app={name}` bound to `node`, once kwok reports it Ready.
+async fn ready_pod_on(env: &TestEnv, name: &str, node: &str) -> Result<Pod> {
+    let mut pod = objects::pod(name, name);
+    pod.spec.get_or_insert_default().node_name = Some(node.to_owned());
     env.create(&pod).await?;
-    env.wait_for_ready_pods("app=db", 1).await?;
+    env.wait_for_ready_pods(&format!("app={name}"), 1).await?;
+    Ok(env.api::<Pod>().get(name).await?)
+}
+
+/// A PDB that keeps the one `app=db` pod: evictions of it are refused (also before the
+/// disruption controller has counted it healthy).
+async fn db_budget(env: &TestEnv) -> Result<()> {
     env.create(&objects::pdb(
         "db",
         "db",
@@ -406,6 +413,18 @@ async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
         None,
     ))
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
+    let env = TestEnv::new("tm-evict").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    ready_pod_on(&env, "db", &node).await?;
+    db_budget(&env).await?;
     create_policy(&env, &policy(&env, "evict", 0, TaintEvictionAction::Evict)).await?;
     let manager = start(&env, &[]).await?;
 
@@ -430,6 +449,131 @@ async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
         )? == 1.0
     );
     Ok(())
+}
+
+/// The EvictionRequest action (KEP-4563) with the real evictionrequest-controller: a pod that
+/// may go is requested and evicted; one whose PDB holds is requested and stays; when the taint
+/// goes its request is withdrawn and its mark cleared.
+#[tokio::test]
+async fn eviction_request_policy_requests_and_withdraws_when_no_longer_due() -> Result<()> {
+    let env = TestEnv::new("tm-er").await?;
+    install_crd(&env.client, "EvictionRequest").await?;
+    let ns = env.namespace.clone();
+    let mut controller = env.start_component(
+        "evictionrequest-controller",
+        &[
+            "--roles=controller",
+            "--namespace",
+            &ns,
+            "--leader-election-namespace",
+            &ns,
+            "--eviction-backoff-initial=200ms",
+            "--eviction-backoff-max=1s",
+        ],
+    )?;
+    controller.wait_ready(DEFAULT_TIMEOUT).await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let web = ready_pod_on(&env, "web", &node).await?;
+    let db = ready_pod_on(&env, "db", &node).await?;
+    db_budget(&env).await?;
+    let pods = env.api::<Pod>();
+    let request = policy(&env, "request", 0, TaintEvictionAction::EvictionRequest);
+    create_policy(&env, &request).await?;
+    let manager = start(&env, &[]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    let requests = env.api::<EvictionRequest>();
+    let ours = |request: &EvictionRequest| {
+        request
+            .spec
+            .requesters
+            .iter()
+            .any(|r| r.name == TAINT_MANAGER_REQUESTER)
+    };
+    // web: requested, and the evictionrequest-controller evicts it.
+    let web_request = web.uid().unwrap_or_default();
+    wait::wait_for(&requests, &web_request, DEFAULT_TIMEOUT, "requested", ours).await?;
+    wait::wait_for_deletion(&pods, "web", DEFAULT_TIMEOUT).await?;
+    // db: requested and marked, but its PDB holds while it is due.
+    let db_request = db.uid().unwrap_or_default();
+    wait::wait_for(&requests, &db_request, DEFAULT_TIMEOUT, "requested", ours).await?;
+    wait_event(
+        &env,
+        "db",
+        "TaintManagerEviction",
+        &format!(
+            "Requesting eviction of Pod {ns}/db (TaintEvictionPolicy {})",
+            request.name_any()
+        ),
+    )
+    .await?;
+    let marked = |status: &'static str, reason: &'static str| {
+        move |pod: &Pod| {
+            disruption_target(pod)
+                .is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason))
+        }
+    };
+    wait::wait_for(
+        &pods,
+        "db",
+        DEFAULT_TIMEOUT,
+        "marked",
+        marked("True", REASON_EVICTION_REQUEST_BY_TAINT_MANAGER),
+    )
+    .await?;
+    not_deleted_for(&env, "db", Duration::from_secs(2)).await?;
+
+    // The taint goes: db is no longer due, so the request is withdrawn and the mark cleared.
+    set_taints(&env, &node, vec![]).await?;
+    wait::wait_for(&requests, &db_request, DEFAULT_TIMEOUT, "withdrawn", |r| {
+        !ours(r)
+    })
+    .await?;
+    wait::wait_for(
+        &pods,
+        "db",
+        DEFAULT_TIMEOUT,
+        "mark cleared",
+        marked("False", REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER),
+    )
+    .await?;
+    wait_event(
+        &env,
+        "db",
+        "TaintManagerEviction",
+        &format!("Withdrawing the eviction request of Pod {ns}/db: no longer due"),
+    )
+    .await?;
+    not_deleted_for(&env, "db", Duration::from_secs(2)).await?;
+    let requested = metric(
+        &manager,
+        "evictkit_taint_manager_actions_total{action=\"EvictionRequest\"}",
+    )?;
+    ensure!(
+        requested == 2.0,
+        "two pods requested once each, counted {requested}"
+    );
+    let withdrawn = metric(
+        &manager,
+        "evictkit_taint_manager_eviction_requests_withdrawn_total",
+    )?;
+    ensure!(
+        withdrawn == 1.0,
+        "one request withdrawn, counted {withdrawn}"
+    );
+    Ok(())
+}
+
+fn disruption_target(pod: &Pod) -> Option<&PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == POD_DISRUPTION_TARGET)
 }
 
 #[tokio::test]

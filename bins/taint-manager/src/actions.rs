@@ -1,0 +1,378 @@
+//! How a due pod goes, and how a request is withdrawn when the pod is no longer due.
+//!
+//! `Delete` is upstream's: the DisruptionTarget condition, then a delete carrying the pod's
+//! UID. `Evict` goes through the Eviction API (PodDisruptionBudgets respected). `EvictionRequest`
+//! joins the pod's EvictionRequest as requester `taint-manager.evictkit.io` (KEP-4563), so the
+//! pod's interceptors act first and the evictionrequest-controller evicts it; the pod's
+//! DisruptionTarget condition with reason `EvictionRequestByTaintManager` is the durable mark
+//! from which the request is withdrawn once the pod is no longer due, also after a restart.
+//! `ForceDelete` deletes a pod stuck terminating on an unreachable node with grace period 0.
+//! Each removal is announced by one Event and counted once per pod; refusals and errors are
+//! retried with the pod's backoff while it stays due.
+
+use evictkit_api::conditions::{
+    MESSAGE_DELETION_BY_TAINT_MANAGER, MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
+    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
+    REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
+    STATUS_FALSE, STATUS_TRUE,
+};
+use evictkit_api::keys::TAINT_MANAGER_REQUESTER;
+use evictkit_api::taint_eviction_policy::TaintEvictionAction;
+use evictkit_runtime::eviction::EvictionOutcome;
+use evictkit_runtime::eviction_request::{find, request_eviction, withdraw};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
+
+use crate::{Context, Error, ZONE_RECHECK, name_of, record};
+
+/// How a due pod goes.
+pub enum Removal {
+    /// Upstream's: DisruptionTarget condition, then delete (with the pod's UID).
+    Delete { policy: Option<String> },
+    /// Through the Eviction API, PodDisruptionBudgets respected.
+    Evict { policy: Option<String> },
+    /// Through the pod's EvictionRequest, as requester `taint-manager.evictkit.io`.
+    EvictionRequest { policy: Option<String> },
+    /// Delete with grace period 0: stuck terminating on an unreachable node.
+    ForceDelete,
+}
+
+impl Removal {
+    /// The removal a policy's action asks for (`Ignore` never reaches here: the plan leaves
+    /// ignored taints out).
+    pub fn of(action: TaintEvictionAction, policy: Option<String>) -> Self {
+        match action {
+            TaintEvictionAction::Evict => Removal::Evict { policy },
+            TaintEvictionAction::EvictionRequest => Removal::EvictionRequest { policy },
+            TaintEvictionAction::Delete | TaintEvictionAction::Ignore => Removal::Delete { policy },
+        }
+    }
+
+    /// The `action` label of the metrics.
+    fn action(&self) -> &'static str {
+        match self {
+            Removal::Delete { .. } => "Delete",
+            Removal::Evict { .. } => "Evict",
+            Removal::EvictionRequest { .. } => "EvictionRequest",
+            Removal::ForceDelete => "ForceDelete",
+        }
+    }
+
+    /// The note of the Event that announces the removal (upstream's for a plain Delete).
+    fn announcement(&self, pod: &str, node: &str) -> String {
+        match self {
+            Removal::Delete { policy: None } => format!("Marking for deletion Pod {pod}"),
+            Removal::Delete { policy: Some(p) } => {
+                format!("Marking for deletion Pod {pod} (TaintEvictionPolicy {p})")
+            }
+            Removal::Evict { policy } => format!(
+                "Evicting Pod {pod} (TaintEvictionPolicy {})",
+                policy.as_deref().unwrap_or_default()
+            ),
+            Removal::EvictionRequest { policy } => format!(
+                "Requesting eviction of Pod {pod} (TaintEvictionPolicy {})",
+                policy.as_deref().unwrap_or_default()
+            ),
+            Removal::ForceDelete => {
+                format!("Force deleting Pod {pod}: still terminating on unreachable node {node}")
+            }
+        }
+    }
+}
+
+/// What one removal attempt came to.
+enum Attempt {
+    Removed,
+    /// The pod's EvictionRequest lists us; `first`: this attempt made it so.
+    Requested {
+        first: bool,
+    },
+    Gone,
+    Blocked {
+        reason: &'static str,
+        why: String,
+    },
+}
+
+/// Removes a due pod, unless the zone guard pauses its zone or its backoff holds.
+pub async fn remove(
+    pod: &Pod,
+    node: &Node,
+    removal: Removal,
+    due_since: Timestamp,
+    context: &Context,
+) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(pod);
+    let name = name_of(pod);
+    let request = matches!(removal, Removal::EvictionRequest { .. });
+    // A request is idempotent and re-joined on every reconcile; any other removal of this
+    // very state of the pod was made already, and the watch has not caught up.
+    if !request && context.already_removed(pod) {
+        tracing::debug!(pod = %name, "removal already made; the cache has not caught up yet");
+        return Ok(Action::await_change());
+    }
+    if let Some(zone) = context.paused_zone(node) {
+        context
+            .metrics
+            .blocked
+            .with_label_values(&["ZonePaused"])
+            .inc();
+        tracing::debug!(pod = %name, zone = %zone, "due, but the zone guard pauses removals in its zone");
+        return Ok(Action::requeue(ZONE_RECHECK));
+    }
+    // Any change of the pod (e.g. our own condition) triggers a reconcile; the backoff holds.
+    if let Some(wait) = context
+        .next_attempt(&key)
+        .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
+        && !wait.is_zero()
+    {
+        return Ok(Action::requeue(wait));
+    }
+    // A request announced before (this process or one before a restart) is only re-joined.
+    let requested_before =
+        request && has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER);
+    let announced_now = !requested_before && context.mark(key.clone());
+    if announced_now {
+        let note = removal.announcement(&name, &node.name_any());
+        record(context, pod, false, "Delete", &note).await;
+    }
+    if !requested_before {
+        context.pacer.wait().await;
+    }
+    let attempt = match &removal {
+        Removal::Delete { .. } => {
+            if !has_disruption_target(pod, REASON_DELETION_BY_TAINT_MANAGER) && !context.dry_run {
+                set_disruption_target(
+                    &context.client,
+                    pod,
+                    STATUS_TRUE,
+                    REASON_DELETION_BY_TAINT_MANAGER,
+                    MESSAGE_DELETION_BY_TAINT_MANAGER,
+                )
+                .await?;
+            }
+            delete(context, pod, None).await
+        }
+        Removal::ForceDelete => delete(context, pod, Some(0)).await,
+        Removal::Evict { .. } => match context.evictions.evict(pod).await? {
+            EvictionOutcome::Evicted | EvictionOutcome::InBackground { .. } => Attempt::Removed,
+            EvictionOutcome::Gone => Attempt::Gone,
+            EvictionOutcome::BlockedByBudget { message } => Attempt::Blocked {
+                reason: "PodDisruptionBudget",
+                why: message,
+            },
+            EvictionOutcome::Conflict { message } => Attempt::Blocked {
+                reason: "Error",
+                why: message,
+            },
+            EvictionOutcome::Other { status } => Attempt::Blocked {
+                reason: "Error",
+                why: status.message,
+            },
+        },
+        Removal::EvictionRequest { .. } => {
+            join_request(context, pod, requested_before, announced_now).await?
+        }
+    };
+    let action = removal.action();
+    let observe = || {
+        let latency = Timestamp::now()
+            .duration_since(due_since)
+            .as_secs_f64()
+            .max(0.0);
+        context.metrics.actions.with_label_values(&[action]).inc();
+        context
+            .metrics
+            .removal_latency
+            .with_label_values(&[action])
+            .observe(latency);
+        latency
+    };
+    match attempt {
+        Attempt::Removed => {
+            let latency = observe();
+            if matches!(removal, Removal::Delete { .. }) {
+                context.metrics.deletions.inc();
+                context.metrics.deletion_duration.observe(latency);
+            }
+            tracing::info!(pod = %name, node = %node.name_any(), action, latency_seconds = latency, dry_run = context.dry_run, "removed");
+            context.removed(pod);
+            Ok(Action::await_change())
+        }
+        Attempt::Requested { first } => {
+            if first {
+                let latency = observe();
+                tracing::info!(pod = %name, node = %node.name_any(), action, latency_seconds = latency, dry_run = context.dry_run, "eviction requested");
+            }
+            context.clear_failures(&key);
+            Ok(Action::await_change())
+        }
+        Attempt::Gone => {
+            context.forget(&key);
+            Ok(Action::await_change())
+        }
+        Attempt::Blocked { reason, why } => {
+            context.metrics.blocked.with_label_values(&[reason]).inc();
+            let delay = context.failed(&key);
+            tracing::info!(pod = %name, action, reason, %why, ?delay, "not removed; retrying");
+            let note = format!("Cannot remove Pod {name} ({action}), retrying in {delay:?}: {why}");
+            record(context, pod, true, action, &note).await;
+            Ok(Action::requeue(delay))
+        }
+    }
+}
+
+/// Deletes exactly this pod: the UID precondition keeps a same-named successor safe.
+async fn delete(context: &Context, pod: &Pod, grace_period_seconds: Option<u32>) -> Attempt {
+    let api: Api<Pod> =
+        Api::namespaced(context.client.clone(), &pod.namespace().unwrap_or_default());
+    let params = DeleteParams {
+        dry_run: context.dry_run,
+        grace_period_seconds,
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => Attempt::Removed,
+        // 404: gone; 409: the name now belongs to a successor, which is planned on its own.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Attempt::Gone,
+        Err(error) => Attempt::Blocked {
+            reason: "Error",
+            why: error.to_string(),
+        },
+    }
+}
+
+/// Marks the pod (the durable record of the request), then creates or joins its
+/// EvictionRequest. Joining is server-side apply of our own entry, so a re-join writes nothing
+/// new; a canceled request is created afresh by the requester library.
+async fn join_request(
+    context: &Context,
+    pod: &Pod,
+    requested_before: bool,
+    announced_now: bool,
+) -> Result<Attempt, Error> {
+    let first = !requested_before && announced_now;
+    if context.dry_run {
+        return Ok(Attempt::Requested { first });
+    }
+    if !requested_before {
+        set_disruption_target(
+            &context.client,
+            pod,
+            STATUS_TRUE,
+            REASON_EVICTION_REQUEST_BY_TAINT_MANAGER,
+            MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
+        )
+        .await?;
+    }
+    Ok(
+        match request_eviction(&context.client, pod, TAINT_MANAGER_REQUESTER).await {
+            Ok(_) => Attempt::Requested { first },
+            Err(error) => Attempt::Blocked {
+                reason: "Error",
+                why: error.to_string(),
+            },
+        },
+    )
+}
+
+/// The pod is no longer due by an EvictionRequest (the taint went, a toleration or the policy
+/// changed): if it carries our request mark, withdraw from its EvictionRequest and clear the
+/// mark. The evictionrequest-controller cancels a request whose requesters all withdrew.
+pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), Error> {
+    if !has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER) {
+        return Ok(());
+    }
+    let name = name_of(pod);
+    if context.dry_run {
+        tracing::info!(pod = %name, "no longer due; would withdraw the eviction request (--dry-run)");
+        return Ok(());
+    }
+    // Counted and announced only when a requester entry of ours was there to withdraw: a
+    // reconcile from a cache older than our own withdrawal finds none.
+    let listed = find(&context.client, pod).await?.is_some_and(|r| {
+        r.spec
+            .requesters
+            .iter()
+            .any(|r| r.name == TAINT_MANAGER_REQUESTER)
+    });
+    if listed {
+        withdraw(&context.client, pod, TAINT_MANAGER_REQUESTER).await?;
+    }
+    set_disruption_target(
+        &context.client,
+        pod,
+        STATUS_FALSE,
+        REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
+        "Taint manager: no longer due; eviction request withdrawn",
+    )
+    .await?;
+    if listed {
+        context.metrics.withdrawn.inc();
+        tracing::info!(pod = %name, "no longer due; withdrew the eviction request");
+        let note = format!("Withdrawing the eviction request of Pod {name}: no longer due");
+        record(context, pod, false, "Withdraw", &note).await;
+    }
+    Ok(())
+}
+
+/// Whether the pod carries DisruptionTarget=True with `reason`.
+fn has_disruption_target(pod: &Pod, reason: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == POD_DISRUPTION_TARGET
+                && c.status == STATUS_TRUE
+                && c.reason.as_deref() == Some(reason)
+        })
+}
+
+/// Upstream's condition before the delete, by strategic merge (conditions merge by type) with
+/// the pod's UID in the patch as a precondition, as upstream's `PatchPodStatus` does.
+async fn set_disruption_target(
+    client: &Client,
+    pod: &Pod,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "metadata": {"uid": pod.uid()},
+        "status": {"conditions": [{
+            "type": POD_DISRUPTION_TARGET,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": Time(Timestamp::now()),
+        }]}
+    });
+    match api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+    {
+        // Gone or replaced: the delete that follows finds out and forgets the pod.
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Condition {
+            pod: name_of(pod),
+            source,
+        }),
+    }
+}

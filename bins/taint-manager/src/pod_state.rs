@@ -1,0 +1,139 @@
+//! What the controller remembers per pod between reconciles: windows it announced, removals it
+//! announced, failed attempts and their backoff, and the pod state its last removal acted on.
+//! Only bookkeeping for Events, backoff and not acting twice; after a restart every pod is
+//! planned again from the API. Also the `--max-evictions-per-second` pacer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use evictkit_core::affinity_eviction::retry_delay;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::{Context, name_of, record};
+
+#[derive(Default)]
+pub struct PodStates {
+    /// Pods waiting for the end of a toleration window (for the "Cancelling deletion" Event).
+    scheduled: HashSet<ObjectRef<Pod>>,
+    /// Pods whose removal was announced by an Event (once per pod, not per retry).
+    marked: HashSet<ObjectRef<Pod>>,
+    /// Failed removal attempts in a row, and when the next may be made.
+    failures: HashMap<ObjectRef<Pod>, (u32, tokio::time::Instant)>,
+    /// The pod as a successful removal saw it: (uid, deletionTimestamp). A reconcile that sees
+    /// the pod still so has read the cache before the watch delivered the removal (under load
+    /// the pod's own DisruptionTarget patch can trigger a reconcile that runs before the
+    /// deletion's watch event arrives), and must not remove it again: deleting or evicting a
+    /// terminating pod succeeds, so it would count and announce a second removal.
+    acted: HashMap<ObjectRef<Pod>, (String, Option<Timestamp>)>,
+}
+
+/// The part of a pod that tells whether a removal already acted on this state of it.
+fn acted_on(pod: &Pod) -> (String, Option<Timestamp>) {
+    (
+        pod.uid().unwrap_or_default(),
+        pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+    )
+}
+
+impl Context {
+    fn states(&self) -> std::sync::MutexGuard<'_, PodStates> {
+        self.pods.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pod is no longer due: forget it, and say so if a removal was scheduled (upstream's
+    /// `cancelWorkWithEvent`).
+    pub(crate) async fn cancel(&self, pod: &Pod) {
+        let key = ObjectRef::from_obj(pod);
+        let was_scheduled = self.forget(&key);
+        if was_scheduled {
+            let note = format!("Cancelling deletion of Pod {}", name_of(pod));
+            tracing::info!(pod = %name_of(pod), "no longer due; cancelled its removal");
+            record(self, pod, false, "Cancel", &note).await;
+        }
+    }
+
+    /// Drops everything remembered about the pod; returns whether its removal was scheduled.
+    pub(crate) fn forget(&self, key: &ObjectRef<Pod>) -> bool {
+        let mut states = self.states();
+        states.failures.remove(key);
+        states.marked.remove(key);
+        states.acted.remove(key);
+        states.scheduled.remove(key)
+    }
+
+    /// Remembers that the pod waits for the end of a window; returns whether it was new.
+    pub(crate) fn schedule(&self, key: ObjectRef<Pod>) -> bool {
+        self.states().scheduled.insert(key)
+    }
+
+    /// Remembers that the pod's removal was announced; returns whether it was new.
+    pub(crate) fn mark(&self, key: ObjectRef<Pod>) -> bool {
+        self.states().marked.insert(key)
+    }
+
+    /// When the next removal attempt of the pod may be made, if an earlier one failed.
+    pub(crate) fn next_attempt(&self, key: &ObjectRef<Pod>) -> Option<tokio::time::Instant> {
+        self.states().failures.get(key).map(|(_, at)| *at)
+    }
+
+    /// Counts a failed attempt and returns the wait before the next one.
+    pub(crate) fn failed(&self, key: &ObjectRef<Pod>) -> Duration {
+        let mut states = self.states();
+        let failures = states.failures.get(key).map_or(0, |(n, _)| *n) + 1;
+        let delay = retry_delay(failures, self.backoff.0, self.backoff.1);
+        states
+            .failures
+            .insert(key.clone(), (failures, tokio::time::Instant::now() + delay));
+        delay
+    }
+
+    /// An attempt succeeded: the backoff starts over (the rest is kept: the pod may still be
+    /// due, e.g. while its EvictionRequest is being processed).
+    pub(crate) fn clear_failures(&self, key: &ObjectRef<Pod>) {
+        self.states().failures.remove(key);
+    }
+
+    /// A removal of `pod` (as the cache showed it) succeeded: forget the rest, remember this.
+    pub(crate) fn removed(&self, pod: &Pod) {
+        let key = ObjectRef::from_obj(pod);
+        self.forget(&key);
+        self.states().acted.insert(key, acted_on(pod));
+    }
+
+    /// Whether a removal already acted on this very state of the pod (a stale cache read).
+    pub(crate) fn already_removed(&self, pod: &Pod) -> bool {
+        self.states().acted.get(&ObjectRef::from_obj(pod)) == Some(&acted_on(pod))
+    }
+}
+
+/// `--max-evictions-per-second`: removals are spaced at least `1 / rate` apart.
+pub struct Pacer {
+    interval: Option<Duration>,
+    next: Mutex<tokio::time::Instant>,
+}
+
+impl Pacer {
+    pub fn new(rate: f64) -> Self {
+        Self {
+            interval: (rate > 0.0).then(|| Duration::from_secs_f64(1.0 / rate)),
+            next: Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
+    pub async fn wait(&self) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        let at = {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let at = (*next).max(tokio::time::Instant::now());
+            *next = at + interval;
+            at
+        };
+        tokio::time::sleep_until(at).await;
+    }
+}

@@ -1,0 +1,207 @@
+//! The watches and what each change re-plans: pods bound to nodes (the controller's own
+//! stream), nodes (a change of a node's NoExecute taints re-plans the pods on it, and re-runs
+//! the zone guard), TaintEvictionPolicies and namespace labels (both re-plan the pods on
+//! tainted nodes). Every watched object is stripped to the fields the logic reads (`cache`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
+use evictkit_core::taint_policy::zone_of;
+use futures::{Stream, StreamExt, future, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use crate::cache::{FirstSeen, PodsByNode, strip_namespace, strip_pod};
+use crate::zone_guard::zone_guard;
+use crate::{Context, name_of, record, taints_of};
+
+/// Pods bound to a node only (the taints of a node concern the pods on it), indexed by node;
+/// a pod that goes away is forgotten, with a "Cancelling deletion" Event if it was waiting.
+pub fn pods(
+    client: &Client,
+    writer: reflector::store::Writer<Pod>,
+    index: Arc<Mutex<PodsByNode>>,
+    context: Arc<Context>,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    let api = match &context.namespace {
+        Some(namespace) => Api::<Pod>::namespaced(client.clone(), namespace),
+        None => Api::<Pod>::all(client.clone()),
+    };
+    watcher(api, watcher::Config::default().fields("spec.nodeName!="))
+        .default_backoff()
+        .modify(strip_pod)
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
+                for pod in gone {
+                    pod_gone(&context, pod);
+                }
+            }
+        })
+        .applied_objects()
+}
+
+/// A pod went away: drop its state, and say so if its removal was still scheduled.
+fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
+    if context.forget(&key) {
+        let context = context.clone();
+        tokio::spawn(async move {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(key.name.clone());
+            pod.metadata.namespace = key.namespace.clone();
+            let note = format!("Cancelling deletion of Pod {}", name_of(&pod));
+            record(&context, &pod, false, "Cancel", &note).await;
+        });
+    }
+}
+
+/// Node watch: a change of a node's NoExecute taints re-plans the pods on it (upstream's node
+/// updates, which it handles before pod updates; here every reconcile reads the node cache,
+/// which the watch updates first). A change of a node's taints or zone also re-runs the zone
+/// guard, and the pods of zones that pause or resume are re-planned.
+pub fn node_changes(
+    client: &Client,
+    writer: reflector::store::Writer<Node>,
+    index: Arc<Mutex<PodsByNode>>,
+    context: Arc<Context>,
+) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
+    let first_seen = Arc::new(Mutex::new(FirstSeen::default()));
+    let strip = {
+        let first_seen = first_seen.clone();
+        move |node: &mut Node| {
+            first_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .strip_node(node);
+        }
+    };
+    let mut previous: HashMap<String, (String, Vec<Taint>)> = HashMap::new();
+    let mut synced = false;
+    watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .filter_map(|event| {
+            future::ready(
+                event
+                    .map_err(|error| tracing::warn!(%error, "node watch failed; retrying"))
+                    .ok(),
+            )
+        })
+        .flat_map(move |event| {
+            let mut pods = Vec::new();
+            let mut zone_may_change = false;
+            match &event {
+                watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                    let name = node.name_any();
+                    let now = (
+                        zone_of(node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+                            .to_owned(),
+                        taints_of(node).to_vec(),
+                    );
+                    if previous.get(&name) != Some(&now) {
+                        pods = index
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .on_node(&name);
+                        previous.insert(name, now);
+                        zone_may_change = true;
+                    }
+                }
+                watcher::Event::Delete(node) => {
+                    let name = node.name_any();
+                    previous.remove(&name);
+                    first_seen
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .forget(&name);
+                    zone_may_change = true;
+                }
+                watcher::Event::InitDone => {
+                    synced = true;
+                    zone_may_change = true;
+                }
+                watcher::Event::Init => {}
+            }
+            if synced && zone_may_change {
+                pods.extend(zone_guard(&context, &index));
+            }
+            stream::iter(pods)
+        })
+}
+
+/// TaintEvictionPolicy watch (only those `--policy-selector` selects): any change re-plans the
+/// pods on tainted nodes.
+pub fn policy_changes(
+    client: &Client,
+    writer: reflector::store::Writer<TaintEvictionPolicy>,
+    nodes: Store<Node>,
+    index: Arc<Mutex<PodsByNode>>,
+    selector: Option<&str>,
+) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
+    let mut config = watcher::Config::default();
+    if let Some(selector) = selector {
+        config = config.labels(selector);
+    }
+    watcher(Api::<TaintEvictionPolicy>::all(client.clone()), config)
+        .default_backoff()
+        .reflect(writer)
+        .filter_map(move |event| {
+            future::ready(match event {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => Some(stream::iter(pods_on_tainted_nodes(&nodes, &index))),
+                Ok(_) => None,
+                Err(error) => {
+                    tracing::warn!(%error, "TaintEvictionPolicy watch failed; retrying");
+                    None
+                }
+            })
+        })
+        .flatten()
+}
+
+/// Namespace watch: namespace labels matter only to policies' namespaceSelectors, so a change
+/// re-plans the pods on tainted nodes only while there are policies.
+pub fn namespace_changes(
+    client: &Client,
+    writer: reflector::store::Writer<Namespace>,
+    nodes: Store<Node>,
+    index: Arc<Mutex<PodsByNode>>,
+    policies: Store<TaintEvictionPolicy>,
+) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
+    watcher(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(strip_namespace)
+    .reflect(writer)
+    .filter_map(move |event| {
+        future::ready(match event {
+            Ok(watcher::Event::Apply(_)) if !policies.state().is_empty() => {
+                Some(stream::iter(pods_on_tainted_nodes(&nodes, &index)))
+            }
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(%error, "namespace watch failed; retrying");
+                None
+            }
+        })
+    })
+    .flatten()
+}
+
+fn pods_on_tainted_nodes(nodes: &Store<Node>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<Pod>> {
+    let index = index.lock().unwrap_or_else(|p| p.into_inner());
+    nodes
+        .state()
+        .iter()
+        .filter(|n| !taints_of(n).is_empty())
+        .flat_map(|n| index.on_node(&n.name_any()))
+        .collect()
+}
