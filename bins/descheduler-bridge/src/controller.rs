@@ -16,7 +16,7 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::DESCHEDULER_REQUESTER;
 use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
 use evictkit_core::eviction_request::State;
-use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_target};
+use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
 use jiff::{SignedDuration, Timestamp};
@@ -54,8 +54,17 @@ struct Context {
     pods: Store<Pod>,
 }
 
+/// When a precondition failed: the webhook wrote meanwhile; plan again from fresh reads.
+const CHANGED_MEANWHILE: Duration = Duration::from_millis(200);
+
 #[derive(Debug, thiserror::Error)]
 enum Error {
+    #[error("cannot read {what}: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
     #[error(transparent)]
     Withdraw(#[from] EvictionRequestError),
     #[error("cannot {action} pod {pod}: {source}")]
@@ -81,6 +90,7 @@ fn strip_pod(pod: &mut Pod) {
         name: metadata.name,
         namespace: metadata.namespace,
         uid: metadata.uid,
+        resource_version: metadata.resource_version,
         annotations: (!annotations.is_empty()).then_some(annotations),
         ..ObjectMeta::default()
     };
@@ -193,8 +203,28 @@ fn id(request: &EvictionRequest) -> String {
 }
 
 /// One EvictionRequest and its pod: the plan, then its writes.
-async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
-    let namespace = request.namespace().unwrap_or_default();
+///
+/// The caches only say *which* request to look at. The plan is made from fresh reads, and its
+/// writes carry preconditions (the request's UID, the pod's resourceVersion): the webhook may
+/// be replacing a canceled request and re-marking its pod at this very moment, and a plan made
+/// from a stale or half-way view (the canceled request with the requester re-added) must not
+/// withdraw from the new request or clear the new marks.
+async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
+    let namespace = cached.namespace().unwrap_or_default();
+    let requests: Api<EvictionRequest> = Api::namespaced(context.client.clone(), &namespace);
+    let read_error = |source| Error::Read {
+        what: format!("EvictionRequest {}", id(&cached)),
+        source: Box::new(source),
+    };
+    let Some(request) = requests
+        .get_opt(&cached.name_any())
+        .await
+        .map_err(read_error)?
+        .filter(|fresh| fresh.metadata.uid == cached.metadata.uid)
+    else {
+        // Gone or replaced: the successor has its own reconcile.
+        return Ok(Action::await_change());
+    };
     let Some(target) = request.spec.target.pod.as_ref().map(|pod| TargetPod {
         namespace: namespace.clone(),
         name: pod.name.clone(),
@@ -202,21 +232,25 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     }) else {
         return Ok(Action::await_change());
     };
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     // The same name with another UID is a successor, not the request's pod.
-    let pod = context
-        .pods
-        .get(&ObjectRef::new(&target.name).within(&namespace))
+    let pod = pods
+        .get_opt(&target.name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("pod {namespace}/{}", target.name),
+            source: Box::new(source),
+        })?
         .filter(|pod| pod.metadata.uid.as_deref() == Some(target.uid.as_str()));
-    let marks = pod.as_deref().map(Marks::of);
+    let marks = pod.as_ref().map(Marks::of);
     let listed = request
         .spec
         .requesters
         .iter()
         .any(|r| r.name == DESCHEDULER_REQUESTER);
-    let state = State::of(&request);
     let metrics = &context.settings.metrics;
     let plan = core::plan(
-        state,
+        State::of(&request),
         listed,
         marks.as_ref(),
         Timestamp::now(),
@@ -227,6 +261,10 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
         tracing::info!(request = %id(&request), ?plan, "--dry-run: not acting");
         return Ok(Action::await_change());
     }
+    let pod_id = format!("{namespace}/{}", target.name);
+    let version = pod
+        .as_ref()
+        .and_then(|p| p.metadata.resource_version.clone());
     match plan {
         Plan::Nothing => Ok(Action::await_change()),
         Plan::InProgress {
@@ -234,9 +272,11 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
             recheck_after,
         } => {
             if let Some(started) = mark {
-                let marks = core::marks(&request.name_any(), started);
-                patch_marks(&context, &target, json!(marks), "mark").await?;
-                tracing::info!(pod = %format!("{namespace}/{}", target.name), %started, "marked eviction-in-progress");
+                let marks = json!(core::marks(&request.name_any(), started));
+                if !patch_marks(&context, &target, version, marks, "mark").await? {
+                    return Ok(Action::requeue(CHANGED_MEANWHILE));
+                }
+                tracing::info!(pod = %pod_id, %started, "marked eviction-in-progress");
             }
             Ok(Action::requeue(recheck_after.unsigned_abs()))
         }
@@ -247,44 +287,55 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
         } => {
             // Withdraw first: marks cleared before a failed withdrawal would read as a fresh,
             // unmarked evacuation on the retry.
-            if withdraw {
-                withdraw_target(&context.client, &target, DESCHEDULER_REQUESTER).await?;
+            if withdraw
+                && withdraw_from(&context.client, &request, DESCHEDULER_REQUESTER)
+                    .await?
+                    .is_none()
+            {
+                return Ok(Action::await_change());
             }
             if clear_marks {
-                patch_marks(&context, &target, json!(core::cleared_marks()), "unmark").await?;
+                let cleared = json!(core::cleared_marks());
+                if !patch_marks(&context, &target, version, cleared, "unmark").await? {
+                    return Ok(Action::requeue(CHANGED_MEANWHILE));
+                }
             }
             metrics.count(ended.label());
-            let pod = format!("{namespace}/{}", target.name);
             if ended == Ended::Expired {
-                tracing::warn!(%pod, request = %id(&request), ttl = %context.settings.ttl, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
+                tracing::warn!(pod = %pod_id, request = %id(&request), ttl = %context.settings.ttl, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
             } else {
-                tracing::info!(%pod, request = %id(&request), ended = ended.label(), "evacuation ended");
+                tracing::info!(pod = %pod_id, request = %id(&request), ended = ended.label(), "evacuation ended");
             }
             Ok(Action::await_change())
         }
     }
 }
 
-/// Merge-patches the pod's marks, with the pod's UID as precondition (never a successor's).
+/// Merge-patches the pod's marks, with its UID (never a successor) and, if given, the
+/// resourceVersion the plan was made from as preconditions. Returns false when the pod changed
+/// meanwhile (the plan is made again) or is gone.
 async fn patch_marks(
     context: &Context,
     target: &TargetPod,
+    resource_version: Option<String>,
     annotations: serde_json::Value,
     action: &'static str,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &target.namespace);
-    let patch = json!({ "metadata": { "uid": target.uid, "annotations": annotations } });
+    let mut metadata = json!({ "uid": target.uid, "annotations": annotations });
+    if let Some(version) = resource_version {
+        metadata["resourceVersion"] = json!(version);
+    }
     match pods
         .patch(
             &target.name,
             &crate::patch_params(&context.settings.manager),
-            &Patch::Merge(patch),
+            &Patch::Merge(json!({ "metadata": metadata })),
         )
         .await
     {
-        Ok(_) => Ok(()),
-        // Gone, or a successor (the UID in the patch conflicts): nothing of ours to mark.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
         Err(source) => Err(Error::Mark {
             action,
             pod: format!("{}/{}", target.namespace, target.name),
@@ -306,13 +357,33 @@ async fn sweep(context: &Context, requests: &Store<EvictionRequest>) {
         if !Marks::of(&pod).ours || requests.get(&Key::new(&uid).within(&namespace)).is_some() {
             continue;
         }
+        // The request watch may lag behind the pod watch: ask the API before clearing.
+        let api: Api<EvictionRequest> = Api::namespaced(context.client.clone(), &namespace);
+        match api.get_opt(&uid).await {
+            Ok(None) => {}
+            Ok(Some(_)) => continue,
+            Err(error) => {
+                tracing::warn!(%error, pod = %format!("{namespace}/{}", pod.name_any()), "cannot read the EvictionRequest of a marked pod");
+                continue;
+            }
+        }
         let target = TargetPod {
             namespace,
             name: pod.name_any(),
             uid,
         };
-        match patch_marks(context, &target, json!(core::cleared_marks()), "unmark").await {
-            Ok(()) => {
+        let version = pod.metadata.resource_version.clone();
+        match patch_marks(
+            context,
+            &target,
+            version,
+            json!(core::cleared_marks()),
+            "unmark",
+        )
+        .await
+        {
+            Ok(false) => {}
+            Ok(true) => {
                 context.settings.metrics.count(Ended::Withdrawn.label());
                 tracing::info!(pod = %format!("{}/{}", target.namespace, target.name), "cleared eviction-in-progress: the pod's EvictionRequest is gone");
             }

@@ -252,6 +252,44 @@ pub async fn withdraw_target(
     }
 }
 
+/// [`withdraw`] from exactly `request`, whose UID is a precondition of the write: nothing is
+/// withdrawn from a successor of the same name (a canceled request that another requester
+/// replaced meanwhile). Returns the request as it is afterwards, or `None` when `request` is
+/// gone or replaced. Writes nothing when `requester` is not listed.
+pub async fn withdraw_from(
+    client: &Client,
+    request: &EvictionRequest,
+    requester: &str,
+) -> Result<Option<EvictionRequest>, EvictionRequestError> {
+    let namespace = request.metadata.namespace.clone().unwrap_or_default();
+    let name = request.metadata.name.clone().unwrap_or_default();
+    if !request.spec.requesters.iter().any(|r| r.name == requester) {
+        return Ok(Some(request.clone()));
+    }
+    let Some(pod) = request.spec.target.pod.as_ref() else {
+        return Ok(Some(request.clone()));
+    };
+    let target = TargetPod {
+        namespace: namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    };
+    let mut body = requester_apply(&target, None);
+    body["metadata"]["uid"] = json!(request.metadata.uid);
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &namespace);
+    match api
+        .patch(&name, &PatchParams::apply(requester), &Patch::Apply(body))
+        .await
+    {
+        Ok(request) => Ok(Some(request)),
+        Err(error) if is_not_found(&error) => Ok(None),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+        Err(error) => Err(api_error("withdraw from", &namespace, &name, requester)(
+            error,
+        )),
+    }
+}
+
 /// The EvictionRequest of `pod`, if any.
 pub async fn find(
     client: &Client,

@@ -13,6 +13,7 @@
 
 pub mod audit;
 pub mod component;
+pub mod descheduler;
 pub mod objects;
 pub mod wait;
 pub mod webhook;
@@ -183,6 +184,35 @@ impl TestEnv {
             |pods| pods.len() == count && pods.iter().all(objects::pod_ready),
         )
         .await
+    }
+
+    /// Installs (server-side apply, idempotent; shared by every test) a CRD and waits until it
+    /// is Established.
+    pub async fn apply_crd(
+        &self,
+        crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    ) -> Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(
+            &name,
+            &kube::api::PatchParams::apply("evictkit-testenv").force(),
+            &kube::api::Patch::Apply(crd),
+        )
+        .await
+        .with_context(|| format!("applying CRD {name}"))?;
+        wait::wait_for(&crds, &name, wait::DEFAULT_TIMEOUT, "Established", |crd| {
+            crd.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                })
+        })
+        .await
+        .map(drop)
     }
 
     /// Deletes the cluster-scoped object `name` of kind `K` with the test (e.g. a policy custom

@@ -136,13 +136,27 @@ impl TestEnv {
         registration: Registration,
         ca_pem: &str,
     ) -> Result<String> {
+        self.register_validating_webhook_with(registration, ca_pem, |_| {})
+            .await
+    }
+
+    /// [`TestEnv::register_validating_webhook`] with `customize` applied to the webhook, e.g. to
+    /// set `matchConditions` or `sideEffects: NoneOnDryRun`.
+    pub async fn register_validating_webhook_with(
+        &self,
+        registration: Registration,
+        ca_pem: &str,
+        customize: impl FnOnce(&mut ValidatingWebhook),
+    ) -> Result<String> {
         let name = format!("{}-{}", self.namespace, registration.name);
+        let mut webhook = self.webhook(&registration, ca_pem);
+        customize(&mut webhook);
         let configuration = ValidatingWebhookConfiguration {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 ..Default::default()
             },
-            webhooks: Some(vec![self.webhook(&registration, ca_pem)]),
+            webhooks: Some(vec![webhook]),
         };
         Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
             .create(&PostParams::default(), &configuration)

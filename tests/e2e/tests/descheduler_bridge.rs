@@ -1,0 +1,619 @@
+//! descheduler-bridge (KEP-1397) against the real control plane and the real descheduler
+//! (`sigs.k8s.io/descheduler` v0.36, `tests/descheduler/`), run with
+//! `--feature-gates=EvictionsInBackground=true` as ServiceAccount `<namespace>:descheduler`.
+//!
+//! Each test has its own kwok node, its own namespace, a bridge (webhook and controller) and an
+//! evictionrequest-controller restricted to that namespace, and a descheduler policy that
+//! considers only that node and only the pods the test labels `deschedule=yes` (PodLifeTime,
+//! one second), so replacement pods of the Deployment are left alone. The interceptor is played
+//! by the test through the public library, as users would.
+//!
+//! Shown: background evictions counted by the descheduler (`result="background"`), the
+//! EvictionRequest with requester `descheduler.sigs.k8s.io`, the pod marked in progress, an
+//! interceptor and then the fallback eviction completing it; in-progress pods counted against
+//! the descheduler's per-node limit across cycles and across a descheduler restart (no second
+//! eviction of the same pod); TTL expiry releasing a stuck request; evictions by other users
+//! (kubectl drain) and of pods that did not opt in passing untouched; dry-run and repeated
+//! evictions without side effects.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::{
+    DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
+    DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER, EVICTION_INTERCEPTORS,
+};
+use evictkit_core::eviction_request::State;
+use evictkit_runtime::eviction_request::InterceptorClient;
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::component::{Component, free_port};
+use evictkit_testenv::descheduler::{Descheduler, Identity};
+use evictkit_testenv::objects;
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_testenv::webhook::{Registration, rule};
+use k8s_openapi::api::admissionregistration::v1::MatchCondition;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const INTERCEPTOR: &str = "surge.example.com";
+/// The label the descheduler policy selects: only pods the test marks are descheduled.
+const TARGET: (&str, &str) = ("deschedule", "yes");
+/// The descheduler's `result` when `maxNoOfPodsToEvictPerNode` refuses an eviction.
+const NODE_LIMIT: &str = "maximum number of evicted pods per node reached";
+/// Label of the node the test's pods run on (the other node stays empty).
+const POD_NODE: &str = "evictkit.io/e2e-pods";
+
+/// One test's world: its node, the descheduler's identity, the bridge and the controller.
+struct Bridge {
+    env: TestEnv,
+    node: String,
+    descheduler: Identity,
+    bridge: Component,
+    _controller: Component,
+}
+
+/// Starts everything but the descheduler; `ttl` is the bridge's `--max-evacuation-request-ttl`.
+async fn setup(prefix: &str, ttl: &str) -> Result<Bridge> {
+    let env = TestEnv::new(prefix).await?;
+    let crd = evictkit_api::crds()
+        .into_iter()
+        .find(|crd| crd.spec.names.kind == "EvictionRequest")
+        .context("crates/api defines EvictionRequest")?;
+    env.apply_crd(&crd).await?;
+    // The descheduler skips its cycle with fewer than two nodes; the pods go to the first.
+    let label = ("evictkit.io/e2e-node", env.namespace.as_str());
+    let node = env
+        .create_node(objects::node("node", &[label, (POD_NODE, "true")], vec![]))
+        .await?
+        .name_any();
+    env.create_node(objects::node("spare", &[label], vec![]))
+        .await?;
+    let descheduler = env.service_account("descheduler", "cluster-admin").await?;
+
+    let controller = start(
+        &env,
+        "evictionrequest-controller",
+        &[
+            "--roles=controller",
+            "--eviction-backoff-initial=200ms",
+            "--eviction-backoff-max=1s",
+        ],
+    )
+    .await?;
+
+    let cert = env.serving_cert()?;
+    let dir = env
+        .cluster_dir()
+        .join("logs/e2e")
+        .join(format!("{}-bridge-certs", env.namespace));
+    let (cert_file, key_file) = cert.write_to(&dir)?;
+    let port = free_port()?;
+    let bridge = start(
+        &env,
+        "descheduler-bridge",
+        &[
+            &format!("--intercept-user={}", descheduler.username),
+            &format!("--max-evacuation-request-ttl={ttl}"),
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-key-file={}", key_file.display()),
+        ],
+    )
+    .await?;
+    let user = descheduler.username.clone();
+    env.register_validating_webhook_with(
+        Registration {
+            name: "descheduler-bridge".into(),
+            url: format!("https://127.0.0.1:{port}/validate-eviction"),
+            rules: vec![rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])],
+            failure_policy: "Fail".into(),
+        },
+        &cert.ca_pem,
+        |webhook| {
+            // As the chart configures it: the apiserver calls the bridge for the descheduler only.
+            webhook.side_effects = "NoneOnDryRun".into();
+            webhook.match_conditions = Some(vec![MatchCondition {
+                name: "descheduler".into(),
+                expression: format!("request.userInfo.username == '{user}'"),
+            }]);
+        },
+    )
+    .await?;
+    Ok(Bridge {
+        env,
+        node,
+        descheduler,
+        bridge,
+        _controller: controller,
+    })
+}
+
+/// Starts `binary` for the test's namespace only, without a Lease, and waits until it is ready.
+async fn start(env: &TestEnv, binary: &str, args: &[&str]) -> Result<Component> {
+    let namespace = format!("--namespace={}", env.namespace);
+    let mut all = vec![namespace.as_str(), "--leader-elect=false"];
+    all.extend_from_slice(args);
+    let mut component = env.start_component(binary, &all)?;
+    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    Ok(component)
+}
+
+impl Bridge {
+    /// A Deployment of `replicas` pods on the test's node, annotated `request-evict-only` and
+    /// naming the test's interceptor; returns its pods once Ready.
+    async fn workload(&self, name: &str, replicas: i32) -> Result<Vec<Pod>> {
+        let mut deployment = objects::deployment(name, replicas);
+        let template = &mut deployment
+            .spec
+            .as_mut()
+            .context("a deployment has a spec")?
+            .template;
+        template.metadata.get_or_insert_default().annotations = Some(
+            [
+                (DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new()),
+                (EVICTION_INTERCEPTORS.to_owned(), INTERCEPTOR.to_owned()),
+            ]
+            .into(),
+        );
+        template.spec.get_or_insert_default().node_selector = Some(
+            [
+                (
+                    "evictkit.io/e2e-node".to_owned(),
+                    self.env.namespace.clone(),
+                ),
+                (POD_NODE.to_owned(), "true".to_owned()),
+            ]
+            .into(),
+        );
+        self.env.create(&deployment).await?;
+        self.env
+            .wait_for_ready_pods(&format!("app={name}"), replicas as usize)
+            .await
+    }
+
+    /// Labels `pod` for the descheduler's policy.
+    async fn target(&self, pod: &Pod) -> Result<()> {
+        self.env
+            .api::<Pod>()
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {TARGET.0: TARGET.1}}})),
+            )
+            .await
+            .with_context(|| format!("labelling pod {}", pod.name_any()))?;
+        Ok(())
+    }
+
+    /// The descheduler, every second, with `limits` merged into its policy.
+    fn descheduler(&self, limits: serde_json::Value) -> Result<Descheduler> {
+        let mut policy = json!({
+            "apiVersion": "descheduler/v1alpha2",
+            "kind": "DeschedulerPolicy",
+            "nodeSelector": format!("evictkit.io/e2e-node={}", self.env.namespace),
+            "profiles": [{
+                "name": "e2e",
+                "pluginConfig": [{
+                    "name": "PodLifeTime",
+                    "args": {
+                        "maxPodLifeTimeSeconds": 1,
+                        "namespaces": {"include": [self.env.namespace]},
+                        "labelSelector": {"matchLabels": {TARGET.0: TARGET.1}},
+                    },
+                }],
+                "plugins": {"deschedule": {"enabled": ["PodLifeTime"]}},
+            }],
+        });
+        if let (Some(policy), Some(limits)) = (policy.as_object_mut(), limits.as_object()) {
+            policy.extend(limits.clone());
+        }
+        self.env
+            .start_descheduler(&self.descheduler, &serde_json::to_string(&policy)?, "1s")
+    }
+
+    /// The descheduler's `descheduler_pods_evicted_total{result}` in this namespace, once it
+    /// reaches `at_least`.
+    async fn wait_evicted(
+        &self,
+        descheduler: &Descheduler,
+        result: &str,
+        at_least: f64,
+    ) -> Result<f64> {
+        let labels = [
+            &format!("result=\"{result}\"") as &str,
+            &format!("namespace=\"{}\"", self.env.namespace),
+        ];
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        loop {
+            let value = descheduler.pods_evicted(&labels).await.unwrap_or(0.0);
+            if value >= at_least {
+                return Ok(value);
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "descheduler_pods_evicted_total{{result={result:?}}} is {value}, not {at_least}; descheduler log:\n{}\nbridge log:\n{}",
+                descheduler.log_tail(30),
+                self.bridge.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    async fn wait_request(
+        &self,
+        pod: &Pod,
+        what: &str,
+        condition: impl Fn(&EvictionRequest) -> bool,
+    ) -> Result<EvictionRequest> {
+        wait::wait_for(
+            &self.env.api::<EvictionRequest>(),
+            &uid(pod),
+            DEFAULT_TIMEOUT,
+            what,
+            condition,
+        )
+        .await
+    }
+
+    async fn wait_pod(
+        &self,
+        pod: &Pod,
+        what: &str,
+        condition: impl Fn(&Pod) -> bool,
+    ) -> Result<Pod> {
+        wait::wait_for(
+            &self.env.api::<Pod>(),
+            &pod.name_any(),
+            DEFAULT_TIMEOUT,
+            what,
+            condition,
+        )
+        .await
+    }
+
+    /// Eviction calls the descheduler made in this namespace (any answer), per the audit log.
+    fn descheduler_evictions(&self) -> Result<Vec<String>> {
+        Ok(self
+            .env
+            .audit_events()?
+            .into_iter()
+            .filter(|event| {
+                event.user.username == self.descheduler.username
+                    && event
+                        .object_ref
+                        .as_ref()
+                        .and_then(|o| o.subresource.as_deref())
+                        == Some("eviction")
+            })
+            .filter_map(|event| event.object_ref?.name)
+            .collect())
+    }
+
+    /// The bridge's `descheduler_bridge_pod_evacuations_total{result}`.
+    fn evacuations(&self, result: &str) -> Result<f64> {
+        Ok(self
+            .bridge
+            .metric_value(&format!(
+                "descheduler_bridge_pod_evacuations_total{{result=\"{result}\"}}"
+            ))?
+            .unwrap_or(0.0))
+    }
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn requesters(request: &EvictionRequest) -> Vec<&str> {
+    request
+        .spec
+        .requesters
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect()
+}
+
+/// The eviction answer as the client sees it: Ok for 201, else the apiserver's status.
+async fn evict(client: &Client, pod: &Pod, dry_run: bool) -> Result<Result<(), (u16, String)>> {
+    let pods: kube::Api<Pod> =
+        kube::Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let params = EvictParams {
+        post_options: PostParams {
+            dry_run,
+            ..PostParams::default()
+        },
+        ..EvictParams::default()
+    };
+    match pods.evict(&pod.name_any(), &params).await {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(status)) => Ok(Err((status.code, status.message))),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The whole flow: the descheduler evicts in background, the EvictionRequest carries the
+/// eviction to the interceptor and then to the fallback eviction, and the bridge lets go.
+#[tokio::test]
+async fn background_eviction_through_an_eviction_request() -> Result<()> {
+    let t = setup("desched-flow", "1h").await?;
+    let pods = t.workload("web", 1).await?;
+    let pod = &pods[0];
+    t.target(pod).await?;
+    let descheduler = t.descheduler(json!({}))?;
+
+    t.wait_evicted(&descheduler, "background", 1.0).await?;
+    let request = t
+        .wait_request(pod, "requested by the descheduler", |r| {
+            requesters(r) == [DESCHEDULER_REQUESTER]
+        })
+        .await?;
+    let marked = t
+        .wait_pod(pod, "marked eviction-in-progress", |p| {
+            annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
+        })
+        .await?;
+    ensure!(
+        annotation(&marked, DESCHEDULER_EVICTION_IN_PROGRESS) == Some(uid(pod).as_str()),
+        "the mark names the request: {:?}",
+        marked.metadata.annotations
+    );
+    ensure!(
+        annotation(&marked, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_some(),
+        "the evacuation's start is recorded"
+    );
+    ensure!(
+        objects::pod_ready(&marked),
+        "the pod is not evicted by the descheduler"
+    );
+    ensure!(
+        request.spec.target.pod.as_ref().map(|p| p.name.as_str()) == Some(pod.name_any().as_str()),
+        "the request targets the pod"
+    );
+    ensure!(t.evacuations("requested")? == 1.0);
+
+    // The interceptor gets the request first, works, and completes.
+    let surge = InterceptorClient::new(t.env.client.clone(), INTERCEPTOR);
+    let request = t
+        .wait_request(pod, "handed to the interceptor", |r| surge.is_active(r))
+        .await?;
+    ensure!(request.metadata.name.as_deref() == Some(uid(pod).as_str()));
+    let request = surge
+        .heartbeat(&request, "surge pod starting", None)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        t.env.api::<Pod>().get_opt(&pod.name_any()).await?.is_some(),
+        "the pod stays while its interceptor works"
+    );
+    surge.complete(&request, "surge pod ready").await?;
+
+    // The fallback eviction (the controller's identity, not the descheduler's) is not
+    // intercepted: the pod goes.
+    wait::wait_for_deletion(&t.env.api::<Pod>(), &pod.name_any(), DEFAULT_TIMEOUT).await?;
+    let request = t
+        .wait_request(pod, "Evicted, the bridge withdrawn", |r| {
+            State::of(r) == State::Evicted && r.spec.requesters.is_empty()
+        })
+        .await?;
+    ensure!(State::of(&request) == State::Evicted);
+    t.wait_evicted(&descheduler, "success", 1.0).await?;
+    ensure!(t.evacuations("evicted")? == 1.0);
+    ensure!(
+        t.descheduler_evictions()? == [pod.name_any()],
+        "one eviction by the descheduler: {:?}",
+        t.descheduler_evictions()?
+    );
+    Ok(())
+}
+
+/// Pods evicted in background count against `maxNoOfPodsToEvictPerNode` in every later cycle,
+/// and after a descheduler restart (rebuilt from the in-progress mark): the second pod is never
+/// evicted, the first never twice.
+#[tokio::test]
+async fn in_progress_pods_count_against_the_node_limit() -> Result<()> {
+    let t = setup("desched-limit", "1h").await?;
+    let pods = t.workload("web", 2).await?;
+    ensure!(
+        pods.iter()
+            .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(&t.node)),
+        "both pods on the one node the limit is about"
+    );
+    for pod in &pods {
+        t.target(pod).await?;
+    }
+    let limits = json!({"maxNoOfPodsToEvictPerNode": 1});
+    let descheduler = t.descheduler(limits.clone())?;
+    t.wait_evicted(&descheduler, "background", 1.0).await?;
+    // Several one-second cycles.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let evicted = t.descheduler_evictions()?;
+    ensure!(
+        evicted.len() == 1,
+        "one eviction across cycles: {evicted:?}; log:\n{}",
+        descheduler.log_tail(30)
+    );
+    // The other pod is nominated every cycle and refused by the limit.
+    t.wait_evicted(&descheduler, NODE_LIMIT, 2.0).await?;
+    drop(descheduler);
+
+    // A new descheduler knows nothing but what the pods say.
+    let descheduler = t.descheduler(limits)?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure!(
+        descheduler.pods_evicted(&["result=\"background\""]).await? == 0.0,
+        "nothing evicted after the restart; log:\n{}",
+        descheduler.log_tail(30)
+    );
+    // Rebuilt from the pod's eviction-in-progress mark: the limit is still taken.
+    t.wait_evicted(&descheduler, NODE_LIMIT, 2.0).await?;
+    let after = t.descheduler_evictions()?;
+    ensure!(after == evicted, "still one eviction: {after:?}");
+    let requests = t
+        .env
+        .api::<EvictionRequest>()
+        .list(&ListParams::default())
+        .await?;
+    ensure!(requests.items.len() == 1, "one EvictionRequest");
+    Ok(())
+}
+
+/// After `--max-evacuation-request-ttl` the bridge withdraws and clears the mark; the
+/// descheduler then asks again, and the request is made afresh.
+#[tokio::test]
+async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
+    let t = setup("desched-ttl", "4s").await?;
+    let pods = t.workload("web", 1).await?;
+    let pod = &pods[0];
+    t.target(pod).await?;
+    let descheduler = t.descheduler(json!({}))?;
+    let first = t
+        .wait_request(pod, "requested", |r| {
+            requesters(r) == [DESCHEDULER_REQUESTER]
+        })
+        .await?;
+    // The interceptor never answers. The descheduler counts the pod as in progress and stops
+    // (so the release below is seen before it asks again).
+    t.wait_pod(pod, "marked", |p| {
+        annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
+    })
+    .await?;
+    drop(descheduler);
+
+    let released = t
+        .wait_pod(pod, "released by the TTL", |p| {
+            annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_none()
+                && annotation(p, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_none()
+        })
+        .await?;
+    ensure!(objects::pod_ready(&released), "the pod itself stays");
+    // The bridge was the only requester: withdrawn, the request is canceled.
+    t.wait_request(pod, "canceled", |r| {
+        r.spec.requesters.is_empty() && State::of(r) == State::Canceled
+    })
+    .await?;
+    ensure!(t.evacuations("expired")? == 1.0);
+
+    // Released: the descheduler asks again and the bridge requests afresh (the canceled
+    // request is replaced by a new object of the same name).
+    let descheduler = t.descheduler(json!({}))?;
+    t.wait_evicted(&descheduler, "background", 1.0).await?;
+    let second = t
+        .wait_request(pod, "requested afresh", |r| {
+            r.metadata.uid != first.metadata.uid && requesters(r) == [DESCHEDULER_REQUESTER]
+        })
+        .await?;
+    ensure!(State::of(&second) == State::InProgress);
+    t.wait_pod(pod, "marked again", |p| {
+        annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
+    })
+    .await?;
+    let evictions = t.descheduler_evictions()?;
+    ensure!(
+        evictions.len() == 2 && evictions.iter().all(|name| *name == pod.name_any()),
+        "the same pod evicted again after the TTL: {evictions:?}"
+    );
+    Ok(())
+}
+
+/// kubectl-drain-style evictions by another user, and the descheduler's evictions of pods that
+/// did not opt in, pass untouched; dry-run and repeated evictions write nothing new.
+#[tokio::test]
+async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
+    let t = setup("desched-pass", "1h").await?;
+    let pods = t.workload("web", 3).await?;
+    let as_descheduler = t.descheduler.client().await?;
+
+    // Dry run by the descheduler: the 429 it would get, and no request, no mark.
+    let answer = evict(&as_descheduler, &pods[0], true).await?;
+    let Err((429, message)) = &answer else {
+        anyhow::bail!("a dry-run eviction is answered 429, got {answer:?}");
+    };
+    ensure!(
+        message.contains(&format!(
+            "Eviction triggered evacuation of pod {}/{} via EvictionRequest {}",
+            t.env.namespace,
+            pods[0].name_any(),
+            uid(&pods[0])
+        )),
+        "{message}"
+    );
+    ensure!(
+        t.env
+            .api::<EvictionRequest>()
+            .get_opt(&uid(&pods[0]))
+            .await?
+            .is_none(),
+        "no request on dry run"
+    );
+
+    // Twice for real: one request, one requester, the first start kept.
+    ensure!(matches!(
+        evict(&as_descheduler, &pods[0], false).await?,
+        Err((429, _))
+    ));
+    let marked = t
+        .wait_pod(&pods[0], "marked", |p| {
+            annotation(p, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_some()
+        })
+        .await?;
+    ensure!(matches!(
+        evict(&as_descheduler, &pods[0], false).await?,
+        Err((429, _))
+    ));
+    let again = t.env.api::<Pod>().get(&pods[0].name_any()).await?;
+    ensure!(
+        annotation(&again, DESCHEDULER_BRIDGE_EVACUATION_STARTED)
+            == annotation(&marked, DESCHEDULER_BRIDGE_EVACUATION_STARTED),
+        "a repeated eviction keeps the start"
+    );
+    let request = t.wait_request(&pods[0], "requested", |_| true).await?;
+    ensure!(requesters(&request) == [DESCHEDULER_REQUESTER]);
+    ensure!(t.evacuations("requested")? == 1.0 && t.evacuations("repeated")? == 1.0);
+
+    // A drain by the admin: evicted at once, no request.
+    ensure!(evict(&t.env.client, &pods[1], false).await? == Ok(()));
+    wait::wait_for_deletion(&t.env.api::<Pod>(), &pods[1].name_any(), DEFAULT_TIMEOUT).await?;
+    ensure!(
+        t.env
+            .api::<EvictionRequest>()
+            .get_opt(&uid(&pods[1]))
+            .await?
+            .is_none(),
+        "no request for a drain"
+    );
+
+    // The descheduler's eviction of a pod without request-evict-only: evicted at once.
+    let plain = &pods[2];
+    t.env
+        .api::<Pod>()
+        .patch(
+            &plain.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {DESCHEDULER_REQUEST_EVICT_ONLY: null}}}),
+            ),
+        )
+        .await?;
+    ensure!(evict(&as_descheduler, plain, false).await? == Ok(()));
+    wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
+    ensure!(
+        t.env
+            .api::<EvictionRequest>()
+            .get_opt(&uid(plain))
+            .await?
+            .is_none(),
+        "no request for a pod that did not opt in"
+    );
+    Ok(())
+}
