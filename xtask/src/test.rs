@@ -48,6 +48,12 @@ pub fn run(args: Args) -> Result<()> {
         "build the binaries",
         cargo(&["build", "--workspace", "--bins"]),
     )?;
+    // The real descheduler of descheduler-bridge's tests, cached by version (minutes when cold,
+    // milliseconds after); built here so no test waits for it.
+    step(
+        "build the descheduler",
+        run_command(Command::new(root.join("tests/descheduler/build.sh")).current_dir(&root)),
+    )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&test_cluster())?;
     // Every test binary runs, so one failure does not hide another.
