@@ -231,7 +231,7 @@ fn wait_for(demo: &Demo, name: &str, jsonpath: &str, expected: &str) -> Result<(
 }
 
 /// The present time as the API writes it (RFC 3339, whole seconds, UTC).
-fn now_rfc3339() -> Result<String> {
+pub(super) fn now_rfc3339() -> Result<String> {
     let output = std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
         .output()

@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use crate::cluster::{self, Cluster};
 
 mod affinity_evictor;
+mod descheduler_bridge;
 mod drain;
 mod evictionrequest;
 mod pdb_policy_webhook;
@@ -62,6 +63,11 @@ const SCENARIOS: &[Scenario] = &[
         name: "taint-manager",
         shows: "KEP-3902: a NoExecute taint deletes an untolerating pod at once and a pod with tolerationSeconds 10 after 10 s; an Evict policy waits for the PDB; an Ignore policy keeps a pod",
         run: taint_manager::run,
+    },
+    Scenario {
+        name: "descheduler-bridge",
+        shows: "KEP-1397: one cycle of the real descheduler; its evictions of request-evict-only pods become EvictionRequests (429, counted in background), a plain pod is evicted at once; the interceptor completes, the fallback eviction removes the pods, the bridge withdraws",
+        run: descheduler_bridge::run,
     },
 ];
 

@@ -1,0 +1,342 @@
+//! KEP-1397: the real descheduler (v0.36, `EvictionsInBackground`) runs one cycle of
+//! PodLifeTime over three pods. Two are annotated `request-evict-only` and name a
+//! live-migration interceptor: the bridge turns their evictions into EvictionRequests, marks them
+//! `eviction-in-progress` and answers 429, which the descheduler counts as evictions in
+//! background. The third, plain pod is evicted at once. The interceptor then completes, the
+//! evictionrequest-controller's fallback eviction (not the descheduler's identity, so not
+//! intercepted) removes the pods, and the bridge withdraws.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine as _;
+
+use super::evictionrequest::now_rfc3339;
+use super::{Demo, free_port, wait_ready};
+use crate::cluster;
+
+const SCENARIO: &str = "descheduler-bridge";
+const NAMESPACE: &str = "demo-descheduler-bridge";
+const INTERCEPTOR: &str = "live-migration.demo.example.com";
+const DESCHEDULER_USER: &str = "system:serviceaccount:demo-descheduler-bridge:descheduler";
+
+pub(super) fn run(demo: &Demo) -> Result<()> {
+    let crd = crate::workspace_root().join("crds/evictionrequests.evictkit.io.yaml");
+    demo.kubectl(&["apply", "--server-side", "-f", &crd.display().to_string()])?;
+    demo.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/evictionrequests.evictkit.io",
+    ])?;
+    demo.kubectl(&["create", "namespace", NAMESPACE])?;
+    demo.apply(&workloads())?;
+    for app in ["vm", "batch"] {
+        demo.kubectl(&[
+            "wait",
+            "-n",
+            NAMESPACE,
+            "--for=condition=Ready",
+            "pod",
+            "-l",
+            &format!("app={app}"),
+            "--timeout=60s",
+        ])?;
+    }
+    demo.say(
+        SCENARIO,
+        &format!("deployment vm: 2 pods annotated request-evict-only, interceptor {INTERCEPTOR}; deployment batch: 1 plain pod"),
+    );
+    let kubeconfig = descheduler_identity(demo)?;
+    start_components(demo)?;
+
+    run_descheduler_once(demo, &kubeconfig)?;
+    demo.say(SCENARIO, "EvictionRequests and pods after the cycle:");
+    print(demo, &["get", "evictionrequests", "-n", NAMESPACE])?;
+    print(
+        demo,
+        &[
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "custom-columns=POD:.metadata.name,PHASE:.status.phase,EVICTION-IN-PROGRESS:.metadata.annotations.descheduler\\.alpha\\.kubernetes\\.io/eviction-in-progress,SINCE:.metadata.annotations.evictkit\\.io/evacuation-started",
+        ],
+    )?;
+
+    let requests = demo.kubectl(&[
+        "get",
+        "evictionrequests",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ])?;
+    let requests: Vec<&str> = requests.split_whitespace().collect();
+    if requests.len() != 2 {
+        bail!("expected 2 EvictionRequests (one per vm pod), found {requests:?}");
+    }
+    for name in &requests {
+        wait_for(demo, name, "{.status.activeInterceptors[0]}", INTERCEPTOR)?;
+    }
+    demo.say(
+        SCENARIO,
+        &format!("{INTERCEPTOR} is active on both requests: it migrates the VMs and completes"),
+    );
+    let now = now_rfc3339()?;
+    for name in &requests {
+        demo.kubectl(&[
+            "patch", "evictionrequest", "-n", NAMESPACE, name, "--subresource=status", "--type=merge",
+            "--field-manager", INTERCEPTOR,
+            "-p", &format!(r#"{{"status":{{"interceptors":[{{"name":"{INTERCEPTOR}","startTime":"{now}","heartbeatTime":"{now}","completionTime":"{now}","message":"migrated"}}]}}}}"#),
+        ])?;
+    }
+    for name in &requests {
+        wait_for(
+            demo,
+            name,
+            "{.status.conditions[?(@.type==\"Evicted\")].status}",
+            "True",
+        )?;
+        wait_for(demo, name, "{.spec.requesters}", "")?;
+    }
+    demo.say(
+        SCENARIO,
+        "the evictionrequest-controller evicted both pods; the requests are Evicted and the bridge withdrew descheduler.sigs.k8s.io",
+    );
+    print(demo, &["get", "evictionrequests", "-n", NAMESPACE])?;
+    print(demo, &["get", "pods", "-n", NAMESPACE])?;
+    demo.print_events(SCENARIO, NAMESPACE)
+}
+
+fn workloads() -> String {
+    let deployment = |name: &str, replicas: u32, annotations: &str| {
+        format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations: {{{annotations}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers: [{{name: app, image: registry.k8s.io/pause:3.10}}]
+"
+        )
+    };
+    format!(
+        "{}---\n{}",
+        deployment(
+            "vm",
+            2,
+            &format!(
+                "descheduler.alpha.kubernetes.io/request-evict-only: \"\", evictkit.io/eviction-interceptors: {INTERCEPTOR}"
+            ),
+        ),
+        deployment("batch", 1, "")
+    )
+}
+
+/// ServiceAccount `descheduler` of the demo namespace (bound to cluster-admin for the demo),
+/// and a kubeconfig with its token: the identity the bridge intercepts.
+fn descheduler_identity(demo: &Demo) -> Result<std::path::PathBuf> {
+    demo.kubectl(&["create", "serviceaccount", "-n", NAMESPACE, "descheduler"])?;
+    demo.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "demo-descheduler-bridge-descheduler",
+        "--clusterrole=cluster-admin",
+        &format!("--serviceaccount={NAMESPACE}:descheduler"),
+    ])?;
+    let token = demo.kubectl(&["create", "token", "-n", NAMESPACE, "descheduler"])?;
+    let admin = std::fs::read_to_string(demo.cluster.kubeconfig())?;
+    let kubeconfig: String = admin
+        .lines()
+        .map(|line| match line.split_once("token: ") {
+            Some((indent, _)) => format!("{indent}token: {}\n", token.trim()),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    let path = cluster::state_dir().join("demo-descheduler.kubeconfig");
+    std::fs::write(&path, kubeconfig)?;
+    Ok(path)
+}
+
+/// The evictionrequest-controller (controller role) and the bridge, both for the demo
+/// namespace; the bridge's webhook registered for the descheduler's evictions only.
+fn start_components(demo: &Demo) -> Result<()> {
+    let metrics_port = free_port()?;
+    demo.start_component(
+        SCENARIO,
+        "evictionrequest-controller",
+        &[
+            "--roles=controller",
+            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
+            &format!("--namespace={NAMESPACE}"),
+            "--leader-elect=false",
+            "--eviction-backoff-initial=1s",
+            "--eviction-backoff-max=4s",
+        ],
+    )?;
+    wait_ready("evictionrequest-controller", metrics_port)?;
+    let (webhook_port, metrics_port) = (free_port()?, free_port()?);
+    let pki = cluster::state_dir().join("pki");
+    demo.start_component(
+        SCENARIO,
+        "descheduler-bridge",
+        &[
+            &format!("--webhook-addr=127.0.0.1:{webhook_port}"),
+            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
+            &format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+            &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
+            &format!("--namespace={NAMESPACE}"),
+            &format!("--intercept-user={DESCHEDULER_USER}"),
+            "--leader-elect=false",
+        ],
+    )?;
+    wait_ready("descheduler-bridge", metrics_port)?;
+    let ca = base64::engine::general_purpose::STANDARD
+        .encode(std::fs::read(pki.join("ca.crt")).context("reading the cluster CA")?);
+    demo.apply(&format!(
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: demo-descheduler-bridge}}
+webhooks:
+  - name: validate-eviction.descheduler-bridge.demo.evictkit.io
+    admissionReviewVersions: [v1]
+    sideEffects: NoneOnDryRun
+    failurePolicy: Fail
+    namespaceSelector: {{matchExpressions: [{{key: kubernetes.io/metadata.name, operator: In, values: [{NAMESPACE}]}}]}}
+    matchConditions:
+      - {{name: descheduler, expression: \"request.userInfo.username == '{DESCHEDULER_USER}'\"}}
+    rules:
+      - {{apiGroups: [''], apiVersions: [v1], resources: [pods/eviction], operations: [CREATE]}}
+    clientConfig:
+      url: https://127.0.0.1:{webhook_port}/validate-eviction
+      caBundle: {ca}
+"
+    ))?;
+    demo.say(
+        SCENARIO,
+        &format!("bridge webhook registered on pods/eviction for {DESCHEDULER_USER} only"),
+    );
+    Ok(())
+}
+
+/// One descheduling cycle (`--descheduling-interval=0`): PodLifeTime (older than 1 s) in the
+/// demo namespace; prints what the descheduler logged about each eviction.
+fn run_descheduler_once(demo: &Demo, kubeconfig: &std::path::Path) -> Result<()> {
+    let script = crate::workspace_root().join("tests/descheduler/build.sh");
+    let output = Command::new(&script)
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let bin = String::from_utf8_lossy(&output.stdout);
+    let binary =
+        std::path::Path::new(bin.lines().last().unwrap_or_default().trim()).join("descheduler");
+    let policy = cluster::state_dir().join("demo-descheduler-policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: descheduler/v1alpha2
+kind: DeschedulerPolicy
+profiles:
+  - name: demo
+    pluginConfig:
+      - name: PodLifeTime
+        args:
+          maxPodLifeTimeSeconds: 1
+          namespaces: {{include: [{NAMESPACE}]}}
+    plugins:
+      deschedule: {{enabled: [PodLifeTime]}}
+"
+        ),
+    )?;
+    demo.say(
+        SCENARIO,
+        "running the descheduler once: PodLifeTime > 1 s, --feature-gates=EvictionsInBackground=true, as ServiceAccount descheduler",
+    );
+    let log = cluster::state_dir().join("logs/demo-descheduler.log");
+    let run = Command::new(&binary)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--policy-config-file={}", policy.display()))
+        .args([
+            "--descheduling-interval=0",
+            "--feature-gates=EvictionsInBackground=true",
+            "--secure-port=0",
+            "--v=3",
+        ])
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?;
+    let text = String::from_utf8_lossy(&run.stderr);
+    std::fs::write(&log, text.as_bytes())?;
+    if !run.status.success() {
+        bail!(
+            "the descheduler failed ({}); log: {}",
+            run.status,
+            log.display()
+        );
+    }
+    for line in text.lines().filter(|line| {
+        [
+            "Evicted pod",
+            "Eviction in background assumed",
+            "Number of evictions",
+        ]
+        .iter()
+        .any(|needle| line.contains(needle))
+    }) {
+        let message = line.split_once("] ").map_or(line, |(_, message)| message);
+        demo.say(SCENARIO, &format!("descheduler: {message}"));
+    }
+    Ok(())
+}
+
+fn print(demo: &Demo, args: &[&str]) -> Result<()> {
+    for line in demo.kubectl(args)?.lines() {
+        println!("            {line}");
+    }
+    Ok(())
+}
+
+/// Polls the request until the JSONPath's value contains `expected` (an empty `expected`:
+/// until it is empty), 60 s at most.
+fn wait_for(demo: &Demo, name: &str, jsonpath: &str, expected: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let value = demo.kubectl(&[
+            "get",
+            "evictionrequest",
+            "-n",
+            NAMESPACE,
+            name,
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+        ])?;
+        let done = if expected.is_empty() {
+            value.trim().is_empty() || value.trim() == "[]"
+        } else {
+            value.contains(expected)
+        };
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "EvictionRequest {NAMESPACE}/{name}: {jsonpath} is {value:?}, expected {expected:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
