@@ -1,6 +1,7 @@
 //! `cargo xtask bench <component>`: figures, not timed tests (DESIGN.md, Testing). Each
 //! component adds its benchmark as a subcommand.
 
+mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
 pub mod support;
@@ -19,11 +20,16 @@ enum Component {
     /// Time for N EvictionRequests (pods without interceptors or PDBs) to reach Evicted, the
     /// controller's API writes per request (audit log), RSS, CPU, and CPU while idle.
     Evictionrequest(evictionrequest::Args),
+    /// Latency of the descheduler's evictions through the apiserver with the bridge (first:
+    /// EvictionRequest written and pod marked; repeated; dry run; another user, not intercepted),
+    /// and the webhook's throughput per kind of review (release build, one core), RSS.
+    DeschedulerBridge(descheduler_bridge::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.component {
         Component::PdbPolicyWebhook(args) => pdb_policy_webhook::run(&args),
         Component::Evictionrequest(args) => evictionrequest::run(&args),
+        Component::DeschedulerBridge(args) => descheduler_bridge::run(&args),
     }
 }

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -161,7 +160,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     let mut server = Component::start(cluster, "pdb-policy-webhook", command)?;
     server.wait_ready(metrics_port).await?;
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
-    let webhook = webhook_client(port, &ca_pem)?;
+    let webhook = support::webhook_client(port, &ca_pem)?;
 
     println!(
         "pdb-policy-webhook (release, taskset -c 0), {} reviews per endpoint, {} connections, {PODS} pods in the namespace",
@@ -174,7 +173,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     for (path, review) in reviews() {
         let cpu_before = server.cpu_seconds()?;
         let (rps, latencies) =
-            load(&webhook, path, &review, args.requests, args.concurrency).await?;
+            support::post_reviews(&webhook, path, &review, args.requests, args.concurrency).await?;
         let cpu = server.cpu_seconds()? - cpu_before;
         println!(
             "{path:<20} {rps:>10.0} {:>10.3} {:>10.3} {:>14.0}",
@@ -216,22 +215,6 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     Ok(())
 }
 
-/// A keep-alive HTTPS client for the webhook (kube's hyper stack, pointed at it).
-fn webhook_client(port: u16, ca_pem: &str) -> Result<Client> {
-    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse()?);
-    config.root_cert = Some(vec![pem_to_der(ca_pem)?]);
-    config.default_retry = false;
-    Ok(Client::try_from(config)?)
-}
-
-fn pem_to_der(pem: &str) -> Result<Vec<u8>> {
-    let body: String = pem
-        .lines()
-        .filter(|line| !line.starts_with("-----"))
-        .collect();
-    Ok(base64::engine::general_purpose::STANDARD.decode(body)?)
-}
-
 /// One realistic review per endpoint.
 fn reviews() -> Vec<(&'static str, Value)> {
     let review = |resource: Value, name: &str, object: Value| {
@@ -262,41 +245,6 @@ fn reviews() -> Vec<(&'static str, Value)> {
             ),
         ),
     ]
-}
-
-async fn load(
-    client: &Client,
-    path: &str,
-    review: &Value,
-    requests: usize,
-    concurrency: usize,
-) -> Result<(f64, Vec<f64>)> {
-    let body = Arc::new(serde_json::to_vec(review)?);
-    let started = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for worker in 0..concurrency {
-        let (client, body, path) = (client.clone(), body.clone(), path.to_owned());
-        let count = requests / concurrency + usize::from(worker < requests % concurrency);
-        workers.spawn(async move {
-            let mut latencies = Vec::with_capacity(count);
-            for _ in 0..count {
-                let request = kube::core::Request::new(path.as_str())
-                    .create(&PostParams::default(), body.as_ref().clone())?;
-                let sent = Instant::now();
-                let answer = client.request_text(request).await?;
-                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
-                if !answer.contains("\"uid\":\"bench\"") {
-                    bail!("unexpected answer from {path}: {answer}");
-                }
-            }
-            anyhow::Ok(latencies)
-        });
-    }
-    let mut latencies = Vec::with_capacity(requests);
-    while let Some(joined) = workers.join_next().await {
-        latencies.extend(joined??);
-    }
-    Ok((requests as f64 / started.elapsed().as_secs_f64(), latencies))
 }
 
 async fn evictions(client: &Client, count: usize) -> Result<Vec<f64>> {

@@ -306,3 +306,56 @@ pub fn free_port() -> Result<u16> {
 pub fn pki() -> PathBuf {
     cluster::state_dir().join("pki")
 }
+
+/// A keep-alive HTTPS client for a webhook server under test on 127.0.0.1:`port` (kube's hyper
+/// stack pointed at it), trusting the cluster CA `ca_pem` that signed its certificate.
+pub fn webhook_client(port: u16, ca_pem: &str) -> Result<Client> {
+    use base64::Engine as _;
+    let body: String = ca_pem
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse()?);
+    config.root_cert = Some(vec![
+        base64::engine::general_purpose::STANDARD.decode(body)?,
+    ]);
+    config.default_retry = false;
+    Ok(Client::try_from(config)?)
+}
+
+/// Posts `review` (an AdmissionReview whose request uid is `bench`) to `path` `requests` times
+/// over `concurrency` connections; returns requests per second and each latency in ms.
+pub async fn post_reviews(
+    client: &Client,
+    path: &str,
+    review: &serde_json::Value,
+    requests: usize,
+    concurrency: usize,
+) -> Result<(f64, Vec<f64>)> {
+    let body = std::sync::Arc::new(serde_json::to_vec(review)?);
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..concurrency {
+        let (client, body, path) = (client.clone(), body.clone(), path.to_owned());
+        let count = requests / concurrency + usize::from(worker < requests % concurrency);
+        workers.spawn(async move {
+            let mut latencies = Vec::with_capacity(count);
+            for _ in 0..count {
+                let request = kube::core::Request::new(path.as_str())
+                    .create(&Default::default(), body.as_ref().clone())?;
+                let sent = Instant::now();
+                let answer = client.request_text(request).await?;
+                latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+                if !answer.contains("\"uid\":\"bench\"") {
+                    bail!("unexpected answer from {path}: {answer}");
+                }
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::with_capacity(requests);
+    while let Some(joined) = workers.join_next().await {
+        latencies.extend(joined??);
+    }
+    Ok((requests as f64 / started.elapsed().as_secs_f64(), latencies))
+}
