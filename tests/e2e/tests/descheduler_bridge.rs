@@ -52,7 +52,13 @@ struct Bridge {
     node: String,
     descheduler: Identity,
     bridge: Component,
+    /// The bridge's flags, to start it again the same way.
+    bridge_args: Vec<String>,
     _controller: Component,
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
 
 /// Starts everything but the descheduler; `ttl` is the bridge's `--max-evacuation-request-ttl`.
@@ -91,18 +97,14 @@ async fn setup(prefix: &str, ttl: &str) -> Result<Bridge> {
         .join(format!("{}-bridge-certs", env.namespace));
     let (cert_file, key_file) = cert.write_to(&dir)?;
     let port = free_port()?;
-    let bridge = start(
-        &env,
-        "descheduler-bridge",
-        &[
-            &format!("--intercept-user={}", descheduler.username),
-            &format!("--max-evacuation-request-ttl={ttl}"),
-            &format!("--webhook-addr=127.0.0.1:{port}"),
-            &format!("--tls-cert-file={}", cert_file.display()),
-            &format!("--tls-key-file={}", key_file.display()),
-        ],
-    )
-    .await?;
+    let bridge_args = vec![
+        format!("--intercept-user={}", descheduler.username),
+        format!("--max-evacuation-request-ttl={ttl}"),
+        format!("--webhook-addr=127.0.0.1:{port}"),
+        format!("--tls-cert-file={}", cert_file.display()),
+        format!("--tls-key-file={}", key_file.display()),
+    ];
+    let bridge = start(&env, "descheduler-bridge", &as_strs(&bridge_args)).await?;
     let user = descheduler.username.clone();
     env.register_validating_webhook_with(
         Registration {
@@ -127,6 +129,7 @@ async fn setup(prefix: &str, ttl: &str) -> Result<Bridge> {
         node,
         descheduler,
         bridge,
+        bridge_args,
         _controller: controller,
     })
 }
@@ -142,6 +145,13 @@ async fn start(env: &TestEnv, binary: &str, args: &[&str]) -> Result<Component> 
 }
 
 impl Bridge {
+    /// Stops the bridge (SIGTERM) and starts it again with the same flags, at the same address.
+    async fn restart_bridge(&mut self) -> Result<()> {
+        ensure!(self.bridge.stop(), "the bridge exits on SIGTERM");
+        self.bridge = start(&self.env, "descheduler-bridge", &as_strs(&self.bridge_args)).await?;
+        Ok(())
+    }
+
     /// A Deployment of `replicas` pods on the test's node, annotated `request-evict-only` and
     /// naming the test's interceptor; returns its pods once Ready.
     async fn workload(&self, name: &str, replicas: i32) -> Result<Vec<Pod>> {
@@ -523,6 +533,57 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
         evictions.len() == 2 && evictions.iter().all(|name| *name == pod.name_any()),
         "the same pod evicted again after the TTL: {evictions:?}"
     );
+    Ok(())
+}
+
+/// A restarted bridge rebuilds from the API: the TTL runs from the evacuation's start written on
+/// the pod, not from the restart, and the stuck request is released at once.
+#[tokio::test]
+async fn a_restarted_bridge_keeps_the_evacuation_start() -> Result<()> {
+    let ttl = Duration::from_secs(10);
+    let mut t = setup("desched-restart", "10s").await?;
+    let pods = t.workload("web", 1).await?;
+    let pod = &pods[0];
+    t.target(pod).await?;
+    let descheduler = t.descheduler(json!({}))?;
+    let marked = t
+        .wait_pod(pod, "marked", |p| {
+            annotation(p, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_some()
+        })
+        .await?;
+    drop(descheduler);
+    let started: jiff::Timestamp = annotation(&marked, DESCHEDULER_BRIDGE_EVACUATION_STARTED)
+        .unwrap_or_default()
+        .parse()?;
+
+    // Down for the whole TTL, then up again.
+    ensure!(t.bridge.stop(), "the bridge exits on SIGTERM");
+    let expires = started + jiff::SignedDuration::try_from(ttl)?;
+    let wait = expires.duration_since(jiff::Timestamp::now());
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(500))
+        .await;
+    ensure!(
+        annotation(
+            &t.env.api::<Pod>().get(&pod.name_any()).await?,
+            DESCHEDULER_EVICTION_IN_PROGRESS
+        )
+        .is_some(),
+        "nothing released while the bridge is down"
+    );
+    t.restart_bridge().await?;
+    let restarted = tokio::time::Instant::now();
+    t.wait_pod(pod, "released", |p| {
+        annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_none()
+    })
+    .await?;
+    ensure!(
+        restarted.elapsed() < ttl / 2,
+        "released {:?} after the restart: the TTL was counted from the restart",
+        restarted.elapsed()
+    );
+    ensure!(t.evacuations("expired")? == 1.0);
+    t.wait_request(pod, "withdrawn", |r| r.spec.requesters.is_empty())
+        .await?;
     Ok(())
 }
 
