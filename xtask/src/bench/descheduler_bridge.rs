@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -62,25 +62,8 @@ async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
 /// The EvictionRequest CRD and `pods` Running, Ready pods annotated request-evict-only (status
 /// written by the bench, unscheduled, so nothing else touches them).
 async fn setup(cluster: &Cluster, client: &Client, pods: usize) -> Result<()> {
-    let crd = crate::workspace_root().join(format!("crds/{EVICTION_REQUESTS}.yaml"));
-    cluster.kubectl_stdin(
-        &["apply", "--server-side", "-f", "-"],
-        &std::fs::read_to_string(crd)?,
-    )?;
-    cluster.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        &format!("crd/{EVICTION_REQUESTS}"),
-    ])?;
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
-        )
-        .await
-        .with_context(|| {
-            format!("creating namespace {NS} (left over from a failed run? delete it)")
-        })?;
+    support::install_crd(cluster, EVICTION_REQUESTS)?;
+    support::create_namespace(client, NS).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     for i in 0..pods {
         let name = format!("web-{i}");

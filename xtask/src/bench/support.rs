@@ -359,3 +359,30 @@ pub async fn post_reviews(
     }
     Ok((requests as f64 / started.elapsed().as_secs_f64(), latencies))
 }
+
+/// Applies `crds/<name>.yaml` (server-side) and waits until the CRD is Established.
+pub fn install_crd(cluster: &Cluster, name: &str) -> Result<()> {
+    let crd = crate::workspace_root().join(format!("crds/{name}.yaml"));
+    cluster.kubectl_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        &std::fs::read_to_string(&crd).with_context(|| format!("reading {}", crd.display()))?,
+    )?;
+    cluster.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        &format!("crd/{name}"),
+    ])?;
+    Ok(())
+}
+
+/// Creates the benchmark's namespace; one left over from a failed run is an error that says so.
+pub async fn create_namespace(client: &Client, namespace: &str) -> Result<()> {
+    let body = serde_json::json!({"metadata": {"name": namespace}});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&Default::default(), &serde_json::from_value(body)?)
+        .await
+        .with_context(|| {
+            format!("creating namespace {namespace} (left over from a failed run? delete it)")
+        })?;
+    Ok(())
+}

@@ -22,13 +22,7 @@ const INTERCEPTOR: &str = "live-migration.demo.example.com";
 const DESCHEDULER_USER: &str = "system:serviceaccount:demo-descheduler-bridge:descheduler";
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
-    let crd = crate::workspace_root().join("crds/evictionrequests.evictkit.io.yaml");
-    demo.kubectl(&["apply", "--server-side", "-f", &crd.display().to_string()])?;
-    demo.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/evictionrequests.evictkit.io",
-    ])?;
+    demo.install_crd("evictionrequests.evictkit.io")?;
     demo.kubectl(&["create", "namespace", NAMESPACE])?;
     demo.apply(&workloads())?;
     for app in ["vm", "batch"] {

@@ -20,13 +20,7 @@ const SURGE: &str = "surge.demo.example.com";
 const CHECKPOINT: &str = "checkpoint.demo.example.com";
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
-    let crd = crate::workspace_root().join("crds/evictionrequests.evictkit.io.yaml");
-    demo.kubectl(&["apply", "--server-side", "-f", &crd.display().to_string()])?;
-    demo.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/evictionrequests.evictkit.io",
-    ])?;
+    demo.install_crd("evictionrequests.evictkit.io")?;
     demo.kubectl(&["create", "namespace", NAMESPACE])?;
     demo.apply(&format!(
         "apiVersion: v1

@@ -131,6 +131,18 @@ impl Demo {
         self.cluster.kubectl(args)
     }
 
+    /// Applies `crds/<name>.yaml` (server-side) and waits until it is Established.
+    fn install_crd(&self, name: &str) -> Result<()> {
+        let crd = crate::workspace_root().join(format!("crds/{name}.yaml"));
+        self.kubectl(&["apply", "--server-side", "-f", &crd.display().to_string()])?;
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{name}"),
+        ])
+        .map(drop)
+    }
+
     fn apply(&self, manifest: &str) -> Result<()> {
         self.cluster
             .kubectl_stdin(&["apply", "-f", "-"], manifest)
