@@ -29,7 +29,7 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
     start(demo)?;
 
     for (namespace, user, replicas) in USERS {
-        demo.kubectl(&["create", "namespace", namespace])?;
+        demo.fresh_namespace(namespace)?;
         let selector = format!(
             r#"{{"nodeSelectorTerms":[{{"matchExpressions":[{{"key":"{user}","operator":"In","values":["allow"]}}]}}]}}"#
         );

@@ -23,7 +23,7 @@ const DESCHEDULER_USER: &str = "system:serviceaccount:demo-descheduler-bridge:de
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
     demo.install_crd("evictionrequests.evictkit.io")?;
-    demo.kubectl(&["create", "namespace", NAMESPACE])?;
+    demo.fresh_namespace(NAMESPACE)?;
     demo.apply(&workloads())?;
     for app in ["vm", "batch"] {
         demo.kubectl(&[

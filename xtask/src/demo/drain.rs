@@ -7,7 +7,7 @@ use super::Demo;
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
     let ns = "demo-drain";
-    demo.kubectl(&["create", "namespace", ns])?;
+    demo.fresh_namespace(ns)?;
     demo.apply(&format!(
         "apiVersion: apps/v1
 kind: Deployment

@@ -21,7 +21,7 @@ const CHECKPOINT: &str = "checkpoint.demo.example.com";
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
     demo.install_crd("evictionrequests.evictkit.io")?;
-    demo.kubectl(&["create", "namespace", NAMESPACE])?;
+    demo.fresh_namespace(NAMESPACE)?;
     demo.apply(&format!(
         "apiVersion: v1
 kind: Pod

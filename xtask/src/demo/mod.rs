@@ -80,6 +80,18 @@ struct Demo {
 
 impl Drop for Demo {
     fn drop(&mut self) {
+        // Webhook configurations first: one left pointing at a stopped component (failurePolicy
+        // Fail) would block, e.g., the deletion of its namespace in the next run.
+        if let Ok(names) = self.kubectl(&[
+            "get",
+            "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+            "-o",
+            "name",
+        ]) {
+            for name in names.lines().filter(|name| name.contains("/demo-")) {
+                let _ = self.kubectl(&["delete", name, "--ignore-not-found"]);
+            }
+        }
         for (name, child) in self.components.get_mut().iter_mut() {
             let _ = Command::new("kill")
                 .arg("-TERM")
@@ -149,16 +161,33 @@ impl Demo {
             .map(drop)
     }
 
+    /// Creates `namespace`, first deleting one a previous run left behind (`--keep`, or a
+    /// cluster the demo did not start), so a scenario always starts from nothing.
+    fn fresh_namespace(&self, namespace: &str) -> Result<()> {
+        self.kubectl(&[
+            "delete",
+            "namespace",
+            namespace,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s",
+        ])?;
+        self.kubectl(&["create", "namespace", namespace])?;
+        Ok(())
+    }
+
     /// Prints the Events of a namespace in time order, as the scenario's closing timeline.
     fn print_events(&self, scenario: &str, namespace: &str) -> Result<()> {
         let events = self.kubectl(&[
+            // events.k8s.io/v1 shows both kinds: ours (eventTime, reportingController) and
+            // core/v1 ones (lastTimestamp, source), whose columns stay empty for the other.
             "get",
-            "events",
+            "events.v1.events.k8s.io",
             "-n",
             namespace,
-            "--sort-by=.lastTimestamp",
+            "--sort-by=.metadata.creationTimestamp",
             "-o",
-            "custom-columns=TIME:.lastTimestamp,REASON:.reason,OBJECT:.involvedObject.name,FROM:.source.component,MESSAGE:.message",
+            "custom-columns=TIME:.metadata.creationTimestamp,REASON:.reason,OBJECT:.regarding.name,FROM:.reportingController,MESSAGE:.note",
         ])?;
         self.say(scenario, &format!("events in {namespace}:"));
         for line in events.lines() {

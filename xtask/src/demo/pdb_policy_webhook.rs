@@ -20,7 +20,7 @@ const BINARY: &str = "pdb-policy-webhook";
 const NODE: &str = "kwok-node-1";
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
-    demo.kubectl(&["create", "namespace", NS])?;
+    demo.fresh_namespace(NS)?;
     // Pods whose status the demo writes (kwok leaves them alone): web-0 and web-1 Ready on
     // another node, web-2 Running but not Ready on the node to drain.
     for (pod, node) in [
