@@ -141,6 +141,7 @@ pub async fn remove(
         let note = removal.announcement(&name, &node.name_any());
         record(context, pod, false, "Delete", &note).await;
     }
+    context.due(&key);
     if !requested_before {
         context.pacer.wait().await;
     }

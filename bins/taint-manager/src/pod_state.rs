@@ -44,12 +44,13 @@ impl Context {
         self.pods.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The pod is no longer due: forget it, and say so if a removal was scheduled (upstream's
-    /// `cancelWorkWithEvent`).
+    /// The pod is no longer due: forget it, and say so if a removal was pending, scheduled for
+    /// the end of a window or announced and not made yet (upstream's `cancelWorkWithEvent`).
     pub(crate) async fn cancel(&self, pod: &Pod) {
         let key = ObjectRef::from_obj(pod);
+        let announced = self.states().marked.contains(&key);
         let was_scheduled = self.forget(&key);
-        if was_scheduled {
+        if was_scheduled || announced {
             let note = format!("Cancelling deletion of Pod {}", name_of(pod));
             tracing::info!(pod = %name_of(pod), "no longer due; cancelled its removal");
             record(self, pod, false, "Cancel", &note).await;
@@ -68,6 +69,13 @@ impl Context {
     /// Remembers that the pod waits for the end of a window; returns whether it was new.
     pub(crate) fn schedule(&self, key: ObjectRef<Pod>) -> bool {
         self.states().scheduled.insert(key)
+    }
+
+    /// The pod's window is over and its removal is being made: it waits no more. (Its own
+    /// deletion can reach the pod watch before the delete call returns; a pod still waiting
+    /// then would be announced as a cancelled deletion.)
+    pub(crate) fn due(&self, key: &ObjectRef<Pod>) {
+        self.states().scheduled.remove(key);
     }
 
     /// Remembers that the pod's removal was announced; returns whether it was new.
