@@ -63,16 +63,7 @@ async fn bench(
     binary: &std::path::Path,
     args: &Args,
 ) -> Result<()> {
-    let crd = crate::workspace_root().join("crds/evictionrequests.evictkit.io.yaml");
-    cluster.kubectl_stdin(
-        &["apply", "--server-side", "-f", "-"],
-        &std::fs::read_to_string(crd)?,
-    )?;
-    cluster.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/evictionrequests.evictkit.io",
-    ])?;
+    support::install_crd(cluster, "evictionrequests.evictkit.io")?;
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -183,23 +174,10 @@ async fn create_pods(client: &Client, count: usize) -> Result<Vec<Pod>> {
         .try_collect()
         .await?;
     // kwok makes them Running; a request for a pending pod would be a different workload.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let running = api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if running == count {
-            return Ok(pods);
-        }
-        if Instant::now() > deadline {
-            bail!("only {running} of {count} pods in {NS} are Running after 300 s");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    support::wait_running(&api, count)
+        .await
+        .with_context(|| format!("pods of {NS}"))?;
+    Ok(pods)
 }
 
 /// Waits until `count` EvictionRequests of the namespace are Evicted; the time since `started`.

@@ -5,6 +5,7 @@ mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
 pub mod support;
+mod taint_manager;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,6 +21,11 @@ enum Component {
     /// Time for N EvictionRequests (pods without interceptors or PDBs) to reach Evicted, the
     /// controller's API writes per request (audit log), RSS, CPU, and CPU while idle.
     Evictionrequest(evictionrequest::Args),
+    /// The same NoExecute scenario against kube-controller-manager's taint-eviction-controller
+    /// and against the taint-manager: both deletion sets, taint-to-deletion latency, wall time,
+    /// RSS, CPU and API writes, and the ratios ours/upstream (starts its own cluster: set
+    /// EVICTKIT_CLUSTER_DIR).
+    TaintManager(taint_manager::Args),
     /// Latency of the descheduler's evictions through the apiserver with the bridge (first:
     /// EvictionRequest written and pod marked; repeated; dry run; another user, not intercepted),
     /// and the webhook's throughput per kind of review (release build, one core), RSS.
@@ -30,6 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.component {
         Component::PdbPolicyWebhook(args) => pdb_policy_webhook::run(&args),
         Component::Evictionrequest(args) => evictionrequest::run(&args),
+        Component::TaintManager(args) => taint_manager::run(&args),
         Component::DeschedulerBridge(args) => descheduler_bridge::run(&args),
     }
 }

@@ -54,16 +54,7 @@ async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
 }
 
 async fn setup(cluster: &Cluster, client: &Client) -> Result<()> {
-    let crd = crate::workspace_root().join("crds/poddisruptionbudgetpolicies.evictkit.io.yaml");
-    cluster.kubectl_stdin(
-        &["apply", "--server-side", "-f", "-"],
-        &std::fs::read_to_string(crd)?,
-    )?;
-    cluster.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/poddisruptionbudgetpolicies.evictkit.io",
-    ])?;
+    support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(

@@ -189,20 +189,25 @@ pub async fn service_account(
     ))
 }
 
-/// The writes `user` made, from the cluster's audit log, counted by resource (with its
-/// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
-pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {
+/// The completed requests of `user` in the cluster's audit log (its writes, for a benchmark's
+/// service account), as the apiserver wrote them: `verb`, `objectRef`, `responseStatus`,
+/// `requestReceivedTimestamp` (microseconds) and so on.
+pub fn audit_events(user: &str) -> Result<Vec<serde_json::Value>> {
     let path = cluster::state_dir().join("audit.log");
     let log =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["stage"] == "ResponseComplete" && event["user"]["username"] == user)
+        .collect())
+}
+
+/// The writes `user` made, from the cluster's audit log, counted by resource (with its
+/// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
+pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {
     let mut writes = std::collections::BTreeMap::new();
-    for line in log.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if event["stage"] != "ResponseComplete" || event["user"]["username"] != user {
-            continue;
-        }
+    for event in audit_events(user)? {
         let verb = event["verb"].as_str().unwrap_or_default();
         if !matches!(
             verb,
@@ -218,6 +223,29 @@ pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, u
         *writes.entry(format!("{verb} {resource}")).or_insert(0) += 1;
     }
     Ok(writes)
+}
+
+/// Waits until `count` pods of `pods` (a namespace's) are Running: kwok's status writes are
+/// then over and do not mix with what a benchmark measures.
+pub async fn wait_running(pods: &Api<k8s_openapi::api::core::v1::Pod>, count: usize) -> Result<()> {
+    let timeout = Duration::from_secs(300);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let running = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("only {running} of {count} pods are Running after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// A plain-HTTP GET of the metrics/health server; the body when the status is 200.
@@ -251,18 +279,28 @@ pub fn metric_sum(metrics_port: u16, series: &str, labels: &[&str]) -> Result<f6
 }
 
 pub fn rss_kib(pid: u32) -> Result<u64> {
+    proc_status_kib(pid, "VmRSS")
+}
+
+/// The highest resident memory the process has had so far (VmHWM), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Result<u64> {
+    proc_status_kib(pid, "VmHWM")
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
         .find_map(|line| {
-            line.strip_prefix("VmRSS:")?
+            line.strip_prefix(field)?
+                .strip_prefix(':')?
                 .trim()
                 .strip_suffix("kB")?
                 .trim()
                 .parse()
                 .ok()
         })
-        .context("no VmRSS in /proc/<pid>/status")
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 /// utime + stime of a process, from /proc/<pid>/stat (in clock ticks of 1/100 s on Linux).

@@ -61,7 +61,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "taint-manager",
-        shows: "KEP-3902: a NoExecute taint deletes an untolerating pod at once and a pod with tolerationSeconds 10 after 10 s; an Evict policy waits for the PDB; an Ignore policy keeps a pod",
+        shows: "KEP-3902: a NoExecute taint deletes an untolerating pod at once and a pod with tolerationSeconds 10 after 10 s; an EvictionRequest policy hands a pod to the evictionrequest-controller; an Evict policy waits for the PDB; an Ignore policy keeps a pod",
         run: taint_manager::run,
     },
     Scenario {

@@ -1,8 +1,10 @@
 //! KEP-3902: the taint-manager replaces kube-controller-manager's taint-eviction-controller
 //! (the demo cluster runs without it). A node is tainted `NoExecute`: a pod without a
 //! toleration goes at once, a pod tolerating it for 10 s goes after 10 s, a pod governed by an
-//! `Evict` TaintEvictionPolicy waits for its PodDisruptionBudget, and a pod governed by an
-//! `Ignore` policy (the KEP's stateful story) stays.
+//! `EvictionRequest` policy is requested (KEP-4563) and evicted by the
+//! evictionrequest-controller, a pod governed by an `Evict` TaintEvictionPolicy waits for its
+//! PodDisruptionBudget, and a pod governed by an `Ignore` policy (the KEP's stateful story)
+//! stays.
 
 use std::time::{Duration, Instant};
 
@@ -15,19 +17,26 @@ const BINARY: &str = "taint-manager";
 const NAMESPACE: &str = "demo-taint";
 const NODE: &str = "demo-taint-1";
 const TAINT: &str = "demo.evictkit.io/maintenance";
-const POLICIES: [&str; 2] = ["demo-taint-evict-db", "demo-taint-ignore-stateful"];
+const POLICIES: [&str; 3] = [
+    "demo-taint-evict-db",
+    "demo-taint-ignore-stateful",
+    "demo-taint-request-cache",
+];
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
-    let crd = crate::workspace_root().join("crds/taintevictionpolicies.evictkit.io.yaml");
-    demo.apply(
-        &std::fs::read_to_string(&crd).with_context(|| format!("reading {}", crd.display()))?,
-    )?;
-    demo.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/taintevictionpolicies.evictkit.io",
-        "--timeout=30s",
-    ])?;
+    for crd in ["taintevictionpolicies", "evictionrequests"] {
+        let path = crate::workspace_root().join(format!("crds/{crd}.evictkit.io.yaml"));
+        demo.apply(
+            &std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )?;
+        demo.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{crd}.evictkit.io"),
+            "--timeout=30s",
+        ])?;
+    }
     demo.apply(&format!(
         "apiVersion: v1
 kind: Node
@@ -52,6 +61,7 @@ metadata:
                 "tolerations: [{{key: {TAINT}, operator: Exists, effect: NoExecute, tolerationSeconds: 10}}]"
             ),
         ),
+        ("cache", String::new()),
         ("db", String::new()),
         ("stateful", String::new()),
     ] {
@@ -100,14 +110,37 @@ spec:
   namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {NAMESPACE}}}}}
   podSelector: {{matchLabels: {{app: stateful}}}}
   action: Ignore
+---
+apiVersion: evictkit.io/v1alpha1
+kind: TaintEvictionPolicy
+metadata: {{name: {request}}}
+spec:
+  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {NAMESPACE}}}}}
+  podSelector: {{matchLabels: {{app: cache}}}}
+  action: EvictionRequest
 ",
         evict = POLICIES[0],
         ignore = POLICIES[1],
+        request = POLICIES[2],
     ))?;
     demo.say(
         SCENARIO,
-        "pods on demo-taint-1: plain (no toleration), waits-10s (tolerationSeconds 10), db (Evict policy, PDB minAvailable 1), stateful (Ignore policy)",
+        "pods on demo-taint-1: plain (no toleration), waits-10s (tolerationSeconds 10), cache (EvictionRequest policy), db (Evict policy, PDB minAvailable 1), stateful (Ignore policy)",
     );
+
+    // The EvictionRequest action needs the KEP-4563 controller to act on the requests.
+    let requests_port = free_port()?;
+    demo.start_component(
+        SCENARIO,
+        "evictionrequest-controller",
+        &[
+            &format!("--metrics-addr=127.0.0.1:{requests_port}"),
+            &format!("--namespace={NAMESPACE}"),
+            "--roles=controller",
+            "--leader-elect=false",
+        ],
+    )?;
+    wait_ready("evictionrequest-controller", requests_port)?;
 
     let metrics_port = free_port()?;
     demo.start_component(
@@ -130,6 +163,14 @@ spec:
         SCENARIO,
         &format!(
             "plain deleted after {:.1}s",
+            tainted.elapsed().as_secs_f64()
+        ),
+    );
+    wait_gone(demo, "cache", Duration::from_secs(20))?;
+    demo.say(
+        SCENARIO,
+        &format!(
+            "cache requested (EvictionRequest, requester taint-manager.evictkit.io) and evicted by the evictionrequest-controller after {:.1}s",
             tainted.elapsed().as_secs_f64()
         ),
     );

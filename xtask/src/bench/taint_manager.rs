@@ -1,0 +1,652 @@
+//! `cargo xtask bench taint-manager --pods 3000 --nodes 100`: the same NoExecute scenario run
+//! once against kube-controller-manager's own taint-eviction-controller and once against the
+//! taint-manager (release build), on one cluster whose main kube-controller-manager runs with
+//! `--controllers=*,-taint-eviction-controller`.
+//!
+//! The upstream controller runs in a second kube-controller-manager that holds it and as little
+//! else as it needs, so the two processes' memory compares fairly:
+//! `--controllers=taint-eviction-controller,node-lifecycle-controller`. Alone, upstream's
+//! controller cannot find a node's pods ("Index with name spec.nodeName does not exist"): it
+//! reads the pod informer's `spec.nodeName` index, which only the node-lifecycle-controller
+//! adds. That second node-lifecycle-controller does nothing here (kwok keeps every node's
+//! lease fresh) beyond its node, lease and DaemonSet informers. Both run with the same client
+//! rate limits (`--kube-api-qps`, default 20 with burst 30: kube-controller-manager's defaults
+//! and ours) and as service accounts of the bench namespace, whose writes the cluster's audit
+//! log records with microsecond timestamps: a pod's deletion time is the moment the apiserver
+//! received the controller's successful delete.
+//!
+//! Scenario per run, in a namespace of its own: `--pods` pods bound round robin to the kwok
+//! nodes, a third each with no toleration of the bench's taint, with a short
+//! `tolerationSeconds`, and tolerating it forever; once all are Running, `--tainted` nodes get
+//! the NoExecute taint (with `timeAdded`, as `kubectl taint` sets it). The run ends once the
+//! expected pods are deleted and nothing more happened for a few seconds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use futures::{StreamExt, TryStreamExt, future, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::support::{self, Component, percentile};
+use crate::cluster::{self, Cluster, UpArgs};
+
+/// The bench's NoExecute taint; nothing else in the cluster sets or tolerates it.
+const TAINT: &str = "evictkit.io/bench";
+/// Concurrent pod creations (the apiserver, etcd, kwok and this process share 2 cores).
+const CONCURRENCY: usize = 32;
+/// Quiet time after the last expected deletion in which a surplus deletion would show.
+const SETTLE: Duration = Duration::from_secs(5);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pods, bound round robin to the kwok nodes.
+    #[arg(long, default_value_t = 3000)]
+    pods: usize,
+    /// kwok nodes of the bench's cluster.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Nodes that get the NoExecute taint.
+    #[arg(long, default_value_t = 30)]
+    tainted: usize,
+    /// tolerationSeconds of the pods with a short toleration.
+    #[arg(long, default_value_t = 10)]
+    toleration_seconds: i64,
+    /// Both controllers' --kube-api-qps (20 is the default of both: the deletions are then
+    /// paced by it); --kube-api-burst is 1.5 times it.
+    #[arg(long, default_value_t = 20.0)]
+    kube_api_qps: f64,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    ensure!(
+        std::env::var_os("EVICTKIT_CLUSTER_DIR").is_some(),
+        "set EVICTKIT_CLUSTER_DIR to a directory of its own: the bench starts (or reuses) a cluster \
+         with --nodes kwok nodes and the upstream taint-eviction-controller disabled, and must not \
+         restart the shared one"
+    );
+    ensure!(
+        args.tainted <= args.nodes,
+        "--tainted ({}) exceeds --nodes ({})",
+        args.tainted,
+        args.nodes
+    );
+    let binary = support::release_binary("taint-manager")?;
+    let cluster = cluster::up(&UpArgs {
+        nodes: args.nodes,
+        kcm_controllers: "*,-taint-eviction-controller".into(),
+        feature_gates: String::new(),
+    })?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(bench(&cluster, &binary, args))
+}
+
+/// What a pod does about the bench's taint.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Class {
+    Untolerated,
+    Short,
+    Forever,
+}
+
+impl Class {
+    fn of(index: usize) -> Self {
+        [Class::Untolerated, Class::Short, Class::Forever][index % 3]
+    }
+}
+
+/// The scenario both controllers face.
+struct Scenario {
+    /// Pod name -> (node, class).
+    pods: BTreeMap<String, (String, Class)>,
+    tainted: BTreeSet<String>,
+    toleration_seconds: i64,
+}
+
+impl Scenario {
+    fn new(nodes: &[String], args: &Args) -> Self {
+        let pods = (0..args.pods)
+            .map(|i| {
+                let node = nodes[i % nodes.len()].clone();
+                (format!("pod-{i}"), (node, Class::of(i)))
+            })
+            .collect();
+        Self {
+            pods,
+            tainted: nodes.iter().take(args.tainted).cloned().collect(),
+            toleration_seconds: args.toleration_seconds,
+        }
+    }
+
+    /// The pods upstream's rules delete: on a tainted node, not tolerating it forever.
+    fn expected(&self) -> BTreeSet<String> {
+        self.pods
+            .iter()
+            .filter(|(_, (node, class))| self.tainted.contains(node) && *class != Class::Forever)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    fn manifest(&self, name: &str) -> Result<Pod> {
+        let (node, class) = &self.pods[name];
+        let tolerations = match class {
+            Class::Untolerated => json!([]),
+            Class::Short => json!([{"key": TAINT, "operator": "Exists", "effect": "NoExecute",
+                                    "tolerationSeconds": self.toleration_seconds}]),
+            Class::Forever => json!([{"key": TAINT, "operator": "Exists", "effect": "NoExecute"}]),
+        };
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "bench"}},
+            "spec": {
+                "nodeName": node,
+                "tolerations": tolerations,
+                // Deleted at once: kwok plays no part in the deletion being measured.
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }))?)
+    }
+}
+
+/// Which controller a run measures.
+enum Controller<'a> {
+    Upstream,
+    Ours(&'a Path),
+}
+
+impl Controller<'_> {
+    fn label(&self) -> &'static str {
+        match self {
+            Controller::Upstream => "upstream",
+            Controller::Ours(_) => "ours",
+        }
+    }
+}
+
+/// What one run measured.
+struct Run {
+    /// Pod -> when the apiserver received its first successful delete by the controller.
+    deleted: BTreeMap<String, Timestamp>,
+    /// Successful deletes in all (more than `deleted` means a pod was deleted twice).
+    deletes: usize,
+    /// Node -> when the bench sent its taint.
+    tainted_at: BTreeMap<String, Timestamp>,
+    rss_kib: u64,
+    peak_rss_kib: u64,
+    cpu_seconds: f64,
+    writes: BTreeMap<String, usize>,
+}
+
+async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
+    let client = support::client(cluster).await?;
+    support::install_crd(cluster, "taintevictionpolicies.evictkit.io")?;
+    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|node| node.metadata.name)
+        .collect();
+    // kwok-node-0, kwok-node-1, ...: the tainted nodes spread over the zones.
+    nodes.sort_by_key(|name| {
+        name.rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+    });
+    ensure!(
+        nodes.len() >= args.tainted && !nodes.is_empty(),
+        "the cluster has {} kwok nodes, fewer than --tainted {}",
+        nodes.len(),
+        args.tainted
+    );
+    let scenario = Scenario::new(&nodes, args);
+    let expected = scenario.expected();
+    println!(
+        "taint-manager side by side: {} pods on {} kwok nodes ({} per class: no toleration, \
+         tolerationSeconds {}, tolerating forever); {} nodes tainted {TAINT}:NoExecute; {} pods due",
+        args.pods,
+        nodes.len(),
+        args.pods / 3,
+        args.toleration_seconds,
+        args.tainted,
+        expected.len()
+    );
+    let started = Instant::now();
+    let qps = args.kube_api_qps;
+    let upstream = scenario_run(cluster, &client, &scenario, Controller::Upstream, qps).await?;
+    let ours = scenario_run(cluster, &client, &scenario, Controller::Ours(binary), qps).await?;
+    report(&scenario, &expected, &upstream, &ours, qps);
+    println!(
+        "  (bench took {:.0} s; the cluster keeps running: cargo xtask cluster down)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+async fn scenario_run(
+    cluster: &Cluster,
+    client: &Client,
+    scenario: &Scenario,
+    controller: Controller<'_>,
+    qps: f64,
+) -> Result<Run> {
+    let label = controller.label();
+    let rate = [
+        format!("--kube-api-qps={qps}"),
+        format!("--kube-api-burst={}", (qps * 1.5).ceil()),
+    ];
+    let ns = format!("bench-taint-{label}");
+    support::create_namespace(client, &ns).await?;
+    let account = format!("taint-{label}");
+    let (kubeconfig, user) = support::service_account(cluster, client, &account).await?;
+    let port = support::free_port()?;
+    let component = match controller {
+        Controller::Upstream => {
+            let mut command = Command::new(cluster.bin("kube-controller-manager"));
+            command.args([
+                &format!("--kubeconfig={}", kubeconfig.display()),
+                "--controllers=taint-eviction-controller,node-lifecycle-controller",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                &format!("--secure-port={port}"),
+            ]);
+            command.args(&rate);
+            let component = Component::start(cluster, "kcm-taint-eviction-controller", command)?;
+            wait_listening(port).await?;
+            component
+        }
+        Controller::Ours(binary) => {
+            let mut command = Command::new(binary);
+            command
+                .args([
+                    "--leader-elect=false",
+                    &format!("--metrics-addr=127.0.0.1:{port}"),
+                ])
+                .args(&rate)
+                .env("KUBECONFIG", &kubeconfig)
+                .env("RUST_LOG", "warn");
+            let mut component = Component::start(cluster, "taint-manager", command)?;
+            component.wait_ready(port).await?;
+            component
+        }
+    };
+    let result = measure(client, scenario, &ns, &user, &component).await;
+    drop(component);
+    cleanup(client, scenario, &ns).await?;
+    result
+}
+
+async fn measure(
+    client: &Client,
+    scenario: &Scenario,
+    ns: &str,
+    user: &str,
+    component: &Component,
+) -> Result<Run> {
+    let created = Instant::now();
+    create_pods(client, scenario, ns).await?;
+    println!(
+        "  {ns}: {} pods created and Running in {:.0} s",
+        scenario.pods.len(),
+        created.elapsed().as_secs_f64()
+    );
+    // Both controllers see every pod before the taint: their informers have caught up.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes_before = support::audited_writes(user)?;
+    let cpu_before = component.cpu_seconds()?;
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let since = Timestamp::now();
+    let tainted_at: BTreeMap<String, Timestamp> =
+        future::try_join_all(scenario.tainted.iter().map(|node| {
+            let nodes = nodes.clone();
+            async move {
+                let at = Timestamp::now();
+                let patch = json!({"spec": {"taints": [{
+                    "key": TAINT, "effect": "NoExecute",
+                    "timeAdded": Timestamp::from_second(at.as_second())?.to_string(),
+                }]}});
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .with_context(|| format!("tainting node {node}"))?;
+                anyhow::Ok((node.clone(), at))
+            }
+        }))
+        .await?
+        .into_iter()
+        .collect();
+
+    let expected = scenario.expected().len();
+    let timeout =
+        Duration::from_secs(300 + u64::try_from(scenario.toleration_seconds).unwrap_or(0));
+    let waited = Instant::now();
+    let mut last_change = (0, Instant::now());
+    let (deleted, deletes) = loop {
+        let (deleted, deletes) = deletions(user, ns, since)?;
+        if deletes != last_change.0 {
+            last_change = (deletes, Instant::now());
+        }
+        if deleted.len() >= expected && last_change.1.elapsed() >= SETTLE {
+            break (deleted, deletes);
+        }
+        if waited.elapsed() > timeout {
+            bail!(
+                "{ns}: {} of {expected} pods deleted after {:.0} s",
+                deleted.len(),
+                timeout.as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let writes = support::audited_writes(user)?
+        .into_iter()
+        .map(|(write, count)| {
+            let before = writes_before.get(&write).copied().unwrap_or(0);
+            (write, count - before)
+        })
+        .filter(|(_, count)| *count > 0)
+        .collect();
+    Ok(Run {
+        deleted,
+        deletes,
+        tainted_at,
+        rss_kib: component.rss_kib()?,
+        peak_rss_kib: support::peak_rss_kib(component.pid())?,
+        cpu_seconds: component.cpu_seconds()? - cpu_before,
+        writes,
+    })
+}
+
+/// The pods of `ns` that `user` deleted since `since`, each with the time the apiserver
+/// received its first successful delete, and the number of successful deletes. (The audit log
+/// outlives runs: a rerun on the same cluster finds the earlier run's namespace and pod names.)
+fn deletions(
+    user: &str,
+    ns: &str,
+    since: Timestamp,
+) -> Result<(BTreeMap<String, Timestamp>, usize)> {
+    let mut deleted = BTreeMap::new();
+    let mut deletes = 0;
+    for event in support::audit_events(user)? {
+        let object = &event["objectRef"];
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        if event["verb"] != "delete"
+            || object["resource"] != "pods"
+            || object.get("subresource").is_some()
+            || object["namespace"] != ns
+            || !(200..300).contains(&code)
+        {
+            continue;
+        }
+        let at: Timestamp = event["requestReceivedTimestamp"]
+            .as_str()
+            .context("audit event without requestReceivedTimestamp")?
+            .parse()?;
+        if at < since {
+            continue;
+        }
+        let name = object["name"].as_str().unwrap_or_default().to_owned();
+        deletes += 1;
+        deleted
+            .entry(name)
+            .and_modify(|first: &mut Timestamp| *first = (*first).min(at))
+            .or_insert(at);
+    }
+    Ok((deleted, deletes))
+}
+
+async fn create_pods(client: &Client, scenario: &Scenario, ns: &str) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    stream::iter(scenario.pods.keys())
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &scenario.manifest(name)?)
+                    .await
+                    .with_context(|| format!("creating pod {ns}/{name}"))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?;
+    support::wait_running(&api, scenario.pods.len())
+        .await
+        .with_context(|| format!("pods of {ns}"))
+}
+
+/// The taints go and the namespace with them; the next run starts from a quiet cluster.
+async fn cleanup(client: &Client, scenario: &Scenario, ns: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in &scenario.tainted {
+        nodes
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": null}})),
+            )
+            .await
+            .with_context(|| format!("untainting node {node}"))?;
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .delete(ns, &DeleteParams::background())
+        .await
+        .with_context(|| format!("deleting namespace {ns}"))?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while namespaces.get_opt(ns).await?.is_some() {
+        if Instant::now() > deadline {
+            bail!("namespace {ns} still there 300 s after its deletion");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// Waits until kube-controller-manager's secure port accepts connections (it has no plain
+/// HTTP readiness endpoint); its informers then sync while the bench creates the pods.
+async fn wait_listening(port: u16) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("kube-controller-manager not listening on {port} after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Seconds from the taint of each deleted pod's node to its deletion, by class.
+fn latencies(scenario: &Scenario, run: &Run) -> BTreeMap<Class, Vec<f64>> {
+    let mut by_class: BTreeMap<Class, Vec<f64>> = BTreeMap::new();
+    for (pod, at) in &run.deleted {
+        let Some((node, class)) = scenario.pods.get(pod) else {
+            continue;
+        };
+        let Some(tainted) = run.tainted_at.get(node) else {
+            continue;
+        };
+        let seconds = at.duration_since(*tainted).as_secs_f64();
+        by_class.entry(*class).or_default().push(seconds);
+    }
+    by_class
+}
+
+fn wall_time(run: &Run) -> f64 {
+    let first_taint = run.tainted_at.values().min().copied();
+    let last_deletion = run.deleted.values().max().copied();
+    match (first_taint, last_deletion) {
+        (Some(taint), Some(deletion)) => deletion.duration_since(taint).as_secs_f64(),
+        _ => 0.0,
+    }
+}
+
+fn report(scenario: &Scenario, expected: &BTreeSet<String>, upstream: &Run, ours: &Run, qps: f64) {
+    let upstream_set: BTreeSet<&String> = upstream.deleted.keys().collect();
+    let ours_set: BTreeSet<&String> = ours.deleted.keys().collect();
+    let expected_set: BTreeSet<&String> = expected.iter().collect();
+    println!();
+    println!("deletion sets:");
+    println!(
+        "  upstream {} pods ({} deletes), ours {} pods ({} deletes), expected {}",
+        upstream_set.len(),
+        upstream.deletes,
+        ours_set.len(),
+        ours.deletes,
+        expected_set.len()
+    );
+    if upstream_set == ours_set {
+        println!(
+            "  identical{}",
+            if ours_set == expected_set {
+                " (and as expected from the tolerations)"
+            } else {
+                ", but NOT as expected from the tolerations"
+            }
+        );
+    } else {
+        let only_upstream: Vec<_> = upstream_set.difference(&ours_set).collect();
+        let only_ours: Vec<_> = ours_set.difference(&upstream_set).collect();
+        println!(
+            "  DIFFERENT: only upstream deleted {only_upstream:?}; only ours deleted {only_ours:?}"
+        );
+    }
+
+    let (upstream_latency, ours_latency) =
+        (latencies(scenario, upstream), latencies(scenario, ours));
+    println!();
+    println!("seconds from the node's taint to the pod's deletion (apiserver audit log):");
+    println!(
+        "  {:<34} {:>26} {:>26}",
+        "", "upstream p50 / p99 / max", "ours p50 / p99 / max"
+    );
+    let classes = [
+        (Class::Untolerated, "no toleration".to_owned()),
+        (
+            Class::Short,
+            format!("tolerationSeconds {}", scenario.toleration_seconds),
+        ),
+    ];
+    let summary = |samples: Option<&Vec<f64>>| match samples {
+        Some(s) if !s.is_empty() => format!(
+            "{:.3} / {:.3} / {:.3}",
+            percentile(s, 0.5),
+            percentile(s, 0.99),
+            percentile(s, 1.0)
+        ),
+        _ => "-".to_owned(),
+    };
+    for (class, name) in &classes {
+        println!(
+            "  {name:<34} {:>26} {:>26}",
+            summary(upstream_latency.get(class)),
+            summary(ours_latency.get(class))
+        );
+    }
+    let all = |by_class: &BTreeMap<Class, Vec<f64>>| -> Vec<f64> {
+        by_class.values().flatten().copied().collect()
+    };
+    println!(
+        "  {:<34} {:>26} {:>26}",
+        "all deleted pods",
+        summary(Some(&all(&upstream_latency))),
+        summary(Some(&all(&ours_latency)))
+    );
+
+    let ratio = |ours: f64, upstream: f64| {
+        if upstream > 0.0 {
+            format!("{:.2}", ours / upstream)
+        } else {
+            "-".to_owned()
+        }
+    };
+    let p = |by_class: &BTreeMap<Class, Vec<f64>>, class, q| {
+        by_class.get(&class).map_or(0.0, |s| percentile(s, q))
+    };
+    let (upstream_wall, ours_wall) = (wall_time(upstream), wall_time(ours));
+    println!();
+    println!(
+        "  {:<34} {:>12} {:>12} {:>12}",
+        "", "upstream", "ours", "ours/upstream"
+    );
+    let rows: Vec<(String, f64, f64)> = vec![
+        (
+            "wall time to the last deletion, s".into(),
+            upstream_wall,
+            ours_wall,
+        ),
+        (
+            "no toleration: p50 latency, s".into(),
+            p(&upstream_latency, Class::Untolerated, 0.5),
+            p(&ours_latency, Class::Untolerated, 0.5),
+        ),
+        (
+            "no toleration: p99 latency, s".into(),
+            p(&upstream_latency, Class::Untolerated, 0.99),
+            p(&ours_latency, Class::Untolerated, 0.99),
+        ),
+        (
+            "tolerationSeconds: p99 latency, s".into(),
+            p(&upstream_latency, Class::Short, 0.99),
+            p(&ours_latency, Class::Short, 0.99),
+        ),
+        (
+            "RSS after the run, MiB".into(),
+            upstream.rss_kib as f64 / 1024.0,
+            ours.rss_kib as f64 / 1024.0,
+        ),
+        (
+            "peak RSS, MiB".into(),
+            upstream.peak_rss_kib as f64 / 1024.0,
+            ours.peak_rss_kib as f64 / 1024.0,
+        ),
+        (
+            "CPU from taint to end, s".into(),
+            upstream.cpu_seconds,
+            ours.cpu_seconds,
+        ),
+        (
+            "API writes per deleted pod".into(),
+            writes_per(upstream),
+            writes_per(ours),
+        ),
+    ];
+    for (name, upstream, ours) in rows {
+        println!(
+            "  {name:<34} {upstream:>12.3} {ours:>12.3} {:>12}",
+            ratio(ours, upstream)
+        );
+    }
+    println!();
+    for (label, run) in [("upstream", upstream), ("ours", ours)] {
+        let writes: Vec<String> = run
+            .writes
+            .iter()
+            .map(|(write, count)| format!("{write} {count}"))
+            .collect();
+        println!("  {label} writes from the taint on: {}", writes.join(", "));
+    }
+    println!(
+        "  upstream: a kube-controller-manager with only --controllers=taint-eviction-controller,\
+         node-lifecycle-controller (the latter adds the pod index the former needs); ours: \
+         taint-manager (release); both at --kube-api-qps {qps} (burst {}), both watching all pods",
+        (qps * 1.5).ceil()
+    );
+}
+
+fn writes_per(run: &Run) -> f64 {
+    let total: usize = run.writes.values().sum();
+    if run.deleted.is_empty() {
+        0.0
+    } else {
+        total as f64 / run.deleted.len() as f64
+    }
+}
