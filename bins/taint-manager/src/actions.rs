@@ -28,7 +28,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 
-use crate::{Context, Error, ZONE_RECHECK, name_of, record};
+use crate::{Context, Error, ZONE_RECHECK, name_of, record, record_in_background};
 
 /// How a due pod goes.
 pub enum Removal {
@@ -139,7 +139,7 @@ pub async fn remove(
     let announced_now = !requested_before && context.mark(key.clone());
     if announced_now {
         let note = removal.announcement(&name, &node.name_any());
-        record(context, pod, false, "Delete", &note).await;
+        record_in_background(context, pod, "Delete", note);
     }
     context.due(&key);
     if !requested_before {

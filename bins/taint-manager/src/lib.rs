@@ -432,6 +432,18 @@ fn name_of(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
+/// A Normal Event recorded off the caller's path, as upstream's event broadcaster does: the
+/// announcement of a removal must not delay (or, under client rate limits, queue before) the
+/// removal itself.
+fn record_in_background(context: &Context, pod: &Pod, action: &'static str, note: String) {
+    let (recorder, pod) = (context.recorder.clone(), pod.clone());
+    tokio::spawn(async move {
+        if let Err(error) = recorder.normal(&pod, EVENT_REASON, action, &note).await {
+            tracing::warn!(%error, "cannot record event");
+        }
+    });
+}
+
 async fn record(context: &Context, pod: &Pod, warning: bool, action: &str, note: &str) {
     let result = if warning {
         context
