@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use super::{Demo, free_port, wait_ready};
 
@@ -24,19 +24,8 @@ const POLICIES: [&str; 3] = [
 ];
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
-    for crd in ["taintevictionpolicies", "evictionrequests"] {
-        let path = crate::workspace_root().join(format!("crds/{crd}.evictkit.io.yaml"));
-        demo.apply(
-            &std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?,
-        )?;
-        demo.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            &format!("crd/{crd}.evictkit.io"),
-            "--timeout=30s",
-        ])?;
-    }
+    demo.install_crd("taintevictionpolicies.evictkit.io")?;
+    demo.install_crd("evictionrequests.evictkit.io")?;
     demo.apply(&format!(
         "apiVersion: v1
 kind: Node
