@@ -214,13 +214,21 @@ struct PodStates {
 }
 
 impl Context {
-    /// The pod matches again, is gone or no longer opted in: stop retrying, stop counting.
+    /// The pod matches again, is leaving, is gone or no longer opted in: stop retrying, stop
+    /// counting it as violating.
     fn forget(&self, pod: &ObjectRef<Pod>) {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.failures.remove(pod);
         states.violating.remove(pod);
-        states.requested.remove(pod);
         self.metrics.violating.set(states.violating.len() as i64);
+    }
+
+    /// The eviction request for `pod` is over: withdrawn (it matches again or opted out) or
+    /// carried out (it is gone). Not when it is merely terminating: a reconcile may still see it
+    /// before its deletion, and joining the request again must not count a second eviction.
+    fn request_over(&self, pod: &ObjectRef<Pod>) {
+        let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        states.requested.remove(pod);
     }
 
     fn forget_failures(&self, pod: &ObjectRef<Pod>) {
@@ -237,6 +245,7 @@ impl Context {
     fn gone(&self, pod: &ObjectRef<Pod>) {
         self.finish_round(pod, Step::Settled);
         self.forget(pod);
+        self.request_over(pod);
         self.metrics
             .forget(pod.namespace.as_deref().unwrap_or_default(), &pod.name);
     }
@@ -357,9 +366,14 @@ async fn check(pod: &Pod, context: &Context) -> Result<Action, Error> {
         return Ok(Action::await_change());
     };
     match judge(pod, &node) {
-        Verdict::NotOptedIn | Verdict::Skipped(_) => context.forget(&key),
+        Verdict::Skipped(_) => context.forget(&key),
+        Verdict::NotOptedIn => {
+            context.forget(&key);
+            context.request_over(&key);
+        }
         Verdict::Matches => {
             context.forget(&key);
+            context.request_over(&key);
             // Our condition is the durable mark of a violation we acted on (it outlives a
             // restart): only then may there be a request to withdraw.
             if has_condition(pod, STATUS_TRUE) && context.enabled && !context.dry_run {
@@ -494,10 +508,13 @@ async fn request(
         tracing::info!(pod = %name, %node, "would request the eviction (--dry-run)");
         return Ok(Action::await_change());
     }
+    // Counted once per pod: a re-check joins the same request again. Claimed before the call:
+    // the pod may be evicted and gone while it runs, and a claim made after it would find the
+    // mark cleared by then and count the pod a second time.
+    let first = context.mark_requested(key);
     match request_eviction(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await {
         Ok(_) => {
-            // Counted once per pod: a re-check joins the same request again.
-            if context.mark_requested(key) {
+            if first {
                 context.metrics.evictions.inc();
                 context.finish_round(key, Step::Evicted);
                 tracing::info!(pod = %name, %node, "eviction requested: node affinity no longer met");
@@ -513,6 +530,9 @@ async fn request(
             Ok(Action::await_change())
         }
         Err(error) => {
+            if first {
+                context.request_over(key);
+            }
             let delay = context.failed(key, name);
             tracing::debug!(pod = %name, "eviction request failed; retrying");
             record(

@@ -544,7 +544,6 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
 }
 
 #[tokio::test]
-#[ignore = "flaky under CI load: evictions_node_affinity_total counted 3 where 2 pods were requested (a re-request after the withdrawal; see issue 6)"]
 async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
     let env = TestEnv::new("affinity-er").await?;
     install_eviction_request_crd(&env).await?;
