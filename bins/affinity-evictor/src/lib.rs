@@ -26,7 +26,7 @@ use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
 use evictkit_core::affinity_eviction::{
     CONDITION_TYPE, REASON_MATCHES_AGAIN, Verdict, judge, retry_delay,
 };
-use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
 use evictkit_runtime::eviction_request::{EvictionRequestError, request_eviction, withdraw};
@@ -40,7 +40,7 @@ use futures::{StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -97,6 +97,8 @@ pub struct Args {
     /// Longest wait between eviction attempts of a pod that keeps violating.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub retry_backoff_max: Duration,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -147,6 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             backoff: (args.retry_backoff_base, args.retry_backoff_max),
             namespace: args.namespace.clone(),
             mode: args.mode,
+            controller: args.controller.config(),
         };
         if !args.enabled {
             tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
@@ -184,6 +187,7 @@ struct Settings {
     backoff: (Duration, Duration),
     namespace: Option<String>,
     mode: Mode,
+    controller: controller::Config,
 }
 
 /// What reconcile needs; per-pod retry state lives here because kube-runtime keeps no
@@ -311,6 +315,7 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
     };
 
     Controller::for_stream(pods, pod_store)
+        .with_config(context.controller.clone())
         .reconcile_on(label_changes)
         .graceful_shutdown_on(token.cancelled_owned())
         .run(reconcile, error_policy, context)

@@ -27,7 +27,7 @@ use evictkit_core::eviction_request::{
     self as core, HandOverCause, Imperative, Plan, State, Transition, controller_status,
     interceptor_status, message_eviction_failed, retries_in_message,
 };
-use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
 use evictkit_runtime::http::{HealthServer, Readiness};
@@ -116,11 +116,8 @@ pub struct Args {
     /// Handle EvictionRequests of this namespace only (default: all namespaces).
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// EvictionRequests reconciled at once, as kube-controller-manager's --concurrent-*-syncs.
-    /// More only helps when --kube-api-qps allows it; thousands of reconciles all waiting for
-    /// the QPS limit cost CPU for nothing.
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrent_syncs: u16,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
 }
 
 /// Runs a subcommand, or else the controller and webhook.
@@ -176,7 +173,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             finished_ttl: args.finished_ttl,
             dry_run: args.common.dry_run,
             namespace: args.namespace.clone(),
-            concurrent_syncs: args.concurrent_syncs,
+            controller: args.controller.config(),
         });
         let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
@@ -211,7 +208,7 @@ struct Settings {
     finished_ttl: Option<Duration>,
     dry_run: bool,
     namespace: Option<String>,
-    concurrent_syncs: u16,
+    controller: controller::Config,
 }
 
 /// What reconcile needs. The per-request eviction backoff lives here because kube-runtime
@@ -396,7 +393,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         }
     };
     Controller::for_stream(requests, request_store)
-        .with_config(controller::Config::default().concurrency(settings.concurrent_syncs))
+        .with_config(settings.controller.clone())
         .reconcile_on(pod_changes)
         .graceful_shutdown_on(token.cancelled_owned())
         .run(reconcile_when_ready(stores), error_policy, context)

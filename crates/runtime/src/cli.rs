@@ -94,6 +94,23 @@ pub struct RoleArgs {
     pub roles: Vec<Role>,
 }
 
+/// Flags of a binary's reconcile loop.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Objects reconciled at once, as kube-controller-manager's --concurrent-*-syncs. More
+    /// only helps when --kube-api-qps allows it: reconciles all waiting for the QPS limit cost
+    /// CPU for nothing, and each one's first write delays every other one's next.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_syncs: u16,
+}
+
+impl ControllerArgs {
+    /// kube-runtime's controller configuration for these flags.
+    pub fn config(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.concurrent_syncs)
+    }
+}
+
 /// One part of a binary, chosen with `--roles`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Role {

@@ -5,7 +5,6 @@
 //! writes per request (from the audit log: it runs as its own service account), its RSS and
 //! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there).
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -125,7 +124,7 @@ async fn bench(
         args.idle_seconds
     );
 
-    let writes = difference(&support::audited_writes(&user)?, &writes_before);
+    let writes = support::audited_writes_since(&user, &writes_before)?;
     let total: usize = writes.values().sum();
     println!(
         "  API writes by the controller ({user}): {total}, {:.2} per request",
@@ -213,20 +212,4 @@ async fn wait_all_evicted(client: &Client, count: usize, started: Instant) -> Re
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-fn difference(
-    after: &BTreeMap<String, usize>,
-    before: &BTreeMap<String, usize>,
-) -> BTreeMap<String, usize> {
-    after
-        .iter()
-        .map(|(write, count)| {
-            (
-                write.clone(),
-                count - before.get(write).copied().unwrap_or(0),
-            )
-        })
-        .filter(|(_, count)| *count > 0)
-        .collect()
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask bench <component>`: figures, not timed tests (DESIGN.md, Testing). Each
 //! component adds its benchmark as a subcommand.
 
+mod affinity_evictor;
 mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
@@ -30,6 +31,10 @@ enum Component {
     /// EvictionRequest written and pod marked; repeated; dry run; another user, not intercepted),
     /// and the webhook's throughput per kind of review (release build, one core), RSS.
     DeschedulerBridge(descheduler_bridge::Args),
+    /// One node label change breaking 110 pods' execution-time affinity: time from the PATCH to
+    /// the first and last eviction call, CPU per label event (relevant or not), RSS per cached
+    /// pod; among N nodes and M opted-in pods.
+    AffinityEvictor(affinity_evictor::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -38,5 +43,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Component::Evictionrequest(args) => evictionrequest::run(&args),
         Component::TaintManager(args) => taint_manager::run(&args),
         Component::DeschedulerBridge(args) => descheduler_bridge::run(&args),
+        Component::AffinityEvictor(args) => affinity_evictor::run(&args),
     }
 }

@@ -203,6 +203,50 @@ pub fn audit_events(user: &str) -> Result<Vec<serde_json::Value>> {
         .collect())
 }
 
+/// The objects of `resource` (and `subresource`, e.g. `pods` and `eviction`) in `namespace` on
+/// which `user` made a successful `verb` call since `since`: each with the time the apiserver
+/// received the first such call, and the number of calls. (The audit log outlives runs: a rerun
+/// on the same cluster finds the earlier run's names, hence `since`.)
+pub fn audited_calls(
+    user: &str,
+    verb: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    namespace: &str,
+    since: k8s_openapi::jiff::Timestamp,
+) -> Result<(
+    std::collections::BTreeMap<String, k8s_openapi::jiff::Timestamp>,
+    usize,
+)> {
+    let mut first = std::collections::BTreeMap::new();
+    let mut calls = 0;
+    for event in audit_events(user)? {
+        let object = &event["objectRef"];
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        if event["verb"] != verb
+            || object["resource"] != resource
+            || object["subresource"].as_str() != subresource
+            || object["namespace"] != namespace
+            || !(200..300).contains(&code)
+        {
+            continue;
+        }
+        let at: k8s_openapi::jiff::Timestamp = event["requestReceivedTimestamp"]
+            .as_str()
+            .context("audit event without requestReceivedTimestamp")?
+            .parse()?;
+        if at < since {
+            continue;
+        }
+        calls += 1;
+        first
+            .entry(object["name"].as_str().unwrap_or_default().to_owned())
+            .and_modify(|t: &mut k8s_openapi::jiff::Timestamp| *t = (*t).min(at))
+            .or_insert(at);
+    }
+    Ok((first, calls))
+}
+
 /// The writes `user` made, from the cluster's audit log, counted by resource (with its
 /// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
 pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {
@@ -223,6 +267,21 @@ pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, u
         *writes.entry(format!("{verb} {resource}")).or_insert(0) += 1;
     }
     Ok(writes)
+}
+
+/// The writes `user` made since `before` (an earlier [`audited_writes`]), by kind.
+pub fn audited_writes_since(
+    user: &str,
+    before: &std::collections::BTreeMap<String, usize>,
+) -> Result<std::collections::BTreeMap<String, usize>> {
+    Ok(audited_writes(user)?
+        .into_iter()
+        .map(|(write, count)| {
+            let earlier = before.get(&write).copied().unwrap_or(0);
+            (write, count - earlier)
+        })
+        .filter(|(_, count)| *count > 0)
+        .collect())
 }
 
 /// Waits until `count` pods of `pods` (a namespace's) are Running: kwok's status writes are

@@ -369,41 +369,13 @@ async fn measure(
 }
 
 /// The pods of `ns` that `user` deleted since `since`, each with the time the apiserver
-/// received its first successful delete, and the number of successful deletes. (The audit log
-/// outlives runs: a rerun on the same cluster finds the earlier run's namespace and pod names.)
+/// received its first successful delete, and the number of successful deletes.
 fn deletions(
     user: &str,
     ns: &str,
     since: Timestamp,
 ) -> Result<(BTreeMap<String, Timestamp>, usize)> {
-    let mut deleted = BTreeMap::new();
-    let mut deletes = 0;
-    for event in support::audit_events(user)? {
-        let object = &event["objectRef"];
-        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
-        if event["verb"] != "delete"
-            || object["resource"] != "pods"
-            || object.get("subresource").is_some()
-            || object["namespace"] != ns
-            || !(200..300).contains(&code)
-        {
-            continue;
-        }
-        let at: Timestamp = event["requestReceivedTimestamp"]
-            .as_str()
-            .context("audit event without requestReceivedTimestamp")?
-            .parse()?;
-        if at < since {
-            continue;
-        }
-        let name = object["name"].as_str().unwrap_or_default().to_owned();
-        deletes += 1;
-        deleted
-            .entry(name)
-            .and_modify(|first: &mut Timestamp| *first = (*first).min(at))
-            .or_insert(at);
-    }
-    Ok((deleted, deletes))
+    support::audited_calls(user, "delete", "pods", None, ns, since)
 }
 
 async fn create_pods(client: &Client, scenario: &Scenario, ns: &str) -> Result<()> {
