@@ -262,6 +262,7 @@ async fn clean_up(cluster: &Cluster, client: &Client) {
             &ListParams::default(),
         )
         .await;
-    let _ = cluster.kubectl(&["delete", "namespace", NS, "--wait=false"]);
-    let _ = cluster.kubectl(&["delete", "nodes", "-l", BENCH_NODE, "--wait=false"]);
+    // Waited for, so that the next run can create them again.
+    let _ = cluster.kubectl(&["delete", "namespace", NS, "--timeout=600s"]);
+    let _ = cluster.kubectl(&["delete", "nodes", "-l", BENCH_NODE, "--timeout=300s"]);
 }
