@@ -16,6 +16,7 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::DESCHEDULER_REQUESTER;
 use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
 use evictkit_core::eviction_request::State;
+use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
@@ -46,6 +47,8 @@ pub struct Settings {
     pub manager: String,
     /// `--dry-run`: decide and log, write nothing.
     pub dry_run: bool,
+    /// Events on the EvictionRequest when the bridge lets an evacuation go.
+    pub recorder: EventRecorder,
 }
 
 struct Context {
@@ -301,10 +304,28 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
                 }
             }
             metrics.count(ended.label());
-            if ended == Ended::Expired {
+            let recorder = &context.settings.recorder;
+            let recorded = if ended == Ended::Expired {
                 tracing::warn!(pod = %pod_id, request = %id(&request), ttl = %context.settings.ttl, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
+                let note = format!(
+                    "Evacuation of pod {pod_id} not finished within --max-evacuation-request-ttl {:#}: withdrew {DESCHEDULER_REQUESTER} and cleared eviction-in-progress, so the descheduler may ask again",
+                    context.settings.ttl
+                );
+                recorder
+                    .warning(&request, "EvacuationExpired", "Withdraw", &note)
+                    .await
             } else {
                 tracing::info!(pod = %pod_id, request = %id(&request), ended = ended.label(), "evacuation ended");
+                let note = format!(
+                    "Evacuation of pod {pod_id} ended ({}): cleared eviction-in-progress",
+                    ended.label()
+                );
+                recorder
+                    .normal(&request, "EvacuationEnded", "Release", &note)
+                    .await
+            };
+            if let Err(error) = recorded {
+                tracing::warn!(%error, request = %id(&request), "cannot record event");
             }
             Ok(Action::await_change())
         }

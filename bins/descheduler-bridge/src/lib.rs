@@ -28,6 +28,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use evictkit_core::descheduler_bridge::OptIn;
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::metrics::Metrics;
@@ -156,6 +157,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             metrics: bridge_metrics.clone(),
             manager,
             dry_run: args.common.dry_run,
+            recorder: EventRecorder::new(client.clone(), COMPONENT),
         });
         let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());

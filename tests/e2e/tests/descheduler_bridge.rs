@@ -513,6 +513,29 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
     })
     .await?;
     ensure!(t.evacuations("expired")? == 1.0);
+    // The operator sees why on the request: a Warning Event naming the TTL.
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(t.env.client.clone(), &t.env.namespace);
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while !events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("EvacuationExpired")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                    == first.metadata.name.as_deref()
+        })
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no EvacuationExpired Warning on {:?}",
+            first.metadata.name
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Released: the descheduler asks again and the bridge requests afresh (the canceled
     // request is replaced by a new object of the same name).
