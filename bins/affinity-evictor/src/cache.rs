@@ -1,78 +1,129 @@
 //! What the controller keeps of Pods and Nodes, and the index of opted-in pods by node.
 //!
-//! Caches keep only the fields the logic reads (DESIGN.md): a cached Pod holds its name,
-//! namespace, uid, deletion timestamp, our annotation (and the mirror-pod marker), node name,
-//! node selector, required node affinity, phase and our own condition; a Node its name and
-//! labels.
+//! Caches keep only the fields the logic reads (DESIGN.md). A Pod is cached as a
+//! [`CachedPod`]: its name, namespace and UID, node name, our condition's status and the facts
+//! [`PodFacts::judge`] reads (skip reason, parsed execution-time affinity). Each watched Pod is
+//! projected as it is deserialized, so not even a list page holds whole Pods. Pods of one
+//! workload share one parsed affinity. A Node keeps its name and labels.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_api::conditions::STATUS_TRUE;
 use evictkit_core::affinity_eviction::{
-    CONDITION_TYPE, ExecutionAffinity, MIRROR_POD_ANNOTATION, changed_label_keys,
+    AffinitySource, CONDITION_TYPE, Execution, ExecutionAffinity, PodFacts, changed_label_keys,
+    skip,
 };
-use k8s_openapi::api::core::v1::{Affinity, Node, NodeAffinity, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use serde::Deserialize;
 
 use crate::rounds::Rounds;
 
-/// Strips a watched Pod down to what [`evictkit_core::affinity_eviction::judge`] and the
-/// eviction read.
-pub fn strip_pod(pod: &mut Pod) {
-    let annotations: BTreeMap<String, String> = pod
-        .metadata
-        .annotations
-        .take()
-        .into_iter()
-        .flatten()
-        .filter_map(|(key, value)| match key.as_str() {
-            REQUIRED_DURING_EXECUTION => Some((key, value)),
-            // Only its presence matters.
-            MIRROR_POD_ANNOTATION => Some((key, String::new())),
-            _ => None,
-        })
-        .collect();
-    let metadata = std::mem::take(&mut pod.metadata);
-    pod.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        deletion_timestamp: metadata.deletion_timestamp,
-        annotations: (!annotations.is_empty()).then_some(annotations),
-        ..ObjectMeta::default()
-    };
-    let spec = pod.spec.take().unwrap_or_default();
-    let required = spec
-        .affinity
-        .and_then(|a| a.node_affinity)
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution);
-    pod.spec = Some(PodSpec {
-        node_name: spec.node_name,
-        node_selector: spec.node_selector,
-        affinity: required.map(|required| Affinity {
-            node_affinity: Some(NodeAffinity {
-                required_during_scheduling_ignored_during_execution: Some(required),
-                ..NodeAffinity::default()
-            }),
-            ..Affinity::default()
-        }),
-        ..PodSpec::default()
-    });
-    let status = pod.status.take().unwrap_or_default();
-    let conditions: Vec<_> = status
-        .conditions
-        .into_iter()
-        .flatten()
-        .filter(|c| c.type_ == CONDITION_TYPE)
-        .collect();
-    pod.status = Some(PodStatus {
-        phase: status.phase,
-        conditions: (!conditions.is_empty()).then_some(conditions),
-        ..PodStatus::default()
-    });
+/// A watched Pod, projected to what [`crate::reconcile`] and the eviction read.
+#[derive(Clone, Debug, Deserialize, Resource)]
+#[resource(inherit = Pod)]
+#[serde(from = "Pod")]
+pub struct CachedPod {
+    /// Name, namespace and UID; the resourceVersion only until the watcher has read it
+    /// ([`forget_resource_version`]).
+    pub metadata: ObjectMeta,
+    pub node_name: String,
+    pub facts: PodFacts,
+    /// Our condition is `True`: the durable mark of a violation we acted on (it outlives a
+    /// restart).
+    pub marked: bool,
+}
+
+impl From<Pod> for CachedPod {
+    fn from(pod: Pod) -> Self {
+        let facts = PodFacts {
+            skip: skip(&pod),
+            execution: SHARED_AFFINITIES.execution(&pod),
+        };
+        let marked = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == CONDITION_TYPE && c.status == STATUS_TRUE);
+        let node_name = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+        let metadata = pod.metadata;
+        CachedPod {
+            metadata: ObjectMeta {
+                name: metadata.name,
+                namespace: metadata.namespace,
+                uid: metadata.uid,
+                resource_version: metadata.resource_version,
+                ..ObjectMeta::default()
+            },
+            node_name,
+            facts,
+            marked,
+        }
+    }
+}
+
+impl CachedPod {
+    pub fn affinity(&self) -> Option<&ExecutionAffinity> {
+        self.facts.execution.affinity()
+    }
+
+    fn is_same_pod(&self, other: &CachedPod) -> bool {
+        self.metadata.name == other.metadata.name
+            && self.metadata.namespace == other.metadata.namespace
+    }
+}
+
+/// The watcher reads the resourceVersion of each object it yields; nothing after it does.
+pub fn forget_resource_version(pod: &mut CachedPod) {
+    pod.metadata.resource_version = None;
+}
+
+/// One parse per distinct [`AffinitySource`] among live pods: a Deployment's thousand pods
+/// hold one [`ExecutionAffinity`], not a thousand. Process-wide because serde builds
+/// [`CachedPod`]s without a context; entries of affinities no pod holds any more are swept
+/// as the table grows.
+static SHARED_AFFINITIES: LazyLock<SharedAffinities> = LazyLock::new(SharedAffinities::default);
+
+#[derive(Default)]
+struct SharedAffinities {
+    table: Mutex<AffinityTable>,
+}
+
+#[derive(Default)]
+struct AffinityTable {
+    affinities: HashMap<AffinitySource, Weak<ExecutionAffinity>>,
+    /// Entries after the last sweep; the next sweep comes once the table has doubled.
+    swept_to: usize,
+}
+
+impl SharedAffinities {
+    fn execution(&self, pod: &Pod) -> Execution {
+        let Some(source) = AffinitySource::of(pod) else {
+            return Execution::NotOptedIn;
+        };
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(affinity) = table.affinities.get(&source).and_then(Weak::upgrade) {
+            return Execution::OptedIn(affinity);
+        }
+        let execution = Execution::of(pod);
+        // Malformed values are rare and carry their own error: not shared.
+        if let Execution::OptedIn(affinity) = &execution {
+            table.affinities.insert(source, Arc::downgrade(affinity));
+            if table.affinities.len() > 2 * table.swept_to.max(64) {
+                table
+                    .affinities
+                    .retain(|_, affinity| affinity.strong_count() > 0);
+                table.swept_to = table.affinities.len();
+            }
+        }
+        execution
+    }
 }
 
 /// Strips a watched Node down to its name and labels.
@@ -88,90 +139,97 @@ pub fn strip_node(node: &mut Node) {
     };
 }
 
-/// Opted-in pods by node, with their parsed execution-time affinity, so a node's label change
-/// costs work proportional to that node's pods, never to all pods.
+/// Opted-in pods by node, so a node's label change costs work proportional to that node's
+/// pods, never to all pods. The entries are the pod cache's own (shared), not copies.
 #[derive(Default)]
 pub struct PodsByNode {
-    nodes: HashMap<String, HashMap<ObjectRef<Pod>, ExecutionAffinity>>,
-    /// Built during a relist (watcher `Init` .. `InitDone`), then swapped in.
-    relisting: Option<HashMap<String, HashMap<ObjectRef<Pod>, ExecutionAffinity>>>,
+    nodes: HashMap<String, Vec<Arc<CachedPod>>>,
 }
 
 impl PodsByNode {
-    /// Applies one event of the (stripped) pod watch; returns the pods that went away, whose
-    /// per-pod state and metrics must go with them.
-    pub fn apply(&mut self, event: &watcher::Event<Pod>) -> Vec<ObjectRef<Pod>> {
+    /// Applies one event of the pod watch, after the pod cache `store` has; returns the pods
+    /// that went away or stopped opting in, whose per-pod state and metrics must go with them.
+    pub fn apply(
+        &mut self,
+        event: &watcher::Event<CachedPod>,
+        store: &Store<CachedPod>,
+    ) -> Vec<ObjectRef<CachedPod>> {
         match event {
             watcher::Event::Apply(pod) => {
-                let gone = self.remove(pod);
-                insert(&mut self.nodes, pod);
-                gone.into_iter().collect()
+                let was_indexed = self.remove(pod);
+                let cached = store.get(&ObjectRef::from_obj(pod));
+                match cached.filter(|cached| cached.affinity().is_some()) {
+                    Some(cached) => {
+                        self.nodes
+                            .entry(cached.node_name.clone())
+                            .or_default()
+                            .push(cached);
+                        Vec::new()
+                    }
+                    None if was_indexed => vec![ObjectRef::from_obj(pod)],
+                    None => Vec::new(),
+                }
             }
             watcher::Event::Delete(pod) => {
                 self.remove(pod);
                 vec![ObjectRef::from_obj(pod)]
             }
-            watcher::Event::Init => {
-                self.relisting = Some(HashMap::new());
-                Vec::new()
-            }
-            watcher::Event::InitApply(pod) => {
-                insert(self.relisting.get_or_insert_default(), pod);
-                Vec::new()
-            }
+            // The store swaps in the relisted pods at `InitDone`; the index follows it then.
+            watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
             watcher::Event::InitDone => {
-                let fresh = self.relisting.take().unwrap_or_default();
-                let kept: HashSet<&ObjectRef<Pod>> =
-                    fresh.values().flat_map(HashMap::keys).collect();
-                let gone = self
+                let before: Vec<ObjectRef<CachedPod>> = self
                     .nodes
                     .values()
-                    .flat_map(HashMap::keys)
-                    .filter(|pod| !kept.contains(pod))
-                    .cloned()
+                    .flatten()
+                    .map(|pod| ObjectRef::from_obj(pod.as_ref()))
                     .collect();
-                self.nodes = fresh;
-                gone
+                self.nodes.clear();
+                for pod in store.state() {
+                    if pod.affinity().is_some() {
+                        self.nodes
+                            .entry(pod.node_name.clone())
+                            .or_default()
+                            .push(pod);
+                    }
+                }
+                let kept: HashSet<ObjectRef<CachedPod>> = self
+                    .nodes
+                    .values()
+                    .flatten()
+                    .map(|pod| ObjectRef::from_obj(pod.as_ref()))
+                    .collect();
+                before
+                    .into_iter()
+                    .filter(|pod| !kept.contains(pod))
+                    .collect()
             }
         }
     }
 
     /// Opted-in pods on `node` whose affinity reads one of the `changed` label keys.
-    pub fn affected(&self, node: &str, changed: &BTreeSet<String>) -> Vec<ObjectRef<Pod>> {
+    pub fn affected(&self, node: &str, changed: &BTreeSet<String>) -> Vec<ObjectRef<CachedPod>> {
         self.nodes
             .get(node)
             .into_iter()
             .flatten()
-            .filter(|(_, affinity)| affinity.reads_any(changed))
-            .map(|(pod, _)| pod.clone())
+            .filter(|pod| pod.affinity().is_some_and(|a| a.reads_any(changed)))
+            .map(|pod| ObjectRef::from_obj(pod.as_ref()))
             .collect()
     }
 
-    /// Removes `pod` wherever it is; `Some` only if it was indexed and has stopped opting in.
-    fn remove(&mut self, pod: &Pod) -> Option<ObjectRef<Pod>> {
-        let key = ObjectRef::from_obj(pod);
-        let node = node_name(pod)?;
-        let pods = self.nodes.get_mut(node)?;
-        pods.remove(&key)?;
+    /// Removes `pod` from its node's list (a pod never changes node); whether it was there.
+    /// A linear scan: a node holds at most a few hundred pods.
+    fn remove(&mut self, pod: &CachedPod) -> bool {
+        let Some(pods) = self.nodes.get_mut(&pod.node_name) else {
+            return false;
+        };
+        let before = pods.len();
+        pods.retain(|indexed| !indexed.is_same_pod(pod));
+        let removed = pods.len() < before;
         if pods.is_empty() {
-            self.nodes.remove(node);
+            self.nodes.remove(&pod.node_name);
         }
-        let still_opted_in = matches!(ExecutionAffinity::of(pod), Ok(Some(_)));
-        (!still_opted_in).then_some(key)
-    }
-}
-
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref()?.node_name.as_deref()
-}
-
-fn insert(nodes: &mut HashMap<String, HashMap<ObjectRef<Pod>, ExecutionAffinity>>, pod: &Pod) {
-    // Malformed annotations read no label: only a change of the pod itself retries them.
-    if let (Some(node), Ok(Some(affinity))) = (node_name(pod), ExecutionAffinity::of(pod)) {
-        nodes
-            .entry(node.to_owned())
-            .or_default()
-            .insert(ObjectRef::from_obj(pod), affinity);
+        removed
     }
 }
 
@@ -197,7 +255,7 @@ impl LabelRounds {
         &mut self,
         event: &watcher::Event<Node>,
         pods: &PodsByNode,
-    ) -> Vec<ObjectRef<Pod>> {
+    ) -> Vec<ObjectRef<CachedPod>> {
         match event {
             watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
@@ -230,5 +288,197 @@ impl LabelRounds {
             }
             watcher::Event::Init => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+    use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, Skip};
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use kube::runtime::reflector;
+
+    const USER_B: &str = r#"{"nodeSelectorTerms":[{"matchExpressions":[{"key":"userB","operator":"In","values":["allow"]}]}]}"#;
+
+    fn pod(name: &str, node: &str, annotation: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name, "namespace": "team-b", "uid": format!("uid-{name}"),
+                "resourceVersion": "7", "labels": {"app": "web"},
+                "annotations": annotation.map(|value| serde_json::json!({
+                    REQUIRED_DURING_EXECUTION: value, "other": "x"
+                })).unwrap_or_default(),
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": CONDITION_TYPE, "status": "True"},
+            ]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_controller_reads() {
+        let cached: CachedPod =
+            serde_json::from_value(serde_json::to_value(pod("a", "node-1", Some(USER_B))).unwrap())
+                .unwrap();
+        assert_eq!(
+            cached.metadata,
+            ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("team-b".into()),
+                uid: Some("uid-a".into()),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            }
+        );
+        assert_eq!(cached.node_name, "node-1");
+        assert!(cached.marked);
+        assert_eq!(cached.facts.skip, None);
+        assert!(cached.affinity().is_some());
+
+        let mut mirror = pod("m", "node-1", None);
+        mirror.metadata.annotations = Some([(MIRROR_POD_ANNOTATION.into(), "x".into())].into());
+        mirror.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: CONDITION_TYPE.into(),
+                status: "False".into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        let mirror = CachedPod::from(mirror);
+        assert_eq!(mirror.facts.skip, Some(Skip::Mirror));
+        assert!(!mirror.marked, "our condition False is no mark");
+        assert!(matches!(mirror.facts.execution, Execution::NotOptedIn));
+    }
+
+    #[test]
+    fn pods_with_one_affinity_share_one_parse() {
+        let [a, b] = ["a", "b"].map(|name| CachedPod::from(pod(name, "node-1", Some(USER_B))));
+        let (Execution::OptedIn(a), Execution::OptedIn(b)) =
+            (&a.facts.execution, &b.facts.execution)
+        else {
+            panic!("both opted in");
+        };
+        assert!(Arc::ptr_eq(a, b));
+
+        let scheduling = |name: &str, disk: &str| {
+            let mut pod = pod(name, "node-1", Some("scheduling"));
+            pod.spec.get_or_insert_with(PodSpec::default).node_selector =
+                Some([("disk".into(), disk.into())].into());
+            CachedPod::from(pod)
+        };
+        let (ssd, hdd) = (scheduling("c", "ssd"), scheduling("d", "hdd"));
+        let (Execution::OptedIn(ssd), Execution::OptedIn(hdd)) =
+            (&ssd.facts.execution, &hdd.facts.execution)
+        else {
+            panic!("both opted in");
+        };
+        assert!(
+            !Arc::ptr_eq(ssd, hdd),
+            "another node selector, another affinity"
+        );
+        assert!(!Arc::ptr_eq(a, ssd));
+    }
+
+    /// The pod cache and the index, fed one watch event at a time as the controller feeds them.
+    struct Cache {
+        store: Store<CachedPod>,
+        writer: reflector::store::Writer<CachedPod>,
+        index: PodsByNode,
+    }
+
+    impl Cache {
+        fn apply(&mut self, event: watcher::Event<CachedPod>) -> Vec<String> {
+            self.writer.apply_watcher_event(&event);
+            let mut gone: Vec<String> = self
+                .index
+                .apply(&event, &self.store)
+                .into_iter()
+                .map(|pod| pod.name)
+                .collect();
+            gone.sort();
+            gone
+        }
+
+        fn affected(&self, node: &str, key: &str) -> Vec<String> {
+            let mut names: Vec<String> = self
+                .index
+                .affected(node, &[key.to_owned()].into())
+                .into_iter()
+                .map(|pod| pod.name)
+                .collect();
+            names.sort();
+            names
+        }
+    }
+
+    #[test]
+    fn the_index_follows_the_pod_cache() {
+        let (store, writer) = reflector::store::<CachedPod>();
+        let mut cache = Cache {
+            store,
+            writer,
+            index: PodsByNode::default(),
+        };
+        let cached =
+            |name: &str, node: &str, annotation| CachedPod::from(pod(name, node, annotation));
+        let none = Vec::<String>::new();
+
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(cached(
+            "a",
+            "node-1",
+            Some(USER_B),
+        )));
+        cache.apply(watcher::Event::InitApply(cached("b", "node-1", None)));
+        cache.apply(watcher::Event::InitApply(cached(
+            "c",
+            "node-2",
+            Some(USER_B),
+        )));
+        assert_eq!(cache.apply(watcher::Event::InitDone), none);
+        assert_eq!(cache.affected("node-1", "userB"), ["a"]);
+        assert_eq!(
+            cache.affected("node-1", "zone"),
+            none,
+            "a key no affinity reads"
+        );
+
+        // b opts in, a opts out (and goes), c is deleted.
+        assert_eq!(
+            cache.apply(watcher::Event::Apply(cached("b", "node-1", Some(USER_B)))),
+            none
+        );
+        assert_eq!(
+            cache.apply(watcher::Event::Apply(cached("a", "node-1", None))),
+            ["a"]
+        );
+        assert_eq!(
+            cache.apply(watcher::Event::Delete(cached("c", "node-2", Some(USER_B)))),
+            ["c"]
+        );
+        assert_eq!(cache.affected("node-1", "userB"), ["b"]);
+        assert_eq!(cache.affected("node-2", "userB"), none);
+        // The index holds the cache's entries, not copies.
+        let b = cache
+            .store
+            .get(&ObjectRef::new("b").within("team-b"))
+            .unwrap();
+        assert_eq!(Arc::strong_count(&b), 3, "store, index and this test");
+
+        // A relist without b: it goes.
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(cached(
+            "d",
+            "node-2",
+            Some(USER_B),
+        )));
+        assert_eq!(cache.apply(watcher::Event::InitDone), ["b"]);
+        assert_eq!(cache.affected("node-2", "userB"), ["d"]);
     }
 }

@@ -24,7 +24,7 @@ use evictkit_api::conditions::{
 };
 use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
 use evictkit_core::affinity_eviction::{
-    CONDITION_TYPE, REASON_MATCHES_AGAIN, Verdict, judge, retry_delay,
+    CONDITION_TYPE, REASON_MATCHES_AGAIN, Verdict, retry_delay,
 };
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
@@ -45,7 +45,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::cache::{LabelRounds, PodsByNode, strip_node, strip_pod};
+use crate::cache::{CachedPod, LabelRounds, PodsByNode, forget_resource_version, strip_node};
 use crate::metrics::AffinityMetrics;
 use crate::rounds::{Rounds, Step};
 
@@ -211,16 +211,16 @@ impl std::ops::Deref for Context {
 #[derive(Default)]
 struct PodStates {
     /// Failed eviction attempts in a row, and when the next may be made.
-    failures: HashMap<ObjectRef<Pod>, (u32, tokio::time::Instant)>,
-    violating: HashSet<ObjectRef<Pod>>,
+    failures: HashMap<ObjectRef<CachedPod>, (u32, tokio::time::Instant)>,
+    violating: HashSet<ObjectRef<CachedPod>>,
     /// Pods this replica requested an eviction for (`--mode eviction-request`).
-    requested: HashSet<ObjectRef<Pod>>,
+    requested: HashSet<ObjectRef<CachedPod>>,
 }
 
 impl Context {
     /// The pod matches again, is leaving, is gone or no longer opted in: stop retrying, stop
     /// counting it as violating.
-    fn forget(&self, pod: &ObjectRef<Pod>) {
+    fn forget(&self, pod: &ObjectRef<CachedPod>) {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.failures.remove(pod);
         states.violating.remove(pod);
@@ -230,23 +230,23 @@ impl Context {
     /// The eviction request for `pod` is over: withdrawn (it matches again or opted out) or
     /// carried out (it is gone). Not when it is merely terminating: a reconcile may still see it
     /// before its deletion, and joining the request again must not count a second eviction.
-    fn request_over(&self, pod: &ObjectRef<Pod>) {
+    fn request_over(&self, pod: &ObjectRef<CachedPod>) {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.requested.remove(pod);
     }
 
-    fn forget_failures(&self, pod: &ObjectRef<Pod>) {
+    fn forget_failures(&self, pod: &ObjectRef<CachedPod>) {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.failures.remove(pod);
     }
 
     /// Whether this is the first request for `pod` by this replica (counted once).
-    fn mark_requested(&self, pod: &ObjectRef<Pod>) -> bool {
+    fn mark_requested(&self, pod: &ObjectRef<CachedPod>) -> bool {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.requested.insert(pod.clone())
     }
 
-    fn gone(&self, pod: &ObjectRef<Pod>) {
+    fn gone(&self, pod: &ObjectRef<CachedPod>) {
         self.finish_round(pod, Step::Settled);
         self.forget(pod);
         self.request_over(pod);
@@ -277,16 +277,20 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
     let pods = {
         let (index, context) = (index.clone(), context.clone());
         let api = match &context.namespace {
-            Some(namespace) => Api::<Pod>::namespaced(client.clone(), namespace),
-            None => Api::<Pod>::all(client.clone()),
+            Some(namespace) => Api::<CachedPod>::namespaced(client.clone(), namespace),
+            None => Api::<CachedPod>::all(client.clone()),
         };
+        let store = pod_store.clone();
         watcher(api, watcher::Config::default().fields("spec.nodeName!="))
             .default_backoff()
-            .modify(strip_pod)
+            .modify(forget_resource_version)
             .reflect(pod_writer)
             .inspect(move |event| {
                 if let Ok(event) = event {
-                    let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
+                    let gone = index
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .apply(event, &store);
                     gone.iter().for_each(|pod| context.gone(pod));
                 }
             })
@@ -344,7 +348,7 @@ enum Error {
 
 /// One pod: judge it against its node and act on the verdict; then close the pod's part of
 /// an eviction round.
-async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(pod: Arc<CachedPod>, context: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(pod.as_ref());
     let result = check(&pod, &context).await;
     context.finish_round(
@@ -358,19 +362,15 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
     result
 }
 
-async fn check(pod: &Pod, context: &Context) -> Result<Action, Error> {
+async fn check(pod: &CachedPod, context: &Context) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(pod);
     let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-    let node_name = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+    let node_name = pod.node_name.clone();
     // A node not yet in the cache: its first watch event re-checks the pods on it.
     let Some(node) = context.node(&node_name) else {
         return Ok(Action::await_change());
     };
-    match judge(pod, &node) {
+    match pod.facts.judge(&node) {
         Verdict::Skipped(_) => context.forget(&key),
         Verdict::NotOptedIn => {
             context.forget(&key);
@@ -381,7 +381,7 @@ async fn check(pod: &Pod, context: &Context) -> Result<Action, Error> {
             context.request_over(&key);
             // Our condition is the durable mark of a violation we acted on (it outlives a
             // restart): only then may there be a request to withdraw.
-            if has_condition(pod, STATUS_TRUE) && context.enabled && !context.dry_run {
+            if pod.marked && context.enabled && !context.dry_run {
                 if context.mode == Mode::EvictionRequest {
                     withdraw(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await?;
                     tracing::info!(pod = %name, node = %node_name, "matches again; withdrew the eviction request");
@@ -422,8 +422,8 @@ async fn check(pod: &Pod, context: &Context) -> Result<Action, Error> {
 
 /// KEP-4328: the pod's node no longer matches; evict it, or wait for the next attempt.
 async fn violation(
-    pod: &Pod,
-    key: &ObjectRef<Pod>,
+    pod: &CachedPod,
+    key: &ObjectRef<CachedPod>,
     name: &str,
     node: &str,
     context: &Context,
@@ -447,7 +447,7 @@ async fn violation(
     }
     let message =
         format!("node {node} no longer matches the pod's required-during-execution node affinity");
-    if !has_condition(pod, STATUS_TRUE) && !context.dry_run {
+    if !pod.marked && !context.dry_run {
         set_condition(
             &context.client,
             pod,
@@ -502,8 +502,8 @@ async fn violation(
 /// `affinity-evictor.evictkit.io`; the evictionrequest-controller and the pod's interceptors
 /// do the rest. Joining is idempotent (server-side apply), so a re-check writes nothing new.
 async fn request(
-    pod: &Pod,
-    key: &ObjectRef<Pod>,
+    pod: &CachedPod,
+    key: &ObjectRef<CachedPod>,
     name: &str,
     node: &str,
     message: &str,
@@ -555,7 +555,7 @@ async fn request(
 impl Context {
     /// Ends `pod`'s part of its eviction round, if it is in one, and logs the round's summary
     /// once the last pod is done: counts at info, the failed pods' names at debug (KEP-4328).
-    fn finish_round(&self, pod: &ObjectRef<Pod>, step: Step) {
+    fn finish_round(&self, pod: &ObjectRef<CachedPod>, step: Step) {
         let finished = self
             .rounds
             .lock()
@@ -570,7 +570,7 @@ impl Context {
     }
 
     /// Counts a failed attempt and returns the wait before the next one.
-    fn failed(&self, key: &ObjectRef<Pod>, name: &str) -> Duration {
+    fn failed(&self, key: &ObjectRef<CachedPod>, name: &str) -> Duration {
         self.finish_round(key, Step::Failed);
         let (namespace, pod) = name.split_once('/').unwrap_or_default();
         self.metrics
@@ -589,27 +589,18 @@ impl Context {
 
 /// Client and API errors (not eviction refusals, which `violation` handles): retry with the
 /// pod's backoff too.
-fn error_policy(pod: Arc<Pod>, error: &Error, context: Arc<Context>) -> Action {
+fn error_policy(pod: Arc<CachedPod>, error: &Error, context: Arc<Context>) -> Action {
     let key = ObjectRef::from_obj(pod.as_ref());
     let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
     tracing::warn!(pod = %name, %error, "reconcile failed; retrying");
     Action::requeue(context.failed(&key, &name))
 }
 
-fn has_condition(pod: &Pod, status: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == CONDITION_TYPE && c.status == status)
-}
-
 /// Sets [`CONDITION_TYPE`] by strategic merge (conditions merge by type), leaving the
 /// kubelet's conditions alone.
 async fn set_condition(
     client: &Client,
-    pod: &Pod,
+    pod: &CachedPod,
     status: &str,
     reason: &str,
     message: &str,
@@ -637,7 +628,7 @@ async fn set_condition(
     })
 }
 
-async fn record(context: &Context, pod: &Pod, warning: bool, note: &str) {
+async fn record(context: &Context, pod: &CachedPod, warning: bool, note: &str) {
     let result = if warning {
         context
             .recorder

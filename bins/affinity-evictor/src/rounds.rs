@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cache::CachedPod;
 use kube::runtime::reflector::ObjectRef;
 
 /// What one reconcile did for a pod of a round.
@@ -24,7 +24,7 @@ pub enum Step {
 #[derive(Default)]
 pub struct Rounds {
     nodes: HashMap<String, Round>,
-    pods: HashMap<ObjectRef<Pod>, String>,
+    pods: HashMap<ObjectRef<CachedPod>, String>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -36,7 +36,7 @@ pub struct Round {
 }
 
 impl Rounds {
-    pub fn start(&mut self, node: &str, pods: &[ObjectRef<Pod>]) {
+    pub fn start(&mut self, node: &str, pods: &[ObjectRef<CachedPod>]) {
         let round = self.nodes.entry(node.to_owned()).or_default();
         for pod in pods {
             if self.pods.insert(pod.clone(), node.to_owned()).is_none() {
@@ -47,7 +47,7 @@ impl Rounds {
 
     /// Records `step` for `pod` if it belongs to an open round; returns the node and the round
     /// once every pod of it is done.
-    pub fn finish(&mut self, pod: &ObjectRef<Pod>, step: Step) -> Option<(String, Round)> {
+    pub fn finish(&mut self, pod: &ObjectRef<CachedPod>, step: Step) -> Option<(String, Round)> {
         let node = self.pods.remove(pod)?;
         let round = self.nodes.get_mut(&node)?;
         round.pending = round.pending.saturating_sub(1);
@@ -73,7 +73,7 @@ mod tests {
 
     #[test]
     fn a_round_ends_when_each_pod_was_acted_on_once() {
-        let pod = |name: &str| ObjectRef::<Pod>::new(name).within("team-b");
+        let pod = |name: &str| ObjectRef::<CachedPod>::new(name).within("team-b");
         let mut rounds = Rounds::default();
         rounds.start("node-1", &[pod("a"), pod("b")]);
         // A second label change while the round is open adds only new pods.

@@ -10,6 +10,7 @@
 //! [`RequiredNodeAffinity`]'s, i.e. the scheduler's.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
@@ -19,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 
 use crate::node_selector::{
     AnnotationError, NodeSelectorMatcher, RequiredDuringExecution, RequiredNodeAffinity,
-    SelectorErrors, parse_required_during_execution,
+    SCHEDULING, SelectorErrors, parse_required_during_execution,
 };
 
 /// Pod condition type the affinity-evictor sets, `True` with reason
@@ -81,15 +82,47 @@ enum Rule {
     Selector(NodeSelectorMatcher),
 }
 
+/// Everything [`ExecutionAffinity::of`] reads of a pod. Pods with equal sources have equal
+/// affinities, so a cache can keep one parse for all pods of a workload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AffinitySource {
+    /// An annotation value other than `scheduling`: it alone decides.
+    Annotation(String),
+    /// `scheduling`: the pod's `nodeSelector` and required node affinity, as JSON.
+    Scheduling(String),
+}
+
+impl AffinitySource {
+    /// `None` when the pod has not opted in.
+    pub fn of(pod: &Pod) -> Option<Self> {
+        let value = annotation(pod)?;
+        if value.trim() != SCHEDULING {
+            return Some(AffinitySource::Annotation(value.to_owned()));
+        }
+        let spec = pod.spec.as_ref();
+        let inputs = (
+            spec.and_then(|s| s.node_selector.as_ref()),
+            spec.and_then(required_during_scheduling),
+        );
+        // Serialising maps of strings and a NodeSelector cannot fail.
+        Some(AffinitySource::Scheduling(
+            serde_json::to_string(&inputs).unwrap_or_default(),
+        ))
+    }
+}
+
+fn annotation(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(REQUIRED_DURING_EXECUTION)
+        .map(String::as_str)
+}
+
 impl ExecutionAffinity {
     /// `Ok(None)` when the pod does not carry the annotation (it has not opted in).
     pub fn of(pod: &Pod) -> Result<Option<Self>, AnnotationError> {
-        let Some(value) = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REQUIRED_DURING_EXECUTION))
-        else {
+        let Some(value) = annotation(pod) else {
             return Ok(None);
         };
         let affinity = match parse_required_during_execution(value)? {
@@ -162,6 +195,65 @@ pub fn changed_label_keys(
         .collect()
 }
 
+/// A pod's opt-in, as [`judge`] reads it. Shared and cheap to clone: a cache keeps this, not
+/// the pod's annotations and affinity.
+#[derive(Debug, Clone)]
+pub enum Execution {
+    NotOptedIn,
+    Malformed(Arc<AnnotationError>),
+    OptedIn(Arc<ExecutionAffinity>),
+}
+
+impl Execution {
+    pub fn of(pod: &Pod) -> Self {
+        match ExecutionAffinity::of(pod) {
+            Ok(None) => Execution::NotOptedIn,
+            Ok(Some(affinity)) => Execution::OptedIn(Arc::new(affinity)),
+            Err(error) => Execution::Malformed(Arc::new(error)),
+        }
+    }
+
+    pub fn affinity(&self) -> Option<&ExecutionAffinity> {
+        match self {
+            Execution::OptedIn(affinity) => Some(affinity),
+            Execution::NotOptedIn | Execution::Malformed(_) => None,
+        }
+    }
+}
+
+/// What [`judge`] reads of a pod, taken from one version of it (DESIGN.md: caches keep only
+/// the fields the logic reads).
+#[derive(Debug, Clone)]
+pub struct PodFacts {
+    pub skip: Option<Skip>,
+    pub execution: Execution,
+}
+
+impl PodFacts {
+    pub fn of(pod: &Pod) -> Self {
+        PodFacts {
+            skip: skip(pod),
+            execution: Execution::of(pod),
+        }
+    }
+
+    /// The pod judged against its node `node` (the node named by `spec.nodeName`).
+    pub fn judge(&self, node: &Node) -> Verdict {
+        if let Some(skip) = self.skip {
+            return Verdict::Skipped(skip);
+        }
+        match &self.execution {
+            Execution::NotOptedIn => Verdict::NotOptedIn,
+            Execution::Malformed(error) => Verdict::Malformed(error.clone()),
+            Execution::OptedIn(affinity) => match affinity.matches(node) {
+                Ok(true) => Verdict::Matches,
+                Ok(false) => Verdict::Violates,
+                Err(errors) => Verdict::Undecidable(errors),
+            },
+        }
+    }
+}
+
 /// The controller's judgement of one pod on one node.
 #[derive(Debug)]
 pub enum Verdict {
@@ -172,7 +264,7 @@ pub enum Verdict {
     /// KEP-4328: the selector is "no longer met"; evict.
     Violates,
     /// The annotation cannot be parsed: Warning Event, metric, and the pod is left alone.
-    Malformed(AnnotationError),
+    Malformed(Arc<AnnotationError>),
     /// Only invalid terms of the pod's own `requiredDuringScheduling…` could have matched
     /// (`scheduling` value, an affinity the apiserver would not accept today); not evicted.
     Undecidable(SelectorErrors),
@@ -180,18 +272,7 @@ pub enum Verdict {
 
 /// Judges `pod` against its node `node` (the node named by `spec.nodeName`).
 pub fn judge(pod: &Pod, node: &Node) -> Verdict {
-    if let Some(skip) = skip(pod) {
-        return Verdict::Skipped(skip);
-    }
-    match ExecutionAffinity::of(pod) {
-        Ok(None) => Verdict::NotOptedIn,
-        Err(error) => Verdict::Malformed(error),
-        Ok(Some(affinity)) => match affinity.matches(node) {
-            Ok(true) => Verdict::Matches,
-            Ok(false) => Verdict::Violates,
-            Err(errors) => Verdict::Undecidable(errors),
-        },
-    }
+    PodFacts::of(pod).judge(node)
 }
 
 /// Wait before the next eviction attempt after `failures` failed ones: `base` doubled per

@@ -20,7 +20,7 @@ use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use kube::api::PostParams;
 use kube::core::Status;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::metrics::Metrics;
 
@@ -190,24 +190,24 @@ impl EvictionClient {
         Self { dry_run, ..self }
     }
 
-    /// Evicts exactly this pod (namespace, name and UID from `pod`).
-    pub async fn evict(&self, pod: &Pod) -> Result<EvictionOutcome, EvictionError> {
+    /// Evicts exactly this pod (namespace, name and UID from `pod`'s metadata; any projection
+    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry).
+    pub async fn evict<K: Resource<DynamicType = ()>>(
+        &self,
+        pod: &K,
+    ) -> Result<EvictionOutcome, EvictionError> {
         let pod_ref = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         let incomplete = |field| EvictionError::Incomplete {
             pod: pod_ref.clone(),
             field,
         };
-        let namespace = pod
-            .metadata
+        let metadata = pod.meta();
+        let namespace = metadata
             .namespace
             .as_deref()
             .ok_or_else(|| incomplete("namespace"))?;
-        let name = pod
-            .metadata
-            .name
-            .as_deref()
-            .ok_or_else(|| incomplete("name"))?;
-        let uid = pod.metadata.uid.clone().ok_or_else(|| incomplete("uid"))?;
+        let name = metadata.name.as_deref().ok_or_else(|| incomplete("name"))?;
+        let uid = metadata.uid.clone().ok_or_else(|| incomplete("uid"))?;
 
         let eviction = eviction_of(namespace, name, &uid);
         let params = PostParams {

@@ -58,7 +58,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -92,19 +92,18 @@ pub struct TargetPod {
 }
 
 impl TargetPod {
-    pub fn of(pod: &Pod) -> Result<Self, EvictionRequestError> {
+    /// From `pod`'s metadata: a Pod, or any projection of one that keeps its name, namespace
+    /// and UID.
+    pub fn of<K: Resource<DynamicType = ()>>(pod: &K) -> Result<Self, EvictionRequestError> {
         let incomplete = |field| EvictionRequestError::Incomplete {
             pod: format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
             field,
         };
+        let metadata = pod.meta();
         Ok(Self {
             namespace: pod.namespace().ok_or_else(|| incomplete("namespace"))?,
-            name: pod
-                .metadata
-                .name
-                .clone()
-                .ok_or_else(|| incomplete("name"))?,
-            uid: pod.metadata.uid.clone().ok_or_else(|| incomplete("uid"))?,
+            name: metadata.name.clone().ok_or_else(|| incomplete("name"))?,
+            uid: metadata.uid.clone().ok_or_else(|| incomplete("uid"))?,
         })
     }
 
@@ -158,9 +157,9 @@ fn requester_apply(target: &TargetPod, requester: Option<&str>) -> serde_json::V
 /// A request that was canceled (its requesters all withdrew, or the controller's validation
 /// failed) is no longer processed, so it is deleted and created afresh; an evicted one is
 /// returned as it is.
-pub async fn request_eviction(
+pub async fn request_eviction<K: Resource<DynamicType = ()>>(
     client: &Client,
-    pod: &Pod,
+    pod: &K,
     requester: &str,
 ) -> Result<EvictionRequest, EvictionRequestError> {
     let target = TargetPod::of(pod)?;
@@ -209,9 +208,9 @@ pub async fn request_eviction(
 /// Withdraws `requester` from the EvictionRequest of `pod`: the eviction is no longer needed
 /// by it. Returns the request as it is afterwards, or `None` if there is none. Writes nothing
 /// when `requester` is not listed.
-pub async fn withdraw(
+pub async fn withdraw<K: Resource<DynamicType = ()>>(
     client: &Client,
-    pod: &Pod,
+    pod: &K,
     requester: &str,
 ) -> Result<Option<EvictionRequest>, EvictionRequestError> {
     let target = TargetPod::of(pod)?;

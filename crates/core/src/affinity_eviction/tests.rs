@@ -546,3 +546,53 @@ fn admission_of_new_pods_and_templates() {
         "nodeSelectorTerms: must have at least one node selector term"
     );
 }
+
+#[test]
+fn affinity_sources() {
+    let user_b = selector(vec![term(&[("userB", "In", &["allow"])])]);
+    let source = |pod: &Pod| AffinitySource::of(pod);
+    // (case, a, b, same source)
+    let cases = [
+        (
+            "same annotation",
+            pod(Some(USER_B)),
+            pod(Some(USER_B)),
+            true,
+        ),
+        (
+            "another annotation",
+            pod(Some(USER_B)),
+            pod(Some(r#"{"nodeSelectorTerms":[]}"#)),
+            false,
+        ),
+        (
+            "scheduling with the same affinity, whatever the whitespace",
+            with_required(pod(Some("scheduling")), user_b.clone()),
+            with_required(pod(Some(" scheduling\n")), user_b.clone()),
+            true,
+        ),
+        (
+            "scheduling with another node selector",
+            with_node_selector(pod(Some("scheduling")), &[("disk", "ssd")]),
+            with_node_selector(pod(Some("scheduling")), &[("disk", "hdd")]),
+            false,
+        ),
+        (
+            "scheduling against an annotation that spells its source",
+            pod(Some("scheduling")),
+            pod(Some("[null,null]")),
+            false,
+        ),
+    ];
+    for (case, a, b, same) in cases {
+        assert_eq!(source(&a) == source(&b), same, "{case}");
+        if same {
+            assert_eq!(
+                ExecutionAffinity::of(&a).unwrap(),
+                ExecutionAffinity::of(&b).unwrap(),
+                "{case}: equal sources must give equal affinities"
+            );
+        }
+    }
+    assert_eq!(source(&pod(None)), None, "not opted in");
+}
