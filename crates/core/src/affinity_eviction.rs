@@ -73,7 +73,9 @@ pub fn skip(pod: &Pod) -> Option<Skip> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionAffinity {
     rule: Rule,
-    label_keys: BTreeSet<String>,
+    /// Sorted, without repeats. A slice, not a set: a cache may hold one per pod, and a
+    /// `BTreeSet`'s smallest node is hundreds of bytes.
+    label_keys: Box<[String]>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,12 +140,15 @@ impl ExecutionAffinity {
                 }
                 ExecutionAffinity {
                     rule: Rule::Scheduling(RequiredNodeAffinity::from_pod(pod)),
-                    label_keys,
+                    label_keys: label_keys.into_iter().collect(),
                 }
             }
             RequiredDuringExecution::Selector { selector, matcher } => ExecutionAffinity {
                 rule: Rule::Selector(matcher),
-                label_keys: selector_label_keys(&selector).collect(),
+                label_keys: selector_label_keys(&selector)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
             },
         };
         Ok(Some(affinity))
@@ -160,7 +165,7 @@ impl ExecutionAffinity {
     /// Whether a change of these node label keys can change [`Self::matches`]. `matchFields`
     /// reads only the node's name, which never changes, so it contributes no key.
     pub fn reads_any(&self, changed: &BTreeSet<String>) -> bool {
-        !self.label_keys.is_disjoint(changed)
+        self.label_keys.iter().any(|key| changed.contains(key))
     }
 }
 

@@ -272,8 +272,9 @@ fn compile_field(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequiredNodeAffinity {
     /// `spec.nodeSelector`: plain equality on node labels, unvalidated (upstream
-    /// `labels.SelectorFromSet`).
-    node_selector: BTreeMap<String, String>,
+    /// `labels.SelectorFromSet`). A slice, not a map: it is only iterated, and a cache may
+    /// hold one per pod.
+    node_selector: Box<[(String, String)]>,
     affinity: Option<NodeSelectorMatcher>,
 }
 
@@ -282,7 +283,9 @@ impl RequiredNodeAffinity {
         let spec = pod.spec.as_ref();
         let node_selector = spec
             .and_then(|s| s.node_selector.clone())
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
         let affinity = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())

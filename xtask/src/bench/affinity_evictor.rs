@@ -47,6 +47,11 @@ pub struct Args {
     /// The controller's --kube-api-qps (its default is 20); --kube-api-burst is 1.5 times it.
     #[arg(long, default_value_t = 20.0)]
     kube_api_qps: f64,
+    /// Give every pod a selector of its own (an extra value in its `In` list), so the
+    /// controller cannot share one parse between pods as it does for a workload's pods: the
+    /// worst case of the memory per cached pod.
+    #[arg(long)]
+    distinct_affinities: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -94,7 +99,7 @@ async fn bench(
     let rss_empty = settled_rss(&controller).await?;
 
     let created = Instant::now();
-    create_pods(client, &nodes, args.pods).await?;
+    create_pods(client, &nodes, args.pods, args.distinct_affinities).await?;
     let creation = created.elapsed();
     let rss_full = settled_rss(&controller).await?;
     println!(
@@ -107,9 +112,14 @@ async fn bench(
         creation.as_secs_f64()
     );
     println!(
-        "  RSS with no pods {rss_empty} KiB, with {} pods {rss_full} KiB: {:.0} bytes per cached pod",
+        "  RSS with no pods {rss_empty} KiB, with {} pods {rss_full} KiB: {:.0} bytes per cached pod ({})",
         args.pods,
-        (rss_full.saturating_sub(rss_empty) * 1024) as f64 / args.pods as f64
+        (rss_full.saturating_sub(rss_empty) * 1024) as f64 / args.pods as f64,
+        if args.distinct_affinities {
+            "every pod's selector its own"
+        } else {
+            "one selector shared by all pods, as a workload's pods share theirs"
+        }
     );
 
     // Label changes no affinity reads: work proportional to nothing, and no API writes.
@@ -213,11 +223,24 @@ async fn create_nodes(client: &Client, count: usize) -> Result<Vec<String>> {
     Ok(names)
 }
 
-async fn create_pods(client: &Client, nodes: &[String], count: usize) -> Result<()> {
+async fn create_pods(
+    client: &Client,
+    nodes: &[String],
+    count: usize,
+    distinct: bool,
+) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let affinity = json!({"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": POOL, "operator": "In", "values": ["a"]}]}]})
-    .to_string();
+    let affinity = |i: usize| {
+        // `pod-i` is a value no node carries: the selector still matches `a` alone.
+        let values = if distinct {
+            json!(["a", format!("pod-{i}")])
+        } else {
+            json!(["a"])
+        };
+        json!({"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": POOL, "operator": "In", "values": values}]}]})
+        .to_string()
+    };
     stream::iter(0..count)
         .map(|i| {
             let node = if i < ON_CHANGED_NODE {
@@ -226,7 +249,7 @@ async fn create_pods(client: &Client, nodes: &[String], count: usize) -> Result<
                 &nodes[1 + (i - ON_CHANGED_NODE) % (nodes.len() - 1)]
             };
             let pod = json!({
-                "metadata": {"name": format!("pod-{i}"), "annotations": {REQUIRED_DURING_EXECUTION: affinity}},
+                "metadata": {"name": format!("pod-{i}"), "annotations": {REQUIRED_DURING_EXECUTION: affinity(i)}},
                 "spec": {"nodeName": node, "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
             });
             let api = api.clone();
