@@ -65,6 +65,29 @@ impl TestEnv {
             metrics_addr,
         })
     }
+
+    /// The evictionrequest-controller's controller role for this test's namespace (its CRD
+    /// installed first), with a short eviction backoff so a blocked eviction is retried within
+    /// a test's patience; returns once it is ready. For tests of components that request
+    /// evictions.
+    pub async fn start_eviction_request_controller(&self) -> Result<Component> {
+        self.apply_crd("EvictionRequest").await?;
+        let ns = self.namespace.as_str();
+        let mut controller = self.start_component(
+            "evictionrequest-controller",
+            &[
+                "--roles=controller",
+                "--namespace",
+                ns,
+                "--leader-election-namespace",
+                ns,
+                "--eviction-backoff-initial=200ms",
+                "--eviction-backoff-max=1s",
+            ],
+        )?;
+        controller.wait_ready(crate::wait::DEFAULT_TIMEOUT).await?;
+        Ok(controller)
+    }
 }
 
 impl Component {

@@ -186,19 +186,20 @@ impl TestEnv {
         .await
     }
 
-    /// Installs (server-side apply, idempotent; shared by every test) a CRD and waits until it
-    /// is Established.
-    pub async fn apply_crd(
-        &self,
-        crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    ) -> Result<()> {
+    /// Installs evictkit's CRD of `kind` (server-side apply of the generated CRD, idempotent;
+    /// shared by every test) and waits until it is Established.
+    pub async fn apply_crd(&self, kind: &str) -> Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd = evictkit_api::crds()
+            .into_iter()
+            .find(|crd| crd.spec.names.kind == kind)
+            .with_context(|| format!("crates/api defines no CRD of kind {kind}"))?;
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let name = crd.metadata.name.clone().unwrap_or_default();
         crds.patch(
             &name,
             &kube::api::PatchParams::apply("evictkit-testenv").force(),
-            &kube::api::Patch::Apply(crd),
+            &kube::api::Patch::Apply(&crd),
         )
         .await
         .with_context(|| format!("applying CRD {name}"))?;

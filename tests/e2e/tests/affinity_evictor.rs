@@ -22,7 +22,6 @@ use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
 use k8s_openapi::api::core::v1::{Event, Node, Pod, PodTemplateSpec};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -546,21 +545,8 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
 #[tokio::test]
 async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
     let env = TestEnv::new("affinity-er").await?;
-    install_eviction_request_crd(&env).await?;
+    let _controller = env.start_eviction_request_controller().await?;
     let ns = env.namespace.clone();
-    let mut controller = env.start_component(
-        "evictionrequest-controller",
-        &[
-            "--roles=controller",
-            "--namespace",
-            &ns,
-            "--leader-election-namespace",
-            &ns,
-            "--eviction-backoff-initial=200ms",
-            "--eviction-backoff-max=1s",
-        ],
-    )?;
-    controller.wait_ready(DEFAULT_TIMEOUT).await?;
     let evictor = start(&env, &["--mode=eviction-request"]).await?;
     let node = env
         .create_node(objects::node("n", &[(USER_B, &ns)], vec![]))
@@ -649,37 +635,4 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
         Some(2.0)
     );
     Ok(())
-}
-
-/// The EvictionRequest CRD, applied server-side (idempotent; other tests apply the same).
-async fn install_eviction_request_crd(env: &TestEnv) -> Result<()> {
-    let crd = evictkit_api::crds()
-        .into_iter()
-        .find(|crd| crd.spec.names.kind == "EvictionRequest")
-        .ok_or_else(|| anyhow::anyhow!("no EvictionRequest CRD in evictkit_api::crds()"))?;
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
-    crds.patch(
-        &name,
-        &PatchParams::apply("evictkit-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    wait::wait_for(
-        &crds,
-        &name,
-        DEFAULT_TIMEOUT,
-        "Established",
-        |crd: &CustomResourceDefinition| {
-            crd.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                })
-        },
-    )
-    .await
-    .map(drop)
 }

@@ -14,7 +14,8 @@
 //! the descheduler's per-node limit across cycles and across a descheduler restart (no second
 //! eviction of the same pod); TTL expiry releasing a stuck request; evictions by other users
 //! (kubectl drain) and of pods that did not opt in passing untouched; dry-run and repeated
-//! evictions without side effects.
+//! evictions without side effects; with `--intercept-interceptor-pods`, pods that only name
+//! interceptors evacuated too.
 
 use std::time::Duration;
 
@@ -61,14 +62,11 @@ fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-/// Starts everything but the descheduler; `ttl` is the bridge's `--max-evacuation-request-ttl`.
-async fn setup(prefix: &str, ttl: &str) -> Result<Bridge> {
+/// Starts everything but the descheduler; `ttl` is the bridge's `--max-evacuation-request-ttl`,
+/// `bridge_flags` any further flags of the bridge.
+async fn setup(prefix: &str, ttl: &str, bridge_flags: &[&str]) -> Result<Bridge> {
     let env = TestEnv::new(prefix).await?;
-    let crd = evictkit_api::crds()
-        .into_iter()
-        .find(|crd| crd.spec.names.kind == "EvictionRequest")
-        .context("crates/api defines EvictionRequest")?;
-    env.apply_crd(&crd).await?;
+    env.apply_crd("EvictionRequest").await?;
     // The descheduler skips its cycle with fewer than two nodes; the pods go to the first.
     let label = ("evictkit.io/e2e-node", env.namespace.as_str());
     let node = env
@@ -97,13 +95,14 @@ async fn setup(prefix: &str, ttl: &str) -> Result<Bridge> {
         .join(format!("{}-bridge-certs", env.namespace));
     let (cert_file, key_file) = cert.write_to(&dir)?;
     let port = free_port()?;
-    let bridge_args = vec![
+    let mut bridge_args = vec![
         format!("--intercept-user={}", descheduler.username),
         format!("--max-evacuation-request-ttl={ttl}"),
         format!("--webhook-addr=127.0.0.1:{port}"),
         format!("--tls-cert-file={}", cert_file.display()),
         format!("--tls-key-file={}", key_file.display()),
     ];
+    bridge_args.extend(bridge_flags.iter().map(|flag| flag.to_string()));
     let bridge = start(&env, "descheduler-bridge", &as_strs(&bridge_args)).await?;
     let user = descheduler.username.clone();
     env.register_validating_webhook_with(
@@ -356,7 +355,7 @@ async fn evict(client: &Client, pod: &Pod, dry_run: bool) -> Result<Result<(), (
 /// eviction to the interceptor and then to the fallback eviction, and the bridge lets go.
 #[tokio::test]
 async fn background_eviction_through_an_eviction_request() -> Result<()> {
-    let t = setup("desched-flow", "1h").await?;
+    let t = setup("desched-flow", "1h", &[]).await?;
     let pods = t.workload("web", 1).await?;
     let pod = &pods[0];
     t.target(pod).await?;
@@ -432,7 +431,7 @@ async fn background_eviction_through_an_eviction_request() -> Result<()> {
 /// evicted, the first never twice.
 #[tokio::test]
 async fn in_progress_pods_count_against_the_node_limit() -> Result<()> {
-    let t = setup("desched-limit", "1h").await?;
+    let t = setup("desched-limit", "1h", &[]).await?;
     let pods = t.workload("web", 2).await?;
     ensure!(
         pods.iter()
@@ -482,7 +481,7 @@ async fn in_progress_pods_count_against_the_node_limit() -> Result<()> {
 /// descheduler then asks again, and the request is made afresh.
 #[tokio::test]
 async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
-    let t = setup("desched-ttl", "4s").await?;
+    let t = setup("desched-ttl", "4s", &[]).await?;
     let pods = t.workload("web", 1).await?;
     let pod = &pods[0];
     t.target(pod).await?;
@@ -564,7 +563,7 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
 #[tokio::test]
 async fn a_restarted_bridge_keeps_the_evacuation_start() -> Result<()> {
     let ttl = Duration::from_secs(10);
-    let mut t = setup("desched-restart", "10s").await?;
+    let mut t = setup("desched-restart", "10s", &[]).await?;
     let pods = t.workload("web", 1).await?;
     let pod = &pods[0];
     t.target(pod).await?;
@@ -614,7 +613,7 @@ async fn a_restarted_bridge_keeps_the_evacuation_start() -> Result<()> {
 /// did not opt in, pass untouched; dry-run and repeated evictions write nothing new.
 #[tokio::test]
 async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
-    let t = setup("desched-pass", "1h").await?;
+    let t = setup("desched-pass", "1h", &[]).await?;
     let pods = t.workload("web", 3).await?;
     let as_descheduler = t.descheduler.client().await?;
 
@@ -698,6 +697,96 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
             .await?
             .is_none(),
         "no request for a pod that did not opt in"
+    );
+    Ok(())
+}
+
+/// With `--intercept-interceptor-pods`, a pod that names eviction interceptors but lacks
+/// `request-evict-only` is evacuated through an EvictionRequest too. The descheduler does not
+/// read that 429 as "in background", so it asks again every cycle; each ask joins the same
+/// request. A pod with neither annotation is still evicted at once.
+#[tokio::test]
+async fn interceptor_pods_are_evacuated_with_the_flag() -> Result<()> {
+    let t = setup("desched-icpt", "1h", &["--intercept-interceptor-pods"]).await?;
+    let pods = t.workload("web", 2).await?;
+    let (intercepted, plain) = (&pods[0], &pods[1]);
+    let drop_annotations = |keys: &[&str]| {
+        let annotations: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|key| (key.to_string(), serde_json::Value::Null))
+            .collect();
+        Patch::Merge(json!({"metadata": {"annotations": annotations}}))
+    };
+    let api = t.env.api::<Pod>();
+    api.patch(
+        &intercepted.name_any(),
+        &PatchParams::default(),
+        &drop_annotations(&[DESCHEDULER_REQUEST_EVICT_ONLY]),
+    )
+    .await?;
+    api.patch(
+        &plain.name_any(),
+        &PatchParams::default(),
+        &drop_annotations(&[DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS]),
+    )
+    .await?;
+    t.target(intercepted).await?;
+    t.target(plain).await?;
+    let descheduler = t.descheduler(json!({}))?;
+
+    // The plain pod is evicted by the descheduler itself.
+    wait::wait_for_deletion(&api, &plain.name_any(), DEFAULT_TIMEOUT).await?;
+    t.wait_evicted(&descheduler, "success", 1.0).await?;
+    ensure!(
+        t.env
+            .api::<EvictionRequest>()
+            .get_opt(&uid(plain))
+            .await?
+            .is_none(),
+        "no request for a pod that names no interceptor"
+    );
+
+    // The interceptor pod gets a request with the descheduler as its one requester, and its
+    // mark; the descheduler's later asks join that request.
+    let request = t
+        .wait_request(intercepted, "requested by the descheduler", |r| {
+            requesters(r) == [DESCHEDULER_REQUESTER]
+        })
+        .await?;
+    ensure!(
+        request.spec.target.pod.as_ref().map(|p| p.name.as_str())
+            == Some(intercepted.name_any().as_str()),
+        "the request targets the interceptor pod"
+    );
+    t.wait_pod(intercepted, "marked eviction-in-progress", |p| {
+        annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS) == Some(uid(intercepted).as_str())
+    })
+    .await?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while t.evacuations("repeated")? < 1.0 {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the descheduler asks again in its next cycle; descheduler log:\n{}",
+            descheduler.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    ensure!(t.evacuations("requested")? == 1.0, "one request, joined");
+    let request = t
+        .env
+        .api::<EvictionRequest>()
+        .get(&uid(intercepted))
+        .await?;
+    ensure!(requesters(&request) == [DESCHEDULER_REQUESTER]);
+    let asks = t
+        .descheduler_evictions()?
+        .into_iter()
+        .filter(|name| *name == intercepted.name_any())
+        .count();
+    ensure!(asks >= 2, "the descheduler asked {asks} times");
+    ensure!(
+        objects::pod_ready(&api.get(&intercepted.name_any()).await?),
+        "the interceptor pod is not evicted by the descheduler"
     );
     Ok(())
 }

@@ -27,7 +27,6 @@ use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -43,39 +42,10 @@ const ACTOR_B: &str = "actor-b.example.com";
 // Fixtures
 // ---------------------------------------------------------------------------------------------
 
-/// Installs the EvictionRequest CRD (idempotent server-side apply, shared by every test) and
-/// waits until it is served.
-async fn install_crd(client: &Client) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = evictkit_api::crds()
-        .into_iter()
-        .find(|crd| crd.spec.names.kind == "EvictionRequest")
-        .context("crates/api defines EvictionRequest")?;
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply("e2e-evictionrequest").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .with_context(|| format!("applying CRD {name}"))?;
-    wait::wait_for(&crds, &name, DEFAULT_TIMEOUT, "Established", |crd| {
-        crd.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    })
-    .await
-    .map(drop)
-}
-
 /// A fresh namespace with the CRD installed.
 async fn env(prefix: &str) -> Result<TestEnv> {
     let env = TestEnv::new(prefix).await?;
-    install_crd(&env.client).await?;
+    env.apply_crd("EvictionRequest").await?;
     Ok(env)
 }
 

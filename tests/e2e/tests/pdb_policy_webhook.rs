@@ -32,7 +32,6 @@ use evictkit_testenv::webhook::{Registration, rule};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
@@ -48,35 +47,6 @@ const HOLD_FINALIZER: &str = "e2e.evictkit.io/hold";
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-/// Installs the PodDisruptionBudgetPolicy CRD (idempotent: server-side apply of the generated
-/// CRD, shared by every test) and waits until it is served.
-async fn install_crd(client: &Client) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = evictkit_api::crds()
-        .into_iter()
-        .find(|crd| crd.spec.names.kind == "PodDisruptionBudgetPolicy")
-        .context("crates/api defines PodDisruptionBudgetPolicy")?;
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply("e2e-pdb-policy-webhook").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .with_context(|| format!("applying CRD {name}"))?;
-    wait::wait_for(&crds, &name, DEFAULT_TIMEOUT, "Established", |crd| {
-        crd.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    })
-    .await
-    .map(drop)
-}
 
 /// A cluster-scoped policy selecting only `env`'s namespace, deleted with the test.
 struct Policy {
@@ -492,7 +462,7 @@ async fn wait_settled(env: &TestEnv, pdb: &str, state: BudgetState, healthy: i32
 async fn explain_predicts_the_apiservers_answer_to_every_dry_run_eviction_of_the_matrix()
 -> Result<()> {
     let env = TestEnv::new("pdbp-oracle").await?;
-    install_crd(&env.client).await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
     let owner = env
         .create(&ConfigMap {
             metadata: kube::api::ObjectMeta {
@@ -639,7 +609,7 @@ fn policy_of(pdb: &PodDisruptionBudget) -> Option<&str> {
 #[tokio::test]
 async fn default_mode_fills_the_field_only_when_unset_and_enforce_overwrites_it() -> Result<()> {
     let env = TestEnv::new("pdbp-mode").await?;
-    install_crd(&env.client).await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
     let policy = Policy::create(
         &env,
         "mode",
@@ -733,7 +703,7 @@ async fn only_selected_namespaces_are_defaulted_and_precedence_decides_between_p
 -> Result<()> {
     let selected = TestEnv::new("pdbp-ns-a").await?;
     let other = TestEnv::new("pdbp-ns-b").await?;
-    install_crd(&selected.client).await?;
+    selected.apply_crd("PodDisruptionBudgetPolicy").await?;
     let low = Policy::create(
         &selected,
         "low",
@@ -880,7 +850,7 @@ async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -
     for action in modes {
         envs.push(TestEnv::new(&format!("pdbp-{}", format!("{action:?}").to_lowercase())).await?);
     }
-    install_crd(&envs[0].client).await?;
+    envs[0].apply_crd("PodDisruptionBudgetPolicy").await?;
 
     for (env, action) in envs.iter().zip(modes) {
         let spec = PodDisruptionBudgetPolicySpec {
@@ -979,7 +949,7 @@ async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -
 async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_says_so()
 -> Result<()> {
     let env = TestEnv::new("pdbp-strict").await?;
-    install_crd(&env.client).await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
     let spec = PodDisruptionBudgetPolicySpec {
         eviction: Some(StricterEviction {
             required_pod_conditions: vec!["example.com/Synced".into()],

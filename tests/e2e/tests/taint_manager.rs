@@ -13,7 +13,6 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use evictkit_api::CustomResourceDefinition;
 use evictkit_api::conditions::{
     POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
     REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
@@ -35,7 +34,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 /// The test's own NoExecute taint; kube-controller-manager never touches it.
@@ -45,37 +44,8 @@ const POLICY_LABEL: &str = "evictkit.io/e2e";
 /// Keeps a deleted pod visible (terminating) so the test can read its deletion.
 const FINALIZER: &str = "evictkit.io/e2e-hold";
 
-/// Installs the CRD of `kind` (idempotent: server-side apply of the generated CRD, shared by
-/// every test) and waits until it is served.
-async fn install_crd(client: &Client, kind: &str) -> Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = evictkit_api::crds()
-        .into_iter()
-        .find(|crd| crd.spec.names.kind == kind)
-        .with_context(|| format!("crates/api defines {kind}"))?;
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply("e2e-taint-manager").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .with_context(|| format!("applying CRD {name}"))?;
-    wait::wait_for(&crds, &name, DEFAULT_TIMEOUT, "Established", |crd| {
-        crd.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    })
-    .await
-    .map(drop)
-}
-
 async fn start(env: &TestEnv, extra: &[&str]) -> Result<Component> {
-    install_crd(&env.client, "TaintEvictionPolicy").await?;
+    env.apply_crd("TaintEvictionPolicy").await?;
     let policies = format!("{POLICY_LABEL}={}", env.namespace);
     let mut args = vec![
         "--namespace",
@@ -457,21 +427,8 @@ async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
 #[tokio::test]
 async fn eviction_request_policy_requests_and_withdraws_when_no_longer_due() -> Result<()> {
     let env = TestEnv::new("tm-er").await?;
-    install_crd(&env.client, "EvictionRequest").await?;
+    let _controller = env.start_eviction_request_controller().await?;
     let ns = env.namespace.clone();
-    let mut controller = env.start_component(
-        "evictionrequest-controller",
-        &[
-            "--roles=controller",
-            "--namespace",
-            &ns,
-            "--leader-election-namespace",
-            &ns,
-            "--eviction-backoff-initial=200ms",
-            "--eviction-backoff-max=1s",
-        ],
-    )?;
-    controller.wait_ready(DEFAULT_TIMEOUT).await?;
     let node = env
         .create_node(objects::node("n", &[], vec![]))
         .await?

@@ -41,7 +41,7 @@ metadata:
         &format!("node/{NODE}"),
         "--timeout=60s",
     ])?;
-    demo.kubectl(&["create", "namespace", NAMESPACE])?;
+    demo.fresh_namespace(NAMESPACE)?;
     for (name, toleration) in [
         ("plain", String::new()),
         (
