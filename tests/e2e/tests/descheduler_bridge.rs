@@ -283,6 +283,13 @@ impl Bridge {
         .await
     }
 
+    /// Fails with `why` if `pod` has an EvictionRequest.
+    async fn ensure_no_request(&self, pod: &Pod, why: &str) -> Result<()> {
+        let request = self.env.api::<EvictionRequest>().get_opt(&uid(pod)).await?;
+        ensure!(request.is_none(), "{why}");
+        Ok(())
+    }
+
     /// Eviction calls the descheduler made in this namespace (any answer), per the audit log.
     fn descheduler_evictions(&self) -> Result<Vec<String>> {
         Ok(self
@@ -631,14 +638,8 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
         )),
         "{message}"
     );
-    ensure!(
-        t.env
-            .api::<EvictionRequest>()
-            .get_opt(&uid(&pods[0]))
-            .await?
-            .is_none(),
-        "no request on dry run"
-    );
+    t.ensure_no_request(&pods[0], "no request on dry run")
+        .await?;
 
     // Twice for real: one request, one requester, the first start kept.
     ensure!(matches!(
@@ -667,14 +668,8 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
     // A drain by the admin: evicted at once, no request.
     ensure!(evict(&t.env.client, &pods[1], false).await? == Ok(()));
     wait::wait_for_deletion(&t.env.api::<Pod>(), &pods[1].name_any(), DEFAULT_TIMEOUT).await?;
-    ensure!(
-        t.env
-            .api::<EvictionRequest>()
-            .get_opt(&uid(&pods[1]))
-            .await?
-            .is_none(),
-        "no request for a drain"
-    );
+    t.ensure_no_request(&pods[1], "no request for a drain")
+        .await?;
 
     // The descheduler's eviction of a pod without request-evict-only: evicted at once.
     let plain = &pods[2];
@@ -690,14 +685,8 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
         .await?;
     ensure!(evict(&as_descheduler, plain, false).await? == Ok(()));
     wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
-    ensure!(
-        t.env
-            .api::<EvictionRequest>()
-            .get_opt(&uid(plain))
-            .await?
-            .is_none(),
-        "no request for a pod that did not opt in"
-    );
+    t.ensure_no_request(plain, "no request for a pod that did not opt in")
+        .await?;
     Ok(())
 }
 
@@ -737,14 +726,8 @@ async fn interceptor_pods_are_evacuated_with_the_flag() -> Result<()> {
     // The plain pod is evicted by the descheduler itself.
     wait::wait_for_deletion(&api, &plain.name_any(), DEFAULT_TIMEOUT).await?;
     t.wait_evicted(&descheduler, "success", 1.0).await?;
-    ensure!(
-        t.env
-            .api::<EvictionRequest>()
-            .get_opt(&uid(plain))
-            .await?
-            .is_none(),
-        "no request for a pod that names no interceptor"
-    );
+    t.ensure_no_request(plain, "no request for a pod that names no interceptor")
+        .await?;
 
     // The interceptor pod gets a request with the descheduler as its one requester, and its
     // mark; the descheduler's later asks join that request.
