@@ -48,6 +48,8 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build kubectl k8s.io/kubernetes/cmd/kubectl
+build kubelet k8s.io/kubernetes/cmd/kubelet
+build kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 install kwok "sigs.k8s.io/kwok/cmd/kwok@$kwok_version"
 install helm "helm.sh/helm/v3/cmd/helm@$helm_version"
 

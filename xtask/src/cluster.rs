@@ -67,7 +67,9 @@ pub struct UpArgs {
     /// taint-manager replaces the upstream one.
     #[arg(long, default_value = "*")]
     pub kcm_controllers: String,
-    /// --feature-gates for kube-apiserver, kube-controller-manager and kube-scheduler, e.g. 'A=true,B=false'.
+    /// More --feature-gates for kube-apiserver, kube-controller-manager and kube-scheduler, e.g.
+    /// 'A=true,B=false'. EvictionRequestAPI=true (with lifecycle.k8s.io/v1alpha1 served) is always
+    /// on unless named here, e.g. 'EvictionRequestAPI=false' for a cluster without upstream's API.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
 }
@@ -347,7 +349,7 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     })?;
 
     let pki_path = |file: &str| dir.join("pki").join(file).display().to_string();
-    let feature_gates = format!("--feature-gates={}", args.feature_gates);
+    let feature_gates = format!("--feature-gates={}", feature_gates(&args.feature_gates));
     eprintln!("==> starting kube-apiserver on https://127.0.0.1:{apiserver_port}");
     cluster.start(
         "kube-apiserver",
@@ -355,6 +357,9 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
             &format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            // v1.37 refuses a loopback advertise address unless the endpoint reconciler is off
+            // (no `kubernetes` Service endpoints: nothing in the cluster reaches the apiserver by it).
+            "--endpoint-reconciler-type=none",
             &format!("--secure-port={apiserver_port}"),
             &format!("--tls-cert-file={}", pki_path("apiserver.crt")),
             &format!("--tls-private-key-file={}", pki_path("apiserver.key")),
@@ -370,6 +375,7 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
             &format!("--audit-log-path={}", dir.join("audit.log").display()),
             "--audit-log-format=json",
             &feature_gates,
+            &format!("--runtime-config={}", runtime_config(&args.feature_gates)),
         ]),
     )?;
     cluster.wait_for("kube-apiserver /readyz", Duration::from_secs(90), || {
@@ -458,6 +464,26 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     );
     Ok(cluster)
 }
+
+/// The feature gates every component gets: upstream's EvictionRequest API on unless `extra` sets it.
+fn feature_gates(extra: &str) -> String {
+    if extra.contains(EVICTION_REQUEST_GATE) {
+        extra.to_string()
+    } else if extra.is_empty() {
+        format!("{EVICTION_REQUEST_GATE}=true")
+    } else {
+        format!("{EVICTION_REQUEST_GATE}=true,{extra}")
+    }
+}
+
+/// The alpha group is served only with its gate on.
+fn runtime_config(extra: &str) -> String {
+    let on = feature_gates(extra).contains(&format!("{EVICTION_REQUEST_GATE}=true"));
+    format!("{LIFECYCLE_GROUP_VERSION}={on}")
+}
+
+const EVICTION_REQUEST_GATE: &str = "EvictionRequestAPI";
+const LIFECYCLE_GROUP_VERSION: &str = "lifecycle.k8s.io/v1alpha1";
 
 /// Stops every recorded process (SIGTERM, then SIGKILL after 10 s) and removes the state.
 pub fn down() -> Result<()> {

@@ -113,6 +113,20 @@ impl TestEnv {
         cluster_dir()
     }
 
+    /// A command of the running control plane's build (kubectl, helm, ...), from the bin
+    /// directory `cargo xtask cluster up` recorded.
+    pub fn control_plane_bin(&self, name: &str) -> Result<PathBuf> {
+        let path = cluster_dir().join("state.json");
+        let state: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?;
+        let bin_dir = state["bin_dir"]
+            .as_str()
+            .with_context(|| format!("{} has no bin_dir", path.display()))?;
+        Ok(Path::new(bin_dir).join(name))
+    }
+
     /// An Api for a namespaced kind in this test's namespace.
     pub fn api<K>(&self) -> Api<K>
     where

@@ -811,8 +811,7 @@ async fn only_selected_namespaces_are_defaulted_and_precedence_decides_between_p
 /// `kubectl create` of `manifest`, returning (succeeded, stderr) — kubectl prints admission
 /// warnings as `Warning: ...` on stderr, which kube's client does not surface.
 fn kubectl_create(env: &TestEnv, manifest: &str) -> Result<(bool, String)> {
-    let kubectl = std::env::var("KUBECTL")
-        .unwrap_or_else(|_| "/root/.cache/evictkit/k8s-v1.34.4/bin/kubectl".into());
+    let kubectl = env.control_plane_bin("kubectl")?;
     let mut child = std::process::Command::new(kubectl)
         .args(["create", "-n", &env.namespace, "-f", "-"])
         .env("KUBECONFIG", env.kubeconfig())
