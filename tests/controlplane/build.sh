@@ -12,7 +12,7 @@ cache=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/evictkit/k8s-$k8s_version}
 bin=$cache/bin
 mkdir -p "$bin"
 
-command -v go >/dev/null || { echo "error: no 'go' on PATH: install Go 1.24 or newer (the control plane is built from Go modules)" >&2; exit 1; }
+command -v go >/dev/null || { echo "error: no 'go' on PATH: install Go 1.26 or newer (the control plane is built from Go modules)" >&2; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 # Fail fast with one line when the module proxy cannot be reached.

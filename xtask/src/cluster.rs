@@ -785,6 +785,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn upstream_eviction_request_api_is_on_unless_named() {
+        assert_eq!(feature_gates(""), "EvictionRequestAPI=true");
+        assert_eq!(feature_gates("A=true"), "EvictionRequestAPI=true,A=true");
+        assert_eq!(
+            feature_gates("EvictionRequestAPI=false"),
+            "EvictionRequestAPI=false"
+        );
+        assert_eq!(runtime_config(""), "lifecycle.k8s.io/v1alpha1=true");
+        assert_eq!(
+            runtime_config("EvictionRequestAPI=false"),
+            "lifecycle.k8s.io/v1alpha1=false"
+        );
+    }
+
+    #[test]
     fn nodes_spread_over_three_zones() {
         let manifests = node_manifests(4);
         assert_eq!(manifests.matches("kind: Node").count(), 4);
