@@ -258,7 +258,7 @@ pub fn project_pod(pod: Pod) -> Pod {
                 name: v.name,
                 empty_dir: v.empty_dir.map(|e| EmptyDirVolumeSource {
                     medium: e.medium,
-                    size_limit: None,
+                    ..Default::default()
                 }),
                 host_path: v.host_path.map(|_| HostPathVolumeSource::default()),
                 ..Default::default()

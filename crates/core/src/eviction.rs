@@ -219,11 +219,15 @@ fn outcome(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> Outcome {
         if UnhealthyPodEvictionPolicy::of(pdb) == UnhealthyPodEvictionPolicy::AlwaysAllow {
             return Outcome::UnhealthyPodAlwaysAllowed { pdb: name(pdb) };
         }
-        if status.current_healthy >= status.desired_healthy && status.desired_healthy > 0 {
+        let (current_healthy, desired_healthy) = (
+            status.current_healthy.unwrap_or_default(),
+            status.desired_healthy.unwrap_or_default(),
+        );
+        if current_healthy >= desired_healthy && desired_healthy > 0 {
             return Outcome::UnhealthyPodHealthyBudget {
                 pdb: name(pdb),
-                current_healthy: status.current_healthy,
-                desired_healthy: status.desired_healthy,
+                current_healthy,
+                desired_healthy,
             };
         }
     }
@@ -235,32 +239,34 @@ fn check_budget(pdb: &PodDisruptionBudget, status: &PodDisruptionBudgetStatus) -
     let observed_generation = status.observed_generation.unwrap_or_default();
     let generation = pdb.metadata.generation.unwrap_or_default();
     let disrupted_pods = status.disrupted_pods.as_ref().map_or(0, |m| m.len());
+    // Optional since v1.37's types; the apiserver reads an absent count as 0.
+    let disruptions_allowed = status.disruptions_allowed.unwrap_or_default();
     if observed_generation < generation {
         Outcome::BudgetNotObserved {
             pdb: name(pdb),
             observed_generation,
             generation,
         }
-    } else if status.disruptions_allowed < 0 {
+    } else if disruptions_allowed < 0 {
         Outcome::NegativeDisruptionsAllowed {
             pdb: name(pdb),
-            disruptions_allowed: status.disruptions_allowed,
+            disruptions_allowed,
         }
     } else if disrupted_pods > MAX_DISRUPTED_POD_SIZE {
         Outcome::TooManyDisruptedPods {
             pdb: name(pdb),
             disrupted_pods,
         }
-    } else if status.disruptions_allowed == 0 {
+    } else if disruptions_allowed == 0 {
         Outcome::NoDisruptionsAllowed {
             pdb: name(pdb),
-            current_healthy: status.current_healthy,
-            desired_healthy: status.desired_healthy,
+            current_healthy: status.current_healthy.unwrap_or_default(),
+            desired_healthy: status.desired_healthy.unwrap_or_default(),
         }
     } else {
         Outcome::BudgetAllows {
             pdb: name(pdb),
-            disruptions_allowed_after: status.disruptions_allowed - 1,
+            disruptions_allowed_after: disruptions_allowed - 1,
         }
     }
 }

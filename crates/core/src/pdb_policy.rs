@@ -307,7 +307,11 @@ pub fn stricter_eviction(
     let pdb = pdbs
         .iter()
         .find(|p| p.metadata.name.as_ref() == Some(pdb_name))?;
-    let desired = pdb.status.as_ref().map_or(0, |s| s.desired_healthy);
+    let desired = pdb
+        .status
+        .as_ref()
+        .and_then(|s| s.desired_healthy)
+        .unwrap_or_default();
     let strictly_healthy = |p: &Pod| {
         p.metadata.deletion_timestamp.is_none()
             && eviction::is_pod_ready(p)
@@ -395,9 +399,9 @@ impl BudgetSummary {
             min_available: show(spec.min_available),
             max_unavailable: show(spec.max_unavailable),
             unhealthy_pod_eviction_policy: spec.unhealthy_pod_eviction_policy,
-            current_healthy: status.current_healthy,
-            desired_healthy: status.desired_healthy,
-            disruptions_allowed: status.disruptions_allowed,
+            current_healthy: status.current_healthy.unwrap_or_default(),
+            desired_healthy: status.desired_healthy.unwrap_or_default(),
+            disruptions_allowed: status.disruptions_allowed.unwrap_or_default(),
             generation: pdb.metadata.generation.unwrap_or_default(),
             observed_generation: status.observed_generation.unwrap_or_default(),
         }

@@ -89,7 +89,7 @@ impl TestEnv {
                         ..ObjectMeta::default()
                     },
                     role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
+                        api_group: Some("rbac.authorization.k8s.io".into()),
                         kind: "ClusterRole".into(),
                         name: cluster_role.into(),
                     },
@@ -105,10 +105,10 @@ impl TestEnv {
             .with_context(|| format!("creating ClusterRoleBinding {binding}"))?;
         self.delete_on_drop::<ClusterRoleBinding>(&binding);
         let request = TokenRequest {
-            spec: TokenRequestSpec {
+            spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
                 ..TokenRequestSpec::default()
-            },
+            }),
             ..TokenRequest::default()
         };
         let token = accounts
@@ -117,7 +117,8 @@ impl TestEnv {
             .with_context(|| format!("requesting a token for {}/{name}", self.namespace))?
             .status
             .context("a TokenRequest without status")?
-            .token;
+            .token
+            .context("a TokenRequest status without token")?;
         let mut kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
         for user in &mut kubeconfig.auth_infos {
             if let Some(auth) = user.auth_info.as_mut() {

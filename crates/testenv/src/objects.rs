@@ -71,7 +71,7 @@ pub fn deployment(name: &str, replicas: i32) -> Deployment {
             labels: Some(app.clone()),
             ..Default::default()
         },
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: Some(app.clone()),
@@ -85,7 +85,7 @@ pub fn deployment(name: &str, replicas: i32) -> Deployment {
                 spec: Some(pod_spec()),
             },
             ..Default::default()
-        }),
+        },
         ..Default::default()
     }
 }

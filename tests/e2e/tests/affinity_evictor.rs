@@ -296,7 +296,7 @@ async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
         "observed",
         |pdb: &PodDisruptionBudget| {
             pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.expected_pods == 2
+                s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(2)
             })
         },
     )
@@ -471,7 +471,7 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
             name: Some("agent".into()),
             ..Default::default()
         },
-        spec: Some(DaemonSetSpec {
+        spec: DaemonSetSpec {
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
                 ..Default::default()
@@ -487,14 +487,15 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
                 spec: Some(objects::pod_spec()),
             },
             ..Default::default()
-        }),
+        },
         ..Default::default()
     };
     let created = env.create(&daemonset).await?;
     let template_required = created
         .spec
+        .template
+        .spec
         .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.node_affinity.as_ref())
         .and_then(|n| {
@@ -573,7 +574,7 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
         "observed",
         |pdb: &PodDisruptionBudget| {
             pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.expected_pods == 1
+                s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(1)
             })
         },
     )

@@ -155,11 +155,7 @@ impl Bridge {
     /// naming the test's interceptor; returns its pods once Ready.
     async fn workload(&self, name: &str, replicas: i32) -> Result<Vec<Pod>> {
         let mut deployment = objects::deployment(name, replicas);
-        let template = &mut deployment
-            .spec
-            .as_mut()
-            .context("a deployment has a spec")?
-            .template;
+        let template = &mut deployment.spec.template;
         template.metadata.get_or_insert_default().annotations = Some(
             [
                 (DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new()),

@@ -47,7 +47,7 @@ async fn wait_for_budget(env: &TestEnv, name: &str, disruptions_allowed: i32) ->
         |pdb| {
             pdb.status.as_ref().is_some_and(|status| {
                 status.observed_generation == pdb.metadata.generation
-                    && status.disruptions_allowed == disruptions_allowed
+                    && status.disruptions_allowed == Some(disruptions_allowed)
             })
         },
     )

@@ -438,7 +438,7 @@ async fn imperative_eviction_backs_off_while_a_pdb_blocks() -> Result<()> {
         |pdb| {
             pdb.status
                 .as_ref()
-                .is_some_and(|s| s.current_healthy == 1 && s.disruptions_allowed == 0)
+                .is_some_and(|s| s.current_healthy == Some(1) && s.disruptions_allowed == Some(0))
         },
     )
     .await?;
@@ -893,7 +893,7 @@ async fn unauthorised_requester_is_refused() -> Result<()> {
             ..ObjectMeta::default()
         },
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "Role".into(),
             name: "requester".into(),
         },

@@ -450,7 +450,7 @@ async fn wait_settled(env: &TestEnv, pdb: &str, state: BudgetState, healthy: i32
                             .flatten()
                             .any(|c| c.type_ == "DisruptionAllowed" && c.reason == "SyncFailed")
                 }
-                _ => observed && status.current_healthy == healthy,
+                _ => observed && status.current_healthy == Some(healthy),
             }
         },
     )

@@ -100,7 +100,7 @@ async fn setup(cluster: &Cluster, client: &Client) -> Result<()> {
         .get("web")
         .await?
         .status
-        .is_none_or(|s| s.current_healthy != PODS as i32)
+        .is_none_or(|s| s.current_healthy != Some(PODS as i32))
     {
         if Instant::now() > deadline {
             bail!("PDB {NS}/web never counted {PODS} healthy pods");

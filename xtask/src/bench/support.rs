@@ -159,10 +159,10 @@ pub async fn service_account(
         .await
         .with_context(|| format!("applying cluster role binding {binding}"))?;
     let request = TokenRequest {
-        spec: TokenRequestSpec {
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(24 * 3600),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let token = accounts
@@ -171,7 +171,8 @@ pub async fn service_account(
         .with_context(|| format!("requesting a token for {BENCH_NAMESPACE}/{name}"))?
         .status
         .context("a TokenRequest without status")?
-        .token;
+        .token
+        .context("a TokenRequest status without token")?;
     // The admin kubeconfig (written by `cluster up`) with the service account's token.
     let admin = std::fs::read_to_string(cluster.kubeconfig())?;
     let kubeconfig: String = admin

@@ -99,10 +99,10 @@ fn with_status(
     desired: i32,
 ) -> PodDisruptionBudget {
     pdb.status = Some(PodDisruptionBudgetStatus {
-        disruptions_allowed: allowed,
-        current_healthy: current,
-        desired_healthy: desired,
-        expected_pods: current,
+        disruptions_allowed: Some(allowed),
+        current_healthy: Some(current),
+        desired_healthy: Some(desired),
+        expected_pods: Some(current),
         observed_generation: Some(1),
         ..Default::default()
     });

@@ -67,9 +67,9 @@ fn pdb(
             ..Default::default()
         }),
         status: Some(PodDisruptionBudgetStatus {
-            disruptions_allowed,
-            current_healthy,
-            desired_healthy,
+            disruptions_allowed: Some(disruptions_allowed),
+            current_healthy: Some(current_healthy),
+            desired_healthy: Some(desired_healthy),
             ..Default::default()
         }),
     }
