@@ -9,7 +9,15 @@ Values (.Values.webhook):
     caBundle: ""                  base64 PEM CA for the webhook configuration when existingSecret
                                   is set; defaults to the Secret's ca.crt when it can be looked up
     validityDays: 3650            lifetime of the generated CA and certificate
+    certManager:
+      enabled: false              cert-manager issues the serving certificate (a Certificate
+                                  into the same Secret) and its cainjector fills every
+                                  caBundle (annotation cert-manager.io/inject-ca-from)
+      issuerRef: {}               {name, kind, group} of an Issuer/ClusterIssuer; empty: the
+                                  chart creates a self-signed Issuer for the certificate
 
+Modes, in order: certManager.enabled; existingSecret (with caBundle it needs no cluster access
+at render time, for GitOps tools that render without one); else generated.
 Without existingSecret a CA and a serving certificate for
 <service>.<namespace>.svc are generated with genCA/genSignedCert once per render, and
 reused from the cluster on upgrade (lookup) so that upgrades do not rotate them. The Secret
@@ -26,6 +34,76 @@ and every caBundle of one render come from the same CA.
 {{- $webhook := .Values.webhook | default dict -}}
 {{- $certificate := $webhook.certificate | default dict -}}
 {{- $certificate.existingSecret | default (printf "%s-webhook-tls" (include "evictkit.fullname" .) | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* cert-manager mode is on. */}}
+{{- define "evictkit.webhookCertManager" -}}
+{{- $webhook := .Values.webhook | default dict -}}
+{{- $certificate := $webhook.certificate | default dict -}}
+{{- $certManager := $certificate.certManager | default dict -}}
+{{- if $certManager.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* Name of the cert-manager Certificate (and of its self-signed Issuer). */}}
+{{- define "evictkit.webhookCertificateName" -}}
+{{- printf "%s-webhook" (include "evictkit.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* A webhook configuration's metadata.annotations: cert-manager's CA injection, or nothing. */}}
+{{- define "evictkit.webhookConfigAnnotations" -}}
+{{- if include "evictkit.webhookCertManager" . -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "evictkit.webhookCertificateName" .) }}
+{{- end -}}
+{{- end -}}
+
+{{/* A clientConfig's caBundle line; none in cert-manager mode (the cainjector writes it and
+Helm's three-way merge leaves a field the chart never sets alone). */}}
+{{- define "evictkit.webhookClientCABundle" -}}
+{{- if not (include "evictkit.webhookCertManager" .) -}}
+caBundle: {{ include "evictkit.webhookCABundle" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* cert-manager mode: the Certificate for the webhook Service (into the serving Secret) and,
+without an issuerRef, a self-signed Issuer for it. */}}
+{{- define "evictkit.webhookCertManagerObjects" -}}
+{{- if include "evictkit.webhookCertManager" . }}
+{{- $certManager := .Values.webhook.certificate.certManager -}}
+{{- $name := include "evictkit.webhookCertificateName" . -}}
+{{- $svc := include "evictkit.webhookServiceName" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- if not $certManager.issuerRef }}
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "evictkit.labels" . | nindent 4 }}
+spec:
+  selfSigned: {}
+---
+{{- end }}
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "evictkit.labels" . | nindent 4 }}
+spec:
+  secretName: {{ include "evictkit.webhookCertSecretName" . }}
+  duration: {{ printf "%dh" (mul 24 (int (.Values.webhook.certificate.validityDays | default 3650))) }}
+  commonName: {{ printf "%s.%s.svc" $svc $ns }}
+  dnsNames:
+    - {{ $svc }}
+    - {{ printf "%s.%s" $svc $ns }}
+    - {{ printf "%s.%s.svc" $svc $ns }}
+    - {{ printf "%s.%s.svc.cluster.local" $svc $ns }}
+  issuerRef:
+    {{- toYaml ($certManager.issuerRef | default (dict "name" $name "kind" "Issuer" "group" "cert-manager.io")) | nindent 4 }}
+{{- end }}
 {{- end -}}
 
 {{/* Internal: compute the certificate once per render and keep it in .Values. */}}
@@ -62,11 +140,14 @@ and every caBundle of one render come from the same CA.
 {{- (index .Values "__evictkitWebhookCert").ca -}}
 {{- end -}}
 
-{{/* The serving certificate Secret, unless .Values.webhook.certificate.existingSecret is set. */}}
+{{/* The serving certificate Secret, unless .Values.webhook.certificate.existingSecret is set;
+in cert-manager mode the Certificate (and its Issuer) instead. */}}
 {{- define "evictkit.webhookCertSecret" -}}
 {{- $webhook := .Values.webhook | default dict -}}
 {{- $certificate := $webhook.certificate | default dict -}}
-{{- if not $certificate.existingSecret }}
+{{- if include "evictkit.webhookCertManager" . }}
+{{- include "evictkit.webhookCertManagerObjects" . }}
+{{- else if not $certificate.existingSecret }}
 {{- include "evictkit.webhookCert.ensure" . }}
 {{- $cert := index .Values "__evictkitWebhookCert" }}
 apiVersion: v1
