@@ -36,6 +36,9 @@ pub struct CachedPod {
     /// Our condition is `True`: the durable mark of a violation we acted on (it outlives a
     /// restart).
     pub marked: bool,
+    /// The DaemonSet that controls the pod, if one does: its template decides whether an
+    /// evicted pod comes straight back.
+    pub daemonset: Option<String>,
 }
 
 impl From<Pod> for CachedPod {
@@ -53,6 +56,16 @@ impl From<Pod> for CachedPod {
             .any(|c| c.type_ == CONDITION_TYPE && c.status == STATUS_TRUE);
         let node_name = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
         let metadata = pod.metadata;
+        let daemonset = metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|owner| {
+                owner.controller == Some(true)
+                    && owner.kind == "DaemonSet"
+                    && owner.api_version == "apps/v1"
+            })
+            .map(|owner| owner.name.clone());
         CachedPod {
             metadata: ObjectMeta {
                 name: metadata.name,
@@ -64,6 +77,7 @@ impl From<Pod> for CachedPod {
             node_name,
             facts,
             marked,
+            daemonset,
         }
     }
 }
@@ -354,6 +368,26 @@ mod tests {
         assert_eq!(mirror.facts.skip, Some(Skip::Mirror));
         assert!(!mirror.marked, "our condition False is no mark");
         assert!(matches!(mirror.facts.execution, Execution::NotOptedIn));
+        assert_eq!(cached.daemonset, None);
+
+        let mut agent = pod("agent-x", "node-1", Some(USER_B));
+        agent.metadata.owner_references = Some(
+            [
+                ("ReplicaSet", "rs", None),
+                ("DaemonSet", "agent", Some(true)),
+            ]
+            .map(|(kind, name, controller)| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    controller,
+                    ..Default::default()
+                }
+            })
+            .into(),
+        );
+        assert_eq!(CachedPod::from(agent).daemonset.as_deref(), Some("agent"));
     }
 
     #[test]

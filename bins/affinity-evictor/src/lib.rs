@@ -24,7 +24,8 @@ use evictkit_api::conditions::{
 };
 use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
 use evictkit_core::affinity_eviction::{
-    CONDITION_TYPE, REASON_MATCHES_AGAIN, Verdict, retry_delay,
+    CONDITION_TYPE, REASON_MATCHES_AGAIN, REASON_OPTED_OUT, Verdict, counts_as_failed_in_round,
+    daemonset_recreates_on, retry_delay,
 };
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
@@ -37,6 +38,7 @@ use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::tls::ReloadingCertResolver;
 use evictkit_runtime::{client, logging, shutdown, tls};
 use futures::{StreamExt, future, stream};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -47,6 +49,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::cache::{CachedPod, LabelRounds, PodsByNode, forget_resource_version, strip_node};
 use crate::metrics::AffinityMetrics;
+pub use crate::metrics::METRIC_DAEMONSET_PODS_NOT_EVICTED;
 use crate::rounds::{Rounds, Step};
 
 /// Reporting component of Events and the `component` label of shared metrics.
@@ -56,6 +59,9 @@ const LEASE_NAME: &str = "evictkit-affinity-evictor";
 pub const EVENT_REASON: &str = "NodeAffinityEviction";
 /// Event reason for a pod whose annotation cannot be parsed.
 pub const EVENT_REASON_MALFORMED: &str = "InvalidRequiredDuringExecution";
+/// Warning Event reason on a DaemonSet whose pod violates its execution-time affinity while the
+/// template still places it on that node: evicting it would only have it recreated there.
+pub const EVENT_REASON_DAEMONSET: &str = "ExecutionAffinityNotInTemplate";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -68,7 +74,9 @@ Opt a pod in with the annotation evictkit.io/required-during-execution: a NodeSe
 or the word `scheduling` to keep enforcing the pod's own requiredDuringSchedulingIgnoredDuringExecution \
 and nodeSelector. When a node's labels change so that the pod's selector no longer matches, the pod is \
 evicted through the Eviction API (PodDisruptionBudgets respected), retried with backoff while the \
-violation lasts. The webhook role copies the selector into requiredDuringScheduling of new Pods and \
+violation lasts. The pod condition evictkit.io/AffinityEvictionTarget (not DisruptionTarget, which the \
+Eviction API overwrites) says why: True while violating, False once the node matches again or the \
+annotation is removed. The webhook role copies the selector into requiredDuringScheduling of new Pods and \
 DaemonSet templates, so pods are placed only where they may stay."
 )]
 pub struct Args {
@@ -215,6 +223,9 @@ struct PodStates {
     violating: HashSet<ObjectRef<CachedPod>>,
     /// Pods this replica requested an eviction for (`--mode eviction-request`).
     requested: HashSet<ObjectRef<CachedPod>>,
+    /// Violating DaemonSet pods left alone because their template would recreate them
+    /// (reported once per violation).
+    recreated: HashSet<ObjectRef<CachedPod>>,
 }
 
 impl Context {
@@ -224,6 +235,7 @@ impl Context {
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
         states.failures.remove(pod);
         states.violating.remove(pod);
+        states.recreated.remove(pod);
         self.metrics.violating.set(states.violating.len() as i64);
     }
 
@@ -338,6 +350,12 @@ enum Error {
     Withdraw(#[from] EvictionRequestError),
     #[error(transparent)]
     Eviction(#[from] EvictionError),
+    #[error("cannot read DaemonSet {daemonset}: {source}")]
+    DaemonSet {
+        daemonset: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("cannot set condition {CONDITION_TYPE} on pod {pod}: {source}")]
     Condition {
         pod: String,
@@ -351,14 +369,10 @@ enum Error {
 async fn reconcile(pod: Arc<CachedPod>, context: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(pod.as_ref());
     let result = check(&pod, &context).await;
-    context.finish_round(
-        &key,
-        if result.is_err() {
-            Step::Failed
-        } else {
-            Step::Settled
-        },
-    );
+    // A failure ends the pod's turn in `error_policy` (`Context::failed`), which counts it.
+    if result.is_ok() {
+        context.finish_round(&key, Step::Settled);
+    }
     result
 }
 
@@ -373,31 +387,16 @@ async fn check(pod: &CachedPod, context: &Context) -> Result<Action, Error> {
     match pod.facts.judge(&node) {
         Verdict::Skipped(_) => context.forget(&key),
         Verdict::NotOptedIn => {
-            context.forget(&key);
-            context.request_over(&key);
+            settled(pod, &key, &name, REASON_OPTED_OUT, context, || {
+                format!("annotation {REQUIRED_DURING_EXECUTION} removed: the pod no longer asks to be evicted")
+            })
+            .await?;
         }
         Verdict::Matches => {
-            context.forget(&key);
-            context.request_over(&key);
-            // Our condition is the durable mark of a violation we acted on (it outlives a
-            // restart): only then may there be a request to withdraw.
-            if pod.marked && context.enabled && !context.dry_run {
-                if context.mode == Mode::EvictionRequest {
-                    withdraw(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await?;
-                    tracing::info!(pod = %name, node = %node_name, "matches again; withdrew the eviction request");
-                }
-                let message = format!(
-                    "node {node_name} matches the pod's required-during-execution node affinity again"
-                );
-                set_condition(
-                    &context.client,
-                    pod,
-                    STATUS_FALSE,
-                    REASON_MATCHES_AGAIN,
-                    &message,
-                )
-                .await?;
-            }
+            settled(pod, &key, &name, REASON_MATCHES_AGAIN, context, || {
+                format!("node {node_name} matches the pod's required-during-execution node affinity again")
+            })
+            .await?;
         }
         Verdict::Malformed(error) => {
             context.metrics.malformed.inc();
@@ -420,6 +419,85 @@ async fn check(pod: &CachedPod, context: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
+/// The pod matches again or opted out: stop retrying, and if we acted on its violation, withdraw
+/// our eviction request and set our condition `False` with `reason`.
+async fn settled(
+    pod: &CachedPod,
+    key: &ObjectRef<CachedPod>,
+    name: &str,
+    reason: &str,
+    context: &Context,
+    message: impl FnOnce() -> String,
+) -> Result<(), Error> {
+    context.forget(key);
+    context.request_over(key);
+    // Our condition is the durable mark of a violation we acted on (it outlives a restart):
+    // only then may there be a request to withdraw.
+    if !pod.marked || !context.enabled || context.dry_run {
+        return Ok(());
+    }
+    if context.mode == Mode::EvictionRequest {
+        withdraw(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await?;
+        tracing::info!(pod = %name, reason, "withdrew the eviction request");
+    }
+    set_condition(&context.client, pod, STATUS_FALSE, reason, &message()).await
+}
+
+/// Whether `pod`'s DaemonSet would recreate it on `node` if it were evicted (its template still
+/// places pods there, e.g. the webhook never merged the selector: failurePolicy Ignore, a
+/// namespace it skips, a DaemonSet older than it). Such a pod is left alone, with a Warning
+/// Event on the DaemonSet and a metric, once per violation.
+async fn recreated_by_daemonset(
+    pod: &CachedPod,
+    key: &ObjectRef<CachedPod>,
+    name: &str,
+    node: &str,
+    context: &Context,
+) -> Result<bool, Error> {
+    let (Some(daemonset), Some(node_object)) = (&pod.daemonset, context.node(node)) else {
+        return Ok(false);
+    };
+    let namespace = pod.namespace().unwrap_or_default();
+    let api: Api<DaemonSet> = Api::namespaced(context.client.clone(), &namespace);
+    let found = api
+        .get_opt(daemonset)
+        .await
+        .map_err(|source| Error::DaemonSet {
+            daemonset: format!("{namespace}/{daemonset}"),
+            source,
+        })?;
+    // Gone: nothing recreates the pod.
+    let Some(found) = found else {
+        return Ok(false);
+    };
+    let template = found.spec.template.spec.as_ref();
+    if !template.is_some_and(|t| daemonset_recreates_on(t, &node_object)) {
+        return Ok(false);
+    }
+    let first = {
+        let mut states = context.pods.lock().unwrap_or_else(|p| p.into_inner());
+        states.recreated.insert(key.clone())
+    };
+    if first {
+        context.metrics.daemonset_pods_not_evicted.inc();
+        tracing::warn!(pod = %name, %node, daemonset = %format!("{namespace}/{daemonset}"), "not evicting: the DaemonSet's template would recreate the pod on the same node");
+        let note = format!(
+            "Not evicting pod {name}: node {node} no longer matches its {REQUIRED_DURING_EXECUTION} \
+             annotation, but the pod template's node affinity still places it there, so an eviction \
+             would only have it recreated; fold the selector into the template (the affinity-evictor \
+             webhook does so on the next update of this DaemonSet)"
+        );
+        if let Err(error) = context
+            .recorder
+            .warning(&found, EVENT_REASON_DAEMONSET, "Evict", &note)
+            .await
+        {
+            tracing::warn!(%error, "cannot record event");
+        }
+    }
+    Ok(true)
+}
+
 /// KEP-4328: the pod's node no longer matches; evict it, or wait for the next attempt.
 async fn violation(
     pod: &CachedPod,
@@ -434,8 +512,15 @@ async fn violation(
         context.metrics.violating.set(states.violating.len() as i64);
         states.failures.get(key).map(|(_, at)| *at)
     };
+    // KEP-4328: each label change starts a round that tries every violating pod of the node
+    // again; the backoff only spaces the retries between rounds.
+    let next_attempt = next_attempt.filter(|_| !context.in_round(key));
     if !context.enabled {
         tracing::info!(pod = %name, %node, "violates its required-during-execution node affinity; not evicting (--enabled=false)");
+        return Ok(Action::await_change());
+    }
+    // A template change replaces the pod (or has the DaemonSet controller remove it): wait.
+    if recreated_by_daemonset(pod, key, name, node, context).await? {
         return Ok(Action::await_change());
     }
     // Any change of the pod (e.g. our own condition) triggers a reconcile; the backoff holds.
@@ -569,16 +654,27 @@ impl Context {
         }
     }
 
-    /// Counts a failed attempt and returns the wait before the next one.
+    fn in_round(&self, pod: &ObjectRef<CachedPod>) -> bool {
+        self.rounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .includes(pod)
+    }
+
+    /// Records a failed attempt (counted once per round) and returns the wait before the next.
     fn failed(&self, key: &ObjectRef<CachedPod>, name: &str) -> Duration {
+        let in_round = self.in_round(key);
         self.finish_round(key, Step::Failed);
-        let (namespace, pod) = name.split_once('/').unwrap_or_default();
-        self.metrics
-            .failed
-            .with_label_values(&[namespace, pod])
-            .inc();
         let mut states = self.pods.lock().unwrap_or_else(|p| p.into_inner());
-        let failures = states.failures.get(key).map_or(0, |(n, _)| *n) + 1;
+        let earlier = states.failures.get(key).map_or(0, |(n, _)| *n);
+        if counts_as_failed_in_round(in_round, earlier) {
+            let (namespace, pod) = name.split_once('/').unwrap_or_default();
+            self.metrics
+                .failed
+                .with_label_values(&[namespace, pod])
+                .inc();
+        }
+        let failures = earlier + 1;
         let delay = retry_delay(failures, self.backoff.0, self.backoff.1);
         states
             .failures

@@ -5,15 +5,24 @@ use std::sync::Arc;
 use evictkit_runtime::metrics::{Metrics, MetricsError};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 
+/// DaemonSet pods left alone although they violate: their DaemonSet's template would recreate
+/// them on the same node (see [`AffinityMetrics::daemonset_pods_not_evicted`]).
+pub const METRIC_DAEMONSET_PODS_NOT_EVICTED: &str =
+    "evictkit_affinity_evictor_daemonset_pods_not_evicted_total";
+
 #[derive(Clone)]
 pub struct AffinityMetrics {
     /// KEP-4328 `evictions_node_affinity_total`: evictions the controller made.
     pub evictions: IntCounter,
-    /// KEP-4328 `pod_failed_eviction_node_affinity_total{namespace, pod}`: failed attempts per
-    /// pod, so users find the pods to look after; the series goes when the pod does.
+    /// KEP-4328 `pod_failed_eviction_node_affinity_total{namespace, pod}`: eviction rounds that
+    /// failed to evict the pod, once per pod per round (backoff retries between rounds are not
+    /// counted), so users find the pods to look after; the series goes when the pod does.
     pub failed: IntCounterVec,
     /// Pods whose annotation cannot be parsed (bad input is counted, DESIGN.md).
     pub malformed: IntCounter,
+    /// [`METRIC_DAEMONSET_PODS_NOT_EVICTED`]: violating DaemonSet pods left alone, once per
+    /// violation, because their DaemonSet's template would recreate them on the same node.
+    pub daemonset_pods_not_evicted: IntCounter,
     /// Pods violating their execution-time affinity right now; with `--enabled=false` this is
     /// what would be evicted.
     pub violating: IntGauge,
@@ -32,13 +41,17 @@ impl AffinityMetrics {
             failed: new(IntCounterVec::new(
                 Opts::new(
                     "pod_failed_eviction_node_affinity_total",
-                    "Failed eviction attempts of pods violating their required-during-execution node affinity, by pod (KEP-4328).",
+                    "Eviction rounds that failed to evict a pod violating its required-during-execution node affinity, once per pod per round (KEP-4328); the pod carries condition evictkit.io/AffinityEvictionTarget=True.",
                 ),
                 &["namespace", "pod"],
             ))?,
             malformed: new(IntCounter::new(
                 "evictkit_affinity_evictor_malformed_annotations_total",
                 "Pods seen with an evictkit.io/required-during-execution annotation that cannot be parsed; they are left alone.",
+            ))?,
+            daemonset_pods_not_evicted: new(IntCounter::new(
+                METRIC_DAEMONSET_PODS_NOT_EVICTED,
+                "Violating DaemonSet pods not evicted because their DaemonSet's pod template would recreate them on the same node (once per violation; a Warning Event names the DaemonSet).",
             ))?,
             violating: new(IntGauge::new(
                 "evictkit_affinity_evictor_violating_pods",
@@ -48,6 +61,7 @@ impl AffinityMetrics {
         metrics.register(own.evictions.clone())?;
         metrics.register(own.failed.clone())?;
         metrics.register(own.malformed.clone())?;
+        metrics.register(own.daemonset_pods_not_evicted.clone())?;
         metrics.register(own.violating.clone())?;
         Ok(own)
     }

@@ -45,6 +45,11 @@ impl Rounds {
         }
     }
 
+    /// Whether `pod` is waiting for its turn in an open round.
+    pub fn includes(&self, pod: &ObjectRef<CachedPod>) -> bool {
+        self.pods.contains_key(pod)
+    }
+
     /// Records `step` for `pod` if it belongs to an open round; returns the node and the round
     /// once every pod of it is done.
     pub fn finish(&mut self, pod: &ObjectRef<CachedPod>, step: Step) -> Option<(String, Round)> {
@@ -78,6 +83,7 @@ mod tests {
         rounds.start("node-1", &[pod("a"), pod("b")]);
         // A second label change while the round is open adds only new pods.
         rounds.start("node-1", &[pod("b"), pod("c")]);
+        assert!(rounds.includes(&pod("b")) && !rounds.includes(&pod("elsewhere")));
         assert_eq!(
             rounds.finish(&pod("elsewhere"), Step::Evicted),
             None,
@@ -85,6 +91,7 @@ mod tests {
         );
         assert_eq!(rounds.finish(&pod("a"), Step::Evicted), None);
         assert_eq!(rounds.finish(&pod("b"), Step::Failed), None);
+        assert!(!rounds.includes(&pod("b")), "its turn is over");
         assert_eq!(
             rounds.finish(&pod("b"), Step::Failed),
             None,

@@ -6,6 +6,11 @@
 //! matches (KEP-4328's DaemonSet goal, without an evict/recreate hot loop). A malformed
 //! annotation is refused at admission, with the bad part in the message.
 //!
+//! A DaemonSet's template also carries what the webhook merged (annotation
+//! `evictkit.io/merged-node-affinity`: the template's own selector and the result), so an UPDATE
+//! starts again from the template's own selector: changing the annotation replaces the merged
+//! selector, removing it restores the template's own.
+//!
 //! Pods are mutated on CREATE only: a running pod's affinity is immutable. On UPDATE, a changed
 //! annotation is still checked, and a value admitted before (or written before the webhook was
 //! installed) never blocks an update, so a pod with a bad value can still lose its finalizers.
@@ -13,11 +18,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
-use evictkit_core::affinity_eviction::required_during_scheduling_with_execution;
+use evictkit_api::keys::{MERGED_NODE_AFFINITY, REQUIRED_DURING_EXECUTION};
+use evictkit_core::affinity_eviction::{
+    TemplateAffinity, required_during_scheduling_with_execution,
+    template_required_during_scheduling,
+};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::json_patch::jsonptr::PointerBuf;
-use evictkit_runtime::webhook::json_patch::{AddOperation, Patch, PatchOperation};
+use evictkit_runtime::webhook::json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use k8s_openapi::api::core::v1::{NodeSelector, PodSpec};
 use kube::core::DynamicObject;
@@ -68,6 +76,25 @@ pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> Admission {
         // The apiserver decodes the object before calling us; what it accepted we let through.
         _ => return Admission::allow(),
     };
+    let denied = |error| {
+        Admission::deny(
+            422,
+            format!(
+                "{kind} {}: annotation {REQUIRED_DURING_EXECUTION}: {error}",
+                object_name(request, object)
+            ),
+        )
+    };
+    if kind == "DaemonSet" {
+        return match template_required_during_scheduling(annotations.as_ref(), &spec) {
+            Ok(None) => Admission::allow(),
+            Ok(Some(wanted)) => {
+                Admission::allow().with_patch(template_patch(&new, prefix, &spec, &wanted))
+            }
+            Err(_) if unchanged => Admission::allow(),
+            Err(error) => denied(error),
+        };
+    }
     match required_during_scheduling_with_execution(annotations.as_ref(), &spec) {
         Ok(None) => Admission::allow(),
         // A pod's affinity is immutable once created.
@@ -78,13 +105,7 @@ pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> Admission {
             Admission::allow().with_patch(affinity_patch(&new, prefix, &selector))
         }
         Err(_) if unchanged => Admission::allow(),
-        Err(error) => Admission::deny(
-            422,
-            format!(
-                "{kind} {}: annotation {REQUIRED_DURING_EXECUTION}: {error}",
-                object_name(request, object)
-            ),
-        ),
+        Err(error) => denied(error),
     }
 }
 
@@ -109,6 +130,56 @@ fn object_name(request: &AdmissionRequest<DynamicObject>, object: &DynamicObject
     }
 }
 
+/// A DaemonSet's template as [`template_required_during_scheduling`] wants it: its required
+/// selector set (or removed) and the record of the merge set (or removed).
+fn template_patch(
+    template: &Value,
+    prefix: &[&str],
+    spec: &PodSpec,
+    wanted: &TemplateAffinity,
+) -> Patch {
+    let mut operations = match &wanted.required {
+        Some(selector) => affinity_patch(template, prefix, selector).0,
+        None if has_required(spec) => vec![PatchOperation::Remove(RemoveOperation {
+            path: PointerBuf::from_tokens(prefix.iter().chain(REQUIRED_PATH).copied()),
+        })],
+        None => Vec::new(),
+    };
+    let record_path = PointerBuf::from_tokens(prefix.iter().copied().chain([
+        "metadata",
+        "annotations",
+        MERGED_NODE_AFFINITY,
+    ]));
+    let recorded = template
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(MERGED_NODE_AFFINITY))
+        .is_some();
+    match &wanted.record {
+        // The annotations exist: the record is only wanted with the annotation that asks for it.
+        Some(record) => operations.push(PatchOperation::Add(AddOperation {
+            path: record_path,
+            value: Value::String(record.clone()),
+        })),
+        None if recorded => operations.push(PatchOperation::Remove(RemoveOperation {
+            path: record_path,
+        })),
+        None => {}
+    }
+    Patch(operations)
+}
+
+const REQUIRED_PATH: &[&str] = &["spec", "affinity", "nodeAffinity", REQUIRED];
+
+fn has_required(spec: &PodSpec) -> bool {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .is_some_and(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .is_some()
+        })
+}
+
 /// One `add` at the shallowest missing level, so the rest of the affinity (pod affinity,
 /// preferred terms, fields newer than our API types) is left exactly as it was.
 fn affinity_patch(template: &Value, prefix: &[&str], selector: &NodeSelector) -> Patch {
@@ -129,7 +200,7 @@ fn affinity_patch(template: &Value, prefix: &[&str], selector: &NodeSelector) ->
             &["spec", "affinity", "nodeAffinity"],
             json!({REQUIRED: selector}),
         ),
-        (Some(_), Some(_)) => (&["spec", "affinity", "nodeAffinity", REQUIRED], selector),
+        (Some(_), Some(_)) => (REQUIRED_PATH, selector),
     };
     Patch(vec![PatchOperation::Add(AddOperation {
         path: PointerBuf::from_tokens(prefix.iter().chain(path).copied()),

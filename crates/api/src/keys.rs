@@ -15,6 +15,10 @@ pub const API_VERSION: &str = "evictkit.io/v1alpha1";
 /// The value is a `NodeSelector` as JSON, or [`REQUIRED_DURING_EXECUTION_SCHEDULING`] to enforce
 /// the pod's own `requiredDuringSchedulingIgnoredDuringExecution` at execution time too.
 pub const REQUIRED_DURING_EXECUTION: &str = "evictkit.io/required-during-execution";
+/// Annotation the affinity-evictor's webhook keeps on a DaemonSet's pod template: what it merged
+/// into the template's `requiredDuringSchedulingIgnoredDuringExecution` (the template's own
+/// selector before, and the result), so an UPDATE replaces the merge instead of ANDing again.
+pub const MERGED_NODE_AFFINITY: &str = "evictkit.io/merged-node-affinity";
 /// Value of [`REQUIRED_DURING_EXECUTION`] meaning "enforce the pod's scheduling-time required
 /// node affinity during execution as well".
 pub const REQUIRED_DURING_EXECUTION_SCHEDULING: &str = "scheduling";

@@ -13,10 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_api::keys::{MERGED_NODE_AFFINITY, REQUIRED_DURING_EXECUTION};
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
 };
+use serde::{Deserialize, Serialize};
 
 use crate::node_selector::{
     AnnotationError, NodeSelectorMatcher, RequiredDuringExecution, RequiredNodeAffinity,
@@ -32,6 +33,9 @@ use crate::node_selector::{
 pub const CONDITION_TYPE: &str = "evictkit.io/AffinityEvictionTarget";
 /// Reason of [`CONDITION_TYPE`] `False` once a violating pod's node matches again.
 pub const REASON_MATCHES_AGAIN: &str = "RequiredNodeAffinityMatches";
+/// Reason of [`CONDITION_TYPE`] `False` once a violating pod no longer carries the annotation
+/// (opted out): the eviction is no longer wanted.
+pub const REASON_OPTED_OUT: &str = "RequiredDuringExecutionRemoved";
 
 /// Annotation the kubelet sets on mirror pods of static pods (upstream
 /// `kubetypes.ConfigMirrorAnnotationKey`); evicting a mirror pod does not stop its static pod.
@@ -280,6 +284,21 @@ pub fn judge(pod: &Pod, node: &Node) -> Verdict {
     PodFacts::of(pod).judge(node)
 }
 
+/// Whether the DaemonSet controller would place a pod of this template on `node` again: the
+/// template's `nodeSelector` and required node affinity match it (as upstream's
+/// `NodeShouldRunDaemonPod` reads them). Evicting a violating pod it would recreate only starts
+/// an evict/recreate loop, so such a pod is left alone. A selector that cannot be evaluated
+/// matches nothing, for the DaemonSet controller too.
+pub fn daemonset_recreates_on(template: &PodSpec, node: &Node) -> bool {
+    let pod = Pod {
+        spec: Some(template.clone()),
+        ..Pod::default()
+    };
+    RequiredNodeAffinity::from_pod(&pod)
+        .matches(node)
+        .unwrap_or(false)
+}
+
 /// Wait before the next eviction attempt after `failures` failed ones: `base` doubled per
 /// failure, at most `max` (client-go's per-item exponential backoff). KEP-4328 retries on the
 /// next label change only; retrying with backoff while the violation lasts also covers a PDB
@@ -289,6 +308,16 @@ pub fn retry_delay(failures: u32, base: Duration, max: Duration) -> Duration {
         .checked_shl(failures.saturating_sub(1))
         .unwrap_or(u32::MAX);
     base.checked_mul(factor).map_or(max, |delay| delay.min(max))
+}
+
+/// Whether a failed eviction attempt counts in KEP-4328's `pod_failed_eviction_node_affinity_total`:
+/// once per pod per eviction round ("after the eviction in the current round is completed ...
+/// increase the metric"), not once per backoff retry between rounds. `in_round`: the attempt was
+/// the pod's turn in a round a node label change started; `earlier_failures`: failed attempts
+/// since the pod started violating. A violation no label change announced (a pod whose
+/// annotation changed, a restart) is a round of its own: its first failure counts.
+pub fn counts_as_failed_in_round(in_round: bool, earlier_failures: u32) -> bool {
+    in_round || earlier_failures == 0
 }
 
 /// The `requiredDuringSchedulingIgnoredDuringExecution` a new pod (or a DaemonSet's pod
@@ -311,6 +340,84 @@ pub fn required_during_scheduling_with_execution(
     let existing = required_during_scheduling(spec);
     let merged = and_node_selectors(existing, &execution);
     Ok((Some(&merged) != existing).then_some(merged))
+}
+
+/// What the webhook merged into a DaemonSet's pod template, kept as JSON in the template's
+/// annotation [`MERGED_NODE_AFFINITY`], so that an UPDATE starts again from the template's own
+/// selector: a changed annotation replaces the merge, a removed one undoes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergedNodeAffinity {
+    /// The template's own `requiredDuringSchedulingIgnoredDuringExecution` before the merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<NodeSelector>,
+    /// What the webhook set: `own` AND the annotation's selector.
+    pub merged: NodeSelector,
+}
+
+/// A DaemonSet pod template's required node selector and [`MERGED_NODE_AFFINITY`] record, as
+/// they must be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateAffinity {
+    pub required: Option<NodeSelector>,
+    /// The record as JSON; `None`: the template must not carry one.
+    pub record: Option<String>,
+}
+
+/// What a DaemonSet's pod template must look like so the DaemonSet controller places pods only
+/// where their execution-time affinity lets them stay; `Ok(None)` when it already does.
+///
+/// The template's own selector is the record's `own` while the template still holds what the
+/// webhook merged; otherwise (no record, or the user has since replaced the selector) it is the
+/// template's current one. The annotation's selector is ANDed into that; without the annotation
+/// (or with `scheduling`) the own selector is restored and the record dropped. Templates merged
+/// before the record existed keep their merged terms as their own.
+pub fn template_required_during_scheduling(
+    annotations: Option<&BTreeMap<String, String>>,
+    spec: &PodSpec,
+) -> Result<Option<TemplateAffinity>, AnnotationError> {
+    let current = required_during_scheduling(spec);
+    let current_record = annotations.and_then(|a| a.get(MERGED_NODE_AFFINITY));
+    let record: Option<MergedNodeAffinity> =
+        current_record.and_then(|r| serde_json::from_str(r).ok());
+    let own = match record {
+        Some(record) if Some(&record.merged) == current => record.own,
+        _ => current.cloned(),
+    };
+    let execution = match annotations.and_then(|a| a.get(REQUIRED_DURING_EXECUTION)) {
+        None => None,
+        Some(value) => match parse_required_during_execution(value)? {
+            RequiredDuringExecution::Scheduling => None,
+            RequiredDuringExecution::Selector { selector, .. } => Some(selector),
+        },
+    };
+    let wanted = match execution {
+        None => TemplateAffinity {
+            required: own,
+            record: None,
+        },
+        Some(execution) => {
+            let merged = and_node_selectors(own.as_ref(), &execution);
+            let record = MergedNodeAffinity {
+                own,
+                merged: merged.clone(),
+            };
+            TemplateAffinity {
+                required: Some(merged),
+                // Serialising a NodeSelector cannot fail.
+                record: serde_json::to_string(&record).ok(),
+            }
+        }
+    };
+    let same_record = match (&wanted.record, current_record) {
+        (None, None) => true,
+        (Some(wanted), Some(current)) => {
+            serde_json::from_str::<MergedNodeAffinity>(wanted).ok()
+                == serde_json::from_str::<MergedNodeAffinity>(current).ok()
+        }
+        _ => false,
+    };
+    Ok((wanted.required.as_ref() != current || !same_record).then_some(wanted))
 }
 
 /// `existing AND execution` as one NodeSelector. Terms are ORed and the requirements of a term

@@ -1,7 +1,9 @@
 //! affinity-evictor (KEP-4328) against the real control plane: the KEP's e2e steps 1–9, a PDB
-//! that blocks the eviction until it allows it, DaemonSet pods not recreated on a node that no
-//! longer matches, `--enabled=false`, label changes irrelevant to the selector, and
-//! `--mode eviction-request` with the evictionrequest-controller.
+//! that blocks the eviction until it allows it (counted once per round), DaemonSet pods evicted
+//! by the evictor and not recreated on a node that no longer matches, DaemonSet pods whose
+//! template would recreate them left alone, `--enabled=false`, label changes irrelevant to the
+//! selector, and `--mode eviction-request` with the evictionrequest-controller (withdrawn when
+//! the node matches again or the pod opts out).
 //!
 //! Each test starts its own affinity-evictor restricted to its namespace (`--namespace`), with
 //! its Lease there too, and labels only nodes it created: the label value is the test's
@@ -13,16 +15,18 @@ use anyhow::{Result, ensure};
 use evictkit_api::conditions::REASON_REQUIRED_NODE_AFFINITY_VIOLATION;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
-use evictkit_core::affinity_eviction::CONDITION_TYPE;
+use evictkit_core::affinity_eviction::{CONDITION_TYPE, REASON_OPTED_OUT};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
-use k8s_openapi::api::core::v1::{Event, Node, Pod, PodTemplateSpec};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -322,16 +326,37 @@ async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
         "pod_failed_eviction_node_affinity_total{{namespace=\"{}\",pod=\"db-0\"}}",
         env.namespace
     );
-    wait_for_metric(&evictor, &failed, |v| v.is_some_and(|v| v >= 2.0)).await?;
     ensure!(
         blocked.metadata.deletion_timestamp.is_none(),
         "evicted despite the PDB"
     );
-    let refusals = env.evictions_of_uid(&blocked.uid().unwrap_or_default())?;
+    // Retried with backoff, but KEP-4328 counts a pod once per eviction round.
+    let uid = blocked.uid().unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let refusals = loop {
+        let refusals = env.evictions_of_uid(&uid)?;
+        if refusals.len() >= 3 {
+            break refusals;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "not retried: {refusals:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     ensure!(
         refusals.iter().all(|e| e.code() == Some(429)),
         "{refusals:?}"
     );
+    assert_eq!(
+        evictor.metric_value(&failed)?,
+        Some(1.0),
+        "{} refused attempts in one round",
+        refusals.len()
+    );
+    // Another label change that keeps the violation is a new round: counted again.
+    label_node(&env, &node, json!({USER_B: "someone-else-again"})).await?;
+    wait_for_metric(&evictor, &failed, |v| v == Some(2.0)).await?;
     assert_eq!(
         evictor.metric_value("evictions_node_affinity_total")?,
         Some(0.0)
@@ -455,42 +480,104 @@ async fn label_changes_irrelevant_to_the_selector_cause_no_api_writes() -> Resul
     Ok(())
 }
 
+/// The label of pods [`protect_from_deletion`] keeps from being deleted.
+const PROTECTED: &str = "evictkit.io/e2e-protected";
+
+/// The DaemonSet `agent` opted in with the test's selector; `affinity` is the template's own.
+fn agent_daemonset(env: &TestEnv, affinity: Option<serde_json::Value>) -> Result<DaemonSet> {
+    let mut template = json!({
+        "metadata": {
+            "labels": {"app": "agent", PROTECTED: "true"},
+            "annotations": {REQUIRED_DURING_EXECUTION: selector(env)},
+        },
+        "spec": objects::pod_spec(),
+    });
+    if let Some(affinity) = affinity {
+        template["spec"]["affinity"] = affinity;
+    }
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template},
+    }))?)
+}
+
+/// Denies DELETE of this namespace's pods labelled [`PROTECTED`] (a ValidatingAdmissionPolicy),
+/// so the DaemonSet controller cannot remove them; an eviction is admitted as a `pods/eviction`
+/// CREATE and deletes without DELETE admission, so only the affinity-evictor can. Returns once
+/// the apiserver enforces it.
+async fn protect_from_deletion(env: &TestEnv) -> Result<()> {
+    let name = format!("{}-protect", env.namespace);
+    let policy = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["DELETE"], "resources": ["pods"],
+            }]},
+            "validations": [{"expression": "false", "message": "protected by the test"}],
+        },
+    }))?;
+    let binding = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.namespace}},
+                "objectSelector": {"matchLabels": {PROTECTED: "true"}},
+            },
+        },
+    }))?;
+    let post = kube::api::PostParams::default();
+    Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
+        .create(&post, &policy)
+        .await?;
+    env.delete_on_drop::<ValidatingAdmissionPolicy>(&name);
+    Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
+        .create(&post, &binding)
+        .await?;
+    env.delete_on_drop::<ValidatingAdmissionPolicyBinding>(&name);
+    // A protected probe pod: its dry-run deletion is refused once the policy is in force.
+    let mut probe = objects::pod("probe", "probe");
+    probe
+        .labels_mut()
+        .insert(PROTECTED.to_owned(), "true".to_owned());
+    env.create(&probe).await?;
+    let dry_run = kube::api::DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while env.api::<Pod>().delete("probe", &dry_run).await.is_ok() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the ValidatingAdmissionPolicy {name} is not enforced"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
-async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_returns()
+async fn daemonset_pod_is_evicted_by_the_evictor_and_not_recreated_until_the_label_returns()
 -> Result<()> {
     let env = TestEnv::new("affinity-ds").await?;
-    let _evictor = start(&env, &[]).await?;
+    let evictor = start(&env, &[]).await?;
     let node = env
         .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
         .await?
         .name_any();
-    let labels: std::collections::BTreeMap<String, String> =
-        [("app".to_owned(), "agent".to_owned())].into();
-    let daemonset = DaemonSet {
-        metadata: ObjectMeta {
-            name: Some("agent".into()),
-            ..Default::default()
-        },
-        spec: DaemonSetSpec {
-            selector: LabelSelector {
-                match_labels: Some(labels.clone()),
-                ..Default::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    annotations: Some(
-                        [(REQUIRED_DURING_EXECUTION.to_owned(), selector(&env))].into(),
-                    ),
-                    ..Default::default()
-                }),
-                spec: Some(objects::pod_spec()),
-            },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let created = env.create(&daemonset).await?;
+    // The DaemonSet controller deletes pods whose node no longer fits the template; with that
+    // kept from deleting, only the affinity-evictor can remove the pod.
+    protect_from_deletion(&env).await?;
+    let created = env.create(&agent_daemonset(&env, None)?).await?;
     let template_required = created
         .spec
         .template
@@ -515,6 +602,7 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
     };
     let first = env.wait_for_ready_pods("app=agent", 1).await?;
     assert_eq!(on_node(&first), 1);
+    let (name, uid) = (first[0].name_any(), first[0].uid().unwrap_or_default());
 
     label_node(&env, &node, json!({USER_B: null})).await?;
     wait::wait_for_list(
@@ -525,7 +613,24 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
         |pods| pods.is_empty(),
     )
     .await?;
-    // The DaemonSet controller sees the node no longer fits the template: no hot loop.
+    // The affinity-evictor's doing: its eviction, its Event.
+    let evictions = env.evictions_of_uid(&uid)?;
+    ensure!(
+        evictions.iter().any(|e| e.code() == Some(201)),
+        "no successful eviction of {name}: {evictions:?}"
+    );
+    ensure!(
+        !events_about(&env, &name, affinity_evictor::EVENT_REASON)
+            .await?
+            .is_empty(),
+        "no {} Event about {name}",
+        affinity_evictor::EVENT_REASON
+    );
+    wait_for_metric(&evictor, "evictions_node_affinity_total", |v| {
+        v == Some(1.0)
+    })
+    .await?;
+    // The template no longer fits the node: no hot loop.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let meanwhile = env
         .api::<Pod>()
@@ -544,6 +649,70 @@ async fn daemonset_pod_is_not_recreated_on_the_relabelled_node_until_the_label_r
 }
 
 #[tokio::test]
+async fn daemonset_pod_its_template_would_recreate_is_not_evicted() -> Result<()> {
+    let env = TestEnv::new("affinity-dsloop").await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    // Older than the webhook: the template pins the node by name and does not carry the
+    // selector, so the DaemonSet controller would put an evicted pod straight back.
+    let pinned = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}
+        ]}]
+    }}});
+    env.create(&agent_daemonset(&env, Some(pinned))?).await?;
+    let pod = env.wait_for_ready_pods("app=agent", 1).await?.remove(0);
+    let uid = pod.uid().unwrap_or_default();
+    let evictor = start(&env, &[]).await?;
+
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let warnings = loop {
+        let evictions = env.evictions_of_uid(&uid)?;
+        ensure!(
+            evictions.is_empty(),
+            "evicted a DaemonSet pod its template recreates on the same node: {evictions:?}"
+        );
+        let events = events_about(&env, "agent", affinity_evictor::EVENT_REASON_DAEMONSET).await?;
+        if !events.is_empty() {
+            break events;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no {} Event on the DaemonSet; log:\n{}",
+            affinity_evictor::EVENT_REASON_DAEMONSET,
+            evictor.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ensure!(
+        warnings
+            .iter()
+            .all(|e| e.type_.as_deref() == Some("Warning")),
+        "{warnings:?}"
+    );
+    let skipped = affinity_evictor::METRIC_DAEMONSET_PODS_NOT_EVICTED;
+    wait_for_metric(&evictor, skipped, |v| v == Some(1.0)).await?;
+    // Never loops: the pod stays, nothing is evicted, the metric counts the pod once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = env.api::<Pod>().get(&pod.name_any()).await?;
+    ensure!(
+        still.metadata.deletion_timestamp.is_none(),
+        "{}",
+        wait::describe(Some(&still))
+    );
+    ensure!(env.evictions_of_uid(&uid)?.is_empty());
+    assert_eq!(evictor.metric_value(skipped)?, Some(1.0));
+    assert_eq!(
+        evictor.metric_value("evictions_node_affinity_total")?,
+        Some(0.0)
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
     let env = TestEnv::new("affinity-er").await?;
     let _controller = env.start_eviction_request_controller().await?;
@@ -555,30 +724,35 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
         .name_any();
     env.create(&annotated_pod("web", "web", &selector(&env)))
         .await?;
-    env.create(&annotated_pod("db", "db", &selector(&env)))
-        .await?;
-    env.create(&objects::pdb(
-        "db",
-        "db",
-        Budget::MinAvailable(IntOrString::Int(1)),
-        None,
-    ))
-    .await?;
     let pods = env.api::<Pod>();
     let web = wait::wait_for(&pods, "web", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
-    let db = wait::wait_for(&pods, "db", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
-    wait::wait_for(
-        &env.api::<PodDisruptionBudget>(),
-        "db",
-        DEFAULT_TIMEOUT,
-        "observed",
-        |pdb: &PodDisruptionBudget| {
-            pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(1)
-            })
-        },
-    )
-    .await?;
+    // db and cache: their PDBs hold the eviction.
+    let mut held = Vec::new();
+    for app in ["db", "cache"] {
+        env.create(&annotated_pod(app, app, &selector(&env)))
+            .await?;
+        env.create(&objects::pdb(
+            app,
+            app,
+            Budget::MinAvailable(IntOrString::Int(1)),
+            None,
+        ))
+        .await?;
+        held.push(wait::wait_for(&pods, app, DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?);
+        wait::wait_for(
+            &env.api::<PodDisruptionBudget>(),
+            app,
+            DEFAULT_TIMEOUT,
+            "observed",
+            |pdb: &PodDisruptionBudget| {
+                pdb.status.as_ref().is_some_and(|s| {
+                    s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(1)
+                })
+            },
+        )
+        .await?;
+    }
+    let (db, cache) = (&held[0], &held[1]);
 
     label_node(&env, &node, json!({USER_B: null})).await?;
     // web: requested, and the evictionrequest-controller evicts it.
@@ -609,6 +783,47 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
         ours,
     )
     .await?;
+    // cache: requested, then opted out (annotation removed): withdrawn, no longer marked.
+    let cache_request = cache.uid().unwrap_or_default();
+    wait::wait_for(
+        &requests,
+        &cache_request,
+        DEFAULT_TIMEOUT,
+        "requested by the affinity-evictor",
+        ours,
+    )
+    .await?;
+    pods.patch(
+        "cache",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {REQUIRED_DURING_EXECUTION: null}}})),
+    )
+    .await?;
+    wait::wait_for(
+        &requests,
+        &cache_request,
+        DEFAULT_TIMEOUT,
+        "withdrawn after the opt-out",
+        |r: &EvictionRequest| !ours(r),
+    )
+    .await?;
+    wait::wait_for(
+        &pods,
+        "cache",
+        DEFAULT_TIMEOUT,
+        "no longer marked after the opt-out",
+        |pod: &Pod| condition_reason(pod) == Some(("False".into(), REASON_OPTED_OUT.into())),
+    )
+    .await?;
+    ensure!(
+        pods.get("cache")
+            .await?
+            .metadata
+            .deletion_timestamp
+            .is_none(),
+        "cache was evicted after it opted out"
+    );
+
     label_node(&env, &node, json!({USER_B: ns})).await?;
     wait::wait_for(
         &requests,
@@ -633,7 +848,7 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
     .await?;
     assert_eq!(
         evictor.metric_value("evictions_node_affinity_total")?,
-        Some(2.0)
+        Some(3.0)
     );
     Ok(())
 }

@@ -1,4 +1,5 @@
 use super::*;
+use evictkit_api::keys::MERGED_NODE_AFFINITY;
 use kube::core::admission::AdmissionReview;
 
 const USER_B: &str = r#"{"nodeSelectorTerms":[{"matchExpressions":[{"key":"userB","operator":"In","values":["allow"]}]}]}"#;
@@ -173,5 +174,84 @@ fn daemonset_templates() {
     assert_eq!(
         again, after,
         "merging an already merged template changes nothing"
+    );
+}
+
+#[test]
+fn daemonset_updates_replace_what_was_merged() {
+    let daemonset = |annotation: Option<&str>, affinity: Value| {
+        let mut template = pod(annotation, affinity);
+        template
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| k == "metadata" || k == "spec");
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"}, "spec": {"template": template}})
+    };
+    let annotate = |object: &Value, value: Option<&str>| {
+        let mut object = object.clone();
+        let annotations = object
+            .pointer_mut("/spec/template/metadata/annotations")
+            .and_then(Value::as_object_mut)
+            .unwrap();
+        match value {
+            Some(value) => annotations.insert(REQUIRED_DURING_EXECUTION.to_owned(), json!(value)),
+            None => annotations.remove(REQUIRED_DURING_EXECUTION),
+        };
+        object
+    };
+    let zone = json!({"key": "zone", "operator": "Exists"});
+    let user_b = json!({"key": "userB", "operator": "In", "values": ["allow"]});
+    let user_b_or_also = json!({"key": "userB", "operator": "In", "values": ["allow", "also"]});
+    let also = r#"{"nodeSelectorTerms":[{"matchExpressions":[{"key":"userB","operator":"In","values":["allow","also"]}]}]}"#;
+    let terms = |requirements: &[&Value]| json!({"nodeSelectorTerms": [{"matchExpressions": requirements}]});
+    let own = json!({"nodeAffinity": {REQUIRED: terms(&[&zone])}});
+    let prefix = "/spec/template";
+    let record = |object: &Value| {
+        object
+            .pointer("/spec/template/metadata/annotations")
+            .and_then(|a| a.get(MERGED_NODE_AFFINITY))
+            .cloned()
+    };
+
+    let created = admit("CREATE", daemonset(Some(USER_B), own), None).unwrap();
+    assert_eq!(required(&created, prefix), terms(&[&zone, &user_b]));
+    assert!(record(&created).is_some(), "what was merged is recorded");
+
+    let loosened = annotate(&created, Some(also));
+    let loosened = admit("UPDATE", loosened, Some(created.clone())).unwrap();
+    assert_eq!(
+        required(&loosened, prefix),
+        terms(&[&zone, &user_b_or_also]),
+        "a loosened selector replaces the merged one"
+    );
+    let again = admit("UPDATE", loosened.clone(), Some(loosened.clone())).unwrap();
+    assert_eq!(again, loosened, "an unchanged template is not patched");
+
+    let removed = annotate(&loosened, None);
+    let removed = admit("UPDATE", removed, Some(loosened)).unwrap();
+    assert_eq!(
+        required(&removed, prefix),
+        terms(&[&zone]),
+        "without the annotation the template's own selector is back"
+    );
+    assert_eq!(record(&removed), None);
+
+    let bare = admit("CREATE", daemonset(Some(USER_B), Value::Null), None).unwrap();
+    let removed = admit("UPDATE", annotate(&bare, None), Some(bare)).unwrap();
+    assert_eq!(
+        required(&removed, prefix),
+        Value::Null,
+        "a template without a selector of its own gets none back"
+    );
+
+    // The user's own edit of the template's selector is theirs to keep: merged into, not undone.
+    let mut edited = created.clone();
+    *edited
+        .pointer_mut(&format!("{prefix}/spec/affinity/nodeAffinity/{REQUIRED}"))
+        .unwrap() = terms(&[&json!({"key": "rack", "operator": "Exists"})]);
+    let edited = admit("UPDATE", edited, Some(created)).unwrap();
+    assert_eq!(
+        required(&edited, prefix),
+        terms(&[&json!({"key": "rack", "operator": "Exists"}), &user_b])
     );
 }
