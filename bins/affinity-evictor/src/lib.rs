@@ -619,6 +619,23 @@ async fn request(
             context.forget_failures(key);
             Ok(Action::await_change())
         }
+        // Final for this pod (validation failed): no retry, else it is asked again forever.
+        Err(error @ EvictionRequestError::Refused { .. }) => {
+            if first {
+                context.request_over(key);
+            }
+            context.finish_round(key, Step::Failed);
+            context.forget_failures(key);
+            tracing::warn!(pod = %name, %error, "eviction request refused; not retrying");
+            record(
+                context,
+                pod,
+                true,
+                &format!("Cannot request eviction ({message}), not retrying: {error}"),
+            )
+            .await;
+            Ok(Action::await_change())
+        }
         Err(error) => {
             if first {
                 context.request_over(key);

@@ -1,6 +1,6 @@
 //! The controller (leader-elected): ends the bridge's part in an evacuation when its
 //! EvictionRequest ends (Evicted, Canceled) or after `--max-evacuation-request-ttl`, by
-//! withdrawing the requester `descheduler.sigs.k8s.io` and clearing the pod's
+//! withdrawing the requester `descheduler-bridge.evictkit.io` and clearing the pod's
 //! `eviction-in-progress`, so the descheduler stops counting the pod against its limits and may
 //! ask again (KEP-1397, "Risks and Mitigations": a TTL to abandon requests that take too long).
 //!
@@ -20,7 +20,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Patch;
@@ -40,7 +40,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What the flags decide, shared by every term of leadership.
 pub struct Settings {
-    pub ttl: SignedDuration,
+    pub ttls: core::Ttls,
     pub namespace: Option<String>,
     pub metrics: BridgeMetrics,
     /// Field manager of the pod annotation patches.
@@ -103,6 +103,7 @@ fn strip_pod(pod: &mut Pod) {
 
 /// The watches, the controller and the sweep, run while holding the Lease.
 pub async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+    settings.metrics.lead();
     let (request_store, request_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
     let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
@@ -257,7 +258,7 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
         listed,
         marks.as_ref(),
         Timestamp::now(),
-        context.settings.ttl,
+        &context.settings.ttls,
     );
     metrics.set_in_progress(&id(&request), matches!(plan, Plan::InProgress { .. }));
     if context.settings.dry_run && plan != Plan::Nothing {
@@ -272,14 +273,23 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
         Plan::Nothing => Ok(Action::await_change()),
         Plan::InProgress {
             mark,
+            refresh,
             recheck_after,
         } => {
-            if let Some(started) = mark {
-                let marks = json!(core::marks(&request.name_any(), started));
-                if !patch_marks(&context, &target, version, marks, "mark").await? {
+            let mut annotations = mark
+                .map(|started| core::marks(&request.name_any(), started))
+                .unwrap_or_default();
+            annotations.extend(refresh.map(core::refreshed_mark).unwrap_or_default());
+            if !annotations.is_empty() {
+                if !patch_marks(&context, &target, version, json!(annotations), "mark").await? {
                     return Ok(Action::requeue(CHANGED_MEANWHILE));
                 }
-                tracing::info!(pod = %pod_id, %started, "marked eviction-in-progress");
+                if let Some(started) = mark {
+                    tracing::info!(pod = %pod_id, %started, "marked eviction-in-progress");
+                }
+                if let Some(at) = refresh {
+                    tracing::debug!(pod = %pod_id, %at, "refreshed the pod for the descheduler's cache of evictions in background");
+                }
             }
             Ok(Action::requeue(recheck_after.unsigned_abs()))
         }
@@ -306,10 +316,10 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
             metrics.count(ended.label());
             let recorder = &context.settings.recorder;
             let recorded = if ended == Ended::Expired {
-                tracing::warn!(pod = %pod_id, request = %id(&request), ttl = %context.settings.ttl, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
+                tracing::warn!(pod = %pod_id, request = %id(&request), ttl = %context.settings.ttls.evacuation, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
                 let note = format!(
                     "Evacuation of pod {pod_id} not finished within --max-evacuation-request-ttl {:#}: withdrew {DESCHEDULER_REQUESTER} and cleared eviction-in-progress, so the descheduler may ask again",
-                    context.settings.ttl
+                    context.settings.ttls.evacuation
                 );
                 recorder
                     .warning(&request, "EvacuationExpired", "Withdraw", &note)

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use evictkit_core::descheduler_bridge::OptIn;
+use evictkit_core::descheduler_bridge::{DESCHEDULER_ASSUMED_TTL, OptIn, Ttls};
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::http::{HealthServer, Readiness};
@@ -57,12 +57,16 @@ Run the descheduler with --feature-gates=EvictionsInBackground=true. The validat
 pods/eviction (all replicas) intercepts evictions by the --intercept-user users only: for a pod \
 annotated descheduler.alpha.kubernetes.io/request-evict-only (with --intercept-interceptor-pods, \
 also for a pod naming evictkit.io/eviction-interceptors) it creates or joins the pod's \
-EvictionRequest as requester descheduler.sigs.k8s.io, marks the pod \
+EvictionRequest as requester descheduler-bridge.evictkit.io, marks the pod \
 descheduler.alpha.kubernetes.io/eviction-in-progress, and denies the eviction with 429 \
 \"Eviction triggered evacuation of pod <ns>/<name> via EvictionRequest <name>\", which the \
 descheduler counts as an eviction in background. The controller (leader-elected) withdraws the \
 requester and clears the mark when the request ends or after --max-evacuation-request-ttl, so \
-the descheduler may ask again."
+the descheduler may ask again. The descheduler (v0.36) drops the pod from its count 10-20 minutes \
+after the 429 (its assumed-entry TTL, 600 s, not configurable) unless it sees a pod update \
+meanwhile; for an evacuation that runs longer the controller updates the pod (annotation \
+evictkit.io/evacuation-refreshed) every minute across that window, and the descheduler then \
+counts the pod until the evacuation ends."
 )]
 pub struct Args {
     #[command(flatten)]
@@ -80,8 +84,12 @@ pub struct Args {
     #[arg(long)]
     pub intercept_interceptor_pods: bool,
     /// Withdraw from an evacuation and clear the pod's eviction-in-progress this long after
-    /// it started, so the descheduler may ask again (the descheduler itself forgets an
-    /// unconfirmed background eviction after 10 minutes).
+    /// it started, so the descheduler may ask again. Not the descheduler's 10 minutes: those
+    /// bound an *assumed* entry of its cache, not an evacuation (a live migration often takes
+    /// longer), and the bridge keeps that entry for the whole evacuation by updating the pod
+    /// after they run out. Each of a pod's interceptors may take up to the
+    /// evictionrequest-controller's heartbeat timeout (20 minutes by default), so 10 minutes
+    /// would abandon evacuations that are progressing and have the descheduler start them over.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
     pub max_evacuation_request_ttl: Duration,
     /// Watch EvictionRequests and pods of this namespace only (default: all namespaces).
@@ -152,7 +160,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.roles.runs(Role::Controller) {
         let settings = Arc::new(controller::Settings {
-            ttl,
+            ttls: Ttls {
+                evacuation: ttl,
+                descheduler: DESCHEDULER_ASSUMED_TTL,
+            },
             namespace: args.namespace.clone(),
             metrics: bridge_metrics.clone(),
             manager,

@@ -1,12 +1,17 @@
-//! The bridge's metrics, named after KEP-1397's "measure pending evictions" goal and carrying
-//! the component's prefix: evacuations by result (the webhook's `requested`, `repeated`,
-//! `failed`; the controller's `evicted`, `canceled`, `expired`, `withdrawn`) and the
-//! evacuations in progress.
+//! The bridge's metrics, named as KEP-1397 names them (`pod_evacuations`,
+//! `pod_evacuations_in_progress`) behind the component's prefix `descheduler_bridge_`:
+//! evacuations by result (the webhook's `requested`, `repeated`, `failed`, `refused`; the
+//! controller's `evicted`, `canceled`, `expired`, `withdrawn`) and the evacuations in
+//! progress. The webhook answers on every replica, so each replica counts the evacuations it
+//! answered (sum them); the in-progress gauge is kept by the controller and exported only by
+//! the replica that holds the Lease (no series elsewhere, so a sum over replicas is right).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, Opts};
 
 /// `result` of an eviction the webhook evacuated: the EvictionRequest was written.
@@ -15,39 +20,66 @@ pub const REQUESTED: &str = "requested";
 pub const REPEATED: &str = "repeated";
 /// `result` of an eviction the webhook could not turn into an EvictionRequest.
 pub const FAILED: &str = "failed";
+/// `result` of an eviction of a pod whose EvictionRequest the controller refused (canceled by
+/// validation): answered with 403, not 429, so the descheduler counts it as a failure.
+pub const REFUSED: &str = "refused";
 
 #[derive(Clone)]
 pub struct BridgeMetrics {
-    /// `descheduler_bridge_pod_evacuations_total{result}`.
+    /// `descheduler_bridge_pod_evacuations{result}`.
     pub evacuations: IntCounterVec,
-    /// `descheduler_bridge_pod_evacuations_in_progress`: EvictionRequests the bridge takes part
-    /// in that have not ended, as the controller last saw them.
-    in_progress: IntGauge,
-    /// The requests counted in `in_progress` (namespace/name).
-    counted: Arc<Mutex<HashSet<String>>>,
+    /// `descheduler_bridge_pod_evacuations_in_progress`.
+    in_progress: InProgress,
+}
+
+/// EvictionRequests the bridge takes part in that have not ended, as the controller last saw
+/// them; `None` on a replica that does not hold the Lease, which exports no series.
+#[derive(Clone)]
+struct InProgress {
+    gauge: IntGauge,
+    counted: Arc<Mutex<Option<HashSet<String>>>>,
+}
+
+impl Collector for InProgress {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        match counted.as_ref() {
+            Some(counted) => {
+                self.gauge.set(counted.len() as i64);
+                self.gauge.collect()
+            }
+            None => Vec::new(),
+        }
+    }
 }
 
 impl BridgeMetrics {
     pub fn register(metrics: &Metrics) -> Result<Self, MetricsError> {
         let evacuations = IntCounterVec::new(
             Opts::new(
-                "descheduler_bridge_pod_evacuations_total",
-                "Descheduler evictions turned into EvictionRequests (requested, repeated, failed) and how the evacuations ended (evicted, canceled, expired, withdrawn).",
+                "descheduler_bridge_pod_evacuations",
+                "Descheduler evictions turned into EvictionRequests (requested, repeated, failed, refused) and how the evacuations ended (evicted, canceled, expired, withdrawn) (KEP-1397 pod_evacuations).",
             ),
             &["result"],
         )
         .map_err(MetricsError::Register)?;
-        let in_progress = IntGauge::new(
-            "descheduler_bridge_pod_evacuations_in_progress",
-            "EvictionRequests with the descheduler's requester that have not ended yet.",
-        )
-        .map_err(MetricsError::Register)?;
+        let in_progress = InProgress {
+            gauge: IntGauge::new(
+                "descheduler_bridge_pod_evacuations_in_progress",
+                "EvictionRequests with the descheduler's requester that have not ended yet (KEP-1397 pod_evacuations_in_progress); exported by the Lease holder only.",
+            )
+            .map_err(MetricsError::Register)?,
+            counted: Arc::default(),
+        };
         metrics.register(evacuations.clone())?;
         metrics.register(in_progress.clone())?;
         Ok(Self {
             evacuations,
             in_progress,
-            counted: Arc::default(),
         })
     }
 
@@ -55,21 +87,64 @@ impl BridgeMetrics {
         self.evacuations.with_label_values(&[result]).inc();
     }
 
+    /// This replica took the Lease: it keeps (and exports) the in-progress gauge.
+    pub fn lead(&self) {
+        let mut counted = self
+            .in_progress
+            .counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        counted.get_or_insert_default();
+    }
+
     /// Records whether the request `key` is an evacuation in progress.
     pub fn set_in_progress(&self, key: &str, in_progress: bool) {
-        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counted = self
+            .in_progress
+            .counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let counted = counted.get_or_insert_default();
         if in_progress {
             counted.insert(key.to_owned());
         } else {
             counted.remove(key);
         }
-        self.in_progress.set(counted.len() as i64);
     }
 
-    /// Forgets everything counted in a term of leadership that ended.
+    /// The term of leadership ended: forget everything counted, and stop exporting the gauge.
     pub fn reset_in_progress(&self) {
-        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        counted.clear();
-        self.in_progress.set(0);
+        *self
+            .in_progress
+            .counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_in_progress_gauge_is_exported_by_the_leader_only() {
+        let metrics = Metrics::new("descheduler-bridge").unwrap();
+        let bridge = BridgeMetrics::register(&metrics).unwrap();
+        let exported = || {
+            bridge
+                .in_progress
+                .collect()
+                .first()
+                .map(|family| family.get_metric()[0].get_gauge().get_value())
+        };
+        assert_eq!(exported(), None, "not leading");
+        bridge.lead();
+        assert_eq!(exported(), Some(0.0), "leading, nothing in progress");
+        bridge.set_in_progress("ns/a", true);
+        bridge.set_in_progress("ns/b", true);
+        bridge.set_in_progress("ns/a", false);
+        assert_eq!(exported(), Some(1.0));
+        bridge.reset_in_progress();
+        assert_eq!(exported(), None, "the Lease went to another replica");
     }
 }

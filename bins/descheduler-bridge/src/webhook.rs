@@ -1,6 +1,6 @@
 //! The validating webhook on `pods/eviction` CREATE (KEP-1397, "Eviction handling"): an
 //! eviction by an intercepted user (the descheduler) of a pod that opted in becomes the pod's
-//! EvictionRequest with requester `descheduler.sigs.k8s.io`, the pod is marked
+//! EvictionRequest with requester `descheduler-bridge.evictkit.io`, the pod is marked
 //! `eviction-in-progress`, and the eviction is denied with 429 and
 //! `Eviction triggered evacuation of pod <ns>/<name> via EvictionRequest <name>`, which the
 //! descheduler counts as an eviction in background. Every other eviction passes untouched.
@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use evictkit_api::keys::DESCHEDULER_REQUESTER;
 use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn};
-use evictkit_runtime::eviction_request::request_eviction;
+use evictkit_runtime::eviction_request::{EvictionRequestError, request_eviction};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::Timestamp;
@@ -109,6 +109,16 @@ async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> 
     let id = format!("{namespace}/{name}");
     let request = match request_eviction(&context.client, pod, DESCHEDULER_REQUESTER).await {
         Ok(request) => request,
+        // Final for this pod: a 429 would make the descheduler count an eviction in background
+        // and ask again every cycle; letting it through would skip the pod's interceptors.
+        Err(error @ EvictionRequestError::Refused { .. }) => {
+            context.metrics.count(metrics::REFUSED);
+            tracing::warn!(pod = %id, %error, "the pod's EvictionRequest was refused; denying the eviction");
+            return Admission::deny(
+                403,
+                format!("descheduler-bridge: pod {id} cannot be evicted: {error}"),
+            );
+        }
         Err(error) => {
             context.metrics.count(metrics::FAILED);
             tracing::warn!(pod = %id, %error, "cannot request the eviction");
@@ -122,10 +132,20 @@ async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> 
     let request_name = request.metadata.name.as_deref().unwrap_or_default();
     let marks = Marks::of(pod);
     let repeated = marks.ours && marks.in_progress && marks.started.is_some();
+    let now = Timestamp::now();
+    // The descheduler assumes an eviction in background on this answer and starts its own
+    // cache TTL: the controller refreshes the pod when that runs out (see `core::plan`).
+    let mut annotations = if marks.request_evict_only {
+        core::answered_mark(now)
+    } else {
+        Default::default()
+    };
     if !repeated {
         // A repeated eviction keeps the start of its TTL.
-        let started = marks.started.unwrap_or_else(Timestamp::now);
-        let patch = json!({ "metadata": { "annotations": core::marks(request_name, started) } });
+        annotations.extend(core::marks(request_name, marks.started.unwrap_or(now)));
+    }
+    if !annotations.is_empty() {
+        let patch = json!({ "metadata": { "annotations": annotations } });
         let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
         if let Err(error) = pods
             .patch(

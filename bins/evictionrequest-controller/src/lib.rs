@@ -23,6 +23,7 @@ use evictkit_api::conditions::REASON_VALIDATION_FAILED;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
 use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, retry_delay};
+use evictkit_core::eviction_request::admission::ControllerIdentity;
 use evictkit_core::eviction_request::{
     self as core, HandOverCause, Imperative, Plan, State, Transition, controller_status,
     interceptor_status, message_eviction_failed, retries_in_message,
@@ -39,7 +40,7 @@ use evictkit_runtime::{client, logging, shutdown, tls};
 use futures::{StreamExt, future};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -51,7 +52,7 @@ use crate::metrics::RequestMetrics;
 
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
-pub const COMPONENT: &str = "evictionrequest-controller";
+pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
 const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
 /// When a request's cache still predates our own write, look again this soon if no watch event
 /// has woken it by then.
@@ -109,10 +110,24 @@ pub struct Args {
     /// Longest wait between imperative eviction attempts (KEP: "maximum approx. 15 minutes").
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
     pub eviction_backoff_max: Duration,
-    /// Delete EvictionRequests whose Evicted or Canceled condition is older than this (off by
-    /// default: requesters delete their requests, KEP "EvictionRequest Completion and Deletion").
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub finished_ttl: Option<Duration>,
+    /// Delete EvictionRequests whose Evicted or Canceled condition is older than this; 0s keeps
+    /// them until their requesters delete them (KEP "EvictionRequest Completion and Deletion").
+    /// Long enough for requesters to observe the outcome. A request the controller refused
+    /// (Canceled/ValidationFailed) for a pod that still exists is kept, so requesters do not
+    /// ask again; every finished request also gets an ownerReference to its pod, so it goes
+    /// with the pod.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub finished_ttl: Duration,
+    /// The controller's identity, for the webhook: only requests by this username (repeatable)
+    /// may write the controller's part of the status (conditions, targetInterceptors,
+    /// activeInterceptors, processedInterceptors, activationTime, the imperative-eviction.k8s.io
+    /// entry). The chart passes the controller's ServiceAccount,
+    /// system:serviceaccount:NAMESPACE:NAME. The webhook needs this flag or --controller-group.
+    #[arg(long = "controller-username", value_name = "USERNAME")]
+    pub controller_usernames: Vec<String>,
+    /// As --controller-username, by group membership (repeatable).
+    #[arg(long = "controller-group", value_name = "GROUP")]
+    pub controller_groups: Vec<String>,
     /// Handle EvictionRequests of this namespace only (default: all namespaces).
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
@@ -143,6 +158,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         !args.heartbeat_timeout.is_zero(),
         "--heartbeat-timeout must be positive"
     );
+    anyhow::ensure!(
+        !args.roles.runs(Role::Webhook)
+            || !args.controller_usernames.is_empty()
+            || !args.controller_groups.is_empty(),
+        "the webhook needs the controller's identity: --controller-username (e.g. system:serviceaccount:evictkit:evictionrequest-controller) or --controller-group"
+    );
     tls::install_crypto_provider();
     let shutdown = shutdown::on_signal()?;
     let client = client::build(args.common.rate_limit()).await?;
@@ -156,8 +177,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut parts: Vec<future::BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
     if args.roles.runs(Role::Webhook) {
         let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
-        let server = webhook::webhooks(client.clone(), metrics.clone(), heartbeat_timeout)
-            .bind(args.common.webhook_addr, certificates)?;
+        let controller = ControllerIdentity {
+            usernames: args.controller_usernames.clone(),
+            groups: args.controller_groups.clone(),
+        };
+        let server = webhook::webhooks(
+            client.clone(),
+            metrics.clone(),
+            heartbeat_timeout,
+            controller,
+        )
+        .bind(args.common.webhook_addr, certificates)?;
         tracing::info!(addr = %server.local_addr()?, "serving the validating webhook");
         let token = shutdown.clone();
         parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
@@ -170,7 +200,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             metrics: RequestMetrics::register(&metrics)?,
             config: core::Config { heartbeat_timeout },
             backoff: (args.eviction_backoff_initial, args.eviction_backoff_max),
-            finished_ttl: args.finished_ttl,
+            finished_ttl: (!args.finished_ttl.is_zero()).then_some(args.finished_ttl),
             dry_run: args.common.dry_run,
             namespace: args.namespace.clone(),
             controller: args.controller.config(),
@@ -512,6 +542,15 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
+        if let (Some(owner), false) = (
+            core::owner_to_add(&request, pod.as_deref(), &plan.status),
+            context.dry_run,
+        ) {
+            let version = add_owner(&context.client, &request, owner, base.clone()).await?;
+            context
+                .written
+                .replaced(&key, std::mem::replace(&mut base, version));
+        }
         requeue = min_some(requeue, expire(&request, &plan, now, &context).await?);
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
@@ -552,22 +591,24 @@ async fn imperative_eviction(
     }
     let namespace = key.namespace.as_deref().unwrap_or_default();
     let pod_name = pod.name_any();
-    context
-        .metrics
-        .imperative_evictions
-        .with_label_values(&[namespace, &key.name, &pod_name])
-        .inc();
     let outcome = context.evictions.evict(pod).await?;
+    let result = match &outcome {
+        EvictionOutcome::Evicted => Some(metrics::EVICTED),
+        EvictionOutcome::InBackground { .. } => Some(metrics::IN_BACKGROUND),
+        // No attempt was made of a pod that is no longer there.
+        EvictionOutcome::Gone => None,
+        _ => Some(metrics::FAILED),
+    };
+    if let Some(result) = result {
+        context
+            .metrics
+            .imperative_evictions
+            .with_label_values(&[namespace, &key.name, &pod_name, result])
+            .inc();
+    }
     let failure = match &outcome {
-        EvictionOutcome::Evicted | EvictionOutcome::InBackground { .. } => {
-            let message = match &outcome {
-                EvictionOutcome::InBackground { message } => {
-                    format!(
-                        "The Eviction API accepted the eviction of pod {namespace}/{pod_name}, which proceeds in the background: {message}"
-                    )
-                }
-                _ => format!("Evicted pod {namespace}/{pod_name} through the Eviction API."),
-            };
+        EvictionOutcome::Evicted => {
+            let message = format!("Evicted pod {namespace}/{pod_name} through the Eviction API.");
             plan.record_imperative(&message, now);
             normal(context, request, "Evicting", "Evict", &message).await;
             context
@@ -576,6 +617,34 @@ async fn imperative_eviction(
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(key);
             return Ok(None);
+        }
+        // Accepted, but a 429 like any other: if the background eviction stalls, the pod stays
+        // and the request would hang, so the next attempt comes after the backoff (an attempt
+        // while the background eviction runs is answered 429 again and changes nothing).
+        EvictionOutcome::InBackground { message } => {
+            let failures = previous.failures + 1;
+            let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
+            context
+                .retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    key.clone(),
+                    Retry {
+                        failures,
+                        next_attempt: tokio::time::Instant::now() + delay,
+                    },
+                );
+            let message = format!(
+                "The Eviction API accepted the eviction of pod {namespace}/{pod_name}, which proceeds in the background: {message}"
+            );
+            if interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR)
+                .is_none_or(|e| e.message != message)
+            {
+                plan.record_imperative(&message, now);
+                normal(context, request, "EvictingInBackground", "Evict", &message).await;
+            }
+            return Ok(Some(delay));
         }
         EvictionOutcome::Gone => return Ok(None),
         EvictionOutcome::BlockedByBudget { message } | EvictionOutcome::Conflict { message } => {
@@ -615,6 +684,9 @@ async fn expire(
     let Some(ttl) = context.finished_ttl else {
         return Ok(None);
     };
+    if !core::expires(request, &plan.status) {
+        return Ok(None);
+    }
     let Some(finished_at) = plan
         .status
         .conditions
@@ -655,6 +727,40 @@ async fn expire(
         return Ok(None);
     }
     Ok(Some(ttl.saturating_sub(age)))
+}
+
+/// The finished request's ownerReference to its pod ([`core::owner_to_add`]), appended to the
+/// ones it has; `version` (the request as last read or written) guards against a lost update.
+async fn add_owner(
+    client: &Client,
+    request: &EvictionRequest,
+    owner: OwnerReference,
+    version: Option<String>,
+) -> Result<Option<String>, Error> {
+    let api: Api<EvictionRequest> =
+        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
+    let mut owners = request
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default();
+    owners.push(owner);
+    let body = json!({
+        "metadata": { "ownerReferences": owners, "resourceVersion": version },
+    });
+    let written = api
+        .patch(
+            &request.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
+        .await
+        .map_err(|source| Error::Write {
+            action: "add the pod's ownerReference to",
+            request: id(request),
+            source: Box::new(source),
+        })?;
+    Ok(written.metadata.resource_version)
 }
 
 /// KEP (Label Synchronization): the pod's labels onto the request, owned by the controller.

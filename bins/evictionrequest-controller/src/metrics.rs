@@ -5,24 +5,39 @@
 //! request is deleted, so the registry holds only live requests.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_runtime::metrics::{Metrics, MetricsError};
 use kube::runtime::reflector::ObjectRef;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
 };
 
 /// Label value of the KEP's workqueue metrics.
 const QUEUE_NAME: &str = "evictionrequests";
 
+/// `result` of an imperative eviction: the pod was evicted.
+pub const EVICTED: &str = "evicted";
+/// `result` of an imperative eviction: a webhook took it over (429 "in background").
+pub const IN_BACKGROUND: &str = "in_background";
+/// `result` of an imperative eviction: KEP "If the pod eviction fails, e.g. due to a blocking
+/// PodDisruptionBudget, the evictionrequest_controller_imperative_evictions metric is
+/// incremented".
+pub const FAILED: &str = "failed";
+const RESULTS: [&str; 3] = [EVICTED, IN_BACKGROUND, FAILED];
+
 type Key = ObjectRef<EvictionRequest>;
 
 #[derive(Clone)]
 pub struct RequestMetrics {
-    /// `evictionrequest_controller_imperative_evictions{namespace, evictionrequest, pod}`.
+    /// `evictionrequest_controller_imperative_evictions{namespace, evictionrequest, pod,
+    /// result}`: one per outcome of an eviction attempt ([`EVICTED`], [`IN_BACKGROUND`],
+    /// [`FAILED`]).
     pub imperative_evictions: IntCounterVec,
     active_interceptor: IntGaugeVec,
     processed_interceptor: IntGaugeVec,
@@ -52,6 +67,7 @@ pub struct QueueMetrics {
     pub queue_duration: Histogram,
     pub work_duration: Histogram,
     pub retries: IntCounter,
+    pub unfinished: UnfinishedWork,
     /// Keys waiting, with the time they were first added (client-go's queue_duration).
     waiting: Arc<Mutex<HashMap<Key, Instant>>>,
 }
@@ -67,7 +83,6 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(
 
 impl RequestMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
-        let per_request = ["namespace", "evictionrequest", "pod"];
         let per_interceptor = ["namespace", "evictionrequest", "pod", "interceptor"];
         let queue_opts =
             |name: &str, help: &str| Opts::new(name, help).const_label("name", QUEUE_NAME);
@@ -82,9 +97,9 @@ impl RequestMetrics {
                 IntCounterVec::new(
                     Opts::new(
                         "evictionrequest_controller_imperative_evictions",
-                        "Eviction API calls of the imperative-eviction.k8s.io interceptor, per EvictionRequest and Pod (KEP-4563).",
+                        "Eviction API calls of the imperative-eviction.k8s.io interceptor by result (evicted, in_background, failed), per EvictionRequest and Pod (KEP-4563; the KEP's count of failed evictions is result=\"failed\").",
                     ),
-                    &per_request,
+                    &["namespace", "evictionrequest", "pod", "result"],
                 ),
             )?,
             active_interceptor: register(
@@ -170,6 +185,14 @@ impl RequestMetrics {
                         "Total number of retries handled by the workqueue.",
                     )),
                 )?,
+                unfinished: register(
+                    metrics,
+                    Gauge::with_opts(queue_opts(
+                        "workqueue_unfinished_work_seconds",
+                        "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
+                    ))
+                    .map(UnfinishedWork::new),
+                )?,
                 waiting: Arc::default(),
             },
             published: Arc::default(),
@@ -233,10 +256,15 @@ impl RequestMetrics {
         if let Some(before) = before {
             self.set(key, &before, false);
             let namespace = key.namespace.as_deref().unwrap_or_default();
-            // An error only says there was no eviction attempt.
-            let _ =
-                self.imperative_evictions
-                    .remove_label_values(&[namespace, &key.name, &before.pod]);
+            for result in RESULTS {
+                // An error only says there was no attempt with this result.
+                let _ = self.imperative_evictions.remove_label_values(&[
+                    namespace,
+                    &key.name,
+                    &before.pod,
+                    result,
+                ]);
+            }
         }
         self.queue
             .waiting
@@ -286,14 +314,107 @@ impl QueueMetrics {
         self.depth.set(waiting.len() as i64);
     }
 
-    /// Work on `key` starts; the returned timer observes workqueue_work_duration_seconds when
-    /// dropped.
-    pub fn started(&self, key: &Key) -> prometheus::HistogramTimer {
+    /// Work on `key` starts; it ends when the returned guard is dropped, which observes
+    /// workqueue_work_duration_seconds.
+    pub fn started(&self, key: &Key) -> Work {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(since) = waiting.remove(key) {
             self.queue_duration.observe(since.elapsed().as_secs_f64());
         }
         self.depth.set(waiting.len() as i64);
-        self.work_duration.start_timer()
+        Work {
+            _timer: self.work_duration.start_timer(),
+            id: self.unfinished.start(),
+            unfinished: self.unfinished.clone(),
+        }
+    }
+}
+
+/// One reconcile in progress.
+pub struct Work {
+    _timer: prometheus::HistogramTimer,
+    id: u64,
+    unfinished: UnfinishedWork,
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        self.unfinished.finish(self.id);
+    }
+}
+
+/// client-go's workqueue_unfinished_work_seconds: the seconds spent so far by the reconciles
+/// in progress, computed when scraped.
+#[derive(Clone)]
+pub struct UnfinishedWork {
+    gauge: Gauge,
+    started: Arc<Mutex<HashMap<u64, Instant>>>,
+    next: Arc<AtomicU64>,
+}
+
+impl UnfinishedWork {
+    fn new(gauge: Gauge) -> Self {
+        Self {
+            gauge,
+            started: Arc::default(),
+            next: Arc::default(),
+        }
+    }
+
+    fn start(&self) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Instant::now());
+        id
+    }
+
+    fn finish(&self, id: u64) {
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+}
+
+impl Collector for UnfinishedWork {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let seconds = self
+            .started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|since| since.elapsed().as_secs_f64())
+            .sum();
+        self.gauge.set(seconds);
+        self.gauge.collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unfinished_work_counts_the_reconciles_in_progress() {
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let queue = RequestMetrics::register(&metrics).unwrap().queue;
+        let key = Key::new("uid-1").within("ns");
+        let value = |queue: &QueueMetrics| {
+            queue.unfinished.collect()[0].get_metric()[0]
+                .get_gauge()
+                .get_value()
+        };
+        assert_eq!(value(&queue), 0.0, "nothing in progress");
+        let work = queue.started(&key);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(value(&queue) >= 0.02, "{}", value(&queue));
+        drop(work);
+        assert_eq!(value(&queue), 0.0, "finished");
     }
 }

@@ -5,18 +5,27 @@
 //! deleting pods that match the EvictionRequest's .spec.target.pod") is asked of the
 //! apiserver by SubjectAccessReview.
 //!
+//! The controller's part of the status (conditions, target/active/processed interceptors,
+//! activationTime, the default interceptor's entry) is writable only by the controller's
+//! identity (`--controller-username`, `--controller-group`); everyone else may write only the
+//! active interceptor's entry. `*.k8s.io` requester names are refused (KEP: reserved).
+//!
 //! failurePolicy Fail: without this webhook a requester could target pods it may not delete.
 
 use std::sync::Arc;
 
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::eviction_request::admission::validate_update;
+use evictkit_core::eviction_request::admission::{
+    ControllerIdentity, validate_names, validate_pod as validate_pod_annotation, validate_update,
+    validate_writer,
+};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -24,15 +33,63 @@ use kube::{Api, Client};
 
 /// Path of the webhook in the ValidatingWebhookConfiguration.
 pub const PATH: &str = "/validate-evictionrequests";
+/// Path of the webhook for pods (CREATE, UPDATE) carrying the interceptor annotation: a typo is
+/// refused when the user writes it, and the annotation is immutable (KEP).
+pub const POD_PATH: &str = "/validate-pods";
 
 pub fn webhooks(
     client: Client,
     metrics: Arc<Metrics>,
     heartbeat_timeout: SignedDuration,
+    controller: ControllerIdentity,
 ) -> Webhooks {
-    Webhooks::new(metrics).route(PATH, move |request| {
-        validate(client.clone(), request, heartbeat_timeout)
-    })
+    let controller = Arc::new(controller);
+    Webhooks::new(metrics)
+        .route(PATH, move |request| {
+            validate(
+                client.clone(),
+                request,
+                heartbeat_timeout,
+                controller.clone(),
+            )
+        })
+        .route(POD_PATH, |request| async move { validate_pod(request) })
+}
+
+fn validate_pod(request: AdmissionRequest<DynamicObject>) -> Admission {
+    let parse = |object: Option<&DynamicObject>| {
+        object
+            .map(|o| serde_json::to_value(o).and_then(serde_json::from_value::<Pod>))
+            .transpose()
+    };
+    let (new, old) = match (
+        parse(request.object.as_ref()),
+        parse(request.old_object.as_ref()),
+    ) {
+        (Ok(new), Ok(old)) => (new, old),
+        (Err(error), _) | (_, Err(error)) => {
+            return Admission::deny(400, format!("not a Pod: {error}"));
+        }
+    };
+    let Some(new) = new else {
+        return Admission::allow();
+    };
+    let old = old.filter(|_| request.operation == Operation::Update);
+    match validate_pod_annotation(old.as_ref(), &new) {
+        Ok(()) => Admission::allow(),
+        Err(rule) => Admission::deny(
+            422,
+            format!(
+                "pod {}/{}: {rule}",
+                request.namespace.as_deref().unwrap_or_default(),
+                new.metadata
+                    .name
+                    .as_deref()
+                    .or(new.metadata.generate_name.as_deref())
+                    .unwrap_or_default()
+            ),
+        ),
+    }
 }
 
 fn parse(object: Option<&DynamicObject>) -> Result<Option<EvictionRequest>, String> {
@@ -46,6 +103,7 @@ async fn validate(
     client: Client,
     request: AdmissionRequest<DynamicObject>,
     timeout: SignedDuration,
+    controller: Arc<ControllerIdentity>,
 ) -> Admission {
     let (new, old) = match (
         parse(request.object.as_ref()),
@@ -54,6 +112,23 @@ async fn validate(
         (Ok(new), Ok(old)) => (new, old),
         (Err(error), _) | (_, Err(error)) => return Admission::deny(400, error),
     };
+    let user = &request.user_info;
+    let username = user.username.clone().unwrap_or_default();
+    let writes = matches!(request.operation, Operation::Create | Operation::Update);
+    if let (true, Some(new)) = (writes, &new) {
+        if let Err(rule) = validate_names(new) {
+            return Admission::deny(422, rule);
+        }
+        let groups = user.groups.clone().unwrap_or_default();
+        if !controller.matches(user.username.as_deref(), &groups)
+            && let Err(rule) = validate_writer(old.as_ref(), new)
+        {
+            return Admission::deny(
+                403,
+                format!("{rule}; user {username:?} is not the controller's identity"),
+            );
+        }
+    }
     if let (Operation::Update, Some(old), Some(new)) = (&request.operation, &old, &new)
         && let Err(rule) = validate_update(old, new, Timestamp::now(), timeout)
     {
@@ -66,8 +141,6 @@ async fn validate(
     else {
         return Admission::allow();
     };
-    let user = &request.user_info;
-    let username = user.username.clone().unwrap_or_default();
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: user.username.clone(),

@@ -9,11 +9,13 @@ use std::time::Instant;
 use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
 use evictkit_core::{eviction, pdb_policy};
 use evictkit_runtime::webhook::{Admission, json_patch};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 
 use crate::cache::Caches;
+use crate::live::{self, LiveReads};
 use crate::metrics::WebhookMetrics;
 
 /// Paths of the webhooks, as the webhook configurations name them.
@@ -24,6 +26,8 @@ pub const VALIDATE_EVICTION_PATH: &str = "/validate-eviction";
 pub struct Context {
     pub caches: Caches,
     pub metrics: Arc<WebhookMetrics>,
+    /// The eviction webhook's reads at the moment of the eviction.
+    pub live: Arc<dyn LiveReads>,
 }
 
 /// A decision plus its result label for the metrics.
@@ -51,7 +55,7 @@ pub async fn review(
     let reviewed = match webhook {
         "mutate-pdb" => mutate_pdb(&ctx, &request),
         "validate-pdb" => validate_pdb(&ctx, &request),
-        _ => validate_eviction(&ctx, &request),
+        _ => validate_eviction(&ctx, &request).await,
     };
     ctx.metrics
         .duration
@@ -185,7 +189,12 @@ fn validate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Rev
 /// Validating, `pods/eviction` CREATE: the policy's stricter rules. Denies with 429 (the
 /// status an evictor retries on, like the apiserver's own budget answer) naming the rule and
 /// the PDB; allows everything else, leaving the apiserver's decision as it is.
-fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+///
+/// The pod and the PDBs are read live ([`crate::live`]): the caches may not have the pod yet,
+/// or hold a readiness or a `disruptedPods` a moment old. The other pods of the namespace, which
+/// the stricter count reads, come from the cache. When a read fails the webhook cannot decide
+/// and answers 429 too: the evictor retries, and nothing is evicted on a guess.
+async fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
     let Some(namespace) = request.namespace.as_deref() else {
         return Reviewed::allowed();
     };
@@ -195,19 +204,41 @@ fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -
     if policy.spec.eviction.is_none() {
         return Reviewed::allowed();
     }
-    // Not in the cache: the apiserver answers 404 itself.
-    let Some(pod) = ctx.caches.pods.get(namespace, &request.name) else {
-        return Reviewed::allowed();
+    let name = request.name.as_str();
+    let pod_id = format!("{namespace}/{name}");
+    let facts = match live_facts(ctx, namespace, name, &policy).await {
+        Ok(Some(facts)) => facts,
+        // The apiserver answers 404 itself.
+        Ok(None) => return Reviewed::allowed(),
+        Err(error) => {
+            tracing::warn!(pod = %pod_id, %error, "cannot decide the eviction");
+            return Reviewed {
+                admission: Admission::deny(
+                    429,
+                    format!(
+                        "pdb-policy-webhook cannot decide the eviction of pod {pod_id}: {error}; retry"
+                    ),
+                ),
+                result: "error",
+            };
+        }
     };
-    let (pdbs, pods) = ctx.caches.namespace_objects(namespace);
+    let LiveFacts {
+        pod,
+        pdbs,
+        circumstances,
+    } = facts;
+    let (_, mut pods) = ctx.caches.namespace_objects(namespace);
+    pods.retain(|p| p.metadata.name.as_deref() != Some(name));
+    pods.push(pod.clone());
     let decision = eviction::decide(&pod, &pdbs);
-    match pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, &policy) {
+    match pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, &policy, &circumstances) {
         Some(denial) => {
             ctx.metrics
                 .denials
                 .with_label_values(&[denial.rule.as_str()])
                 .inc();
-            tracing::info!(pod = %format!("{namespace}/{}", request.name), pdb = %denial.pdb, rule = denial.rule.as_str(), dry_run = request.dry_run, "eviction denied");
+            tracing::info!(pod = %pod_id, pdb = %denial.pdb, rule = denial.rule.as_str(), dry_run = request.dry_run, "eviction denied");
             Reviewed {
                 admission: Admission::deny(429, denial.message),
                 result: "denied",
@@ -215,6 +246,45 @@ fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -
         }
         None => Reviewed::allowed(),
     }
+}
+
+/// The pod, the PDBs of its namespace and the pod's node-local claims, as the API has them now.
+struct LiveFacts {
+    pod: Pod,
+    pdbs: Vec<PodDisruptionBudget>,
+    circumstances: pdb_policy::Circumstances,
+}
+
+/// `None` when the pod does not exist.
+async fn live_facts(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    policy: &PodDisruptionBudgetPolicy,
+) -> Result<Option<LiveFacts>, live::ReadError> {
+    let read_error = |what: String| {
+        move |source| live::ReadError {
+            what,
+            source: Box::new(source),
+        }
+    };
+    let Some(pod) = ctx
+        .live
+        .pod(namespace, name)
+        .await
+        .map_err(read_error(format!("pod {namespace}/{name}")))?
+    else {
+        return Ok(None);
+    };
+    let pdbs = ctx.live.pdbs(namespace).await.map_err(read_error(format!(
+        "the PodDisruptionBudgets of namespace {namespace}"
+    )))?;
+    let circumstances = live::circumstances(ctx.live.as_ref(), &pod, Some(policy)).await?;
+    Ok(Some(LiveFacts {
+        pod,
+        pdbs,
+        circumstances,
+    }))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
+use crate::live;
+
 /// `explain`'s flags.
 #[derive(Debug, Clone, Args)]
 pub struct ExplainArgs {
@@ -119,7 +121,8 @@ pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanati
         };
         targets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for pod in &targets {
-            let mut explanation = pdb_policy::explain(pod, &pdbs, &pods, policy);
+            let circumstances = live::circumstances(&client, pod, policy).await?;
+            let mut explanation = pdb_policy::explain(pod, &pdbs, &pods, policy, &circumstances);
             explanation.prediction.message = pdb_policy::message_through_apiserver(
                 &explanation.prediction,
                 &args.eviction_webhook_name,
@@ -241,7 +244,13 @@ mod tests {
             "status": {"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 3, "disruptionsAllowed": 0, "expectedPods": 3},
         }))
         .unwrap();
-        let explanation = pdb_policy::explain(&pod, &[pdb], std::slice::from_ref(&pod), None);
+        let explanation = pdb_policy::explain(
+            &pod,
+            &[pdb],
+            std::slice::from_ref(&pod),
+            None,
+            &pdb_policy::Circumstances::at(k8s_openapi::jiff::Timestamp::now()),
+        );
         let printed = table(&[explanation]);
         let lines: Vec<&str> = printed.lines().collect();
         assert!(lines[0].starts_with("POD"), "{printed}");

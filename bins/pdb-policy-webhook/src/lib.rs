@@ -17,6 +17,7 @@
 pub mod admission;
 pub mod cache;
 pub mod explain;
+pub mod live;
 pub mod metrics;
 pub mod status;
 
@@ -109,6 +110,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let ctx = Arc::new(Context {
             caches: caches.clone(),
             metrics: own_metrics,
+            live: Arc::new(client.clone()),
         });
         let route = |webhook: &'static str| {
             let ctx = ctx.clone();

@@ -10,7 +10,8 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 
 pub struct WebhookMetrics {
     /// `pdb_policy_webhook_admission_requests_total{webhook, result}`; result is `allowed`,
-    /// `warned`, `mutated` or `denied`.
+    /// `warned`, `mutated`, `denied`, or `error` (an eviction denied because a live read
+    /// failed).
     pub requests: IntCounterVec,
     /// `pdb_policy_webhook_admission_duration_seconds{webhook}`.
     pub duration: HistogramVec,
@@ -31,7 +32,7 @@ impl WebhookMetrics {
         let own = Self {
             requests: counter(
                 "pdb_policy_webhook_admission_requests_total",
-                "AdmissionReviews answered, by webhook (mutate-pdb, validate-pdb, validate-eviction) and result (allowed, warned, mutated, denied).",
+                "AdmissionReviews answered, by webhook (mutate-pdb, validate-pdb, validate-eviction) and result (allowed, warned, mutated, denied, error).",
                 &["webhook", "result"],
             )?,
             duration: HistogramVec::new(

@@ -19,7 +19,7 @@ use evictkit_api::conditions::{
 use evictkit_api::keys::TAINT_MANAGER_REQUESTER;
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_runtime::eviction::EvictionOutcome;
-use evictkit_runtime::eviction_request::{find, request_eviction, withdraw};
+use evictkit_runtime::eviction_request::{EvictionRequestError, find, request_eviction, withdraw};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,6 +28,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 
+use crate::zone_guard::Admission;
 use crate::{Context, Error, ZONE_RECHECK, name_of, record, record_in_background};
 
 /// How a due pod goes.
@@ -97,12 +98,19 @@ enum Attempt {
         reason: &'static str,
         why: String,
     },
+    /// The evictionrequest-controller refused the pod's EvictionRequest (validation failed):
+    /// final for this pod, so no retry until the pod changes.
+    Refused {
+        why: String,
+    },
 }
 
-/// Removes a due pod, unless the zone guard pauses its zone or its backoff holds.
+/// Removes a due pod, unless the zone guard pauses its zone or its backoff holds. `node` is
+/// `None` when the node was deleted while the pod waited (no zone to guard then).
 pub async fn remove(
     pod: &Pod,
-    node: &Node,
+    node_name: &str,
+    node: Option<&Node>,
     removal: Removal,
     due_since: Timestamp,
     context: &Context,
@@ -116,14 +124,26 @@ pub async fn remove(
         tracing::debug!(pod = %name, "removal already made; the cache has not caught up yet");
         return Ok(Action::await_change());
     }
-    if let Some(zone) = context.paused_zone(node) {
-        context
-            .metrics
-            .blocked
-            .with_label_values(&["ZonePaused"])
-            .inc();
-        tracing::debug!(pod = %name, zone = %zone, "due, but the zone guard pauses removals in its zone");
-        return Ok(Action::requeue(ZONE_RECHECK));
+    match node.map_or(Admission::Go, |node| context.admit(node)) {
+        Admission::Go => {}
+        Admission::Paused(zone) => {
+            context
+                .metrics
+                .blocked
+                .with_label_values(&["ZonePaused"])
+                .inc();
+            tracing::debug!(pod = %name, zone = %zone, "due, but the zone guard pauses removals in its zone");
+            return Ok(Action::requeue(ZONE_RECHECK));
+        }
+        Admission::Later(zone, wait) => {
+            context
+                .metrics
+                .blocked
+                .with_label_values(&["ZoneRateLimited"])
+                .inc();
+            tracing::debug!(pod = %name, zone = %zone, ?wait, "due, but the zone guard paces removals in its zone");
+            return Ok(Action::requeue(wait));
+        }
     }
     // Any change of the pod (e.g. our own condition) triggers a reconcile; the backoff holds.
     if let Some(wait) = context
@@ -138,7 +158,7 @@ pub async fn remove(
         request && has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER);
     let announced_now = !requested_before && context.mark(key.clone());
     if announced_now {
-        let note = removal.announcement(&name, &node.name_any());
+        let note = removal.announcement(&name, node_name);
         record_in_background(context, pod, "Delete", note);
     }
     context.due(&key);
@@ -201,20 +221,32 @@ pub async fn remove(
                 context.metrics.deletions.inc();
                 context.metrics.deletion_duration.observe(latency);
             }
-            tracing::info!(pod = %name, node = %node.name_any(), action, latency_seconds = latency, dry_run = context.dry_run, "removed");
+            tracing::info!(pod = %name, node = %node_name, action, latency_seconds = latency, dry_run = context.dry_run, "removed");
             context.removed(pod);
             Ok(Action::await_change())
         }
         Attempt::Requested { first } => {
             if first {
                 let latency = observe();
-                tracing::info!(pod = %name, node = %node.name_any(), action, latency_seconds = latency, dry_run = context.dry_run, "eviction requested");
+                tracing::info!(pod = %name, node = %node_name, action, latency_seconds = latency, dry_run = context.dry_run, "eviction requested");
             }
             context.clear_failures(&key);
             Ok(Action::await_change())
         }
         Attempt::Gone => {
             context.forget(&key);
+            Ok(Action::await_change())
+        }
+        Attempt::Refused { why } => {
+            context
+                .metrics
+                .blocked
+                .with_label_values(&["Refused"])
+                .inc();
+            context.clear_failures(&key);
+            tracing::warn!(pod = %name, action, %why, "not removed; the eviction request was refused, not retrying");
+            let note = format!("Cannot remove Pod {name} ({action}), not retrying: {why}");
+            record(context, pod, true, action, &note).await;
             Ok(Action::await_change())
         }
         Attempt::Blocked { reason, why } => {
@@ -254,7 +286,8 @@ async fn delete(context: &Context, pod: &Pod, grace_period_seconds: Option<u32>)
 
 /// Marks the pod (the durable record of the request), then creates or joins its
 /// EvictionRequest. Joining is server-side apply of our own entry, so a re-join writes nothing
-/// new; a canceled request is created afresh by the requester library.
+/// new; a request canceled by withdrawal is created afresh by the requester library, one
+/// refused by the controller's validation is final (no retry).
 async fn join_request(
     context: &Context,
     pod: &Pod,
@@ -278,6 +311,9 @@ async fn join_request(
     Ok(
         match request_eviction(&context.client, pod, TAINT_MANAGER_REQUESTER).await {
             Ok(_) => Attempt::Requested { first },
+            Err(error @ EvictionRequestError::Refused { .. }) => Attempt::Refused {
+                why: error.to_string(),
+            },
             Err(error) => Attempt::Blocked {
                 reason: "Error",
                 why: error.to_string(),

@@ -2,19 +2,23 @@
 //!
 //! Caches keep only the fields the logic reads (DESIGN.md): a Pod its name, namespace, uid,
 //! labels, creation and deletion timestamps, node name, tolerations and its PodScheduled and
-//! DisruptionTarget conditions; a Node its name, labels and NoExecute taints; a Namespace its
-//! name and labels.
+//! DisruptionTarget conditions; a Node its name, labels, NoExecute taints and the status of its
+//! Ready condition (the zone guard's input); a Namespace its name and labels.
 
 use std::collections::{HashMap, HashSet};
 
 use evictkit_api::conditions::POD_DISRUPTION_TARGET;
 use evictkit_core::taints::no_execute_taints;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, Pod, PodSpec, PodStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
+/// The node condition the zone guard reads.
+const NODE_READY: &str = "Ready";
 /// The pod condition that says when the pod was bound to its node.
 const POD_SCHEDULED: &str = "PodScheduled";
 
@@ -64,6 +68,17 @@ pub fn bound_at(pod: &Pod) -> Timestamp {
         .map_or(Timestamp::UNIX_EPOCH, |t| t.0)
 }
 
+/// Whether the node's Ready condition is True; a node without one is not ready (upstream's
+/// `ComputeZoneState`).
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == NODE_READY && c.status == "True")
+}
+
 pub fn strip_namespace(namespace: &mut Namespace) {
     let metadata = std::mem::take(&mut namespace.metadata);
     *namespace = Namespace {
@@ -85,7 +100,8 @@ pub struct FirstSeen {
 }
 
 impl FirstSeen {
-    /// Strips a watched Node to name, labels and NoExecute taints, each with a `timeAdded`.
+    /// Strips a watched Node to name, labels, NoExecute taints (each with a `timeAdded`) and the
+    /// status of its Ready condition (no heartbeat times: a heartbeat changes nothing here).
     pub fn strip_node(&mut self, node: &mut Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
         let seen = self.nodes.entry(name).or_default();
@@ -115,6 +131,18 @@ impl FirstSeen {
             .iter()
             .filter_map(|t| Some((t.clone(), t.time_added.as_ref()?.0)))
             .collect();
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == NODE_READY)
+            .map(|c| NodeCondition {
+                type_: NODE_READY.to_owned(),
+                status: c.status.clone(),
+                ..NodeCondition::default()
+            });
         let metadata = std::mem::take(&mut node.metadata);
         *node = Node {
             metadata: ObjectMeta {
@@ -126,7 +154,10 @@ impl FirstSeen {
                 taints: (!taints.is_empty()).then_some(taints),
                 ..NodeSpec::default()
             }),
-            ..Node::default()
+            status: Some(NodeStatus {
+                conditions: ready.map(|c| vec![c]),
+                ..NodeStatus::default()
+            }),
         };
     }
 

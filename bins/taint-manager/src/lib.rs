@@ -11,23 +11,35 @@
 //! `TaintEvictionPolicy` objects customise what happens (KEP-3902's user stories): `Evict`
 //! through the Eviction API (PodDisruptionBudgets respected), `EvictionRequest` (KEP-4563: the
 //! pod's interceptors act first; withdrawn when the pod is no longer due), `Ignore` a taint,
-//! or force-delete pods stuck terminating on unreachable nodes. A zone guard pauses removals
-//! in a zone where most nodes are not ready or unreachable at once.
+//! or force-delete pods stuck terminating on unreachable nodes. A zone guard applies the node
+//! lifecycle controller's zone states: removals slow down or stop in a zone where many nodes
+//! are not ready at once.
 //!
 //! Reads top to bottom: flags, wiring, the watches ([`watches`]), `reconcile` of one pod, and
 //! the removal it makes ([`actions`]). The decisions are in [`evictkit_core::taints`] and
 //! [`evictkit_core::taint_policy`]; per-pod bookkeeping is in [`pod_state`], the zone guard
 //! in [`zone_guard`], policy status in [`status`].
 //!
-//! ## Restarts
-//! Level-triggered: every pod is planned from the API after a restart. A toleration window is
-//! an absolute time, counted from the taint's `timeAdded` (set by the node lifecycle
-//! controller), so a restart in the middle of a window keeps it: the pod goes when it would
-//! have gone without the restart. Upstream restarts the window instead. A taint without
-//! `timeAdded` is timed from when this process first saw it, as upstream does. A pod's
-//! EvictionRequest is marked on the pod (DisruptionTarget, reason
-//! `EvictionRequestByTaintManager`), so a restarted taint-manager still withdraws it.
+//! ## Toleration windows and restarts
+//! A pod's window is upstream's timer: it starts when the taint-manager first finds the pod
+//! tolerating all its node's NoExecute taints for a while, and is kept while that stays so
+//! (node-lifecycle swapping `not-ready` for `unreachable`, another tolerated taint, a changed
+//! `tolerationSeconds`: the first window's end stands); it goes when the node has no NoExecute
+//! taint left or the pod tolerates them forever, so removing all taints and adding them again
+//! starts a new one. A window running when the node is deleted still ends in the pod's
+//! deletion, as upstream's timed worker does.
+//!
+//! Upstream's timers live in memory, so a restart starts every window anew. Here, a window
+//! that would have begun before this process began planning (a restart, a new leader) is
+//! recovered from the API: it starts at the earliest `timeAdded` of the pod's taints that are
+//! tolerated for a while (set by the node lifecycle controller and `kubectl taint`; whole
+//! seconds), or when the pod was bound if later, so the pod goes when it would have gone
+//! without the restart. A taint without `timeAdded` counts from when this process first saw
+//! it, so its window starts anew, as upstream's does. A pod's EvictionRequest is marked on the
+//! pod (DisruptionTarget, reason `EvictionRequestByTaintManager`), so a restarted taint-manager
+//! still withdraws it.
 
+mod access;
 mod actions;
 mod cache;
 mod metrics;
@@ -43,8 +55,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use evictkit_api::taint_eviction_policy::{TaintEvictionAction, TaintEvictionPolicy};
-use evictkit_core::taint_policy::{
-    CompiledPolicy, PodFacts, PodPlan, Policies, ZoneGuard, pod_plan,
+use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
+use evictkit_core::zone_disruption::{
+    DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
+    DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
 use evictkit_runtime::cli::{CommonArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
@@ -68,8 +82,12 @@ use crate::metrics::TaintMetrics;
 use crate::pod_state::Pacer;
 pub use crate::zone_guard::{EVENT_REASON_ZONE_PAUSED, EVENT_REASON_ZONE_RESUMED};
 
-/// Reporting component of Events and the `component` label of shared metrics.
+/// The `component` label of shared metrics.
 pub const COMPONENT: &str = "taint-manager";
+/// Reporting controller of Events: upstream's, so `kubectl describe`, `kubectl events` and
+/// alerting on Events see the same source as with kube-controller-manager's controller (it
+/// replaces that controller; the reporting instance, the pod's hostname, tells them apart).
+pub const EVENT_REPORTER: &str = "taint-eviction-controller";
 const LEASE_NAME: &str = "evictkit-taint-manager";
 /// Upstream's Event reason, for marking and cancelling deletions alike.
 pub const EVENT_REASON: &str = "TaintManagerEviction";
@@ -87,8 +105,8 @@ const CACHE_WAIT: Duration = Duration::from_millis(200);
 Run it instead of kube-controller-manager's own controller: start kube-controller-manager with \
 --controllers=*,-taint-eviction-controller. Without TaintEvictionPolicy objects it behaves as upstream: \
 a pod that does not tolerate a NoExecute taint of its node is deleted at once, a pod that tolerates \
-it with tolerationSeconds is deleted when that window ends (counted from the taint's timeAdded, so a \
-restart keeps the window), and nothing happens to pods that tolerate it forever. Unlike upstream, \
+it with tolerationSeconds is deleted when that window ends (timed as upstream; after a restart the \
+window is recovered from the taints' timeAdded), and nothing happens to pods that tolerate it forever. Unlike upstream, \
 failed deletes are retried with backoff while the pod is due, deletes carry the pod's UID, and \
 terminating pods are not deleted again.\n\n\
 A TaintEvictionPolicy (kubectl get taintevictionpolicies) selects taints, namespaces and pods and \
@@ -99,14 +117,23 @@ forceDeleteTerminatingAfter force-deletes pods stuck terminating on unreachable 
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// The zone guard pauses removals in a zone when at least this share of its nodes carry
-    /// the node.kubernetes.io/not-ready or node.kubernetes.io/unreachable NoExecute taint
-    /// (kube-controller-manager's --unhealthy-zone-threshold).
-    #[arg(long, value_name = "RATIO", default_value_t = 0.55)]
+    /// Zone guard (kube-controller-manager's flag and default): pod removals per second in a
+    /// zone whose nodes are all not ready while another zone's are not (upstream: nodes
+    /// tainted per second). 0 pauses such zones. Zones in the Normal state are not paced.
+    #[arg(long, value_name = "RATE", default_value_t = DEFAULT_NODE_EVICTION_RATE)]
+    pub node_eviction_rate: f64,
+    /// Zone guard: pod removals per second in a partially disrupted zone larger than
+    /// --large-cluster-size-threshold (kube-controller-manager's flag and default).
+    #[arg(long, value_name = "RATE", default_value_t = DEFAULT_SECONDARY_NODE_EVICTION_RATE)]
+    pub secondary_node_eviction_rate: f64,
+    /// Zone guard: a zone (nodes by region and zone labels; none: one zone) with more than 2
+    /// nodes whose Ready condition is not True, at least this share of them, is partially
+    /// disrupted (kube-controller-manager's --unhealthy-zone-threshold).
+    #[arg(long, value_name = "RATIO", default_value_t = DEFAULT_UNHEALTHY_ZONE_THRESHOLD)]
     pub unhealthy_zone_threshold: f64,
-    /// Only zones (nodes by topology.kubernetes.io/zone; no label: one zone) with more nodes
-    /// than this are guarded. 0 guards every zone.
-    #[arg(long, value_name = "N", default_value_t = 50)]
+    /// Zone guard: a partially disrupted zone of at most this many nodes stops removals; a
+    /// larger one slows them to --secondary-node-eviction-rate.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD)]
     pub large_cluster_size_threshold: usize,
     /// Most pod removals per second, across all nodes; 0 is unlimited (as upstream). Comes on
     /// top of --kube-api-qps.
@@ -137,6 +164,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "--unhealthy-zone-threshold ({}) must be between 0 and 1",
         args.unhealthy_zone_threshold
     );
+    for (flag, rate) in [
+        ("--node-eviction-rate", args.node_eviction_rate),
+        (
+            "--secondary-node-eviction-rate",
+            args.secondary_node_eviction_rate,
+        ),
+    ] {
+        anyhow::ensure!(
+            rate >= 0.0 && rate.is_finite(),
+            "{flag} ({rate}) must be 0 (paused) or positive"
+        );
+    }
     anyhow::ensure!(
         args.max_evictions_per_second >= 0.0 && args.max_evictions_per_second.is_finite(),
         "--max-evictions-per-second ({}) must be 0 (unlimited) or positive",
@@ -156,14 +195,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let health =
         HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
 
+    let access = Arc::new(access::Access::new(readiness.clone()));
     let settings = Settings {
+        access,
         evictions: EvictionClient::new(client.clone(), metrics.clone())
             .dry_run(args.common.dry_run),
-        recorder: EventRecorder::new(client.clone(), COMPONENT),
+        recorder: EventRecorder::new(client.clone(), EVENT_REPORTER),
         metrics: own_metrics,
         dry_run: args.common.dry_run,
         backoff: (args.retry_backoff_base, args.retry_backoff_max),
-        guard: ZoneGuard {
+        zone_flags: ZoneFlags {
+            node_eviction_rate: args.node_eviction_rate,
+            secondary_node_eviction_rate: args.secondary_node_eviction_rate,
             unhealthy_zone_threshold: args.unhealthy_zone_threshold,
             large_cluster_size_threshold: args.large_cluster_size_threshold,
         },
@@ -197,13 +240,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// What the flags decide, handed to each term of leadership.
 struct Settings {
+    /// The watches RBAC denies (readiness).
+    access: Arc<access::Access>,
     evictions: EvictionClient,
     recorder: EventRecorder,
     metrics: TaintMetrics,
     dry_run: bool,
     /// `--retry-backoff-base`, `--retry-backoff-max`.
     backoff: (Duration, Duration),
-    guard: ZoneGuard,
+    zone_flags: ZoneFlags,
     pacer: Pacer,
     namespace: Option<String>,
     policy_selector: Option<String>,
@@ -216,8 +261,13 @@ struct Context {
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
     policies: Store<TaintEvictionPolicy>,
-    /// Paused zones with (unhealthy, total) node counts.
-    zones: Mutex<BTreeMap<String, (usize, usize)>>,
+    /// Whether the TaintEvictionPolicy CRD is installed; without it, no policies.
+    policies_installed: bool,
+    /// When this term as leader began: windows that would have started before are recovered
+    /// from the taints' `timeAdded` (see "Toleration windows and restarts").
+    planning_since: Timestamp,
+    /// The zones' states and paced zones' next removal slots.
+    zones: Mutex<zone_guard::ZoneGuard>,
     pods: Mutex<pod_state::PodStates>,
 }
 
@@ -229,13 +279,13 @@ impl std::ops::Deref for Context {
 }
 
 impl Context {
-    /// Whether the node, namespace and policy caches hold a complete list (the policy one
-    /// needs the CRD installed).
+    /// Whether the node, namespace and policy caches hold a complete list (the policy one only
+    /// if the CRD is installed).
     fn caches_ready(&self) -> bool {
         let ready = |wait: Option<Result<(), _>>| matches!(wait, Some(Ok(())));
         ready(self.nodes.wait_until_ready().now_or_never())
             && ready(self.namespaces.wait_until_ready().now_or_never())
-            && ready(self.policies.wait_until_ready().now_or_never())
+            && (!self.policies_installed || ready(self.policies.wait_until_ready().now_or_never()))
     }
 
     fn node(&self, name: &str) -> Option<Arc<Node>> {
@@ -267,37 +317,51 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
     let (pod_store, pod_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
     let (policy_store, policy_writer) = reflector::store();
+    let policies_installed = access::policy_crd_installed(&client).await;
+    settings
+        .metrics
+        .policy_crd_installed
+        .set(i64::from(policies_installed));
     let context = Arc::new(Context {
+        policies_installed,
         client: client.clone(),
         settings,
         nodes: node_store.clone(),
         namespaces: namespace_store,
         policies: policy_store.clone(),
+        planning_since: Timestamp::now(),
         zones: Mutex::default(),
         pods: Mutex::default(),
     });
     let index = Arc::new(Mutex::new(PodsByNode::default()));
 
     let pods = watches::pods(&client, pod_writer, index.clone(), context.clone());
-    let triggers = stream::select_all([
+    let mut triggers = vec![
         watches::node_changes(&client, node_writer, index.clone(), context.clone()).boxed(),
-        watches::policy_changes(
-            &client,
-            policy_writer,
-            node_store.clone(),
-            index.clone(),
-            context.policy_selector.as_deref(),
-        )
-        .boxed(),
         watches::namespace_changes(
             &client,
             namespace_writer,
-            node_store,
+            node_store.clone(),
             index.clone(),
-            policy_store,
+            policy_store.clone(),
+            context.access.clone(),
         )
         .boxed(),
-    ]);
+    ];
+    if policies_installed {
+        triggers.push(
+            watches::policy_changes(
+                &client,
+                policy_writer,
+                node_store,
+                index.clone(),
+                context.policy_selector.as_deref(),
+                context.access.clone(),
+            )
+            .boxed(),
+        );
+    }
+    let triggers = stream::select_all(triggers);
 
     let status = status::run(
         client.clone(),
@@ -345,10 +409,34 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
         .as_ref()
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default();
+    let key = ObjectRef::from_obj(pod.as_ref());
+    let now = Timestamp::now();
     let Some(node) = context.node(&node_name) else {
-        // Unknown or deleted node: no taints to act on; its watch event re-plans the pod.
+        // Unknown or deleted node: no taints to act on. As upstream, a window already running
+        // still ends in the pod's removal (its timed worker outlives the node); otherwise
+        // nothing happens, and the node's watch event re-plans the pod if it comes (back).
+        if let Some(pending) = context.pending(&key) {
+            return match pending.plan(now) {
+                PodPlan::Remove {
+                    action,
+                    since,
+                    policy,
+                } => {
+                    remove(
+                        &pod,
+                        &node_name,
+                        None,
+                        Removal::of(action, policy),
+                        since,
+                        &context,
+                    )
+                    .await
+                }
+                _ => Ok(Action::requeue(until(pending.window.ends, now))),
+            };
+        }
         withdraw_if_requested(&pod, &context).await?;
-        context.cancel(&pod).await;
+        context.forget(&key);
         return Ok(Action::await_change());
     };
     let labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -363,9 +451,9 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
             .unwrap_or_default(),
         bound_at: bound_at(&pod),
         deletion_timestamp: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        window: context.pending(&key).map(|p| p.window),
+        planning_since: context.planning_since,
     };
-    let now = Timestamp::now();
-    let key = ObjectRef::from_obj(pod.as_ref());
     let plan = pod_plan(taints_of(&node), &facts, &context.policies(), now);
     tracing::debug!(pod = %name_of(&pod), node = %node_name, ?plan, "planned");
     // An EvictionRequest stands only while the pod is due by one; a terminating pod is on its
@@ -385,8 +473,9 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
             context.cancel(&pod).await;
             Ok(Action::await_change())
         }
-        PodPlan::Wait { at, action } => {
-            if context.schedule(key) {
+        PodPlan::Wait(pending) => {
+            let (at, action) = (pending.window.ends, pending.action);
+            if context.wait_for(key, pending) {
                 tracing::info!(pod = %name_of(&pod), node = %node_name, %at, action = action.as_str(), "tolerates the node's NoExecute taints until then");
             }
             Ok(Action::requeue(until(at, now)))
@@ -399,13 +488,24 @@ async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error
             Ok(Action::requeue(until(at, now)))
         }
         PodPlan::Terminating { force_at: Some(at) } => {
-            remove(&pod, &node, Removal::ForceDelete, at, &context).await
+            remove(
+                &pod,
+                &node_name,
+                Some(&node),
+                Removal::ForceDelete,
+                at,
+                &context,
+            )
+            .await
         }
         PodPlan::Remove {
             action,
             since,
             policy,
-        } => remove(&pod, &node, Removal::of(action, policy), since, &context).await,
+        } => {
+            let removal = Removal::of(action, policy);
+            remove(&pod, &node_name, Some(&node), removal, since, &context).await
+        }
     }
 }
 

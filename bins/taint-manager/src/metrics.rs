@@ -27,12 +27,15 @@ pub struct TaintMetrics {
     pub withdrawn: IntCounter,
     /// From the moment a pod became due to the API call that removed it, by action.
     pub removal_latency: HistogramVec,
-    /// Removals that could not be made now, by reason (PodDisruptionBudget, ZonePaused, Error).
+    /// Removals that could not be made now, by reason (PodDisruptionBudget, ZonePaused,
+    /// ZoneRateLimited, Error).
     pub blocked: IntCounterVec,
     /// Zones whose evictions the zone guard pauses now.
     pub paused_zones: IntGauge,
     /// TaintEvictionPolicies that are invalid now (they govern nothing).
     pub invalid_policies: IntGauge,
+    /// 1 if the TaintEvictionPolicy CRD was installed when this term as leader began, else 0.
+    pub policy_crd_installed: IntGauge,
 }
 
 impl TaintMetrics {
@@ -74,20 +77,25 @@ impl TaintMetrics {
             blocked: new(IntCounterVec::new(
                 Opts::new(
                     "evictkit_taint_manager_removals_blocked_total",
-                    "Attempts to remove a due pod that did not remove it, by reason (PodDisruptionBudget, ZonePaused, Error); each is retried.",
+                    "Attempts to remove a due pod that did not remove it, by reason (PodDisruptionBudget, ZonePaused, ZoneRateLimited, Error); each is retried.",
                 ),
                 &["reason"],
             ))?,
             paused_zones: new(IntGauge::new(
                 "evictkit_taint_manager_paused_zones",
-                "Zones whose evictions the zone guard pauses because too many of their nodes are not ready or unreachable.",
+                "Zones whose removals the zone guard pauses (partial disruption of a small zone, or every zone fully disrupted), as kube-controller-manager's node lifecycle controller.",
             ))?,
             invalid_policies: new(IntGauge::new(
                 "evictkit_taint_manager_invalid_policies",
                 "TaintEvictionPolicies that cannot be applied (see their Valid condition); they govern nothing.",
             ))?,
+            policy_crd_installed: new(IntGauge::new(
+                "evictkit_taint_manager_policy_crd_installed",
+                "1 if the TaintEvictionPolicy CRD is installed; 0: the taint-manager runs without policies, as kube-controller-manager's taint-eviction-controller (install the CRD and restart it).",
+            ))?,
         };
         metrics.register(own.deletions.clone())?;
+        metrics.register(own.policy_crd_installed.clone())?;
         metrics.register(own.deletion_duration.clone())?;
         metrics.register(own.actions.clone())?;
         metrics.register(own.withdrawn.clone())?;

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use evictkit_core::affinity_eviction::retry_delay;
+use evictkit_core::taint_policy::Pending;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -17,7 +18,11 @@ use crate::{Context, name_of, record};
 
 #[derive(Default)]
 pub struct PodStates {
-    /// Pods waiting for the end of a toleration window (for the "Cancelling deletion" Event).
+    /// Pods with a toleration window: upstream's timed worker, kept while the pod stays
+    /// tolerated for a while (also when its node is deleted) and until a removal made after it
+    /// succeeds, so a retried removal keeps its due time.
+    windows: HashMap<ObjectRef<Pod>, Pending>,
+    /// Pods waiting for the end of their window (for the "Cancelling deletion" Event).
     scheduled: HashSet<ObjectRef<Pod>>,
     /// Pods whose removal was announced by an Event (once per pod, not per retry).
     marked: HashSet<ObjectRef<Pod>>,
@@ -49,26 +54,36 @@ impl Context {
     pub(crate) async fn cancel(&self, pod: &Pod) {
         let key = ObjectRef::from_obj(pod);
         let announced = self.states().marked.contains(&key);
-        let was_scheduled = self.forget(&key);
-        if was_scheduled || announced {
+        let was_waiting = self.forget(&key);
+        if was_waiting || announced {
             let note = format!("Cancelling deletion of Pod {}", name_of(pod));
             tracing::info!(pod = %name_of(pod), "no longer due; cancelled its removal");
             record(self, pod, false, "Cancel", &note).await;
         }
     }
 
-    /// Drops everything remembered about the pod; returns whether its removal was scheduled.
+    /// Drops everything remembered about the pod; returns whether it was waiting for the end
+    /// of a window.
     pub(crate) fn forget(&self, key: &ObjectRef<Pod>) -> bool {
         let mut states = self.states();
         states.failures.remove(key);
         states.marked.remove(key);
         states.acted.remove(key);
+        states.windows.remove(key);
         states.scheduled.remove(key)
     }
 
-    /// Remembers that the pod waits for the end of a window; returns whether it was new.
-    pub(crate) fn schedule(&self, key: ObjectRef<Pod>) -> bool {
-        self.states().scheduled.insert(key)
+    /// Remembers that the pod waits for the end of `pending`'s window; returns whether it was
+    /// not waiting before.
+    pub(crate) fn wait_for(&self, key: ObjectRef<Pod>, pending: Pending) -> bool {
+        let mut states = self.states();
+        states.windows.insert(key.clone(), pending);
+        states.scheduled.insert(key)
+    }
+
+    /// The pod's toleration window and what follows it, if it has one.
+    pub(crate) fn pending(&self, key: &ObjectRef<Pod>) -> Option<Pending> {
+        self.states().windows.get(key).cloned()
     }
 
     /// The pod's window is over and its removal is being made: it waits no more. (Its own

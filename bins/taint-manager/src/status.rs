@@ -108,6 +108,8 @@ fn governed_pods(
                 tolerations: &[],
                 bound_at: bound_at(&pod),
                 deletion_timestamp: None,
+                window: None,
+                planning_since: context.planning_since,
             };
             for name in policies.governing_names(taints, &facts) {
                 *counts.entry(name.to_owned()).or_default() += 1;

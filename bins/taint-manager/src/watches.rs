@@ -3,19 +3,19 @@
 //! the zone guard), TaintEvictionPolicies and namespace labels (both re-plan the pods on
 //! tainted nodes). Every watched object is stripped to the fields the logic reads (`cache`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
-use evictkit_core::taint_policy::zone_of;
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::cache::{FirstSeen, PodsByNode, strip_namespace, strip_pod};
-use crate::zone_guard::zone_guard;
+use crate::access::Access;
+use crate::cache::{FirstSeen, PodsByNode, node_ready, strip_namespace, strip_pod};
+use crate::zone_guard::{zone_guard, zone_of};
 use crate::{Context, name_of, record, taints_of};
 
 /// Pods bound to a node only (the taints of a node concern the pods on it), indexed by node;
@@ -35,6 +35,7 @@ pub fn pods(
         .modify(strip_pod)
         .reflect(writer)
         .inspect(move |event| {
+            context.access.observe("pods", event);
             if let Ok(event) = event {
                 let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
                 for pod in gone {
@@ -61,8 +62,8 @@ fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
 
 /// Node watch: a change of a node's NoExecute taints re-plans the pods on it (upstream's node
 /// updates, which it handles before pod updates; here every reconcile reads the node cache,
-/// which the watch updates first). A change of a node's taints or zone also re-runs the zone
-/// guard, and the pods of zones that pause or resume are re-planned.
+/// which the watch updates first). A change of a node's taints, zone or readiness also re-runs
+/// the zone guard, and the pods of zones whose state changed are re-planned.
 pub fn node_changes(
     client: &Client,
     writer: reflector::store::Writer<Node>,
@@ -79,18 +80,16 @@ pub fn node_changes(
                 .strip_node(node);
         }
     };
-    let mut previous: HashMap<String, (String, Vec<Taint>)> = HashMap::new();
+    let mut previous: HashMap<String, (String, bool, Vec<Taint>)> = HashMap::new();
+    let access = context.access.clone();
     let mut synced = false;
     watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .modify(strip)
         .reflect(writer)
-        .filter_map(|event| {
-            future::ready(
-                event
-                    .map_err(|error| tracing::warn!(%error, "node watch failed; retrying"))
-                    .ok(),
-            )
+        .filter_map(move |event| {
+            access.observe("nodes", &event);
+            future::ready(event.ok())
         })
         .flat_map(move |event| {
             let mut pods = Vec::new();
@@ -98,11 +97,7 @@ pub fn node_changes(
             match &event {
                 watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
                     let name = node.name_any();
-                    let now = (
-                        zone_of(node.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-                            .to_owned(),
-                        taints_of(node).to_vec(),
-                    );
+                    let now = (zone_of(node), node_ready(node), taints_of(node).to_vec());
                     if previous.get(&name) != Some(&now) {
                         pods = index
                             .lock()
@@ -142,6 +137,7 @@ pub fn policy_changes(
     nodes: Store<Node>,
     index: Arc<Mutex<PodsByNode>>,
     selector: Option<&str>,
+    access: Arc<Access>,
 ) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
     let mut config = watcher::Config::default();
     if let Some(selector) = selector {
@@ -151,15 +147,12 @@ pub fn policy_changes(
         .default_backoff()
         .reflect(writer)
         .filter_map(move |event| {
+            access.observe("taintevictionpolicies", &event);
             future::ready(match event {
                 Ok(
                     watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
                 ) => Some(stream::iter(pods_on_tainted_nodes(&nodes, &index))),
-                Ok(_) => None,
-                Err(error) => {
-                    tracing::warn!(%error, "TaintEvictionPolicy watch failed; retrying");
-                    None
-                }
+                _ => None,
             })
         })
         .flatten()
@@ -173,6 +166,7 @@ pub fn namespace_changes(
     nodes: Store<Node>,
     index: Arc<Mutex<PodsByNode>>,
     policies: Store<TaintEvictionPolicy>,
+    access: Arc<Access>,
 ) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
     watcher(
         Api::<Namespace>::all(client.clone()),
@@ -182,15 +176,12 @@ pub fn namespace_changes(
     .modify(strip_namespace)
     .reflect(writer)
     .filter_map(move |event| {
+        access.observe("namespaces", &event);
         future::ready(match event {
             Ok(watcher::Event::Apply(_)) if !policies.state().is_empty() => {
                 Some(stream::iter(pods_on_tainted_nodes(&nodes, &index)))
             }
-            Ok(_) => None,
-            Err(error) => {
-                tracing::warn!(%error, "namespace watch failed; retrying");
-                None
-            }
+            _ => None,
         })
     })
     .flatten()

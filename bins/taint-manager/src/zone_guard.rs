@@ -1,108 +1,161 @@
-//! The zone guard: removals pause in a zone where at least `--unhealthy-zone-threshold` of the
-//! nodes carry the not-ready or unreachable NoExecute taint (zones larger than
-//! `--large-cluster-size-threshold`), and resume when it recovers; an Event on the zone's first
-//! node, a log line and the `evictkit_taint_manager_paused_zones` gauge say so. The rule is
-//! [`evictkit_core::taint_policy::paused_zones`].
+//! The zone guard: node-lifecycle's zone states ([`evictkit_core::zone_disruption`]) applied to
+//! pod removals. Per zone (region and zone), from the nodes' Ready conditions: Normal, removals
+//! at once; PartialDisruption, at `--secondary-node-eviction-rate` pod removals per second in
+//! zones larger than `--large-cluster-size-threshold`, none in smaller ones; FullDisruption, at
+//! `--node-eviction-rate`, or none when every zone is fully disrupted. A zone that pauses or
+//! resumes gets an Event on its first node and a log line; every state change a log line; the
+//! `evictkit_taint_manager_paused_zones` gauge counts the paused zones.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use evictkit_core::taint_policy::{ZoneNode, paused_zones, zone_of};
+use evictkit_core::zone_disruption::{Zone, ZoneLimit, zone_key, zones};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::cache::PodsByNode;
-use crate::{Context, taints_of};
+use crate::Context;
+use crate::cache::{PodsByNode, node_ready};
 
 /// Event reason on a node of a zone whose removals the zone guard pauses.
 pub const EVENT_REASON_ZONE_PAUSED: &str = "TaintManagerZonePaused";
 /// Event reason on a node of a zone whose removals resume.
 pub const EVENT_REASON_ZONE_RESUMED: &str = "TaintManagerZoneResumed";
 
-fn labels(node: &Node) -> &BTreeMap<String, String> {
+pub fn zone_of(node: &Node) -> String {
     static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-    node.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    zone_key(node.metadata.labels.as_ref().unwrap_or(&EMPTY))
+}
+
+/// What the zone guard says about one removal now.
+pub enum Admission {
+    Go,
+    /// The zone is paused.
+    Paused(String),
+    /// The zone's rate allows the next removal after this wait.
+    Later(String, Duration),
+}
+
+/// The zones' current states and each paced zone's next free removal slot.
+#[derive(Default)]
+pub struct ZoneGuard {
+    zones: BTreeMap<String, Zone>,
+    next_slot: HashMap<String, tokio::time::Instant>,
 }
 
 impl Context {
-    /// The zone of `node` if the zone guard pauses it, judged from the node cache now (the
-    /// node watch may not have re-run the guard yet for the change this pod sees).
-    pub(crate) fn paused_zone(&self, node: &Node) -> Option<String> {
-        let zone = zone_of(labels(node)).to_owned();
-        let nodes = self.nodes.state();
-        let paused = paused_zones(
-            nodes
-                .iter()
-                .filter(|n| zone_of(labels(n)) == zone)
-                .map(|n| ZoneNode {
-                    labels: labels(n),
-                    taints: taints_of(n),
-                }),
-            self.guard,
-        );
-        paused.contains_key(&zone).then_some(zone)
+    fn guard(&self) -> std::sync::MutexGuard<'_, ZoneGuard> {
+        self.zones.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a pod on `node` may be removed now; a paced zone's slot is taken if so.
+    pub(crate) fn admit(&self, node: &Node) -> Admission {
+        let zone = zone_of(node);
+        let mut guard = self.guard();
+        let limit = guard
+            .zones
+            .get(&zone)
+            .map_or(ZoneLimit::Unpaced, |z| z.limit);
+        match limit {
+            ZoneLimit::Unpaced => Admission::Go,
+            ZoneLimit::Paused => Admission::Paused(zone),
+            ZoneLimit::PerSecond(rate) => {
+                let now = tokio::time::Instant::now();
+                let slot = guard.next_slot.get(&zone).copied().unwrap_or(now);
+                if slot > now {
+                    return Admission::Later(zone, slot - now);
+                }
+                guard
+                    .next_slot
+                    .insert(zone, now + Duration::from_secs_f64(1.0 / rate));
+                Admission::Go
+            }
+        }
     }
 }
 
-/// Re-runs the zone guard over all nodes; returns the pods of zones that paused or resumed.
+/// Re-runs the zone guard over all nodes; returns the pods of zones whose limit changed.
 pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<Pod>> {
     let nodes = context.nodes.state();
-    let paused = paused_zones(
-        nodes.iter().map(|n| ZoneNode {
-            labels: labels(n),
-            taints: taints_of(n),
-        }),
-        context.guard,
+    let keys: Vec<(String, bool)> = nodes.iter().map(|n| (zone_of(n), node_ready(n))).collect();
+    let now = zones(
+        keys.iter().map(|(z, r)| (z.as_str(), *r)),
+        &context.zone_flags,
     );
-    let previous = std::mem::replace(
-        &mut *context.zones.lock().unwrap_or_else(|p| p.into_inner()),
-        paused.clone(),
+    let previous = {
+        let mut guard = context.guard();
+        guard.next_slot.retain(|zone, _| now.contains_key(zone));
+        std::mem::replace(&mut guard.zones, now.clone())
+    };
+    let paused = |z: Option<&Zone>| z.is_some_and(|z| z.limit == ZoneLimit::Paused);
+    context.metrics.paused_zones.set(
+        now.values()
+            .filter(|z| z.limit == ZoneLimit::Paused)
+            .count() as i64,
     );
-    context.metrics.paused_zones.set(paused.len() as i64);
     let mut changed = Vec::new();
-    for (zone, (unhealthy, total)) in &paused {
-        if !previous.contains_key(zone) {
-            tracing::warn!(zone = %zone, unhealthy, total, "zone guard: pausing removals in the zone");
-            changed.push((zone.clone(), true, format!("Pausing pod removals in zone {zone:?}: {unhealthy} of {total} nodes are not ready or unreachable")));
+    for (zone, current) in &now {
+        let before = previous.get(zone);
+        if before.is_none_or(|b| b.state != current.state || b.limit != current.limit) {
+            tracing::info!(zone = %zone, state = current.state.as_str(), limit = ?current.limit, nodes = current.nodes, not_ready = current.not_ready, "zone guard: zone state");
+            changed.push(zone.clone());
         }
-    }
-    for zone in previous.keys().filter(|z| !paused.contains_key(*z)) {
-        tracing::info!(zone = %zone, "zone guard: resuming removals in the zone");
-        changed.push((
-            zone.clone(),
-            false,
-            format!("Resuming pod removals in zone {zone:?}"),
-        ));
+        let note = match (paused(before), paused(Some(current))) {
+            (false, true) => Some((
+                true,
+                format!(
+                    "Pausing pod removals in zone {zone:?}: {} ({} of {} nodes not ready)",
+                    current.state.as_str(),
+                    current.not_ready,
+                    current.nodes
+                ),
+            )),
+            (true, false) => Some((
+                false,
+                format!(
+                    "Resuming pod removals in zone {zone:?}: {}",
+                    current.state.as_str()
+                ),
+            )),
+            _ => None,
+        };
+        if let Some((pausing, note)) = note {
+            if pausing {
+                tracing::warn!(zone = %zone, "zone guard: pausing removals in the zone");
+            } else {
+                tracing::info!(zone = %zone, "zone guard: resuming removals in the zone");
+            }
+            // One Event per change, on the first node of the zone by name.
+            let first = nodes
+                .iter()
+                .filter(|n| zone_of(n) == *zone)
+                .min_by_key(|n| n.name_any());
+            if let Some(node) = first {
+                let (context, node) = (context.clone(), Node::clone(node));
+                tokio::spawn(async move {
+                    let result = if pausing {
+                        context
+                            .recorder
+                            .warning(&node, EVENT_REASON_ZONE_PAUSED, "Pause", &note)
+                            .await
+                    } else {
+                        context
+                            .recorder
+                            .normal(&node, EVENT_REASON_ZONE_RESUMED, "Resume", &note)
+                            .await
+                    };
+                    if let Err(error) = result {
+                        tracing::warn!(%error, "cannot record event");
+                    }
+                });
+            }
+        }
     }
     let index = index.lock().unwrap_or_else(|p| p.into_inner());
-    let mut pods = Vec::new();
-    for (zone, paused, note) in changed {
-        let in_zone: Vec<&Arc<Node>> = nodes
-            .iter()
-            .filter(|n| zone_of(labels(n)) == zone)
-            .collect();
-        pods.extend(in_zone.iter().flat_map(|n| index.on_node(&n.name_any())));
-        // One Event per change, on the first node of the zone by name.
-        if let Some(node) = in_zone.iter().min_by_key(|n| n.name_any()) {
-            let (context, node) = (context.clone(), Node::clone(node));
-            tokio::spawn(async move {
-                let result = if paused {
-                    context
-                        .recorder
-                        .warning(&node, EVENT_REASON_ZONE_PAUSED, "Pause", &note)
-                        .await
-                } else {
-                    context
-                        .recorder
-                        .normal(&node, EVENT_REASON_ZONE_RESUMED, "Resume", &note)
-                        .await
-                };
-                if let Err(error) = result {
-                    tracing::warn!(%error, "cannot record event");
-                }
-            });
-        }
-    }
-    pods
+    nodes
+        .iter()
+        .filter(|n| changed.contains(&zone_of(n)))
+        .flat_map(|n| index.on_node(&n.name_any()))
+        .collect()
 }

@@ -204,6 +204,15 @@ pub struct EvictionRequestStatus {
     )]
     pub active_interceptors: Vec<String>,
 
+    /// ActivationTime is the time at which .status.activeInterceptors[0] was designated active
+    /// by the eviction request controller. Its heartbeat deadline counts from here until its
+    /// first heartbeat, so every interceptor gets its full window, even when the controller
+    /// hands over late (like lifecycle.k8s.io/v1alpha1's ResponderStatus.startTime).
+    /// This field is managed by Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::time")]
+    pub activation_time: Option<Time>,
+
     /// ProcessedInterceptors store a list of interceptors that have previously been selected
     /// and added to ActiveInterceptors. These interceptors may have reached completion, been
     /// canceled, failed to start or failed to update .interceptors[].heartbeatTime in a timely

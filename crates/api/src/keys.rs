@@ -47,13 +47,25 @@ pub const DESCHEDULER_EVICTION_IN_PROGRESS: &str =
 /// requested the pod's eviction (RFC 3339), the start of its `--max-evacuation-request-ttl`.
 /// It also tells the bridge's in-progress mark from another evacuator's (e.g. KubeVirt's).
 pub const DESCHEDULER_BRIDGE_EVACUATION_STARTED: &str = "evictkit.io/evacuation-started";
+/// Pod annotation `descheduler-bridge` sets each time it answers the descheduler's eviction of a
+/// `request-evict-only` pod with 429 (RFC 3339): when the descheduler assumed the eviction in
+/// background, the start of its own cache TTL.
+pub const DESCHEDULER_BRIDGE_EVACUATION_ANSWERED: &str = "evictkit.io/evacuation-answered";
+/// Pod annotation `descheduler-bridge` rewrites (RFC 3339) after the descheduler may have dropped
+/// its assumed entry: the pod update makes the descheduler count the pod again, for good.
+pub const DESCHEDULER_BRIDGE_EVACUATION_REFRESHED: &str = "evictkit.io/evacuation-refreshed";
 
 /// KEP-4563's default interceptor, always appended last to `.status.targetInterceptors`: the
 /// eviction request controller evicts the pod through the Eviction API.
 pub const IMPERATIVE_EVICTION_INTERCEPTOR: &str = "imperative-eviction.k8s.io";
 
-/// Requester name of the descheduler, added to `.spec.requesters` by `descheduler-bridge`.
-pub const DESCHEDULER_REQUESTER: &str = "descheduler.sigs.k8s.io";
+/// The evictionrequest-controller: reporting component of its Events and field manager of its
+/// writes (label synchronisation reads its managedFields entry back).
+pub const EVICTION_REQUEST_CONTROLLER: &str = "evictionrequest-controller";
+/// Requester name of the descheduler, added to `.spec.requesters` by `descheduler-bridge`. Not
+/// `descheduler.sigs.k8s.io`: `*.k8s.io` names are reserved for Kubernetes (the webhook and
+/// upstream's lifecycle API refuse them as requesters).
+pub const DESCHEDULER_REQUESTER: &str = "descheduler-bridge.evictkit.io";
 /// Requester name of `taint-manager` (action `EvictionRequest` of a `TaintEvictionPolicy`).
 pub const TAINT_MANAGER_REQUESTER: &str = "taint-manager.evictkit.io";
 /// Requester name of `affinity-evictor` in `--mode=eviction-request`.
@@ -77,5 +89,11 @@ pub const TAINT_NODE_NOT_READY: &str = "node.kubernetes.io/not-ready";
 /// reporting); counted by the zone guard, and where a TaintEvictionPolicy's
 /// forceDeleteTerminatingAfter applies.
 pub const TAINT_NODE_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
-/// Well-known node label naming the node's zone (the zone guard groups nodes by it).
+/// Well-known node label naming the node's zone (the zone guard groups nodes by region and zone).
 pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+/// Well-known node label naming the node's region.
+pub const LABEL_TOPOLOGY_REGION: &str = "topology.kubernetes.io/region";
+/// Deprecated zone label, still read first by upstream's node lifecycle controller.
+pub const LABEL_FAILURE_DOMAIN_BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
+/// Deprecated region label, still read first by upstream's node lifecycle controller.
+pub const LABEL_FAILURE_DOMAIN_BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";

@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 
 use evictkit_api::keys::{
+    DESCHEDULER_BRIDGE_EVACUATION_ANSWERED, DESCHEDULER_BRIDGE_EVACUATION_REFRESHED,
     DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
     DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS,
 };
@@ -105,17 +106,28 @@ pub struct Marks {
     pub started: Option<Timestamp>,
     /// The started-annotation is present (readable or not): the marks are the bridge's.
     pub ours: bool,
+    /// The pod carries `request-evict-only`: the descheduler keeps it in its cache of
+    /// evictions in background (and only then).
+    pub request_evict_only: bool,
+    /// When the bridge last answered the descheduler's eviction with 429 (`None`: absent or
+    /// unreadable).
+    pub answered: Option<Timestamp>,
+    /// When the bridge last refreshed the pod for the descheduler's cache.
+    pub refreshed: Option<Timestamp>,
 }
 
 impl Marks {
     pub fn of(pod: &Pod) -> Self {
         let annotations = pod.metadata.annotations.as_ref();
-        let started = annotations.and_then(|a| a.get(DESCHEDULER_BRIDGE_EVACUATION_STARTED));
+        let get = |key: &str| annotations.and_then(|a| a.get(key));
+        let time = |key: &str| get(key).and_then(|value| value.parse().ok());
         Self {
-            in_progress: annotations
-                .is_some_and(|a| a.contains_key(DESCHEDULER_EVICTION_IN_PROGRESS)),
-            started: started.and_then(|value| value.parse().ok()),
-            ours: started.is_some(),
+            in_progress: get(DESCHEDULER_EVICTION_IN_PROGRESS).is_some(),
+            started: time(DESCHEDULER_BRIDGE_EVACUATION_STARTED),
+            ours: get(DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_some(),
+            request_evict_only: get(DESCHEDULER_REQUEST_EVICT_ONLY).is_some(),
+            answered: time(DESCHEDULER_BRIDGE_EVACUATION_ANSWERED),
+            refreshed: time(DESCHEDULER_BRIDGE_EVACUATION_REFRESHED),
         }
     }
 
@@ -136,11 +148,30 @@ pub fn marks(request: &str, started: Timestamp) -> BTreeMap<&'static str, Option
     ])
 }
 
+/// The annotation recording that the bridge answered the descheduler's eviction at `now`
+/// (a merge patch's `metadata.annotations`), for a `request-evict-only` pod.
+pub fn answered_mark(now: Timestamp) -> BTreeMap<&'static str, Option<String>> {
+    BTreeMap::from([(
+        DESCHEDULER_BRIDGE_EVACUATION_ANSWERED,
+        Some(now.to_string()),
+    )])
+}
+
+/// The annotation of a refresh at `now` (a merge patch's `metadata.annotations`).
+pub fn refreshed_mark(now: Timestamp) -> BTreeMap<&'static str, Option<String>> {
+    BTreeMap::from([(
+        DESCHEDULER_BRIDGE_EVACUATION_REFRESHED,
+        Some(now.to_string()),
+    )])
+}
+
 /// The merge patch's `metadata.annotations` removing the bridge's marks.
 pub fn cleared_marks() -> BTreeMap<&'static str, Option<String>> {
     BTreeMap::from([
         (DESCHEDULER_EVICTION_IN_PROGRESS, None),
         (DESCHEDULER_BRIDGE_EVACUATION_STARTED, None),
+        (DESCHEDULER_BRIDGE_EVACUATION_ANSWERED, None),
+        (DESCHEDULER_BRIDGE_EVACUATION_REFRESHED, None),
     ])
 }
 
@@ -175,9 +206,11 @@ pub enum Plan {
     /// Nothing of the bridge's is left here.
     Nothing,
     /// The evacuation goes on: write the marks if `mark` holds (starting the TTL at
-    /// `started`), and look again after `recheck_after` (when the TTL runs out).
+    /// `started`), write [`refreshed_mark`] if `refresh` holds (see [`Ttls::descheduler`]), and
+    /// look again after `recheck_after` (the next refresh, or when the TTL runs out).
     InProgress {
         mark: Option<Timestamp>,
+        refresh: Option<Timestamp>,
         recheck_after: SignedDuration,
     },
     /// The evacuation ended: withdraw the requester if still listed, clear the pod's marks if
@@ -189,16 +222,30 @@ pub enum Plan {
     },
 }
 
+/// The two clocks of an evacuation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ttls {
+    /// `--max-evacuation-request-ttl`: how long the bridge keeps asking for the eviction.
+    pub evacuation: SignedDuration,
+    /// The descheduler's own TTL of an assumed eviction in background (v0.36:
+    /// `assumedEvictionRequestTimeoutSeconds`, 600 s, not configurable), also the period of its
+    /// cache cleaning (`evictionRequestsCacheResyncPeriod`, 600 s).
+    pub descheduler: SignedDuration,
+}
+
+/// The descheduler v0.36 (`pkg/descheduler/evictions/evictions.go`), whose TTL is 600 s.
+pub const DESCHEDULER_ASSUMED_TTL: SignedDuration = SignedDuration::from_secs(600);
+
 /// The plan for an EvictionRequest in `state`, in whose requesters the bridge is `listed`,
-/// whose pod (the same UID; `None` when gone) carries `marks`; `ttl` is
-/// `--max-evacuation-request-ttl`.
+/// whose pod (the same UID; `None` when gone) carries `marks`.
 pub fn plan(
     state: State,
     listed: bool,
     marks: Option<&Marks>,
     now: Timestamp,
-    ttl: SignedDuration,
+    ttls: &Ttls,
 ) -> Plan {
+    let ttl = ttls.evacuation;
     let end = |ended| Plan::End {
         ended,
         withdraw: listed,
@@ -221,6 +268,7 @@ pub fn plan(
         // The pod is gone: the eviction request controller is about to mark it Evicted.
         return Plan::InProgress {
             mark: None,
+            refresh: None,
             recheck_after: ttl,
         };
     };
@@ -229,8 +277,48 @@ pub fn plan(
     if now >= deadline {
         return end(Ended::Expired);
     }
+    let refresh_at = marks
+        .request_evict_only
+        .then(|| next_refresh(marks, started, ttls.descheduler))
+        .flatten();
+    let refresh = refresh_at.is_some_and(|at| at <= now).then_some(now);
+    let next = match (refresh, refresh_at) {
+        (Some(_), _) => now
+            .saturating_add(ttls.descheduler / REFRESHES_PER_TTL)
+            .ok(),
+        (None, at) => at,
+    };
     Plan::InProgress {
         mark: (!marks.complete()).then_some(started),
-        recheck_after: deadline.duration_since(now),
+        refresh,
+        recheck_after: next
+            .filter(|at| *at < deadline)
+            .unwrap_or(deadline)
+            .duration_since(now),
+    }
+}
+
+/// How many times per descheduler TTL the bridge refreshes a pod while the descheduler may
+/// drop it: the longest the pod goes uncounted is a tenth of the TTL (a minute for v0.36).
+const REFRESHES_PER_TTL: i32 = 10;
+
+/// When the pod is to be refreshed next for the descheduler's cache, `None` once done.
+///
+/// The descheduler assumed the eviction when the bridge last answered it (`answered`; the
+/// evacuation's `started` for marks from before that annotation). It drops that assumed entry
+/// at its first cache cleaning after `ttl`; cleanings come every `ttl` too, so between `ttl`
+/// and twice `ttl` after the answer. Any pod update after the drop adds the pod back as a
+/// confirmed entry, which no cleaning drops. Refreshes every tenth of `ttl` across that window
+/// and one past its end bound the uncounted time whatever the cleaning's phase, which the
+/// bridge cannot see.
+fn next_refresh(marks: &Marks, started: Timestamp, ttl: SignedDuration) -> Option<Timestamp> {
+    let step = ttl / REFRESHES_PER_TTL;
+    let answered = marks.answered.unwrap_or(started);
+    let window = answered.saturating_add(ttl).ok()?;
+    let end = window.saturating_add(ttl).ok()?.saturating_add(step).ok()?;
+    match marks.refreshed.filter(|at| *at > window) {
+        Some(last) if last >= end => None,
+        Some(last) => last.saturating_add(step).ok(),
+        None => window.saturating_add(step).ok(),
     }
 }

@@ -16,10 +16,13 @@ use evictkit_api::conditions::{
 use evictkit_api::eviction_request::{
     EvictionRequest, EvictionRequestStatus, Interceptor, InterceptorStatus,
 };
-use evictkit_api::keys::{IMPERATIVE_EVICTION_INTERCEPTOR, POD_GROUP_LABEL};
+use evictkit_api::keys::{
+    EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, IMPERATIVE_EVICTION_INTERCEPTOR,
+    POD_GROUP_LABEL,
+};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 
 use crate::affinity_eviction::MIRROR_POD_ANNOTATION;
 
@@ -28,7 +31,7 @@ mod interceptors;
 #[cfg(test)]
 mod tests;
 
-pub use interceptors::{InterceptorsError, PodInterceptors, is_fqdn};
+pub use interceptors::{InterceptorsError, PodInterceptors, is_fqdn, is_reserved};
 
 /// KEP: heartbeatTime "can only be incremented. There must be at least 60 second increments
 /// during subsequent updates."
@@ -65,6 +68,75 @@ impl State {
     pub fn is_finished(self) -> bool {
         self != Self::InProgress
     }
+}
+
+/// Why the controller refused the request, when it canceled it because validation failed
+/// (target missing, part of a Workload/PodGroup, malformed interceptors): the Canceled
+/// condition's message. Final for this pod: the request is named after the pod's UID, and the
+/// reasons do not change for the pod's lifetime (the annotation is validated on write, issue
+/// 14), so a requester that re-created the request would be refused again, forever. Requesters
+/// report the refusal and stop; a canceled request for any other reason (all requesters
+/// withdrew) is created afresh.
+pub fn refusal(request: &EvictionRequest) -> Option<&str> {
+    request
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| {
+            c.type_ == EVICTION_REQUEST_CANCELED
+                && c.status == STATUS_TRUE
+                && c.reason == REASON_VALIDATION_FAILED
+        })
+        .map(|c| c.message.as_str())
+}
+
+/// The ownerReference a finished request gets to its pod, so the garbage collector deletes it
+/// with the pod: `None` while the request is in progress (the Evicted condition must be written
+/// before the pod's deletion could take the request with it, else requesters would miss it),
+/// when the pod (of the target's UID) is gone, or when the reference is there already.
+pub fn owner_to_add(
+    request: &EvictionRequest,
+    pod: Option<&Pod>,
+    status: &EvictionRequestStatus,
+) -> Option<OwnerReference> {
+    if !State::of_status(Some(status)).is_finished() {
+        return None;
+    }
+    let target = request.spec.target.pod.as_ref()?;
+    let pod = pod.filter(|p| p.metadata.uid.as_deref() == Some(target.uid.as_str()))?;
+    let owned = request
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == target.uid);
+    (!owned).then(|| OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: target.uid.clone(),
+        controller: None,
+        block_owner_deletion: None,
+    })
+}
+
+/// Whether `--finished-ttl` deletes the finished request: every finished request but a
+/// [`refusal`] of a pod that still exists, which stays (until the pod goes, by its
+/// ownerReference) as the record that asking again is pointless.
+pub fn expires(request: &EvictionRequest, status: &EvictionRequestStatus) -> bool {
+    let mut current = request.clone();
+    current.status = Some(status.clone());
+    State::of_status(Some(status)).is_finished()
+        && refusal(&current).is_none_or(|message| {
+            let target = request
+                .spec
+                .target
+                .pod
+                .as_ref()
+                .map_or("", |p| p.name.as_str());
+            message == message_not_found(target)
+        })
 }
 
 /// Whether `.status.conditions` holds `condition_type` with status `True`.
@@ -262,6 +334,7 @@ pub fn controller_status(status: Option<&EvictionRequestStatus>) -> EvictionRequ
         conditions: status.conditions.clone(),
         target_interceptors: status.target_interceptors.clone(),
         active_interceptors: status.active_interceptors.clone(),
+        activation_time: status.activation_time.clone(),
         processed_interceptors: status.processed_interceptors.clone(),
         interceptors: status
             .interceptors
@@ -370,6 +443,7 @@ pub fn reconcile(
             generation,
         );
         plan.status.active_interceptors.clear();
+        plan.status.activation_time = None;
         return plan;
     }
 
@@ -400,12 +474,12 @@ pub fn reconcile(
         }
     }
 
-    let created = request
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or(now, |t| t.0);
-    advance(&mut plan, request.status.as_ref(), created, now, config);
+    advance(
+        &mut plan,
+        request.status.as_ref(),
+        now,
+        config.heartbeat_timeout,
+    );
 
     if plan.status.active_interceptors.first().map(String::as_str)
         == Some(IMPERATIVE_EVICTION_INTERCEPTOR)
@@ -458,52 +532,54 @@ pub fn is_part_of_workload(pod: &Pod) -> bool {
     owned || labelled
 }
 
-/// KEP (Label Synchronization): the pod's labels on the request, the pod winning conflicts.
+/// KEP (Label Synchronization): the pod's labels on the request, the pod winning conflicts;
+/// a label the controller copied earlier and the pod no longer has goes too (the controller
+/// applies the pod's labels with server-side apply, which removes the keys it owned and no
+/// longer sends). Labels others set on the request are theirs.
 fn labels_to_sync(request: &EvictionRequest, pod: &Pod) -> Option<BTreeMap<String, String>> {
     let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
     let request_labels = request.metadata.labels.as_ref();
-    let in_sync = pod_labels
+    let copied = pod_labels
         .iter()
         .all(|(k, v)| request_labels.and_then(|l| l.get(k)) == Some(v));
-    (!in_sync).then_some(pod_labels)
+    let removed = labels_managed_by(request, CONTROLLER_FIELD_MANAGER)
+        .into_iter()
+        .any(|key| !pod_labels.contains_key(&key));
+    (!copied || removed).then_some(pod_labels)
 }
 
-/// When `target_interceptors[index]` became active, from recorded facts only (so a restart
-/// changes nothing): the first at the request's creation (KEP), each next one when its
-/// predecessor completed or timed out, whichever came first.
-fn activation_time(
-    status: &EvictionRequestStatus,
-    created: Timestamp,
-    index: usize,
-    timeout: SignedDuration,
-) -> Timestamp {
-    let mut activated = created;
-    for target in status.target_interceptors.iter().take(index) {
-        let entry = interceptor_status(Some(status), &target.name);
-        let deadline = last_seen(entry, activated) + timeout;
-        activated = entry
-            .and_then(|e| e.completion_time.as_ref())
-            .map_or(deadline, |c| c.0.max(activated).min(deadline));
-    }
-    activated
-}
-
-fn last_seen(entry: Option<&InterceptorStatus>, activated: Timestamp) -> Timestamp {
-    entry
-        .and_then(|e| e.heartbeat_time.as_ref())
-        .map_or(activated, |h| h.0.max(activated))
+/// The label keys `manager` owns on `request` (its managedFields entry for the object itself,
+/// not a subresource).
+pub fn labels_managed_by(request: &EvictionRequest, manager: &str) -> Vec<String> {
+    request
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| {
+            entry.manager.as_deref() == Some(manager)
+                && entry.subresource.as_deref().unwrap_or_default().is_empty()
+        })
+        .filter_map(|entry| entry.fields_v1.as_ref())
+        .filter_map(|fields| fields.0.pointer("/f:metadata/f:labels")?.as_object())
+        .flat_map(|labels| labels.keys())
+        .filter_map(|key| key.strip_prefix("f:"))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// KEP (Interceptor Selection): index 0 first; on completionTime or an expired heartbeat, the
 /// next one, the previous one appended to processedInterceptors. The default interceptor,
-/// last, is the controller itself and never times out.
+/// last, is the controller itself and never times out. Each activation is recorded in
+/// activationTime, so the window of an interceptor counts from when it really became active
+/// (a controller outage delays hand-overs; it never shortens the successor's window).
 fn advance(
     plan: &mut Plan,
     current: Option<&EvictionRequestStatus>,
-    created: Timestamp,
     now: Timestamp,
-    config: &Config,
+    timeout: SignedDuration,
 ) {
+    let now = whole_seconds(now);
     let status = &mut plan.status;
     let Some(active) = status.active_interceptors.first().cloned() else {
         let next = status
@@ -511,31 +587,30 @@ fn advance(
             .get(status.processed_interceptors.len());
         if let Some(next) = next {
             status.active_interceptors = vec![next.name.clone()];
+            status.activation_time = Some(Time(now));
             plan.transitions.push(Transition::Activated {
                 interceptor: next.name.clone(),
             });
         }
         return;
     };
+    // A request from before activation was recorded: its window starts now, never earlier.
+    if status.activation_time.is_none() {
+        status.activation_time = Some(Time(now));
+    }
     if active == IMPERATIVE_EVICTION_INTERCEPTOR {
         return;
     }
-    let full = current.cloned().unwrap_or_default();
-    let index = status.processed_interceptors.len();
-    let cause = match hand_over_due(
-        &full,
-        &active,
-        index,
-        created,
-        now,
-        config.heartbeat_timeout,
-    ) {
+    let mut facts = current.cloned().unwrap_or_default();
+    facts.activation_time = status.activation_time.clone();
+    let cause = match hand_over_due(&facts, &active, now, timeout) {
         Ok(cause) => cause,
         Err(deadline) => {
             plan.requeue_after = Some(deadline.duration_since(now));
             return;
         }
     };
+    let index = status.processed_interceptors.len();
     let Some(next) = status
         .target_interceptors
         .get(index + 1)
@@ -545,6 +620,7 @@ fn advance(
     };
     status.processed_interceptors.push(active.clone());
     status.active_interceptors = vec![next.clone()];
+    status.activation_time = Some(Time(now));
     plan.transitions.push(Transition::HandedOver {
         from: active,
         to: next,
@@ -552,14 +628,13 @@ fn advance(
     });
 }
 
-/// Whether control may pass from `active` (target interceptor number `index`): `Ok` with the
-/// cause when it completed or its heartbeat deadline has passed, else `Err` with the deadline.
-/// The validating webhook asks the same question of a write that changes the active one.
+/// Whether control may pass from `active`: `Ok` with the cause when it completed or its
+/// heartbeat deadline (the later of its last heartbeat and its recorded activation, plus
+/// `timeout`) has passed, else `Err` with the deadline. With neither, the window counts from
+/// `now`. The validating webhook asks the same question of a write that changes the active one.
 pub fn hand_over_due(
     status: &EvictionRequestStatus,
     active: &str,
-    index: usize,
-    created: Timestamp,
     now: Timestamp,
     timeout: SignedDuration,
 ) -> Result<HandOverCause, Timestamp> {
@@ -567,8 +642,14 @@ pub fn hand_over_due(
     if entry.is_some_and(|e| e.completion_time.is_some()) {
         return Ok(HandOverCause::Completed);
     }
-    let activated = activation_time(status, created, index, timeout);
-    let deadline = last_seen(entry, activated) + timeout;
+    let heartbeat = entry.and_then(|e| e.heartbeat_time.as_ref());
+    let last_seen = [heartbeat, status.activation_time.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|t| t.0)
+        .max()
+        .unwrap_or(now);
+    let deadline = last_seen + timeout;
     if now >= deadline {
         Ok(HandOverCause::HeartbeatTimeout)
     } else {

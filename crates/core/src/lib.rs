@@ -11,7 +11,8 @@
 //! | [`node_selector`] | `NodeSelector` matching, a pod's required node affinity, the `evictkit.io/required-during-execution` annotation (KEP-4328) | component-helpers `nodeaffinity` |
 //! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; retry backoff; folding the execution-time selector into the scheduling-time one | `nodeaffinity` (matching), `workqueue` (backoff) |
 //! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
-//! | [`taint_policy`] | KEP-3902: the TaintEvictionPolicy governing a taint of a pod (precedence), the per-pod plan (Delete/Evict/Ignore, absolute windows, force-delete of stuck pods), the zone guard | evictkit's own, on top of [`taints`] |
+//! | [`taint_policy`] | KEP-3902: the TaintEvictionPolicy governing a taint of a pod (precedence), the per-pod plan (Delete/Evict/Ignore, upstream's toleration windows recovered after a restart, force-delete of stuck pods) | evictkit's own, on top of [`taints`] |
+//! | [`zone_disruption`] | the zone states and rates the taint-manager's zone guard applies (Normal, PartialDisruption, FullDisruption) | `nodelifecycle` `ComputeZoneState`, `handleDisruption`, `GetZoneKey` |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
 //! | [`eviction_request`] | KEP-4563: the EvictionRequest state machine (validation, label sync, interceptor hand-over, cancellation, imperative eviction with backoff) | evictkit's own, from the KEP's "Eviction Request Controller" |
 //! | [`descheduler_bridge`] | KEP-1397 through KEP-4563: which descheduler evictions become EvictionRequests (the 429 "in background" answer), and when the bridge withdraws (request ended, TTL) | the descheduler's `EvictionsInBackground` protocol (`pkg/descheduler/evictions`) |
@@ -30,3 +31,4 @@ pub mod node_selector;
 pub mod pdb_policy;
 pub mod taint_policy;
 pub mod taints;
+pub mod zone_disruption;

@@ -7,12 +7,13 @@
 //! so the webhook never contradicts the apiserver: a stricter rule only turns an eviction the
 //! apiserver would allow into a 429.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use evictkit_api::{
     CheckAction, PodDisruptionBudgetPolicy, PolicyMode, UnhealthyPodEvictionPolicyType,
 };
-use k8s_openapi::api::core::v1::Pod;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
@@ -263,6 +264,27 @@ pub struct StricterDenial {
     pub message: String,
 }
 
+/// What the stricter rules read besides the pod and the PDBs and pods of its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Circumstances {
+    /// When the eviction is decided: an entry of a PDB's `status.disruptedPods` counts for
+    /// [`DISRUPTED_POD_TIMEOUT`] after its time.
+    pub now: Timestamp,
+    /// The pod's volumes whose PersistentVolumeClaim is bound to a node-local
+    /// PersistentVolume ([`is_node_local`]), resolved by the caller through [`claim_volumes`].
+    pub node_local_claims: BTreeSet<String>,
+}
+
+impl Circumstances {
+    /// At `now`, with no PersistentVolumeClaim known to be node-local.
+    pub fn at(now: Timestamp) -> Self {
+        Self {
+            now,
+            node_local_claims: BTreeSet::new(),
+        }
+    }
+}
+
 /// The stricter rules of `policy` for evicting `pod` (KEP-3017 Future Work): `None` when they
 /// add nothing to `decision` (which must be `eviction::decide(pod, pdbs)`); `pods` are the pods
 /// of the pod's namespace, `pod` among them.
@@ -272,6 +294,7 @@ pub fn stricter_eviction(
     pdbs: &[PodDisruptionBudget],
     pods: &[Pod],
     policy: &PodDisruptionBudgetPolicy,
+    circumstances: &Circumstances,
 ) -> Option<StricterDenial> {
     let rules = policy.spec.eviction.as_ref()?;
     let policy_name = name_of(&policy.metadata.name);
@@ -291,7 +314,7 @@ pub fn stricter_eviction(
     };
     if rules.protect_unhealthy_pods_with_local_storage
         && unhealthy_path != UnhealthyPath::No
-        && let Some(volume) = local_storage_volume(pod)
+        && let Some(volume) = local_storage_volume(pod, &circumstances.node_local_claims)
     {
         return Some(deny(
             Rule::ProtectUnhealthyPodsWithLocalStorage,
@@ -312,8 +335,23 @@ pub fn stricter_eviction(
         .as_ref()
         .and_then(|s| s.desired_healthy)
         .unwrap_or_default();
+    let disrupted = pdb.status.as_ref().and_then(|s| s.disrupted_pods.as_ref());
+    // The disruption controller's countHealthyPods: a pod evicted within the timeout is
+    // expected gone and counts no more.
+    let recently_disrupted = |p: &Pod| {
+        let at = p
+            .metadata
+            .name
+            .as_ref()
+            .and_then(|name| disrupted?.get(name));
+        at.is_some_and(|at| {
+            at.0.saturating_add(DISRUPTED_POD_TIMEOUT)
+                .is_ok_and(|t| t > circumstances.now)
+        })
+    };
     let strictly_healthy = |p: &Pod| {
         p.metadata.deletion_timestamp.is_none()
+            && !recently_disrupted(p)
             && eviction::is_pod_ready(p)
             && rules
                 .required_pod_conditions
@@ -343,9 +381,51 @@ enum UnhealthyPath {
     HealthyBudget,
 }
 
-/// The first volume that keeps data on the node: an emptyDir not backed by memory, or a
-/// hostPath.
-pub fn local_storage_volume(pod: &Pod) -> Option<&str> {
+/// The disruption controller's `DeletionTimeout`: a pod in a PDB's `status.disruptedPods` is
+/// expected gone within this long after its eviction, and is not counted healthy meanwhile.
+pub const DISRUPTED_POD_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
+
+/// The pod's volumes backed by a PersistentVolumeClaim, with the claim's name: a
+/// `persistentVolumeClaim` volume names it, a generic ephemeral volume's claim is
+/// `<pod>-<volume>` (the ephemeral volume controller's naming).
+pub fn claim_volumes(pod: &Pod) -> Vec<(&str, String)> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let claim = match (&v.persistent_volume_claim, &v.ephemeral) {
+                (Some(source), _) => source.claim_name.clone(),
+                (None, Some(_)) => format!("{pod_name}-{}", v.name),
+                (None, None) => return None,
+            };
+            Some((v.name.as_str(), claim))
+        })
+        .collect()
+}
+
+/// A PersistentVolume that keeps its data on one node: a `local` volume, or a `hostPath` one
+/// pinned to nodes by required node affinity (what local-path provisioners create). A volume
+/// of any other kind is reachable from another node, whatever its topology.
+pub fn is_node_local(pv: &PersistentVolume) -> bool {
+    let Some(spec) = pv.spec.as_ref() else {
+        return false;
+    };
+    let pinned = spec
+        .node_affinity
+        .as_ref()
+        .and_then(|a| a.required.as_ref())
+        .is_some_and(|r| !r.node_selector_terms.is_empty());
+    spec.local.is_some() || (spec.host_path.is_some() && pinned)
+}
+
+/// The first volume that keeps data on the node: an emptyDir not backed by memory, a
+/// hostPath, or one of `node_local_claims` (claims bound to a node-local PersistentVolume).
+pub fn local_storage_volume<'a>(
+    pod: &'a Pod,
+    node_local_claims: &BTreeSet<String>,
+) -> Option<&'a str> {
     let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
     volumes
         .iter()
@@ -354,6 +434,7 @@ pub fn local_storage_volume(pod: &Pod) -> Option<&str> {
                 || v.empty_dir
                     .as_ref()
                     .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+                || node_local_claims.contains(&v.name)
         })
         .map(|v| v.name.as_str())
 }
@@ -469,10 +550,12 @@ pub fn explain(
     pdbs: &[PodDisruptionBudget],
     pods: &[Pod],
     policy: Option<&PodDisruptionBudgetPolicy>,
+    circumstances: &Circumstances,
 ) -> Explanation {
     let decision = eviction::decide(pod, pdbs);
     let selecting: Vec<&PodDisruptionBudget> = eviction::selecting_pdbs(pod, pdbs);
-    let stricter = policy.and_then(|p| stricter_eviction(pod, &decision, pdbs, pods, p));
+    let stricter =
+        policy.and_then(|p| stricter_eviction(pod, &decision, pdbs, pods, p, circumstances));
     let prediction = match &stricter {
         Some(denial) => Prediction {
             code: 429,

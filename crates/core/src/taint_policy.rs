@@ -1,22 +1,23 @@
 //! The taint-manager's decisions beyond upstream's toleration rules (KEP-3902): which
-//! `TaintEvictionPolicy` governs a taint of a pod, what to do about one pod on a tainted node,
-//! and which zones the zone guard pauses.
+//! `TaintEvictionPolicy` governs a taint of a pod, and what to do about one pod on a tainted
+//! node. The zone guard's rules are [`crate::zone_disruption`].
 //!
-//! With no policy, [`pod_plan`] is upstream's `processPodOnNode` ([`crate::taints::deadline`]),
-//! with two deliberate differences, both documented on [`pod_plan`]: the toleration window is an
-//! absolute time (so a restart keeps it), and a terminating pod is never deleted again.
+//! With no policy, [`pod_plan`] is upstream's `processPodOnNode` ([`crate::taints::plan`] and
+//! its [`TolerationWindow`]), with two deliberate differences, both documented on [`pod_plan`]:
+//! a restarted taint-manager recovers a running window from the taints' `timeAdded` (upstream
+//! starts it anew), and a terminating pod is never deleted again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use evictkit_api::keys::{LABEL_TOPOLOGY_ZONE, TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE};
+use evictkit_api::keys::TAINT_NODE_UNREACHABLE;
 use evictkit_api::taint_eviction_policy::{TaintEvictionAction, TaintEvictionPolicy};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::labels::{LabelSelectorError, LabelSelectorMatcher};
-use crate::taints::{NoExecuteDeadline, deadline, no_execute_taints};
+use crate::taints::{NoExecutePlan, TolerationWindow, no_execute_taints, plan, tolerated_since};
 
 /// Why a TaintEvictionPolicy cannot be applied; an invalid policy governs nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,6 +144,11 @@ pub struct PodFacts<'a> {
     pub bound_at: Timestamp,
     /// `metadata.deletionTimestamp`: the pod is terminating, and its grace period ends then.
     pub deletion_timestamp: Option<Timestamp>,
+    /// The pod's running toleration window, as this process last planned it ([`PodPlan::Wait`]).
+    pub window: Option<TolerationWindow>,
+    /// When this process began planning (its term as leader started): a window that would have
+    /// begun before then was lost with the previous process, and is recovered.
+    pub planning_since: Timestamp,
 }
 
 /// What to do about one pod on its node, now.
@@ -151,11 +157,9 @@ pub enum PodPlan {
     /// Nothing is due: no NoExecute taint, tolerated forever, or every taint is ignored by
     /// policy. A scheduled removal, if any, is cancelled.
     Keep,
-    /// Due at `at`, in the future; then `action`.
-    Wait {
-        at: Timestamp,
-        action: TaintEvictionAction,
-    },
+    /// Due when `window` ends, in the future; then `action` (of `policy`). The shell keeps the
+    /// window and hands it back ([`PodFacts::window`]) until the pod is no longer waiting.
+    Wait(Pending),
     /// Due since `since` (the deadline, or when the untolerated taint reached the pod).
     Remove {
         action: TaintEvictionAction,
@@ -167,18 +171,45 @@ pub enum PodPlan {
     Terminating { force_at: Option<Timestamp> },
 }
 
+/// A removal waiting for the end of a toleration window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub window: TolerationWindow,
+    pub action: TaintEvictionAction,
+    pub policy: Option<String>,
+}
+
+impl Pending {
+    /// Upstream's timed worker fires even when the node is deleted meanwhile (its node handler
+    /// only forgets the node's taints): the pending removal stands, due when the window ends.
+    pub fn plan(&self, now: Timestamp) -> PodPlan {
+        if self.window.ends <= now {
+            PodPlan::Remove {
+                action: self.action,
+                since: self.window.ends,
+                policy: self.policy.clone(),
+            }
+        } else {
+            PodPlan::Wait(self.clone())
+        }
+    }
+}
+
 /// The plan for a pod on a node with `taints` (each with its `timeAdded`; the shell fills in
 /// when it first saw a taint that has none), under `policies`, at `now`.
 ///
 /// Per NoExecute taint, the governing policy decides its action; taints whose action is
 /// `Ignore` are left out, and the rest are planned as upstream plans all of them: any
-/// untolerated taint makes the pod due at once, otherwise at the earliest end of a toleration
-/// window. The pod is removed by the action of the highest-precedence policy among those
-/// taints, or deleted (upstream) when none of them has a policy.
+/// untolerated taint makes the pod due at once; otherwise, if all are tolerated for a while, at
+/// the end of the pod's toleration window. The pod is removed by the action of the
+/// highest-precedence policy among those taints, or deleted (upstream) when none has a policy.
 ///
-/// Windows are absolute: a taint's window starts at its `timeAdded` (or the moment the pod was
-/// bound, if later). A restarted taint-manager therefore keeps a running window where
-/// upstream's in-memory timers start it anew.
+/// The window is upstream's ([`TolerationWindow`]): the running one is kept; a new one starts
+/// `now`, when the pod is first found tolerating its taints for a while. One exception, where
+/// upstream has no answer but to start over: if the window would have begun before this process
+/// began planning (`planning_since`: a restart or a new leader), it is recovered, starting at
+/// the earliest `timeAdded` of the taints tolerated for a while ([`tolerated_since`]), or when
+/// the pod was bound if later. The pod then goes when it would have gone without the restart.
 pub fn pod_plan(taints: &[Taint], pod: &PodFacts, policies: &Policies, now: Timestamp) -> PodPlan {
     if let Some(grace_ended) = pod.deletion_timestamp {
         let force_at = no_execute_taints(taints)
@@ -207,73 +238,39 @@ pub fn pod_plan(taints: &[Taint], pod: &PodFacts, policies: &Policies, now: Time
         });
     }
     let action = policy.map_or(TaintEvictionAction::Delete, |p| p.action);
-    let remove = |since| PodPlan::Remove {
-        action,
-        since,
-        policy: policy.map(|p| p.name.clone()),
-    };
-    match deadline(&considered, pod.tolerations, pod.bound_at) {
-        NoExecuteDeadline::NoNoExecuteTaints | NoExecuteDeadline::Never => PodPlan::Keep,
-        NoExecuteDeadline::Now { untolerated } => remove(
-            untolerated
+    let policy = policy.map(|p| p.name.clone());
+    match plan(&considered, pod.tolerations) {
+        NoExecutePlan::NoNoExecuteTaints | NoExecutePlan::TolerateForever => PodPlan::Keep,
+        NoExecutePlan::DeleteNow { untolerated } => PodPlan::Remove {
+            action,
+            since: untolerated
                 .iter()
                 .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
                 .min()
                 .unwrap_or(now)
                 .min(now),
-        ),
-        NoExecuteDeadline::At(at) if at <= now => remove(at),
-        NoExecuteDeadline::At(at) => PodPlan::Wait { at, action },
+            policy,
+        },
+        NoExecutePlan::DeleteAfter(length) => {
+            let window = pod.window.unwrap_or_else(|| {
+                let started = tolerated_since(&considered, pod.tolerations)
+                    .filter(|started| *started < pod.planning_since)
+                    .unwrap_or(now);
+                TolerationWindow::new(started, length)
+            });
+            Pending {
+                window,
+                action,
+                policy,
+            }
+            .plan(now)
+        }
     }
 }
 
 /// Precedence between policies: higher `precedence`, then the name that sorts first.
 fn outranks(a: &CompiledPolicy, b: &CompiledPolicy) -> bool {
     a.precedence > b.precedence || (a.precedence == b.precedence && a.name < b.name)
-}
-
-/// The zone guard's flags: evictions in a zone pause while it looks like a zone outage rather
-/// than a few broken nodes (the node lifecycle controller's zone states, applied to taints).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ZoneGuard {
-    /// `--unhealthy-zone-threshold`: share of a zone's nodes carrying the not-ready or
-    /// unreachable NoExecute taint at which the zone pauses.
-    pub unhealthy_zone_threshold: f64,
-    /// `--large-cluster-size-threshold`: only zones with more nodes than this are guarded.
-    pub large_cluster_size_threshold: usize,
-}
-
-/// A node as the zone guard sees it: its zone label and its taints.
-pub struct ZoneNode<'a> {
-    pub labels: &'a BTreeMap<String, String>,
-    pub taints: &'a [Taint],
-}
-
-/// The zone of a node: its `topology.kubernetes.io/zone` label, "" without one (so a cluster
-/// without zone labels is one zone).
-pub fn zone_of(labels: &BTreeMap<String, String>) -> &str {
-    labels.get(LABEL_TOPOLOGY_ZONE).map_or("", String::as_str)
-}
-
-/// Zones whose evictions pause now, with (unhealthy, total) node counts.
-pub fn paused_zones<'a>(
-    nodes: impl IntoIterator<Item = ZoneNode<'a>>,
-    guard: ZoneGuard,
-) -> BTreeMap<String, (usize, usize)> {
-    let mut zones: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for node in nodes {
-        let unhealthy = no_execute_taints(node.taints)
-            .any(|t| t.key == TAINT_NODE_NOT_READY || t.key == TAINT_NODE_UNREACHABLE);
-        let counts = zones.entry(zone_of(node.labels).to_owned()).or_default();
-        counts.0 += usize::from(unhealthy);
-        counts.1 += 1;
-    }
-    zones.retain(|_, &mut (unhealthy, total)| {
-        total > guard.large_cluster_size_threshold
-            && unhealthy > 0
-            && unhealthy as f64 >= guard.unhealthy_zone_threshold * total as f64
-    });
-    zones
 }
 
 #[cfg(test)]

@@ -90,46 +90,43 @@ pub fn plan(taints: &[Taint], tolerations: &[Toleration]) -> NoExecutePlan {
     }
 }
 
-/// The plan as an absolute time, so a restarted controller keeps a running toleration window
-/// instead of starting it anew as upstream's in-memory queue does.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NoExecuteDeadline {
-    NoNoExecuteTaints,
-    /// Some NoExecute taint is tolerated by no toleration: delete at once.
-    Now {
-        untolerated: Vec<Taint>,
-    },
-    /// Delete at this instant (which may already have passed).
-    At(Timestamp),
-    /// Tolerated forever, or past the end of representable time.
-    Never,
+/// A pod's toleration window, as upstream's timed worker holds it: started when the controller
+/// first found the pod tolerating all its node's NoExecute taints for a while, ending
+/// `tolerationSeconds` (the minimum of the matching tolerations, [`plan`]) later.
+///
+/// Upstream (`processPodOnNode`) keeps a running window whatever changes next while the pod
+/// stays tolerated for a while: the node-lifecycle controller swapping `not-ready` for
+/// `unreachable`, a second tolerated taint, a changed `tolerationSeconds` (longer or shorter)
+/// all leave its end where it was. It goes when the node has no NoExecute taint left or the pod
+/// tolerates them forever, and when the pod is removed; a later window starts anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TolerationWindow {
+    pub started: Timestamp,
+    pub ends: Timestamp,
 }
 
-/// The deadline for a pod: per NoExecute taint, its `timeAdded` (or `first_seen` where the
-/// taint has none) plus the `tolerationSeconds` of the first toleration that tolerates it;
-/// the earliest of those. This reads `tolerationSeconds` as the API documents it — how long
-/// the pod stays bound after the taint is added — and equals upstream's timer when all taints
-/// appear at once. Where taints arrive one after another upstream keeps the first timer it set,
-/// even if a later taint allows less time; here the later, shorter window wins.
-pub fn deadline(
-    taints: &[Taint],
-    tolerations: &[Toleration],
-    first_seen: Timestamp,
-) -> NoExecuteDeadline {
-    match match_taints(taints, tolerations) {
-        Matched::NoTaints => NoExecuteDeadline::NoNoExecuteTaints,
-        Matched::Untolerated(untolerated) => NoExecuteDeadline::Now { untolerated },
-        Matched::Tolerated(pairs) => pairs
-            .iter()
-            .filter_map(|(taint, toleration)| {
-                let seconds = toleration.toleration_seconds?.max(0);
-                let added = taint.time_added.as_ref().map_or(first_seen, |t| t.0);
-                // Past year 9999 is as good as never; jiff refuses to represent it.
-                added.checked_add(SignedDuration::from_secs(seconds)).ok()
-            })
-            .min()
-            .map_or(NoExecuteDeadline::Never, NoExecuteDeadline::At),
+impl TolerationWindow {
+    /// A window of `length` from `started`; one that would end past year 9999 ends then.
+    pub fn new(started: Timestamp, length: Duration) -> Self {
+        let ends = SignedDuration::try_from(length)
+            .ok()
+            .and_then(|d| started.checked_add(d).ok())
+            .unwrap_or(Timestamp::MAX);
+        Self { started, ends }
     }
+}
+
+/// The earliest `timeAdded` of the NoExecute taints that a toleration with `tolerationSeconds`
+/// tolerates (taints without `timeAdded` are left out): where a window that was running before
+/// this process started would have begun. Taints tolerated forever start no window upstream,
+/// so they do not count.
+pub fn tolerated_since(taints: &[Taint], tolerations: &[Toleration]) -> Option<Timestamp> {
+    no_execute_taints(taints)
+        .filter(|taint| {
+            first_tolerating(tolerations, taint).is_some_and(|t| t.toleration_seconds.is_some())
+        })
+        .filter_map(|taint| taint.time_added.as_ref().map(|t| t.0))
+        .min()
 }
 
 enum Matched<'a> {

@@ -272,7 +272,13 @@ mod tests {
         let processing = "The disruption budget web is still being processed by the server.";
         let kubevirt = "admission webhook \"virt-launcher-eviction-interceptor.kubevirt.io\" denied \
                         the request: Eviction triggered evacuation of VMI \"ns/vmi\"";
-        let bridge = "Eviction triggered evacuation of pod ns/web-0 (EvictionRequest ns/uid)";
+        // descheduler-bridge's 429 as the apiserver returns it: its chart's webhook name, then
+        // the bridge's own message.
+        let bridge = format!(
+            "admission webhook \"validate-eviction.descheduler-bridge.evictkit.io\" denied the \
+             request: {}",
+            evictkit_core::descheduler_bridge::evacuation_message("ns", "web-0", "5f0c9a2e")
+        );
         let uid = "Precondition failed: UID in precondition: 1234, UID in object meta: 5678";
         #[rustfmt::skip]
         let table: &[(&str, Status, EvictionOutcome)] = &[
@@ -288,9 +294,9 @@ mod tests {
             ("KubeVirt-style background eviction through a webhook denial",
              status(429, "", kubevirt, &[]),
              EvictionOutcome::InBackground { message: kubevirt.into() }),
-            ("background eviction message without a webhook prefix",
-             status(429, "TooManyRequests", bridge, &[]),
-             EvictionOutcome::InBackground { message: bridge.into() }),
+            ("descheduler-bridge's evacuation through its webhook denial",
+             status(429, "", &bridge, &[]),
+             EvictionOutcome::InBackground { message: bridge.clone() }),
             ("pod already gone", status(404, "NotFound", "pods \"web-0\" not found", &[]),
              EvictionOutcome::Gone),
             ("UID precondition failed: a same-named successor",

@@ -51,7 +51,9 @@ use std::future::Future;
 
 use evictkit_api::eviction_request::{EvictionRequest, InterceptorStatus};
 use evictkit_api::keys::API_VERSION;
-use evictkit_core::eviction_request::{State, interceptor_status, is_active, next_heartbeat};
+use evictkit_core::eviction_request::{
+    State, interceptor_status, is_active, next_heartbeat, refusal,
+};
 use futures::TryStreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -74,6 +76,13 @@ pub enum EvictionRequestError {
         #[source]
         source: Box<kube::Error>,
     },
+    /// The controller canceled the pod's request because validation failed (e.g. a malformed
+    /// interceptor annotation, a pod of a PodGroup). Final for this pod: requesters report it
+    /// and stop asking.
+    #[error(
+        "the EvictionRequest {request} was refused by the eviction request controller: {message}"
+    )]
+    Refused { request: String, message: String },
     #[error("watch of EvictionRequests for interceptor {actor} failed: {source}")]
     Watch {
         actor: String,
@@ -154,9 +163,11 @@ fn requester_apply(target: &TargetPod, requester: Option<&str>) -> serde_json::V
 /// `taint-manager.evictkit.io`): creates the pod's EvictionRequest or adds `requester` to its
 /// `.spec.requesters`. Idempotent; call it on every reconcile while the eviction is wanted.
 ///
-/// A request that was canceled (its requesters all withdrew, or the controller's validation
-/// failed) is no longer processed, so it is deleted and created afresh; an evicted one is
-/// returned as it is.
+/// A request canceled because its requesters all withdrew is no longer processed, so it is
+/// deleted and created afresh; an evicted one is returned as it is. A request the controller
+/// canceled because validation failed is final for the pod ([`refusal`]): this returns
+/// [`EvictionRequestError::Refused`] without writing, so a requester that asks again (every
+/// descheduler cycle, every reconcile) neither re-creates it nor adds itself to it.
 pub async fn request_eviction<K: Resource<DynamicType = ()>>(
     client: &Client,
     pod: &K,
@@ -165,6 +176,19 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
     let target = TargetPod::of(pod)?;
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
     let name = target.request_name();
+    let refused = |request: &EvictionRequest| {
+        refusal(request).map(|message| EvictionRequestError::Refused {
+            request: format!("{}/{name}", target.namespace),
+            message: message.to_owned(),
+        })
+    };
+    let existing =
+        api.get_opt(name)
+            .await
+            .map_err(api_error("read", &target.namespace, name, requester))?;
+    if let Some(error) = existing.as_ref().and_then(refused) {
+        return Err(error);
+    }
     let apply = PatchParams::apply(requester);
     let request = api
         .patch(
@@ -174,6 +198,9 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
         )
         .await
         .map_err(api_error("apply", &target.namespace, name, requester))?;
+    if let Some(error) = refused(&request) {
+        return Err(error);
+    }
     if State::of(&request) != State::Canceled {
         return Ok(request);
     }

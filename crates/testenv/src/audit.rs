@@ -19,6 +19,8 @@ pub struct AuditEvent {
     pub object_ref: Option<ObjectRef>,
     pub response_status: Option<ResponseStatus>,
     pub request_object: Option<serde_json::Value>,
+    /// When the apiserver received the call (microseconds), e.g. to measure a backoff.
+    pub request_received_timestamp: Option<String>,
 }
 
 #[derive(Deserialize, Debug, Clone)]

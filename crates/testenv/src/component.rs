@@ -31,6 +31,17 @@ impl TestEnv {
     /// Starts `target/debug/<binary>` with `args` plus `--metrics-addr 127.0.0.1:<free port>`,
     /// `KUBECONFIG` pointing at the test cluster and `RUST_LOG=debug` for our crates.
     pub fn start_component(&self, binary: &str, args: &[&str]) -> Result<Component> {
+        self.start_component_as(binary, args, self.kubeconfig())
+    }
+
+    /// [`TestEnv::start_component`] with another identity's kubeconfig (e.g. a
+    /// [`crate::descheduler::Identity`] with fewer permissions).
+    pub fn start_component_as(
+        &self,
+        binary: &str,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<Component> {
         let path = crate::workspace_root().join("target/debug").join(binary);
         if !path.exists() {
             bail!(
@@ -51,7 +62,7 @@ impl TestEnv {
             .args(args)
             .arg("--metrics-addr")
             .arg(metrics_addr.to_string())
-            .env("KUBECONFIG", self.kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,evictkit=debug")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
@@ -138,6 +149,11 @@ impl Component {
         let content = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = content.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether `/readyz` answers 200 now.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.get("/readyz"), Ok((200, _)))
     }
 
     /// A plain HTTP/1.0 GET on the metrics address.

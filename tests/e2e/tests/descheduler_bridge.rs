@@ -9,7 +9,7 @@
 //! by the test through the public library, as users would.
 //!
 //! Shown: background evictions counted by the descheduler (`result="background"`), the
-//! EvictionRequest with requester `descheduler.sigs.k8s.io`, the pod marked in progress, an
+//! EvictionRequest with requester `descheduler-bridge.evictkit.io`, the pod marked in progress, an
 //! interceptor and then the fallback eviction completing it; in-progress pods counted against
 //! the descheduler's per-node limit across cycles and across a descheduler restart (no second
 //! eviction of the same pod); TTL expiry releasing a stuck request; evictions by other users
@@ -22,8 +22,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
-    DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
-    DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER, EVICTION_INTERCEPTORS,
+    DESCHEDULER_BRIDGE_EVACUATION_ANSWERED, DESCHEDULER_BRIDGE_EVACUATION_STARTED,
+    DESCHEDULER_EVICTION_IN_PROGRESS, DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER,
+    EVICTION_INTERCEPTORS,
 };
 use evictkit_core::eviction_request::State;
 use evictkit_runtime::eviction_request::InterceptorClient;
@@ -304,12 +305,12 @@ impl Bridge {
             .collect())
     }
 
-    /// The bridge's `descheduler_bridge_pod_evacuations_total{result}`.
+    /// The bridge's `descheduler_bridge_pod_evacuations{result}`.
     fn evacuations(&self, result: &str) -> Result<f64> {
         Ok(self
             .bridge
             .metric_value(&format!(
-                "descheduler_bridge_pod_evacuations_total{{result=\"{result}\"}}"
+                "descheduler_bridge_pod_evacuations{{result=\"{result}\"}}"
             ))?
             .unwrap_or(0.0))
     }
@@ -383,6 +384,13 @@ async fn background_eviction_through_an_eviction_request() -> Result<()> {
     ensure!(
         annotation(&marked, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_some(),
         "the evacuation's start is recorded"
+    );
+    // The start of the descheduler's own cache TTL, from which the controller refreshes the
+    // pod (issue 14 item 10).
+    ensure!(
+        annotation(&marked, DESCHEDULER_BRIDGE_EVACUATION_ANSWERED).is_some(),
+        "the 429's time is recorded: {:?}",
+        marked.metadata.annotations
     );
     ensure!(
         objects::pod_ready(&marked),
@@ -506,6 +514,7 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
         .wait_pod(pod, "released by the TTL", |p| {
             annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_none()
                 && annotation(p, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_none()
+                && annotation(p, DESCHEDULER_BRIDGE_EVACUATION_ANSWERED).is_none()
         })
         .await?;
     ensure!(objects::pod_ready(&released), "the pod itself stays");
@@ -553,9 +562,11 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
         annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
     })
     .await?;
+    // At least one eviction per run: a later cycle of the second run may ask again before its
+    // informer sees the new mark (the bridge joins such an ask, see the interceptor test).
     let evictions = t.descheduler_evictions()?;
     ensure!(
-        evictions.len() == 2 && evictions.iter().all(|name| *name == pod.name_any()),
+        evictions.len() >= 2 && evictions.iter().all(|name| *name == pod.name_any()),
         "the same pod evicted again after the TTL: {evictions:?}"
     );
     Ok(())

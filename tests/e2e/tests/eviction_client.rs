@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, PostParams};
 
+use evictkit_core::descheduler_bridge::evacuation_message;
 use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
@@ -157,10 +158,21 @@ async fn in_background_when_a_webhook_takes_the_eviction_over() -> Result<()> {
     let served = env.serve_webhooks(Webhooks::new(Arc::new(Metrics::new("e2e")?)).route(
         "/evacuate",
         |request| async move {
-            let target = format!("{}/{}", request.namespace.unwrap_or_default(), request.name);
+            // descheduler-bridge's answer: the request is named after the pod's UID.
+            let uid = request
+                .object
+                .as_ref()
+                .and_then(|eviction| eviction.data.pointer("/deleteOptions/preconditions/uid"))
+                .and_then(|uid| uid.as_str())
+                .unwrap_or_default()
+                .to_owned();
             Admission::deny(
                 429,
-                format!("Eviction triggered evacuation of pod {target}"),
+                evacuation_message(
+                    request.namespace.as_deref().unwrap_or_default(),
+                    &request.name,
+                    &uid,
+                ),
             )
         },
     ))?;
@@ -181,11 +193,6 @@ async fn in_background_when_a_webhook_takes_the_eviction_over() -> Result<()> {
     .await?;
 
     let (evictions, metrics) = client(&env)?;
-    let target = format!(
-        "{}/{}",
-        env.namespace,
-        pods[0].metadata.name.as_deref().unwrap()
-    );
     // The webhook configuration takes effect within a moment; until then the eviction succeeds,
     // so use a dry run while waiting.
     let dry_run = EvictionClient::new(env.client.clone(), metrics.clone()).dry_run(true);
@@ -205,7 +212,12 @@ async fn in_background_when_a_webhook_takes_the_eviction_over() -> Result<()> {
     // The apiserver prefixes a webhook's denial with the webhook's name.
     let outcome = evictions.evict(&pods[0]).await?;
     let expected = format!(
-        "admission webhook \"evacuate.e2e.evictkit.io\" denied the request: Eviction triggered evacuation of pod {target}"
+        "admission webhook \"evacuate.e2e.evictkit.io\" denied the request: {}",
+        evacuation_message(
+            &env.namespace,
+            pods[0].metadata.name.as_deref().unwrap(),
+            pods[0].metadata.uid.as_deref().unwrap()
+        )
     );
     assert_eq!(outcome, EvictionOutcome::InBackground { message: expected });
     assert!(

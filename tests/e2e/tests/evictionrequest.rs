@@ -58,6 +58,17 @@ async fn start(env: &TestEnv, heartbeat_timeout: &str) -> Result<Component> {
 /// Starts the binary with `--roles roles`; registers the webhook if it serves one and waits
 /// for the Lease if it runs the controller.
 async fn start_roles(env: &TestEnv, roles: &str, heartbeat_timeout: &str) -> Result<Component> {
+    start_roles_with(env, roles, heartbeat_timeout, false).await
+}
+
+/// [`start_roles`]; with `pods`, the pod webhook is registered too, as the chart does (only
+/// pods carrying the interceptor annotation are sent to it).
+async fn start_roles_with(
+    env: &TestEnv,
+    roles: &str,
+    heartbeat_timeout: &str,
+    pods: bool,
+) -> Result<Component> {
     let cert = env.serving_cert()?;
     let dir = env
         .cluster_dir()
@@ -85,6 +96,8 @@ async fn start_roles(env: &TestEnv, roles: &str, heartbeat_timeout: &str) -> Res
         heartbeat_timeout,
         "--eviction-backoff-initial=200ms",
         "--eviction-backoff-max=1s",
+        // The controller runs as the test's kubeconfig: the cluster's admin.
+        "--controller-username=admin",
     ];
     let mut component = env.start_component("evictionrequest-controller", &args)?;
     component.wait_ready(DEFAULT_TIMEOUT).await?;
@@ -102,6 +115,32 @@ async fn start_roles(env: &TestEnv, roles: &str, heartbeat_timeout: &str) -> Res
                 failure_policy: "Fail".into(),
             },
             &cert.ca_pem,
+        )
+        .await?;
+    }
+    if pods {
+        let annotated = |object: &str| {
+            format!(
+                "({object} != null && has({object}.metadata.annotations) && '{EVICTION_INTERCEPTORS}' in {object}.metadata.annotations)"
+            )
+        };
+        let expression = format!("{} || {}", annotated("object"), annotated("oldObject"));
+        env.register_validating_webhook_with(
+            Registration {
+                name: "evictionrequest-controller-pods".into(),
+                url: format!("https://127.0.0.1:{port}/validate-pods"),
+                rules: vec![rule(&[""], &["v1"], &["pods"], &["CREATE", "UPDATE"])],
+                failure_policy: "Fail".into(),
+            },
+            &cert.ca_pem,
+            |webhook| {
+                webhook.match_conditions = Some(vec![
+                    k8s_openapi::api::admissionregistration::v1::MatchCondition {
+                        name: "has-eviction-interceptors".into(),
+                        expression,
+                    },
+                ]);
+            },
         )
         .await?;
     }
@@ -345,7 +384,7 @@ async fn no_interceptor_evicts_through_the_eviction_api() -> Result<()> {
         "an evicted request was also canceled: {reasons:?}"
     );
     let series = format!(
-        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\"}}",
+        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\",result=\"evicted\"}}",
         uid(&pod),
         env.namespace
     );
@@ -460,6 +499,24 @@ async fn imperative_eviction_backs_off_while_a_pdb_blocks() -> Result<()> {
         env.api::<Pod>().get_opt("p-1").await?.is_some(),
         "the PDB must protect the pod"
     );
+    // The backoff, from the apiserver's own clock: each wait doubles from 200 ms up to the 1 s
+    // cap (a quarter of slack for the audit log's timing, none for retrying at once).
+    let attempts: Vec<k8s_openapi::jiff::Timestamp> = env
+        .evictions_of_uid(&uid(&pod))?
+        .iter()
+        .filter(|e| e.code() == Some(429))
+        .filter_map(|e| e.request_received_timestamp.as_deref()?.parse().ok())
+        .collect();
+    ensure!(attempts.len() >= 3, "blocked attempts: {attempts:?}");
+    for (index, pair) in attempts.windows(2).enumerate() {
+        let gap = pair[1].duration_since(pair[0]);
+        let backoff = Duration::from_millis(200 << index.min(3)).min(Duration::from_secs(1));
+        ensure!(
+            gap.unsigned_abs() >= backoff.mul_f64(0.75),
+            "attempt {} came {gap:#} after the previous one; the backoff is {backoff:?}: {attempts:?}",
+            index + 2
+        );
+    }
 
     env.api::<PodDisruptionBudget>()
         .patch(
@@ -469,13 +526,19 @@ async fn imperative_eviction_backs_off_while_a_pdb_blocks() -> Result<()> {
         )
         .await?;
     wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
-    let series = format!(
-        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\"}}",
-        uid(&pod),
-        env.namespace
-    );
+    // The outcomes, as the KEP counts them: every failed attempt, then the eviction.
+    let series = |result: &str| {
+        format!(
+            "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\",result=\"{result}\"}}",
+            uid(&pod),
+            env.namespace
+        )
+    };
     ensure!(
-        controller.metric_value(&series)?.is_some_and(|n| n >= 4.0),
+        controller
+            .metric_value(&series("failed"))?
+            .is_some_and(|n| n >= 3.0)
+            && controller.metric_value(&series("evicted"))? == Some(1.0),
         "{}",
         controller.metrics()?
     );
@@ -508,21 +571,34 @@ async fn walkthrough_multiple_requesters_no_cancellation() -> Result<()> {
         .heartbeat(&request, "delaying for users", None)
         .await?;
     // The drain is canceled; the descheduler still wants the pod gone.
-    withdraw(&env.client, &pod, DRAIN).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let still = env.api::<EvictionRequest>().get(&uid(&pod)).await?;
+    let withdrawn = withdraw(&env.client, &pod, DRAIN)
+        .await?
+        .context("the request is there")?;
+    // The controller has seen the withdrawal once it has observed that generation.
+    let generation = withdrawn.metadata.generation;
+    let still = wait_request(&env, &pod, "observed after the withdrawal", |r| {
+        r.status.as_ref().and_then(|s| s.observed_generation) >= generation
+    })
+    .await?;
     assert_eq!(State::of(&still), State::InProgress);
     assert_eq!(active(&still), Some(ACTOR_B));
     actor_b.complete(&request, "ready to be deleted").await?;
 
     let actor_a = InterceptorClient::new(env.client.clone(), ACTOR_A);
     let request = wait_request(&env, &pod, "handed to actor A", |r| actor_a.is_active(r)).await?;
-    // Actor A deletes the pod and completes.
+    // Actor A deletes the pod and, once it is gone, completes.
+    let request = actor_a.heartbeat(&request, "deleting p-1", None).await?;
     env.api::<Pod>()
         .delete("p-1", &DeleteParams::default())
         .await?;
-    actor_a.heartbeat(&request, "deleting p-1", None).await?;
-    let request = wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "p-1", DEFAULT_TIMEOUT).await?;
+    actor_a.complete(&request, "p-1 deleted").await?;
+    let request = wait_request(&env, &pod, "Evicted, actor A completed", |r| {
+        State::of(r) == State::Evicted
+            && evictkit_core::eviction_request::interceptor_status(r.status.as_ref(), ACTOR_A)
+                .is_some_and(|e| e.completion_time.is_some())
+    })
+    .await?;
     assert_eq!(processed(&request), [ACTOR_B]);
     // The descheduling controller can delete the request.
     env.api::<EvictionRequest>()
@@ -641,10 +717,26 @@ async fn mirror_pod_is_not_api_evicted() -> Result<()> {
 #[tokio::test]
 async fn requests_wait_for_the_controller_role() -> Result<()> {
     let env = env("evr-gate").await?;
-    let _webhook = start_roles(&env, "webhook", "10m").await?;
+    let webhook = start_roles(&env, "webhook", "10m").await?;
     let pod = ready_pod(&env, "p-1", None).await?;
     request_eviction(&env.client, &pod, DRAIN).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The webhook role saw the request (it admitted it), and it has no controller queue at
+    // all: nothing in this process can act on it.
+    let admitted = webhook.metric_value(
+        "evictkit_admission_reviews_total{allowed=\"true\",component=\"evictionrequest-controller\",webhook=\"/validate-evictionrequests\"}",
+    )?;
+    ensure!(
+        admitted.is_some_and(|n| n >= 1.0),
+        "the webhook admitted the request: {}",
+        webhook.metrics()?
+    );
+    let metrics = webhook.metrics()?;
+    let leader =
+        webhook.metric_value("evictkit_leader{component=\"evictionrequest-controller\"}")?;
+    ensure!(
+        !metrics.contains("workqueue_adds_total") && leader != Some(1.0),
+        "the webhook role runs no controller: {metrics}"
+    );
     let request = env.api::<EvictionRequest>().get(&uid(&pod)).await?;
     assert_eq!(request.status, None, "nothing acted on the request");
     ensure!(
@@ -945,5 +1037,377 @@ async fn unauthorised_requester_is_refused() -> Result<()> {
             .is_none(),
         "nothing created"
     );
+    Ok(())
+}
+
+/// Issue 14 item 2: after a controller outage longer than the heartbeat timeout, the successor
+/// of the timed-out interceptor gets its full window from its recorded activation (before, its
+/// activation was inferred from its predecessor's deadline, inside the outage, and it timed out
+/// at once).
+#[tokio::test]
+async fn successor_gets_its_full_window_after_controller_downtime() -> Result<()> {
+    let env = env("evr-downtime").await?;
+    let _webhook = start_roles(&env, "webhook", "6s").await?;
+    let mut controller = start_roles(&env, "controller", "6s").await?;
+    let pod = ready_pod(&env, "p-1", Some(&format!("{ACTOR_B},{ACTOR_A}"))).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let actor_b = InterceptorClient::new(env.client.clone(), ACTOR_B);
+    wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    ensure!(controller.stop(), "the controller was running");
+    // Longer than two heartbeat timeouts: both B's and (inferred) A's deadlines pass.
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    let restarted = tokio::time::Instant::now();
+    let _controller = start_roles(&env, "controller", "6s").await?;
+    let request = wait_request(&env, &pod, "handed to actor A, or further", |r| {
+        active(r) != Some(ACTOR_B)
+    })
+    .await?;
+    assert_eq!(
+        active(&request),
+        Some(ACTOR_A),
+        "A must get its window after the restart: {:?}",
+        request.status
+    );
+    let activated = request
+        .status
+        .as_ref()
+        .and_then(|s| s.activation_time.clone())
+        .context("activationTime recorded")?;
+    wait_request(&env, &pod, "handed to the default interceptor", |r| {
+        active(r) == Some(IMPERATIVE_EVICTION_INTERCEPTOR)
+    })
+    .await?;
+    let window = restarted.elapsed();
+    ensure!(
+        window >= Duration::from_secs(5),
+        "A was active for {window:?} only (activated at {})",
+        activated.0
+    );
+    Ok(())
+}
+
+/// Issue 14 item 3: a second identity, allowed by RBAC to write EvictionRequests and their
+/// status and to delete pods, can neither forge the controller's part of the status nor
+/// pre-seed targetInterceptors; as the active interceptor it writes its own entry.
+#[tokio::test]
+async fn controller_status_cannot_be_forged_by_another_identity() -> Result<()> {
+    let env = env("evr-forge").await?;
+    let _webhook = start_roles(&env, "webhook", "10m").await?;
+    let forger = env.service_account("forger", "cluster-admin").await?;
+    let client = forger.client().await?;
+    let pod = ready_pod(&env, "p-1", Some(ACTOR_B)).await?;
+    request_eviction(&client, &pod, DRAIN).await?;
+    let forged = |status: serde_json::Value| {
+        let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &env.namespace);
+        let name = uid(&pod);
+        async move {
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map(drop)
+            .map_err(|error| error.to_string())
+        }
+    };
+    // Before the controller selects: skipping the pod's interceptors.
+    assert_denied(
+        forged(json!({
+            "targetInterceptors": [{"name": IMPERATIVE_EVICTION_INTERCEPTOR}],
+            "activeInterceptors": [IMPERATIVE_EVICTION_INTERCEPTOR],
+        }))
+        .await,
+        "status.targetInterceptors is written only by the eviction request controller",
+    );
+    assert_denied(
+        forged(json!({"conditions": [{
+            "type": "Evicted", "status": "True", "reason": "Forged", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]}))
+        .await,
+        "status.conditions is written only by the eviction request controller",
+    );
+
+    let _controller = start_roles(&env, "controller", "10m").await?;
+    let actor_b = InterceptorClient::new(client.clone(), ACTOR_B);
+    let request = wait_request(&env, &pod, "handed to actor B", |r| actor_b.is_active(r)).await?;
+    assert_eq!(
+        request.status.as_ref().map(|s| s.target_interceptors.len()),
+        Some(2),
+        "the pod's interceptor and the default"
+    );
+    // Its own entry while active: allowed.
+    actor_b.heartbeat(&request, "working", None).await?;
+    assert_denied(
+        forged(json!({"activeInterceptors": [IMPERATIVE_EVICTION_INTERCEPTOR], "processedInterceptors": [ACTOR_B]})).await,
+        "status.activeInterceptors is written only by the eviction request controller",
+    );
+    assert_denied(
+        forged(json!({"conditions": [{
+            "type": "Canceled", "status": "True", "reason": "Forged", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]}))
+        .await,
+        "status.conditions is written only by the eviction request controller",
+    );
+    let entries = request
+        .status
+        .as_ref()
+        .map(|s| s.interceptors.clone())
+        .unwrap_or_default();
+    let mut with_imperative = serde_json::to_value(&entries)?;
+    if let Some(list) = with_imperative.as_array_mut() {
+        list.push(json!({"name": IMPERATIVE_EVICTION_INTERCEPTOR, "message": "forged"}));
+    }
+    assert_denied(
+        forged(json!({ "interceptors": with_imperative })).await,
+        "status.interceptors[imperative-eviction.k8s.io] is written only by the eviction request controller",
+    );
+    let current = env.api::<EvictionRequest>().get(&uid(&pod)).await?;
+    assert_eq!(State::of(&current), State::InProgress);
+    assert_eq!(active(&current), Some(ACTOR_B));
+    Ok(())
+}
+
+/// Issue 14 item 4: `*.k8s.io` names are reserved: a requester may not use one, and a pod's
+/// interceptor annotation may not list one.
+#[tokio::test]
+async fn reserved_k8s_io_names_are_refused() -> Result<()> {
+    let env = env("evr-reserved").await?;
+    let _controller = start(&env, "10m").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    let error = request_eviction(&env.client, &pod, "drain.k8s.io")
+        .await
+        .err()
+        .context("a reserved requester name must be refused")?;
+    let text = format!("{error:#}");
+    ensure!(
+        text.contains("spec.requesters[drain.k8s.io]: names ending in .k8s.io are reserved"),
+        "{text}"
+    );
+    let pod = ready_pod(&env, "p-2", Some("actor-b.k8s.io")).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let request = wait_request(&env, &pod, "Canceled", |r| State::of(r) == State::Canceled).await?;
+    let (reason, message) = condition(&request, "Canceled").unwrap_or_default();
+    assert_eq!(reason, "ValidationFailed");
+    ensure!(
+        message.contains(
+            "\"actor-b.k8s.io\" of annotation evictkit.io/eviction-interceptors ends in .k8s.io"
+        ),
+        "{message}"
+    );
+    Ok(())
+}
+
+/// Issue 14 item 1: a request the controller canceled because validation failed is final for
+/// its pod: a requester asking again gets `Refused` and writes nothing (before, the library
+/// deleted and re-created the request, which was canceled again, on every ask).
+#[tokio::test]
+async fn a_refused_request_is_not_recreated() -> Result<()> {
+    let env = env("evr-refused").await?;
+    let _controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", Some("actor-a.example.com,Not_A_Name")).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let canceled =
+        wait_request(&env, &pod, "Canceled", |r| State::of(r) == State::Canceled).await?;
+    for requester in [DRAIN, DESCHEDULE] {
+        let error = request_eviction(&env.client, &pod, requester)
+            .await
+            .err()
+            .context("asking again must be refused")?;
+        ensure!(
+            matches!(
+                error,
+                evictkit_runtime::eviction_request::EvictionRequestError::Refused { .. }
+            ),
+            "{error:#}"
+        );
+        let text = error.to_string();
+        ensure!(text.contains("entry 2 \"Not_A_Name\""), "{text}");
+    }
+    let now = env.api::<EvictionRequest>().get(&uid(&pod)).await?;
+    assert_eq!(now.metadata.uid, canceled.metadata.uid, "not re-created");
+    let names: Vec<_> = now
+        .spec
+        .requesters
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names, [DRAIN], "nobody joined a refused request");
+    Ok(())
+}
+
+/// Issue 14 item 7: a 429 "in background" answer to the imperative eviction is retried with
+/// the backoff: here the background eviction stalls (the webhook never carries it out) until
+/// the webhook lets the second real attempt through.
+#[tokio::test]
+async fn a_stalled_background_eviction_is_retried() -> Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
+    use evictkit_runtime::metrics::Metrics;
+    use evictkit_runtime::webhook::{Admission, Webhooks};
+
+    let env = env("evr-background").await?;
+    let _controller = start(&env, "4s").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let served = env.serve_webhooks(Webhooks::new(Arc::new(Metrics::new("e2e")?)).route(
+        "/evacuate",
+        {
+            let attempts = attempts.clone();
+            move |request| {
+                let attempts = attempts.clone();
+                async move {
+                    let real = !request.dry_run;
+                    if real && attempts.fetch_add(1, Ordering::SeqCst) >= 1 {
+                        return Admission::allow();
+                    }
+                    let target =
+                        format!("{}/{}", request.namespace.unwrap_or_default(), request.name);
+                    Admission::deny(
+                        429,
+                        format!("Eviction triggered evacuation of pod {target}"),
+                    )
+                }
+            }
+        },
+    ))?;
+    env.register_validating_webhook(
+        Registration {
+            name: "evacuate".into(),
+            url: format!("{}/evacuate", served.base_url),
+            rules: vec![rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])],
+            failure_policy: "Fail".into(),
+        },
+        &served.ca_pem,
+    )
+    .await?;
+    // The configuration takes effect within a moment: dry runs until the webhook answers.
+    let dry_run =
+        EvictionClient::new(env.client.clone(), Arc::new(Metrics::new("e2e-dry")?)).dry_run(true);
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while !matches!(
+        dry_run.evict(&pod).await?,
+        EvictionOutcome::InBackground { .. }
+    ) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "webhook not in effect"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    wait_request(&env, &pod, "Evicted", |r| State::of(r) == State::Evicted).await?;
+    ensure!(
+        attempts.load(Ordering::SeqCst) >= 2,
+        "attempts: {}",
+        attempts.load(Ordering::SeqCst)
+    );
+    wait_for_event(&env, &uid(&pod), "EvictingInBackground").await?;
+    Ok(())
+}
+
+/// Issue 14 item 8: a label removed from the pod is removed from its request too.
+#[tokio::test]
+async fn label_removals_follow_the_pod() -> Result<()> {
+    let env = env("evr-labels").await?;
+    let _controller = start(&env, "10m").await?;
+    let mut pod = objects::pod("p-1", "p-1");
+    pod.metadata.annotations =
+        Some([(EVICTION_INTERCEPTORS.to_owned(), ACTOR_B.to_owned())].into());
+    pod.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("tier".into(), "web".into());
+    let pod = env.create(&pod).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let has_tier = |r: &EvictionRequest| {
+        r.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("tier"))
+    };
+    wait_request(&env, &pod, "tier copied", has_tier).await?;
+    env.api::<Pod>()
+        .patch(
+            "p-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": null}}})),
+        )
+        .await?;
+    let request = wait_request(&env, &pod, "tier removed", |r| !has_tier(r)).await?;
+    assert_eq!(
+        request.metadata.labels.as_ref().and_then(|l| l.get("app")),
+        Some(&"p-1".to_owned()),
+        "the other labels stay"
+    );
+    Ok(())
+}
+
+/// Issue 14 item 6: the interceptor annotation is validated when the pod is written (before,
+/// a typo was found only when an eviction was requested), and it is immutable.
+#[tokio::test]
+async fn the_interceptor_annotation_is_validated_on_pod_writes() -> Result<()> {
+    let env = env("evr-podwebhook").await?;
+    let _controller = start_roles_with(&env, "controller,webhook", "10m", true).await?;
+    let with = |name: &str, interceptors: &str| {
+        let mut pod = objects::pod(name, name);
+        pod.metadata.annotations =
+            Some([(EVICTION_INTERCEPTORS.to_owned(), interceptors.to_owned())].into());
+        pod
+    };
+    // The configuration takes effect within a moment.
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let error = loop {
+        match env
+            .api::<Pod>()
+            .create(
+                &PostParams::default(),
+                &with("typo", "actor-b.example.com,Actor-A"),
+            )
+            .await
+        {
+            Err(error) => break error.to_string(),
+            Ok(_) => {
+                env.api::<Pod>()
+                    .delete("typo", &DeleteParams::default().grace_period(0))
+                    .await?;
+                wait::wait_for_deletion(&env.api::<Pod>(), "typo", DEFAULT_TIMEOUT).await?;
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "webhook not in effect"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    ensure!(
+        error.contains(&format!(
+            "pod {}/typo: entry 2 \"Actor-A\" of annotation {EVICTION_INTERCEPTORS} is not a fully qualified domain name",
+            env.namespace
+        )),
+        "{error}"
+    );
+    env.create(&with("fine", ACTOR_B)).await?;
+    let changed = env
+        .api::<Pod>()
+        .patch(
+            "fine",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {EVICTION_INTERCEPTORS: ACTOR_A}}})),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string());
+    assert_denied(
+        changed,
+        "annotation evictkit.io/eviction-interceptors is immutable",
+    );
+    // Pods without the annotation do not reach the webhook at all.
+    env.create(&objects::pod("plain", "plain")).await?;
     Ok(())
 }

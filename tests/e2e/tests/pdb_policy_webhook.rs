@@ -30,7 +30,7 @@ use evictkit_testenv::objects::{self, Budget, CUSTOM_STATUS_ANNOTATION};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -1083,6 +1083,132 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
         )? >= 2.0
     );
     Ok(())
+}
+
+/// Issue 14 item 12: `protectUnhealthyPodsWithLocalStorage` follows a pod's claim to its
+/// PersistentVolume: a `local` PV (the KEP's own example) is local storage, an NFS one is not.
+#[tokio::test]
+async fn local_persistent_volumes_behind_claims_are_protected() -> Result<()> {
+    let env = TestEnv::new("pdbp-local-pv").await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
+    let spec = PodDisruptionBudgetPolicySpec {
+        eviction: Some(StricterEviction {
+            required_pod_conditions: vec![],
+            protect_unhealthy_pods_with_local_storage: true,
+        }),
+        budgets_never_allowing_disruption: CheckAction::Allow,
+        ..Default::default()
+    };
+    let _policy = Policy::create(&env, "local-pv", spec).await?;
+    let _webhook = Webhook::start(&[&env], "webhook").await?;
+
+    let volumes: Api<PersistentVolume> = Api::all(env.client.clone());
+    let pv = |name: &str, source: serde_json::Value| -> Result<PersistentVolume> {
+        let mut spec = json!({
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+        });
+        spec.as_object_mut()
+            .context("a PV spec is an object")?
+            .extend(source.as_object().cloned().unwrap_or_default());
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": spec}),
+        )?)
+    };
+    let local_pv = format!("{}-local", env.namespace);
+    let nfs_pv = format!("{}-nfs", env.namespace);
+    volumes
+        .create(
+            &PostParams::default(),
+            &pv(
+                &local_pv,
+                json!({
+                    "local": {"path": "/mnt/disks/ssd1"},
+                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}
+                    ]}]}},
+                }),
+            )?,
+        )
+        .await?;
+    volumes
+        .create(
+            &PostParams::default(),
+            &pv(
+                &nfs_pv,
+                json!({"nfs": {"server": "nfs.example.com", "path": "/export"}}),
+            )?,
+        )
+        .await?;
+
+    for (pod_name, volume) in [("db-0", &local_pv), ("db-1", &nfs_pv)] {
+        let claim = format!("data-{pod_name}");
+        env.create(&serde_json::from_value::<PersistentVolumeClaim>(json!({
+            "metadata": {"name": claim},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }))?)
+        .await?;
+        let mut pod = custom_pod(pod_name, "db");
+        pod.spec.get_or_insert_default().volumes = Some(vec![serde_json::from_value(
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}}),
+        )?]);
+        env.create(&pod).await?;
+        set_status(&env, pod_name, "Running", &[]).await?;
+    }
+    env.create(&custom_pod("db-2", "db")).await?;
+    set_status(&env, "db-2", "Running", &["Ready"]).await?;
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        Some("AlwaysAllow"),
+    ))
+    .await?;
+    wait_settled(&env, "db", BudgetState::Met, 1).await?;
+
+    let result = async {
+        eventually("the eviction of db-0 (local PV) is denied", || async {
+            let status = evict(&env, "db-0", true).await?;
+            if status.code == 429
+                && status
+                    .message
+                    .contains("rule ProtectUnhealthyPodsWithLocalStorage")
+                && status
+                    .message
+                    .contains("keeps data in local volume \"data\"")
+            {
+                Ok(())
+            } else {
+                bail!("{status:?}")
+            }
+        })
+        .await?;
+        let explanation = explain_pod(&env.client, &env.namespace, "db-0").await?;
+        assert_eq!(
+            (
+                explanation.prediction.code,
+                explanation.prediction.decided_by
+            ),
+            (429, "webhook"),
+            "{explanation:?}"
+        );
+        // Network storage: the apiserver's AlwaysAllow stands.
+        let status = evict(&env, "db-1", true).await?;
+        assert_eq!(status.code, 201, "{status:?}");
+        anyhow::Ok(())
+    }
+    .await;
+    for name in [&local_pv, &nfs_pv] {
+        let _ = volumes.delete(name, &DeleteParams::default()).await;
+    }
+    result
 }
 
 fn webhook_binary() -> std::path::PathBuf {

@@ -278,7 +278,7 @@ async fn wait_until_called(descheduler: &Client, metrics_port: u16) -> Result<()
     }
     let requested = support::metric_sum(
         metrics_port,
-        "descheduler_bridge_pod_evacuations_total",
+        "descheduler_bridge_pod_evacuations",
         &["requested"],
     )?;
     if requested != 1.0 {

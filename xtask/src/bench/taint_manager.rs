@@ -39,6 +39,7 @@ use crate::cluster::{self, Cluster, UpArgs};
 
 /// The bench's NoExecute taint; nothing else in the cluster sets or tolerates it.
 mod report;
+mod sequences;
 
 const TAINT: &str = "evictkit.io/bench";
 /// Concurrent pod creations (the apiserver, etcd, kwok and this process share 2 cores).
@@ -64,6 +65,14 @@ pub struct Args {
     /// paced by it); --kube-api-burst is 1.5 times it.
     #[arg(long, default_value_t = 20.0)]
     kube_api_qps: f64,
+    /// Instead of the load scenario: the toleration-window sequences (taint swap, added taint,
+    /// taints removed and re-added, tolerationSeconds changed), each pod's deletion time
+    /// compared with upstream's (fails beyond 1 s). Needs 9 x --replicas kwok nodes.
+    #[arg(long)]
+    sequences: bool,
+    /// Pods per sequence (each on a kwok node of its own), with --sequences.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -74,7 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
          restart the shared one"
     );
     ensure!(
-        args.tainted <= args.nodes,
+        args.sequences || args.tainted <= args.nodes,
         "--tainted ({}) exceeds --nodes ({})",
         args.tainted,
         args.nodes
@@ -203,6 +212,17 @@ async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
             .next()
             .and_then(|n| n.parse::<usize>().ok())
     });
+    if args.sequences {
+        return sequences::bench(
+            cluster,
+            &client,
+            &nodes,
+            args.replicas,
+            args.kube_api_qps,
+            binary,
+        )
+        .await;
+    }
     ensure!(
         nodes.len() >= args.tainted && !nodes.is_empty(),
         "the cluster has {} kwok nodes, fewer than --tainted {}",
@@ -241,12 +261,29 @@ async fn scenario_run(
     qps: f64,
 ) -> Result<Run> {
     let label = controller.label();
+    let ns = format!("bench-taint-{label}");
+    let (component, user) = start_controller(cluster, client, &controller, qps, &ns).await?;
+    let result = measure(client, scenario, &ns, &user, &component).await;
+    drop(component);
+    cleanup(client, scenario, &ns).await?;
+    result
+}
+
+/// Starts `controller` as a service account of `ns` (created here) with both controllers'
+/// client rate limits; returns it and the account's audit user name.
+async fn start_controller(
+    cluster: &Cluster,
+    client: &Client,
+    controller: &Controller<'_>,
+    qps: f64,
+    ns: &str,
+) -> Result<(Component, String)> {
+    let label = controller.label();
     let rate = [
         format!("--kube-api-qps={qps}"),
         format!("--kube-api-burst={}", (qps * 1.5).ceil()),
     ];
-    let ns = format!("bench-taint-{label}");
-    support::create_namespace(client, &ns).await?;
+    support::create_namespace(client, ns).await?;
     let account = format!("taint-{label}");
     let (kubeconfig, user) = support::service_account(cluster, client, &account).await?;
     let port = support::free_port()?;
@@ -280,10 +317,7 @@ async fn scenario_run(
             component
         }
     };
-    let result = measure(client, scenario, &ns, &user, &component).await;
-    drop(component);
-    cleanup(client, scenario, &ns).await?;
-    result
+    Ok((component, user))
 }
 
 async fn measure(

@@ -97,7 +97,7 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
     }
     demo.say(
         SCENARIO,
-        "the evictionrequest-controller evicted both pods; the requests are Evicted and the bridge withdrew descheduler.sigs.k8s.io",
+        "the evictionrequest-controller evicted both pods; the requests are Evicted and the bridge withdrew descheduler-bridge.evictkit.io",
     );
     print(demo, &["get", "evictionrequests", "-n", NAMESPACE])?;
     print(demo, &["get", "pods", "-n", NAMESPACE])?;

@@ -172,6 +172,8 @@ fn start(demo: &Demo) -> Result<()> {
             &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
             &format!("--namespace={NAMESPACE}"),
             "--leader-elect=false",
+            // The demo's kubeconfig is the cluster's admin (xtask cluster's token user).
+            "--controller-username=admin",
             "--heartbeat-timeout=15s",
             "--eviction-backoff-initial=1s",
             "--eviction-backoff-max=4s",

@@ -3,7 +3,8 @@ use evictkit_api::{
     PodDisruptionBudgetPolicySpec, PolicyMode, StricterEviction, UnhealthyPodEvictionPolicyType,
 };
 use evictkit_runtime::metrics::Metrics;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use serde_json::{Value, json};
 
@@ -44,11 +45,70 @@ fn pdb(name: &str, policy: Option<&str>, status: Value) -> PodDisruptionBudget {
     .unwrap()
 }
 
+/// The API as the eviction webhook reads it live.
+#[derive(Default)]
+struct Live {
+    pods: Vec<Pod>,
+    pdbs: Vec<PodDisruptionBudget>,
+    claims: Vec<PersistentVolumeClaim>,
+    volumes: Vec<PersistentVolume>,
+}
+
+fn named<'a, K: kube::Resource>(objects: &'a [K], name: &str) -> Option<&'a K> {
+    objects
+        .iter()
+        .find(|o| o.meta().name.as_deref() == Some(name))
+}
+
+impl LiveReads for Live {
+    fn pod<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, kube::Result<Option<Pod>>> {
+        Box::pin(async move { Ok(named(&self.pods, name).cloned()) })
+    }
+    fn pdbs<'a>(&'a self, _: &'a str) -> BoxFuture<'a, kube::Result<Vec<PodDisruptionBudget>>> {
+        Box::pin(async move { Ok(self.pdbs.clone()) })
+    }
+    fn claim<'a>(
+        &'a self,
+        _: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<PersistentVolumeClaim>>> {
+        Box::pin(async move { Ok(named(&self.claims, name).cloned()) })
+    }
+    fn volume<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<PersistentVolume>>> {
+        Box::pin(async move { Ok(named(&self.volumes, name).cloned()) })
+    }
+}
+
+/// Caches and the live API holding the same objects.
+fn context_of(
+    pods: Vec<Pod>,
+    pdbs: Vec<PodDisruptionBudget>,
+    policies: Vec<PodDisruptionBudgetPolicy>,
+) -> Arc<Context> {
+    let live = Live {
+        pods: pods.clone(),
+        pdbs: pdbs.clone(),
+        ..Live::default()
+    };
+    context_with(
+        Caches::of(pods, pdbs, vec![namespace("team")], policies),
+        live,
+    )
+}
+
 fn context(caches: Caches) -> Arc<Context> {
+    context_with(caches, Live::default())
+}
+
+fn context_with(caches: Caches, live: Live) -> Arc<Context> {
     let metrics = Metrics::new("test").unwrap();
     Arc::new(Context {
         caches,
         metrics: WebhookMetrics::register(&metrics).unwrap(),
+        live: Arc::new(live),
     })
 }
 
@@ -225,12 +285,7 @@ async fn eviction_webhook_denies_by_the_stricter_rule_with_429() {
         None,
         json!({"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 1, "disruptionsAllowed": 1, "expectedPods": 2}),
     );
-    let ctx = context(Caches::of(
-        pods,
-        vec![budget],
-        vec![namespace("team")],
-        vec![policy(spec)],
-    ));
+    let ctx = context_of(pods, vec![budget], vec![policy(spec)]);
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0", "namespace": "team"}});
     let resource = json!({"group": "", "version": "v1", "resource": "pods"});
     let response = answer(
@@ -264,4 +319,185 @@ async fn eviction_webhook_denies_by_the_stricter_rule_with_429() {
             .get(),
         1
     );
+}
+
+fn strict(conditions: &[&str], local_storage: bool) -> PodDisruptionBudgetPolicy {
+    policy(PodDisruptionBudgetPolicySpec {
+        eviction: Some(StricterEviction {
+            required_pod_conditions: conditions.iter().map(|c| c.to_string()).collect(),
+            protect_unhealthy_pods_with_local_storage: local_storage,
+        }),
+        ..Default::default()
+    })
+}
+
+async fn evict(ctx: Arc<Context>, name: &str) -> AdmissionResponse {
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "team"}});
+    let resource = json!({"group": "", "version": "v1", "resource": "pods"});
+    answer(ctx, "validate-eviction", request(resource, name, eviction)).await
+}
+
+fn with_volume(mut pod: Pod, volume: Value) -> Pod {
+    pod.spec.get_or_insert_default().volumes = Some(vec![serde_json::from_value(volume).unwrap()]);
+    pod
+}
+
+/// Issue 14 item 13: where the caches cannot decide (the pod not in the cache yet, its
+/// readiness or the PDB's `disruptedPods` a moment behind), the webhook decides on what the
+/// API says now.
+#[tokio::test]
+async fn eviction_webhook_decides_on_the_live_pod_and_pdb() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let healthy_budget = |disrupted: Value| {
+        pdb(
+            "web",
+            None,
+            json!({"observedGeneration": 1, "currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1, "expectedPods": 3, "disruptedPods": disrupted}),
+        )
+    };
+    let peers = vec![pod("web-1", synced), pod("web-2", synced)];
+
+    // The pod is not in the cache yet.
+    let live = Live {
+        pods: vec![pod("web-0", synced), pod("web-9", synced)],
+        pdbs: vec![pdb(
+            "web",
+            None,
+            json!({"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 2, "disruptionsAllowed": 1, "expectedPods": 2}),
+        )],
+        ..Live::default()
+    };
+    let caches = Caches::of(
+        vec![pod("web-9", &["Ready"])],
+        live.pdbs.clone(),
+        vec![namespace("team")],
+        vec![strict(&["example.com/Synced"], false)],
+    );
+    let response = evict(context_with(caches, live), "web-0").await;
+    assert_eq!(
+        (response.allowed, response.result.code),
+        (false, 429),
+        "a pod missing from the cache: {}",
+        response.result.message
+    );
+
+    // The PDB's disruptedPods in the cache lags a concurrent eviction of web-1.
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mut pods = peers.clone();
+    pods.push(pod("web-0", synced));
+    let live = Live {
+        pods: pods.clone(),
+        pdbs: vec![healthy_budget(json!({"web-1": now}))],
+        ..Live::default()
+    };
+    let caches = Caches::of(
+        pods,
+        vec![healthy_budget(json!({}))],
+        vec![namespace("team")],
+        vec![strict(&["example.com/Synced"], false)],
+    );
+    let response = evict(context_with(caches, live), "web-0").await;
+    assert_eq!(
+        (response.allowed, response.result.code),
+        (false, 429),
+        "web-1 is on its way out: {}",
+        response.result.message
+    );
+
+    // The cache still has cache-0 Ready; it is not any more.
+    let always = |allowed: i32| {
+        pdb(
+            "web",
+            Some("AlwaysAllow"),
+            json!({"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 1, "disruptionsAllowed": allowed, "expectedPods": 2}),
+        )
+    };
+    let empty_dir = json!({"name": "data", "emptyDir": {}});
+    let live = Live {
+        pods: vec![
+            with_volume(pod("cache-0", &[]), empty_dir.clone()),
+            pod("web-1", &["Ready"]),
+        ],
+        pdbs: vec![always(1)],
+        ..Live::default()
+    };
+    let caches = Caches::of(
+        vec![
+            with_volume(pod("cache-0", &["Ready"]), empty_dir),
+            pod("web-1", &["Ready"]),
+        ],
+        vec![always(1)],
+        vec![namespace("team")],
+        vec![strict(&[], true)],
+    );
+    let response = evict(context_with(caches, live), "cache-0").await;
+    assert!(
+        !response.allowed
+            && response
+                .result
+                .message
+                .contains("rule ProtectUnhealthyPodsWithLocalStorage"),
+        "stale readiness: {}",
+        response.result.message
+    );
+}
+
+/// Issue 14 item 12: a claim bound to a `local` PersistentVolume is local storage (the KEP's
+/// own example); one bound to network storage is not.
+#[tokio::test]
+async fn eviction_webhook_follows_claims_to_node_local_volumes() {
+    let budget = pdb(
+        "web",
+        Some("AlwaysAllow"),
+        json!({"observedGeneration": 1, "currentHealthy": 1, "desiredHealthy": 1, "disruptionsAllowed": 0, "expectedPods": 2}),
+    );
+    let subject = with_volume(
+        pod("db-0", &[]),
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}),
+    );
+    let claim = |volume: &str| -> PersistentVolumeClaim {
+        serde_json::from_value(json!({"metadata": {"name": "data-db-0", "namespace": "team"}, "spec": {"volumeName": volume}})).unwrap()
+    };
+    let local: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "local-1"},
+        "spec": {"local": {"path": "/mnt/disks/ssd1"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}]}}},
+    }))
+    .unwrap();
+    let network: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "nfs-1"},
+        "spec": {"nfs": {"server": "nfs.example.com", "path": "/export"}},
+    }))
+    .unwrap();
+    for (volume, denied) in [("local-1", true), ("nfs-1", false)] {
+        let pods = vec![subject.clone(), pod("db-1", &["Ready"])];
+        let live = Live {
+            pods: pods.clone(),
+            pdbs: vec![budget.clone()],
+            claims: vec![claim(volume)],
+            volumes: vec![local.clone(), network.clone()],
+        };
+        let caches = Caches::of(
+            pods,
+            vec![budget.clone()],
+            vec![namespace("team")],
+            vec![strict(&[], true)],
+        );
+        let response = evict(context_with(caches, live), "db-0").await;
+        assert_eq!(
+            !response.allowed, denied,
+            "{volume}: {}",
+            response.result.message
+        );
+        if denied {
+            assert_eq!(response.result.code, 429);
+            assert!(
+                response
+                    .result
+                    .message
+                    .contains("keeps data in local volume \"data\""),
+                "{}",
+                response.result.message
+            );
+        }
+    }
 }

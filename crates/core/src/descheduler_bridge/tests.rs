@@ -71,6 +71,7 @@ fn ours(started: Option<i64>) -> Marks {
         in_progress: true,
         started: started.map(at),
         ours: true,
+        ..Marks::default()
     }
 }
 
@@ -83,13 +84,13 @@ fn plan_table() {
     let none = Marks::default();
     let kubevirt = Marks {
         in_progress: true,
-        started: None,
-        ours: false,
+        ..Marks::default()
     };
     let half = Marks {
         in_progress: false,
         started: Some(at(0)),
         ours: true,
+        ..Marks::default()
     };
     let marked = ours(Some(0));
     let unreadable = ours(None);
@@ -100,6 +101,7 @@ fn plan_table() {
     };
     let going = |mark: Option<i64>, left: i64| Plan::InProgress {
         mark: mark.map(at),
+        refresh: None,
         recheck_after: SignedDuration::from_secs(left),
     };
     #[rustfmt::skip]
@@ -119,7 +121,58 @@ fn plan_table() {
         ("not ours at all", State::InProgress, false, None, 10, Plan::Nothing),
     ];
     for (name, state, listed, marks, now, want) in cases {
-        assert_eq!(plan(state, listed, marks, at(now), ttl), want, "{name}");
+        let ttls = Ttls {
+            evacuation: ttl,
+            descheduler: DESCHEDULER_ASSUMED_TTL,
+        };
+        assert_eq!(plan(state, listed, marks, at(now), &ttls), want, "{name}");
+    }
+}
+
+/// Issue 14 item 10. The descheduler (v0.36 `evictions.go`) drops an *assumed* entry (one its
+/// 429 created) at the first cache cleaning after 600 s, i.e. 600-1200 s after the 429, even
+/// while the pod is still marked `eviction-in-progress`; a later cycle never refreshes it (a
+/// cached pod is skipped without an eviction call, and `assumePod` keeps the first time). It
+/// adds a pod back, as a confirmed entry that never expires, on any pod update that still
+/// carries both annotations. So across that window the bridge updates the pod every tenth of
+/// the TTL; the last update falls after the window, past any cleaning that can drop the entry.
+#[test]
+fn plan_refreshes_the_pod_for_the_descheduler_cache() {
+    let ttls = Ttls {
+        evacuation: SignedDuration::from_secs(3600),
+        descheduler: DESCHEDULER_ASSUMED_TTL,
+    };
+    let marked = |answered: Option<i64>, refreshed: Option<i64>, request_evict_only| Marks {
+        request_evict_only,
+        answered: answered.map(at),
+        refreshed: refreshed.map(at),
+        ..ours(Some(0))
+    };
+    let going = |refresh: Option<i64>, left: i64| Plan::InProgress {
+        mark: None,
+        refresh: refresh.map(at),
+        recheck_after: SignedDuration::from_secs(left),
+    };
+    // (name, marks, now, plan)
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Marks, i64, Plan)> = vec![
+        ("answered at 0: the descheduler holds the entry until 600 s at least", marked(Some(0), None, true), 100, going(None, 560)),
+        ("the first refresh, a tenth of the TTL into the window", marked(Some(0), None, true), 660, going(Some(660), 60)),
+        ("a late reconcile refreshes at once", marked(Some(0), None, true), 900, going(Some(900), 60)),
+        ("refreshed at 1140: the next one a tenth later", marked(Some(0), Some(1140), true), 1150, going(None, 50)),
+        ("refreshed after the window (1260 s): the entry is confirmed, wait for the TTL", marked(Some(0), Some(1260), true), 1300, going(None, 2300)),
+        ("a refresh from before the window does not count", marked(Some(0), Some(500), true), 660, going(Some(660), 60)),
+        ("answered again at 2000 (the descheduler assumed anew): a new window", marked(Some(2000), Some(1260), true), 2100, going(None, 560)),
+        ("no answered mark (marked by an older bridge): the start stands for it", marked(None, None, true), 660, going(Some(660), 60)),
+        ("without request-evict-only the descheduler keeps no entry: no refresh", marked(Some(0), None, false), 660, going(None, 2940)),
+        ("the evacuation's own TTL comes first", marked(Some(0), Some(3590), true), 3595, going(None, 5)),
+    ];
+    for (name, marks, now, want) in cases {
+        assert_eq!(
+            plan(State::InProgress, true, Some(&marks), at(now), &ttls),
+            want,
+            "{name}"
+        );
     }
 }
 
@@ -132,9 +185,27 @@ fn marks_round_trip() {
         .collect();
     pod.metadata.annotations = Some(annotations);
     assert_eq!(Marks::of(&pod), ours(Some(5)));
-    assert!(cleared_marks().values().all(Option::is_none));
+    let annotations = pod.metadata.annotations.get_or_insert_default();
+    for (key, value) in answered_mark(at(7))
+        .into_iter()
+        .chain(refreshed_mark(at(9)))
+    {
+        annotations.insert(key.to_owned(), value.unwrap());
+    }
+    annotations.insert(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new());
+    let read = Marks::of(&pod);
     assert_eq!(
-        cleared_marks().keys().collect::<Vec<_>>(),
-        marks("x", at(0)).keys().collect::<Vec<_>>()
+        (read.answered, read.refreshed, read.request_evict_only),
+        (Some(at(7)), Some(at(9)), true)
     );
+    assert!(cleared_marks().values().all(Option::is_none));
+    // Every annotation the bridge writes is cleared at the end.
+    let written: Vec<_> = marks("x", at(0))
+        .into_keys()
+        .chain(answered_mark(at(0)).into_keys())
+        .chain(refreshed_mark(at(0)).into_keys())
+        .collect();
+    let mut written = written;
+    written.sort_unstable();
+    assert_eq!(cleared_marks().into_keys().collect::<Vec<_>>(), written);
 }

@@ -23,6 +23,10 @@ pub enum InterceptorsError {
     )]
     Default { position: usize, entry: String },
     #[error(
+        "entry {position} {entry:?} of annotation {EVICTION_INTERCEPTORS} ends in .k8s.io: names ending in .k8s.io are reserved for Kubernetes (KEP-4563); use a domain of your own"
+    )]
+    Reserved { position: usize, entry: String },
+    #[error(
         "annotation {EVICTION_INTERCEPTORS} lists {count} interceptors, at most {MAX_INTERCEPTORS_PER_POD} are allowed"
     )]
     TooMany { count: usize },
@@ -60,6 +64,9 @@ impl PodInterceptors {
             if entry == IMPERATIVE_EVICTION_INTERCEPTOR {
                 return invalid(|position, entry| InterceptorsError::Default { position, entry });
             }
+            if is_reserved(entry) {
+                return invalid(|position, entry| InterceptorsError::Reserved { position, entry });
+            }
             if names.iter().any(|n| n == entry) {
                 return invalid(|position, entry| InterceptorsError::Duplicate { position, entry });
             }
@@ -84,6 +91,14 @@ impl fmt::Display for PodInterceptors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.join(","))
     }
+}
+
+/// KEP-4563 reserves the `k8s.io` domain and its subdomains for Kubernetes' own requesters
+/// and interceptors: only the controller's default interceptor `imperative-eviction.k8s.io`
+/// carries such a name, and only where the controller writes it.
+pub fn is_reserved(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name == "k8s.io" || name.ends_with(".k8s.io")
 }
 
 /// apimachinery `IsFullyQualifiedDomainName`, as the CRD's CEL rule states it: a DNS-1123

@@ -88,6 +88,8 @@ fn status(
             .collect(),
         processed_interceptors: processed.iter().map(|s| (*s).into()).collect(),
         active_interceptors: active.into_iter().map(Into::into).collect(),
+        // Activated at the request's creation.
+        activation_time: active.map(|_| Time(t(0))),
         interceptors: entries,
         ..EvictionRequestStatus::default()
     }
@@ -126,11 +128,13 @@ type ValidationCase = (
     String,
 );
 
-/// (case, processed, active, entries, now, expected active, processed after, cause, requeue)
+/// (case, processed, active, activated at, entries, now, expected active, processed after,
+/// cause, requeue)
 type HandOverCase = (
     &'static str,
     Vec<&'static str>,
     &'static str,
+    i64,
     Vec<InterceptorStatus>,
     i64,
     &'static str,
@@ -267,9 +271,10 @@ fn hand_over() {
     let targets = [B, A, IMPERATIVE];
     let cases: Vec<HandOverCase> = vec![
         (
-            "fresh, no heartbeat yet: deadline from creation",
+            "fresh, no heartbeat yet: deadline from activation",
             vec![],
             B,
+            0,
             vec![],
             60,
             B,
@@ -281,6 +286,7 @@ fn hand_over() {
             "no heartbeat for 20 minutes since creation",
             vec![],
             B,
+            0,
             vec![],
             1200,
             A,
@@ -292,6 +298,7 @@ fn hand_over() {
             "heartbeat keeps it",
             vec![],
             B,
+            0,
             vec![entry(B, Some(1000), None)],
             1500,
             B,
@@ -303,6 +310,7 @@ fn hand_over() {
             "heartbeat expired",
             vec![],
             B,
+            0,
             vec![entry(B, Some(1000), None)],
             2200,
             A,
@@ -314,6 +322,7 @@ fn hand_over() {
             "completed",
             vec![],
             B,
+            0,
             vec![entry(B, Some(10), Some(70))],
             80,
             A,
@@ -321,12 +330,13 @@ fn hand_over() {
             Some(HandOverCause::Completed),
             None,
         ),
-        // The second interceptor's clock starts at its predecessor's completion, not at the
-        // request's creation (else it would time out at once).
+        // The second interceptor's clock starts at its recorded activation (its predecessor's
+        // completion here), not at the request's creation (else it would time out at once).
         (
             "second one, clock from predecessor's completion",
             vec![B],
             A,
+            1000,
             vec![entry(B, Some(10), Some(1000))],
             2100,
             A,
@@ -338,6 +348,7 @@ fn hand_over() {
             "second one timed out after its predecessor timed out",
             vec![B],
             A,
+            1300,
             vec![entry(B, Some(100), None)],
             2600,
             IMPERATIVE,
@@ -349,6 +360,7 @@ fn hand_over() {
             "second one completed",
             vec![B],
             A,
+            20,
             vec![entry(B, Some(10), Some(20)), entry(A, Some(30), Some(40))],
             50,
             IMPERATIVE,
@@ -360,6 +372,7 @@ fn hand_over() {
             "imperative never times out",
             vec![B, A],
             IMPERATIVE,
+            0,
             vec![],
             100_000,
             IMPERATIVE,
@@ -368,13 +381,22 @@ fn hand_over() {
             None,
         ),
     ];
-    for (case, processed, current, entries, now, want_active, want_processed, cause, requeue) in
-        cases
+    for (
+        case,
+        processed,
+        current,
+        activated,
+        entries,
+        now,
+        want_active,
+        want_processed,
+        cause,
+        requeue,
+    ) in cases
     {
-        let req = request(
-            &["r.example.com"],
-            Some(status(&targets, &processed, Some(current), entries)),
-        );
+        let mut status = status(&targets, &processed, Some(current), entries);
+        status.activation_time = Some(Time(t(activated)));
+        let req = request(&["r.example.com"], Some(status));
         let plan = reconcile(
             &req,
             Some(&pod(Some("actor-b.example.com,actor-a.example.com"))),
@@ -565,7 +587,10 @@ fn interceptor_annotation() {
             " b.example.com , a.example.com ",
             vec!["b.example.com", "a.example.com"],
         ),
-        ("actor-b.k8s.io", vec!["actor-b.k8s.io"]),
+        (
+            "actor-b.k8s.io.example.com",
+            vec!["actor-b.k8s.io.example.com"],
+        ),
     ];
     for (value, want) in ok {
         assert_eq!(
@@ -616,6 +641,13 @@ fn interceptor_annotation() {
             InterceptorsError::Default {
                 position: 1,
                 entry: "imperative-eviction.k8s.io".into(),
+            },
+        ),
+        (
+            "a.example.com,actor-b.k8s.io",
+            InterceptorsError::Reserved {
+                position: 2,
+                entry: "actor-b.k8s.io".into(),
             },
         ),
         (&sixteen.join(","), InterceptorsError::TooMany { count: 16 }),
@@ -783,4 +815,346 @@ fn admission_only_active_interceptors_write_entries() {
         admission::validate_update(&old, &new, t(0), SignedDuration::from_mins(20)),
         Err("status.interceptors[actor-a.example.com] may be written only while actor-a.example.com is active".into())
     );
+}
+
+/// Issue 14 item 2: after a controller outage longer than the heartbeat timeout, the
+/// interceptor the controller hands over to gets its full window from that moment, not from
+/// when its predecessor's deadline passed (which lies in the outage).
+#[test]
+fn successor_gets_its_full_window_after_controller_downtime() {
+    let targets = [B, A, IMPERATIVE];
+    let pod = pod(Some("actor-b.example.com,actor-a.example.com"));
+    let mut req = request(
+        &["r.example.com"],
+        Some(status(&targets, &[], Some(B), vec![])),
+    );
+    req.status.as_mut().unwrap().activation_time = Some(Time(t(0)));
+    // Down from 100 s to 5000 s: B's deadline (1200 s) passed during the outage.
+    let plan = reconcile(&req, Some(&pod), t(5000), &config());
+    assert_eq!(active(&plan), Some(A), "B timed out");
+    let recorded = plan.status.activation_time.clone();
+    req.status = Some(plan.status);
+    let plan = reconcile(&req, Some(&pod), t(5001), &config());
+    assert_eq!(active(&plan), Some(A), "A keeps its window");
+    assert_eq!(recorded, Some(Time(t(5000))), "activation recorded");
+    assert_eq!(plan.requeue_after, Some(SignedDuration::from_secs(1199)));
+    // A request from before activation was recorded: the window starts now, never earlier.
+    req.status.as_mut().unwrap().activation_time = None;
+    let plan = reconcile(&req, Some(&pod), t(9000), &config());
+    assert_eq!(active(&plan), Some(A), "no early hand-over");
+    assert_eq!(plan.status.activation_time, Some(Time(t(9000))));
+}
+
+/// Issue 14 item 3: only the controller's identity writes the controller's part of the
+/// status; anyone else may write only the active interceptor's own entry.
+#[test]
+fn admission_controller_fields_are_the_controller_s() {
+    let targets = [B, A, IMPERATIVE];
+    let old = request(
+        &["r.example.com"],
+        Some(status(&targets, &[], Some(B), vec![])),
+    );
+    let with = |change: fn(&mut EvictionRequestStatus)| {
+        let mut new = old.clone();
+        change(new.status.as_mut().unwrap());
+        new
+    };
+    // (case, new request, denial starts with)
+    let cases: Vec<(&str, EvictionRequest, Option<&str>)> = vec![
+        (
+            "the active interceptor's own entry",
+            with(|s| s.interceptors = vec![entry(B, Some(0), None)]),
+            None,
+        ),
+        (
+            "a condition",
+            with(|s| {
+                s.conditions = vec![Condition {
+                    type_: "Canceled".into(),
+                    status: "True".into(),
+                    reason: "Forged".into(),
+                    message: String::new(),
+                    last_transition_time: Time(t(0)),
+                    observed_generation: None,
+                }]
+            }),
+            Some("status.conditions is written only by the eviction request controller"),
+        ),
+        (
+            "the hand-over",
+            with(|s| {
+                s.processed_interceptors = vec![B.into()];
+                s.active_interceptors = vec![A.into()];
+            }),
+            Some("status.activeInterceptors is written only by the eviction request controller"),
+        ),
+        (
+            "the activation time",
+            with(|s| s.activation_time = Some(Time(t(-5000)))),
+            Some("status.activationTime is written only by the eviction request controller"),
+        ),
+        (
+            "the observed generation",
+            with(|s| s.observed_generation = Some(7)),
+            Some("status.observedGeneration is written only by the eviction request controller"),
+        ),
+        (
+            "the imperative interceptor's entry",
+            with(|s| s.interceptors = vec![entry(IMPERATIVE, Some(0), None)]),
+            Some("status.interceptors[imperative-eviction.k8s.io] is written only by"),
+        ),
+        (
+            "another interceptor's entry",
+            with(|s| s.interceptors = vec![entry(A, Some(0), None)]),
+            Some("status.interceptors[actor-a.example.com] may be written only while"),
+        ),
+    ];
+    for (case, new, denial) in cases {
+        let result = admission::validate_writer(Some(&old), &new);
+        match denial {
+            None => assert_eq!(result, Ok(()), "{case}"),
+            Some(prefix) => assert!(
+                result.as_ref().is_err_and(|m| m.starts_with(prefix)),
+                "{case}: {result:?}"
+            ),
+        }
+    }
+    // A request created with targetInterceptors pre-seeded.
+    let mut seeded = request(
+        &["r.example.com"],
+        Some(status(&[IMPERATIVE], &[], None, vec![])),
+    );
+    seeded.status.as_mut().unwrap().observed_generation = None;
+    let result = admission::validate_writer(None, &seeded);
+    assert!(
+        result.as_ref().is_err_and(|m| m.starts_with(
+            "status.targetInterceptors is written only by the eviction request controller"
+        )),
+        "{result:?}"
+    );
+    let identity = admission::ControllerIdentity {
+        usernames: vec!["system:serviceaccount:evictkit:evictionrequest-controller".into()],
+        groups: vec!["evictkit:controllers".into()],
+    };
+    assert!(identity.matches(
+        Some("system:serviceaccount:evictkit:evictionrequest-controller"),
+        &[]
+    ));
+    assert!(identity.matches(Some("bob"), &["evictkit:controllers".into()]));
+    assert!(!identity.matches(Some("bob"), &["system:authenticated".into()]));
+    assert!(!identity.matches(None, &[]));
+}
+
+/// Issue 14 item 4: the KEP reserves `*.k8s.io` names; only the controller's default
+/// interceptor `imperative-eviction.k8s.io` carries one.
+#[test]
+fn reserved_k8s_io_names() {
+    for (name, reserved) in [
+        ("actor-b.k8s.io", true),
+        ("k8s.io", true),
+        ("imperative-eviction.k8s.io", true),
+        ("actor.k8s.io.example.com", false),
+        ("notk8s.io", false),
+        ("actor-b.example.com", false),
+    ] {
+        assert_eq!(is_reserved(name), reserved, "{name}");
+    }
+    let new = request(&["drain.example.com", "drain.k8s.io"], None);
+    assert_eq!(
+        admission::validate_names(&new),
+        Err("spec.requesters[drain.k8s.io]: names ending in .k8s.io are reserved for Kubernetes (KEP-4563); use a domain of your own".into())
+    );
+    assert_eq!(
+        admission::validate_names(&request(&["drain.example.com"], None)),
+        Ok(())
+    );
+}
+
+/// Issue 14 item 1: a request canceled by validation is final for its pod; one canceled
+/// because its requesters withdrew is not.
+#[test]
+fn refusal_is_a_validation_failure_only() {
+    let workload = {
+        let mut pod = pod(None);
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "PodGroup".into(),
+            name: "g".into(),
+            ..OwnerReference::default()
+        }]);
+        pod
+    };
+    // (case, pod, requesters, refusal)
+    type Case<'a> = (&'a str, Option<Pod>, &'a [&'a str], Option<String>);
+    let cases: Vec<Case> = vec![
+        (
+            "pod group",
+            Some(workload),
+            &["r.example.com"],
+            Some(message_workload("p-1")),
+        ),
+        (
+            "malformed interceptors",
+            Some(pod(Some("Not_FQDN"))),
+            &["r.example.com"],
+            Some("Target Pod p-1 has invalid eviction interceptors: entry 1 \"Not_FQDN\" of annotation evictkit.io/eviction-interceptors is not a fully qualified domain name (lowercase alphanumeric characters, '-' and '.', at least two labels of at most 63 characters, at most 253 characters).".into()),
+        ),
+        ("target missing", None, &["r.example.com"], Some(message_not_found("p-1"))),
+        ("all requesters withdrew", Some(pod(None)), &[], None),
+        ("in progress", Some(pod(None)), &["r.example.com"], None),
+    ];
+    for (case, pod, requesters, want) in cases {
+        let mut req = request(requesters, None);
+        req.status = Some(reconcile(&req, pod.as_ref(), t(0), &config()).status);
+        assert_eq!(refusal(&req), want.as_deref(), "{case}");
+    }
+}
+
+/// Issue 14 item 8: a label removed from the pod goes from the request too, if the controller
+/// put it there (its managedFields entry); a label someone else set on the request stays.
+#[test]
+fn label_removals_are_synchronised() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    let managed = |manager: &str, keys: &[&str], subresource: Option<&str>| {
+        let labels: serde_json::Map<String, serde_json::Value> = keys
+            .iter()
+            .map(|k| (format!("f:{k}"), serde_json::json!({})))
+            .collect();
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Apply".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(
+                serde_json::json!({"f:metadata": {"f:labels": labels}}),
+            )),
+            subresource: subresource.map(Into::into),
+            ..ManagedFieldsEntry::default()
+        }
+    };
+    let pod = pod(None); // app=nginx
+    let mut req = request(&["r.example.com"], None);
+    req.metadata.labels = Some(BTreeMap::from([
+        ("app".into(), "nginx".into()),
+        ("tier".into(), "web".into()),
+        ("team".into(), "blue".into()),
+    ]));
+    req.metadata.managed_fields = Some(vec![
+        managed(CONTROLLER_FIELD_MANAGER, &["app", "tier"], None),
+        managed("r.example.com", &["team"], None),
+    ]);
+    let plan = reconcile(&req, Some(&pod), t(1), &config());
+    assert_eq!(
+        plan.labels, pod.metadata.labels,
+        "tier was removed from the pod"
+    );
+    req.metadata.labels.as_mut().unwrap().remove("tier");
+    req.metadata.managed_fields = Some(vec![
+        managed(CONTROLLER_FIELD_MANAGER, &["app"], None),
+        managed("r.example.com", &["team"], None),
+        managed(CONTROLLER_FIELD_MANAGER, &[], Some("status")),
+    ]);
+    let plan = reconcile(&req, Some(&pod), t(2), &config());
+    assert_eq!(plan.labels, None, "team is the requester's");
+}
+
+/// Issue 14 item 5: a finished request gets an ownerReference to its pod (the garbage collector
+/// takes it with the pod) and, but for a refusal, expires by --finished-ttl.
+#[test]
+fn finished_requests_are_garbage_collected() {
+    let in_progress = {
+        let req = request(&["r.example.com"], None);
+        reconcile(&req, Some(&pod(None)), t(0), &config()).status
+    };
+    let withdrawn = {
+        let req = request(&[], None);
+        reconcile(&req, Some(&pod(None)), t(0), &config()).status
+    };
+    let refused = {
+        let req = request(&["r.example.com"], None);
+        reconcile(&req, Some(&pod(Some("Not_FQDN"))), t(0), &config()).status
+    };
+    let not_found = {
+        let req = request(&["r.example.com"], None);
+        reconcile(&req, None, t(0), &config()).status
+    };
+    let req = request(&["r.example.com"], None);
+    let owner = owner_to_add(&req, Some(&pod(None)), &withdrawn).expect("an owner");
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Pod", "p-1", UID)
+    );
+    assert_eq!(
+        owner_to_add(&req, Some(&pod(None)), &in_progress),
+        None,
+        "in progress"
+    );
+    assert_eq!(owner_to_add(&req, None, &withdrawn), None, "pod gone");
+    let mut owned = req.clone();
+    owned.metadata.owner_references = Some(vec![owner]);
+    assert_eq!(
+        owner_to_add(&owned, Some(&pod(None)), &withdrawn),
+        None,
+        "there already"
+    );
+
+    assert!(!expires(&req, &in_progress), "in progress");
+    assert!(expires(&req, &withdrawn), "withdrawn");
+    assert!(
+        !expires(&req, &refused),
+        "a refusal stays while its pod lives"
+    );
+    assert!(expires(&req, &not_found), "nothing to keep a record for");
+}
+
+/// Issue 14 item 6: the interceptor annotation is checked when the pod is written.
+#[test]
+fn admission_of_the_pod_annotation() {
+    let fine = pod(Some("actor-b.example.com,actor-a.example.com"));
+    let typo = pod(Some("actor-b.example.com,Actor-A"));
+    let plain = pod(None);
+    let other = pod(Some("actor-a.example.com"));
+    // (case, old, new, denial starts with)
+    let cases: Vec<(&str, Option<&Pod>, &Pod, Option<&str>)> = vec![
+        ("create, well-formed", None, &fine, None),
+        ("create, none", None, &plain, None),
+        (
+            "create, a typo",
+            None,
+            &typo,
+            Some(
+                "entry 2 \"Actor-A\" of annotation evictkit.io/eviction-interceptors is not a fully qualified domain name",
+            ),
+        ),
+        ("update, unchanged", Some(&fine), &fine, None),
+        (
+            "update, changed",
+            Some(&fine),
+            &other,
+            Some(
+                "annotation evictkit.io/eviction-interceptors is immutable (was \"actor-b.example.com,actor-a.example.com\", now \"actor-a.example.com\")",
+            ),
+        ),
+        (
+            "update, added",
+            Some(&plain),
+            &fine,
+            Some("annotation evictkit.io/eviction-interceptors is immutable"),
+        ),
+        ("update of a pod without it", Some(&plain), &plain, None),
+        (
+            "update of a pod from before the webhook",
+            Some(&typo),
+            &typo,
+            None,
+        ),
+    ];
+    for (case, old, new, denial) in cases {
+        let result = admission::validate_pod(old, new);
+        match denial {
+            None => assert_eq!(result, Ok(()), "{case}"),
+            Some(prefix) => assert!(
+                result.as_ref().is_err_and(|m| m.starts_with(prefix)),
+                "{case}: {result:?}"
+            ),
+        }
+    }
 }

@@ -5,7 +5,12 @@ use std::collections::BTreeMap;
 
 use super::*;
 use evictkit_api::{PodDisruptionBudgetPolicySpec, StricterEviction};
-use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodCondition, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, EmptyDirVolumeSource, EphemeralVolumeSource, HostPathVolumeSource,
+    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, PodCondition, PodSpec, PodStatus,
+    Volume, VolumeNodeAffinity,
+};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 
@@ -320,6 +325,36 @@ fn overlap_messages_name_both_budgets_and_the_reason() {
     );
 }
 
+fn at_now() -> Circumstances {
+    Circumstances::at(Timestamp::now())
+}
+
+/// `pdb` with `status.disruptedPods` naming `pods`, each evicted `ago` before now.
+fn with_disrupted(
+    mut pdb: PodDisruptionBudget,
+    pods: &[(&str, jiff::SignedDuration)],
+    now: Timestamp,
+) -> PodDisruptionBudget {
+    let status = pdb.status.get_or_insert_default();
+    status.disrupted_pods = Some(
+        pods.iter()
+            .map(|(name, ago)| (name.to_string(), Time(now - *ago)))
+            .collect(),
+    );
+    pdb
+}
+
+fn claim_volume(name: &str, claim: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.into(),
+            read_only: None,
+        }),
+        ..Default::default()
+    }
+}
+
 fn strict_policy(conditions: &[&str], local_storage: bool) -> PodDisruptionBudgetPolicy {
     let mut p = policy("strict", 0, None);
     p.spec.eviction = Some(StricterEviction {
@@ -436,7 +471,7 @@ fn stricter_eviction_rules() {
         pods.push(subject.clone());
         let pdbs = [budget];
         let decision = eviction::decide(&subject, &pdbs);
-        let got = stricter_eviction(&subject, &decision, &pdbs, &pods, &p);
+        let got = stricter_eviction(&subject, &decision, &pdbs, &pods, &p, &at_now());
         assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
         if let Some(denial) = got {
             assert!(
@@ -447,7 +482,7 @@ fn stricter_eviction_rules() {
                 "{case}: {}",
                 denial.message
             );
-            let explained = explain(&subject, &pdbs, &pods, Some(&p));
+            let explained = explain(&subject, &pdbs, &pods, Some(&p), &at_now());
             assert_eq!(
                 (explained.prediction.code, explained.prediction.decided_by),
                 (429, "webhook"),
@@ -456,6 +491,200 @@ fn stricter_eviction_rules() {
             assert_eq!(explained.prediction.message, denial.message, "{case}");
         }
     }
+}
+
+/// The strict count counts like the disruption controller (`countHealthyPods`): a pod in the
+/// PDB's `status.disruptedPods` for less than two minutes is on its way out, not healthy. And a
+/// claim bound to a node-local PersistentVolume is local storage (KEP-3017's own example).
+#[test]
+fn stricter_eviction_counts_disrupted_pods_and_follows_claims() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let now = Timestamp::now();
+    let seconds = jiff::SignedDuration::from_secs;
+    let budget = || with_status(pdb("web", Some("web"), int(2), None), 1, 3, 2);
+    let always = |mut b: PodDisruptionBudget| {
+        b.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = Some("AlwaysAllow".into());
+        b
+    };
+    let with_claim = |pod: Pod| with_volume(pod, claim_volume("data", "data-s"));
+    // (case, subject, its app's other pods, PDB, policy, node-local claim volumes, denying rule)
+    let cases: Vec<(
+        &str,
+        Pod,
+        Vec<Pod>,
+        PodDisruptionBudget,
+        PodDisruptionBudgetPolicy,
+        &[&str],
+        Option<Rule>,
+    )> = vec![
+        (
+            "a peer evicted 10 s ago (disruptedPods) is not healthy",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            with_disrupted(budget(), &[("a", seconds(10))], now),
+            strict_policy(&["example.com/Synced"], false),
+            &[],
+            Some(Rule::RequiredPodConditions),
+        ),
+        (
+            "a disruptedPods entry older than the disruption controller's 2 min counts again",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            with_disrupted(budget(), &[("a", seconds(180))], now),
+            strict_policy(&["example.com/Synced"], false),
+            &[],
+            None,
+        ),
+        (
+            "the subject already in disruptedPods is not taken away twice",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            with_disrupted(budget(), &[("s", seconds(10))], now),
+            strict_policy(&["example.com/Synced"], false),
+            &[],
+            None,
+        ),
+        (
+            "unhealthy pod whose claim is bound to a node-local PV is protected",
+            with_claim(pod("s", "web", &[])),
+            vec![],
+            always(with_status(pdb("web", Some("web"), int(2), None), 0, 1, 2)),
+            strict_policy(&[], true),
+            &["data"],
+            Some(Rule::ProtectUnhealthyPodsWithLocalStorage),
+        ),
+        (
+            "a claim on network storage is not local",
+            with_claim(pod("s", "web", &[])),
+            vec![],
+            always(with_status(pdb("web", Some("web"), int(2), None), 0, 1, 2)),
+            strict_policy(&[], true),
+            &[],
+            None,
+        ),
+    ];
+    for (case, subject, mut pods, budget, p, local, want) in cases {
+        pods.push(subject.clone());
+        let pdbs = [budget];
+        let decision = eviction::decide(&subject, &pdbs);
+        let circumstances = Circumstances {
+            now,
+            node_local_claims: local.iter().map(|v| v.to_string()).collect(),
+        };
+        let got = stricter_eviction(&subject, &decision, &pdbs, &pods, &p, &circumstances);
+        assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
+        if let Some(denial) = got
+            && denial.rule == Rule::ProtectUnhealthyPodsWithLocalStorage
+        {
+            assert!(
+                denial.message.contains("\"data\""),
+                "{case}: {}",
+                denial.message
+            );
+        }
+    }
+}
+
+#[test]
+fn node_local_persistent_volumes() {
+    let on_node = |key: &str| VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: key.into(),
+                    operator: "In".into(),
+                    values: Some(vec!["node-1".into()]),
+                }]),
+                match_fields: None,
+            }],
+        }),
+    };
+    let pv = |spec: PersistentVolumeSpec| PersistentVolume {
+        spec: Some(spec),
+        ..Default::default()
+    };
+    let host_path = || {
+        Some(HostPathVolumeSource {
+            path: "/mnt/data".into(),
+            type_: None,
+        })
+    };
+    // (case, PV, node-local)
+    let cases = vec![
+        (
+            "local PV (the KEP's example)",
+            pv(PersistentVolumeSpec {
+                local: Some(LocalVolumeSource {
+                    path: "/mnt/disks/ssd1".into(),
+                    fs_type: None,
+                }),
+                node_affinity: Some(on_node("kubernetes.io/hostname")),
+                ..Default::default()
+            }),
+            true,
+        ),
+        (
+            "hostPath PV pinned to a node by required node affinity",
+            pv(PersistentVolumeSpec {
+                host_path: host_path(),
+                node_affinity: Some(on_node("kubernetes.io/hostname")),
+                ..Default::default()
+            }),
+            true,
+        ),
+        (
+            "hostPath PV without node affinity (single-node test clusters)",
+            pv(PersistentVolumeSpec {
+                host_path: host_path(),
+                ..Default::default()
+            }),
+            false,
+        ),
+        (
+            "CSI PV with a zonal node affinity is network storage",
+            pv(PersistentVolumeSpec {
+                csi: Some(CSIPersistentVolumeSource {
+                    driver: "ebs.csi.aws.com".into(),
+                    volume_handle: "vol-1".into(),
+                    ..Default::default()
+                }),
+                node_affinity: Some(on_node("topology.kubernetes.io/zone")),
+                ..Default::default()
+            }),
+            false,
+        ),
+        ("PV without spec", PersistentVolume::default(), false),
+    ];
+    for (case, volume, want) in cases {
+        assert_eq!(is_node_local(&volume), want, "{case}");
+    }
+}
+
+#[test]
+fn claim_volumes_name_each_claim() {
+    let mut subject = pod("s", "web", &[]);
+    subject.spec.get_or_insert_default().volumes = Some(vec![
+        claim_volume("data", "data-s"),
+        Volume {
+            name: "scratch".into(),
+            ephemeral: Some(EphemeralVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    ]);
+    // A generic ephemeral volume's claim is named <pod>-<volume> by the ephemeral volume
+    // controller.
+    assert_eq!(
+        claim_volumes(&subject),
+        vec![
+            ("data", "data-s".to_owned()),
+            ("scratch", "s-scratch".to_owned())
+        ]
+    );
 }
 
 #[test]
@@ -561,7 +790,7 @@ fn explain_predicts_the_apiserver_and_says_what_would_change_it() {
     ];
     for (case, subject, pdbs, p, code, outcome, advice) in cases {
         let pods = [subject.clone()];
-        let explained = explain(&subject, &pdbs, &pods, p);
+        let explained = explain(&subject, &pdbs, &pods, p, &at_now());
         assert_eq!(explained.prediction.code, code, "{case}");
         assert_eq!(explained.prediction.decided_by, "apiserver", "{case}");
         assert_eq!(explained.outcome, outcome, "{case}");

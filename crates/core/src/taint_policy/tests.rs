@@ -1,4 +1,5 @@
 use super::*;
+use evictkit_api::keys::TAINT_NODE_NOT_READY;
 use evictkit_api::taint_eviction_policy::{TaintEvictionPolicySpec, TaintSelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -82,6 +83,8 @@ struct Pod {
     tolerations: Vec<Toleration>,
     bound_at: Timestamp,
     deletion: Option<Timestamp>,
+    window: Option<TolerationWindow>,
+    planning_since: Timestamp,
 }
 
 impl Pod {
@@ -92,6 +95,9 @@ impl Pod {
             tolerations,
             bound_at: ts("00:00:00"),
             deletion: None,
+            window: None,
+            // As if this process had just started: windows are recovered from `timeAdded`.
+            planning_since: ts("00:10:00"),
         }
     }
 
@@ -102,8 +108,21 @@ impl Pod {
             tolerations: &self.tolerations,
             bound_at: self.bound_at,
             deletion_timestamp: self.deletion,
+            window: self.window,
+            planning_since: self.planning_since,
         }
     }
+}
+
+fn wait(started: &str, ends: &str) -> PodPlan {
+    PodPlan::Wait(Pending {
+        window: TolerationWindow {
+            started: ts(started),
+            ends: ts(ends),
+        },
+        action: TaintEvictionAction::Delete,
+        policy: None,
+    })
 }
 
 fn delete_since(since: &str) -> PodPlan {
@@ -150,14 +169,11 @@ fn plan_without_policies_is_upstream() {
             PodPlan::Keep,
         ),
         (
-            "tolerated for 120s from timeAdded: wait",
+            "tolerated for 120s, after a restart: the window recovered from timeAdded",
             vec![taint("a", "", Some("00:09:00"))],
             vec![tol("a", Some(120))],
             "00:00:00",
-            PodPlan::Wait {
-                at: ts("00:11:00"),
-                action: TaintEvictionAction::Delete,
-            },
+            wait("00:09:00", "00:11:00"),
         ),
         (
             "window already over after a restart: delete, due since the deadline",
@@ -167,14 +183,11 @@ fn plan_without_policies_is_upstream() {
             delete_since("00:06:00"),
         ),
         (
-            "window starts when the pod is bound, not before (upstream starts it when it sees the pod)",
+            "a recovered window starts when the pod was bound, not before",
             vec![taint("a", "", Some("00:00:00"))],
             vec![tol("a", Some(300))],
             "00:08:00",
-            PodPlan::Wait {
-                at: ts("00:13:00"),
-                action: TaintEvictionAction::Delete,
-            },
+            wait("00:08:00", "00:13:00"),
         ),
         (
             "NoSchedule taints are not the taint manager's",
@@ -314,10 +327,7 @@ fn ignored_taints_leave_the_others_in_force() {
     let pod = Pod::new(vec![tol("tolerated", Some(60))]);
     assert_eq!(
         pod_plan(&taints, &pod.facts(), &policies, now),
-        PodPlan::Wait {
-            at: ts("00:10:30"),
-            action: TaintEvictionAction::Delete
-        }
+        wait("00:09:30", "00:10:30")
     );
     assert_eq!(
         policies.governing_names(&taints, &pod.facts()),
@@ -356,67 +366,204 @@ fn invalid_policies_are_reported() {
     );
 }
 
+/// One change a sequence makes, `at` seconds after the start: the node's taints (key, seconds
+/// after the start it was added), the pod's tolerations (key, tolerationSeconds).
+struct Step {
+    at: i64,
+    taints: Vec<(&'static str, i64)>,
+    tolerations: Vec<(&'static str, Option<i64>)>,
+}
+
+fn step(
+    at: i64,
+    taints: &[(&'static str, i64)],
+    tolerations: &[(&'static str, Option<i64>)],
+) -> Step {
+    Step {
+        at,
+        taints: taints.to_vec(),
+        tolerations: tolerations.to_vec(),
+    }
+}
+
+/// Plays a sequence as the shell does (a reconcile at every change, and one when a window
+/// ends) with no policy; `planning_from`: seconds after the start at which this process began
+/// planning (0: it ran all along; later: a restart). Returns the second the pod is deleted.
+fn play(steps: &[Step], planning_from: i64) -> Option<i64> {
+    let start = ts("00:00:00");
+    let at = |s: i64| start + SignedDuration::from_secs(s);
+    let none = Policies::default();
+    let mut window = None;
+    for second in planning_from..=120 {
+        let Some(current) = steps.iter().rev().find(|s| s.at <= second) else {
+            continue;
+        };
+        let taints: Vec<Taint> = current
+            .taints
+            .iter()
+            .map(|(key, added)| Taint {
+                time_added: Some(Time(at(*added))),
+                ..taint(key, "", None)
+            })
+            .collect();
+        let tolerations: Vec<Toleration> = current
+            .tolerations
+            .iter()
+            .map(|(key, seconds)| tol(key, *seconds))
+            .collect();
+        let mut pod = Pod::new(tolerations);
+        pod.window = window;
+        pod.planning_since = at(planning_from);
+        match pod_plan(&taints, &pod.facts(), &none, at(second)) {
+            PodPlan::Remove { .. } => return Some(second),
+            PodPlan::Wait(pending) => window = Some(pending.window),
+            _ => window = None,
+        }
+    }
+    None
+}
+
+/// The sequences of issue 15 item 1, with the second upstream's taint-eviction-controller
+/// deletes the pod: its timer starts when it first finds the pod due and is kept while the pod
+/// stays tolerated for a while (taints swapped or added, tolerationSeconds changed); it goes
+/// when the taints go or the pod tolerates them forever.
 #[test]
-fn zone_guard_pauses_large_unhealthy_zones() {
-    let guard = ZoneGuard {
-        unhealthy_zone_threshold: 0.55,
-        large_cluster_size_threshold: 2,
-    };
-    let zone = |z: &str| labels(&[(LABEL_TOPOLOGY_ZONE, z)]);
-    let (a, b, none) = (zone("a"), zone("b"), BTreeMap::new());
-    let unreachable = vec![taint(TAINT_NODE_UNREACHABLE, "", None)];
-    let not_ready = vec![taint(TAINT_NODE_NOT_READY, "", None)];
-    let other = vec![taint("maintenance", "", None)];
-    let healthy: Vec<Taint> = vec![];
-    let node = |labels, taints| ZoneNode { labels, taints };
-    // (case, nodes, paused)
-    type Case<'a> = (
-        &'static str,
-        Vec<ZoneNode<'a>>,
-        Vec<(&'static str, (usize, usize))>,
-    );
-    let cases: Vec<Case> = vec![
+fn toleration_window_follows_upstream_timing() {
+    let (a, b) = ("a", "b");
+    // (case, steps, upstream's deletion second)
+    let cases: Vec<(&str, Vec<Step>, Option<i64>)> = vec![
         (
-            "2 of 3 unreachable or not ready (0.67 >= 0.55): paused",
+            "one taint, tolerated 10 s",
+            vec![step(0, &[(a, 0)], &[(a, Some(10))])],
+            Some(10),
+        ),
+        (
+            "swap (not-ready for unreachable) at 4 s: the first timer wins",
             vec![
-                node(&a, &unreachable),
-                node(&a, &not_ready),
-                node(&a, &healthy),
+                step(0, &[(a, 0)], &[(a, Some(10)), (b, Some(10))]),
+                step(4, &[(b, 4)], &[(a, Some(10)), (b, Some(10))]),
             ],
-            vec![("a", (2, 3))],
+            Some(10),
         ),
         (
-            "1 of 3 (0.33): not paused",
+            "a second taint tolerated 3 s arrives at 4 s: the first timer wins",
             vec![
-                node(&a, &unreachable),
-                node(&a, &healthy),
-                node(&a, &healthy),
+                step(0, &[(a, 0)], &[(a, Some(10)), (b, Some(3))]),
+                step(4, &[(a, 0), (b, 4)], &[(a, Some(10)), (b, Some(3))]),
             ],
-            vec![],
+            Some(10),
         ),
         (
-            "other taints do not count",
-            vec![node(&a, &other), node(&a, &other), node(&a, &healthy)],
-            vec![],
-        ),
-        (
-            "zone not larger than --large-cluster-size-threshold: not guarded",
-            vec![node(&b, &unreachable), node(&b, &unreachable)],
-            vec![],
-        ),
-        (
-            "no zone labels: one zone",
+            "a second taint tolerated 20 s arrives at 4 s: the first timer wins",
             vec![
-                node(&none, &unreachable),
-                node(&none, &unreachable),
-                node(&none, &healthy),
+                step(0, &[(a, 0)], &[(a, Some(10)), (b, Some(20))]),
+                step(4, &[(a, 0), (b, 4)], &[(a, Some(10)), (b, Some(20))]),
             ],
-            vec![("", (2, 3))],
+            Some(10),
+        ),
+        (
+            "all taints removed at 4 s, re-added at 6 s: a new window",
+            vec![
+                step(0, &[(a, 0)], &[(a, Some(10))]),
+                step(4, &[], &[(a, Some(10))]),
+                step(6, &[(a, 6)], &[(a, Some(10))]),
+            ],
+            Some(16),
+        ),
+        (
+            "tolerationSeconds lowered to 3 at 4 s: the first timer wins",
+            vec![
+                step(0, &[(a, 0)], &[(a, Some(10))]),
+                step(4, &[(a, 0)], &[(a, Some(3))]),
+            ],
+            Some(10),
+        ),
+        (
+            "tolerationSeconds raised to 30 at 4 s: the first timer wins",
+            vec![
+                step(0, &[(a, 0)], &[(a, Some(10))]),
+                step(4, &[(a, 0)], &[(a, Some(30))]),
+            ],
+            Some(10),
+        ),
+        (
+            "toleration made infinite at 4 s: cancelled",
+            vec![
+                step(0, &[(a, 0)], &[(a, Some(10))]),
+                step(4, &[(a, 0)], &[(a, None)]),
+            ],
+            None,
+        ),
+        (
+            "tolerated forever, then a taint tolerated 5 s at 4 s: the timer starts then",
+            vec![
+                step(0, &[(a, 0)], &[(a, None), (b, Some(5))]),
+                step(4, &[(a, 0), (b, 4)], &[(a, None), (b, Some(5))]),
+            ],
+            Some(9),
+        ),
+        (
+            "an untolerated taint at 4 s: deleted then",
+            vec![
+                step(0, &[(a, 0)], &[(a, Some(10))]),
+                step(4, &[(a, 0), (b, 4)], &[(a, Some(10))]),
+            ],
+            Some(4),
         ),
     ];
-    for (case, nodes, want) in cases {
-        let want: BTreeMap<String, (usize, usize)> =
-            want.into_iter().map(|(z, c)| (z.to_owned(), c)).collect();
-        assert_eq!(paused_zones(nodes, guard), want, "{case}");
+    for (case, steps, want) in cases {
+        assert_eq!(play(&steps, 0), want, "{case}");
+    }
+}
+
+/// Where upstream has no answer (its timers die with the process), a restarted taint-manager
+/// derives the window from the earliest `timeAdded` of the taints tolerated for a while.
+#[test]
+fn a_restart_recovers_the_window_from_time_added() {
+    let (a, b) = ("a", "b");
+    // (case, steps, planning from, deletion second)
+    let cases: Vec<(&str, Vec<Step>, i64, Option<i64>)> = vec![
+        (
+            "restart at 5 s into a 10 s window: deleted at 10 s (upstream: 15 s)",
+            vec![step(0, &[(a, 0)], &[(a, Some(10))])],
+            5,
+            Some(10),
+        ),
+        (
+            "restart after a swap: from the earliest timeAdded now on the node",
+            vec![
+                step(0, &[(a, 0)], &[(a, Some(10)), (b, Some(10))]),
+                step(4, &[(b, 4)], &[(a, Some(10)), (b, Some(10))]),
+            ],
+            6,
+            Some(14),
+        ),
+        (
+            "a taint tolerated forever does not start the window",
+            vec![
+                step(0, &[(a, 0)], &[(a, None), (b, Some(10))]),
+                step(3, &[(a, 0), (b, 3)], &[(a, None), (b, Some(10))]),
+            ],
+            5,
+            Some(13),
+        ),
+        (
+            "restart past the end of the window: deleted at once",
+            vec![step(0, &[(a, 0)], &[(a, Some(10))])],
+            30,
+            Some(30),
+        ),
+        (
+            "a taint added after the restart starts its window then",
+            vec![
+                step(0, &[], &[(a, Some(10))]),
+                step(8, &[(a, 8)], &[(a, Some(10))]),
+            ],
+            5,
+            Some(18),
+        ),
+    ];
+    for (case, steps, planning_from, want) in cases {
+        assert_eq!(play(&steps, planning_from), want, "{case}");
     }
 }

@@ -459,122 +459,67 @@ fn no_execute_plan() {
 }
 
 #[test]
-fn no_execute_deadline() {
-    let seen: Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
-    let at = |s: &str| NoExecuteDeadline::At(s.parse().unwrap());
-    // (case, taints, tolerations, deadline)
-    let cases: Vec<(&str, Vec<Taint>, Vec<Toleration>, NoExecuteDeadline)> = vec![
+fn tolerated_since_is_the_earliest_time_added_of_the_taints_tolerated_for_a_while() {
+    let at = |s: &str| Some(s.parse::<Timestamp>().unwrap());
+    // (case, taints, tolerations, since)
+    type Case = (&'static str, Vec<Taint>, Vec<Toleration>, Option<Timestamp>);
+    let cases: Vec<Case> = vec![
         (
-            "no NoExecute taints",
-            vec![taint("a", "", NS)],
-            vec![],
-            NoExecuteDeadline::NoNoExecuteTaints,
-        ),
-        (
-            "untolerated",
-            vec![taint("a", "", NE)],
-            vec![],
-            NoExecuteDeadline::Now {
-                untolerated: vec![taint("a", "", NE)],
-            },
-        ),
-        (
-            "forever",
-            vec![taint_at("a", NE, "2024-06-01T00:00:00Z")],
-            vec![tol("a", "Exists", "", NE, None)],
-            NoExecuteDeadline::Never,
-        ),
-        (
-            "window counts from timeAdded, surviving a restart",
-            vec![taint_at("a", NE, "2024-12-31T23:58:00Z")],
-            vec![tol("a", "Exists", "", NE, Some(300))],
-            at("2025-01-01T00:03:00Z"),
-        ),
-        (
-            "no timeAdded: window counts from first_seen",
-            vec![taint("a", "", NE)],
+            "one taint tolerated for a while",
+            vec![taint_at("a", NE, "2025-01-01T00:01:00Z")],
             vec![tol("a", "Exists", "", NE, Some(60))],
             at("2025-01-01T00:01:00Z"),
         ),
         (
-            "deadline already past",
-            vec![taint_at("a", NE, "2024-01-01T00:00:00Z")],
-            vec![tol("a", "Exists", "", NE, Some(60))],
-            at("2024-01-01T00:01:00Z"),
-        ),
-        (
-            "zero seconds: deadline is timeAdded",
-            vec![taint_at("a", NE, "2024-12-31T00:00:00Z")],
-            vec![tol("a", "Exists", "", NE, Some(0))],
-            at("2024-12-31T00:00:00Z"),
-        ),
-        (
-            "negative seconds act like zero",
-            vec![taint_at("a", NE, "2024-12-31T00:00:00Z")],
-            vec![tol("a", "Exists", "", NE, Some(-30))],
-            at("2024-12-31T00:00:00Z"),
-        ),
-        (
-            "earliest per-taint deadline wins: a later taint with a shorter window",
+            "the earliest of two",
             vec![
-                taint_at("a", NE, "2025-01-01T00:00:00Z"),
-                taint_at("b", NE, "2025-01-01T00:02:00Z"),
-            ],
-            vec![
-                tol("a", "Exists", "", NE, Some(600)),
-                tol("b", "Exists", "", NE, Some(60)),
-            ],
-            at("2025-01-01T00:03:00Z"),
-        ),
-        (
-            "earliest per-taint deadline wins: an older taint",
-            vec![
-                taint_at("a", NE, "2025-01-01T00:00:00Z"),
-                taint_at("b", NE, "2025-01-01T00:02:00Z"),
+                taint_at("a", NE, "2025-01-01T00:02:00Z"),
+                taint_at("b", NE, "2025-01-01T00:01:00Z"),
             ],
             vec![tol("", "Exists", "", "", Some(300))],
-            at("2025-01-01T00:05:00Z"),
+            at("2025-01-01T00:01:00Z"),
         ),
         (
-            "a forever-tolerated taint does not hide a finite one",
+            "a taint tolerated forever starts no window",
             vec![
                 taint_at("a", NE, "2025-01-01T00:00:00Z"),
-                taint_at("b", NE, "2025-01-01T00:00:00Z"),
+                taint_at("b", NE, "2025-01-01T00:05:00Z"),
             ],
             vec![
                 tol("a", "Exists", "", NE, None),
                 tol("b", "Exists", "", NE, Some(10)),
             ],
-            at("2025-01-01T00:00:10Z"),
+            at("2025-01-01T00:05:00Z"),
         ),
         (
-            "past the end of representable time is never",
+            "the first tolerating toleration counts (pod order)",
             vec![taint_at("a", NE, "2025-01-01T00:00:00Z")],
-            vec![tol("a", "Exists", "", NE, Some(i64::MAX))],
-            NoExecuteDeadline::Never,
+            vec![
+                tol("a", "Exists", "", NE, None),
+                tol("a", "Exists", "", NE, Some(10)),
+            ],
+            None,
+        ),
+        (
+            "NoSchedule taints and taints without timeAdded do not count",
+            vec![
+                taint_at("a", NS, "2025-01-01T00:00:00Z"),
+                taint("b", "", NE),
+            ],
+            vec![tol("", "Exists", "", "", Some(10))],
+            None,
         ),
     ];
     for (case, taints, tolerations, want) in cases {
-        assert_eq!(deadline(&taints, &tolerations, seen), want, "{case}");
+        assert_eq!(tolerated_since(&taints, &tolerations), want, "{case}");
     }
 }
 
 #[test]
-fn deadline_agrees_with_plan_when_taints_are_new() {
-    let now: Timestamp = "2025-03-01T12:00:00Z".parse().unwrap();
-    let taints = [taint("a", "", NE), taint("b", "", NE)];
-    let tolerations = [
-        tol("a", "Exists", "", NE, Some(90)),
-        tol("b", "Exists", "", NE, Some(30)),
-    ];
-    let NoExecutePlan::DeleteAfter(after) = plan(&taints, &tolerations) else {
-        panic!("expected DeleteAfter");
-    };
-    let want = now
-        .checked_add(SignedDuration::try_from(after).unwrap())
-        .unwrap();
-    assert_eq!(
-        deadline(&taints, &tolerations, now),
-        NoExecuteDeadline::At(want)
-    );
+fn toleration_window_ends_its_length_after_its_start() {
+    let start: Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
+    let window = TolerationWindow::new(start, Duration::from_secs(300));
+    assert_eq!(window.ends, "2025-01-01T00:05:00Z".parse().unwrap());
+    let never = TolerationWindow::new(start, Duration::from_secs(i64::MAX.unsigned_abs()));
+    assert_eq!(never.ends, Timestamp::MAX, "past year 9999: ends then");
 }

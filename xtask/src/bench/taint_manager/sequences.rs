@@ -1,0 +1,365 @@
+//! `cargo xtask bench taint-manager --sequences`: the toleration-window sequences of issue 15
+//! (taint swap, an added taint, all taints removed and added again, tolerationSeconds changed)
+//! played against kube-controller-manager's taint-eviction-controller and then against the
+//! taint-manager, on the same kwok nodes and with the same timing; each pod's deletion time
+//! (when the apiserver received the controller's delete, from the audit log) is compared,
+//! relative to the moment the sequence started.
+//!
+//! The node lifecycle controller removes `not-ready` and `unreachable` taints from nodes that
+//! are Ready (kwok's are), so the swap uses two taints of the bench's own that stand for them.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::future;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::{Controller, start_controller};
+use crate::bench::support;
+use crate::cluster::Cluster;
+
+/// Stand-ins for node-lifecycle's `not-ready` and `unreachable`.
+const A: &str = "evictkit.io/bench-not-ready";
+const B: &str = "evictkit.io/bench-unreachable";
+
+/// What a sequence does `at` seconds after its start.
+enum Change {
+    /// The node's NoExecute taints become these (each added now unless already there).
+    Taints(&'static [&'static str]),
+    /// The pod's first toleration's tolerationSeconds becomes this (None: forever).
+    TolerationSeconds(Option<i64>),
+}
+
+struct Sequence {
+    name: &'static str,
+    /// (key, tolerationSeconds), in pod order.
+    tolerations: &'static [(&'static str, Option<i64>)],
+    steps: &'static [(u64, Change)],
+}
+
+const SEQUENCES: &[Sequence] = &[
+    Sequence {
+        name: "one taint, tolerated 10 s",
+        tolerations: &[(A, Some(10))],
+        steps: &[(0, Change::Taints(&[A]))],
+    },
+    Sequence {
+        name: "swap not-ready -> unreachable at 4 s",
+        tolerations: &[(A, Some(10)), (B, Some(10))],
+        steps: &[(0, Change::Taints(&[A])), (4, Change::Taints(&[B]))],
+    },
+    Sequence {
+        name: "second taint (3 s) added at 4 s",
+        tolerations: &[(A, Some(10)), (B, Some(3))],
+        steps: &[(0, Change::Taints(&[A])), (4, Change::Taints(&[A, B]))],
+    },
+    Sequence {
+        name: "second taint (20 s) added at 4 s",
+        tolerations: &[(A, Some(10)), (B, Some(20))],
+        steps: &[(0, Change::Taints(&[A])), (4, Change::Taints(&[A, B]))],
+    },
+    Sequence {
+        name: "all removed at 4 s, re-added at 6 s",
+        tolerations: &[(A, Some(10))],
+        steps: &[
+            (0, Change::Taints(&[A])),
+            (4, Change::Taints(&[])),
+            (6, Change::Taints(&[A])),
+        ],
+    },
+    Sequence {
+        name: "tolerationSeconds 10 -> 3 at 4 s",
+        tolerations: &[(A, Some(10))],
+        steps: &[
+            (0, Change::Taints(&[A])),
+            (4, Change::TolerationSeconds(Some(3))),
+        ],
+    },
+    Sequence {
+        name: "tolerationSeconds 10 -> 20 at 4 s",
+        tolerations: &[(A, Some(10))],
+        steps: &[
+            (0, Change::Taints(&[A])),
+            (4, Change::TolerationSeconds(Some(20))),
+        ],
+    },
+    Sequence {
+        name: "tolerationSeconds 10 -> forever at 4 s",
+        tolerations: &[(A, Some(10))],
+        steps: &[
+            (0, Change::Taints(&[A])),
+            (4, Change::TolerationSeconds(None)),
+        ],
+    },
+    Sequence {
+        name: "tolerated forever, then a 5 s taint at 4 s",
+        tolerations: &[(A, None), (B, Some(5))],
+        steps: &[(0, Change::Taints(&[A])), (4, Change::Taints(&[A, B]))],
+    },
+];
+
+/// How long a run watches after the start: past every expected deletion (the latest is at
+/// 16 s), with room for a surplus one.
+const WATCH: Duration = Duration::from_secs(30);
+
+/// Seconds from the start to each pod's deletion (None: not deleted), by pod name.
+type Deletions = BTreeMap<String, Option<f64>>;
+
+fn pod_name(sequence: usize, replica: usize) -> String {
+    format!("seq-{sequence}-{replica}")
+}
+
+pub async fn bench(
+    cluster: &Cluster,
+    client: &Client,
+    nodes: &[String],
+    replicas: usize,
+    qps: f64,
+    binary: &std::path::Path,
+) -> Result<()> {
+    let needed = SEQUENCES.len() * replicas;
+    if nodes.len() < needed {
+        bail!(
+            "the sequences need {needed} kwok nodes ({} sequences x --replicas {replicas}); the cluster has {}",
+            SEQUENCES.len(),
+            nodes.len()
+        );
+    }
+    println!(
+        "taint-manager toleration-window sequences side by side: {} sequences x {replicas} pods, each pod on a kwok node of its own",
+        SEQUENCES.len()
+    );
+    let upstream = run(cluster, client, nodes, replicas, Controller::Upstream, qps).await?;
+    let ours = run(
+        cluster,
+        client,
+        nodes,
+        replicas,
+        Controller::Ours(binary),
+        qps,
+    )
+    .await?;
+    println!();
+    println!("| sequence | upstream (s) | ours (s) | max diff (s) |");
+    println!("|---|---|---|---|");
+    let mut worst: f64 = 0.0;
+    for (index, sequence) in SEQUENCES.iter().enumerate() {
+        let pods: Vec<String> = (0..replicas).map(|r| pod_name(index, r)).collect();
+        let show = |run: &Deletions| {
+            let times: Vec<String> = pods
+                .iter()
+                .map(|p| {
+                    run.get(p)
+                        .copied()
+                        .flatten()
+                        .map_or("kept".to_owned(), |s| format!("{s:.2}"))
+                })
+                .collect();
+            times.join(", ")
+        };
+        let mut diff: Option<f64> = Some(0.0);
+        for pod in &pods {
+            match (
+                upstream.get(pod).copied().flatten(),
+                ours.get(pod).copied().flatten(),
+            ) {
+                (Some(u), Some(o)) => diff = diff.map(|d| d.max((u - o).abs())),
+                (None, None) => {}
+                _ => diff = None,
+            }
+        }
+        let diff_text = diff.map_or("one deleted, one kept".to_owned(), |d| format!("{d:.2}"));
+        worst = diff.map_or(f64::INFINITY, |d| worst.max(d));
+        println!(
+            "| {} | {} | {} | {diff_text} |",
+            sequence.name,
+            show(&upstream),
+            show(&ours)
+        );
+    }
+    println!();
+    if worst <= 1.0 {
+        println!("every pod deleted within 1 s of upstream (max {worst:.2} s)");
+        Ok(())
+    } else {
+        bail!("deletion times differ from upstream by more than 1 s (max {worst:.2} s)")
+    }
+}
+
+/// One controller through all sequences at once (each on its own nodes).
+async fn run(
+    cluster: &Cluster,
+    client: &Client,
+    nodes: &[String],
+    replicas: usize,
+    controller: Controller<'_>,
+    qps: f64,
+) -> Result<Deletions> {
+    let ns = format!("bench-seq-{}", controller.label());
+    let (component, user) = start_controller(cluster, client, &controller, qps, &ns).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut placed = Vec::new();
+    for (index, sequence) in SEQUENCES.iter().enumerate() {
+        for replica in 0..replicas {
+            let node = &nodes[index * replicas + replica];
+            let name = pod_name(index, replica);
+            pods.create(&PostParams::default(), &manifest(&name, node, sequence)?)
+                .await
+                .with_context(|| format!("creating pod {ns}/{name}"))?;
+            placed.push((index, name, node.clone()));
+        }
+    }
+    support::wait_running(&pods, placed.len()).await?;
+    // Both controllers have seen every pod before the first taint.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let since = Timestamp::now();
+    let start = Instant::now();
+    let mut steps: Vec<(u64, usize, &Change)> = SEQUENCES
+        .iter()
+        .enumerate()
+        .flat_map(|(index, s)| s.steps.iter().map(move |(at, change)| (*at, index, change)))
+        .collect();
+    steps.sort_by_key(|(at, index, _)| (*at, *index));
+    let mut taints_now: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut started_at = None;
+    for (at, index, change) in steps {
+        let due = start + Duration::from_secs(at);
+        tokio::time::sleep_until(due.into()).await;
+        if at == 0 && started_at.is_none() {
+            started_at = Some(Timestamp::now());
+        }
+        let targets: Vec<&(usize, String, String)> =
+            placed.iter().filter(|(i, _, _)| *i == index).collect();
+        let calls = targets.into_iter().map(|(_, pod, node)| {
+            let patch = match change {
+                Change::Taints(keys) => {
+                    let before = taints_now.get(node).cloned().unwrap_or_default();
+                    let now = Timestamp::from_second(Timestamp::now().as_second())
+                        .unwrap_or_else(|_| Timestamp::now());
+                    let taints: Vec<Value> = keys
+                        .iter()
+                        .map(|key| {
+                            before
+                                .iter()
+                                .find(|t| t["key"] == *key)
+                                .cloned()
+                                .unwrap_or_else(|| json!({"key": key, "effect": "NoExecute", "timeAdded": now.to_string()}))
+                        })
+                        .collect();
+                    taints_now.insert(node.clone(), taints.clone());
+                    Target::Node(node.clone(), json!({"spec": {"taints": taints}}))
+                }
+                Change::TolerationSeconds(seconds) => Target::Pod(pod.clone(), *seconds),
+            };
+            apply(client, &pods, patch)
+        });
+        future::try_join_all(calls).await?;
+    }
+    let started_at = started_at.context("no step at 0 s")?;
+    tokio::time::sleep_until((start + WATCH).into()).await;
+    let (deleted, _) = support::audited_calls(&user, "delete", "pods", None, &ns, since)?;
+    drop(component);
+    cleanup(client, &nodes[..placed.len()], &ns).await?;
+    Ok(placed
+        .into_iter()
+        .map(|(_, pod, _)| {
+            let at = deleted
+                .get(&pod)
+                .map(|t| t.duration_since(started_at).as_secs_f64());
+            (pod, at)
+        })
+        .collect())
+}
+
+enum Target {
+    /// A merge patch of the node.
+    Node(String, Value),
+    /// The pod's first toleration gets this tolerationSeconds.
+    Pod(String, Option<i64>),
+}
+
+async fn apply(client: &Client, pods: &Api<Pod>, target: Target) -> Result<()> {
+    match target {
+        Target::Node(node, patch) => {
+            Api::<Node>::all(client.clone())
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("tainting node {node}"))?;
+        }
+        Target::Pod(pod, seconds) => {
+            // The whole list: the apiserver added its default not-ready/unreachable
+            // tolerations, which must stay.
+            let mut tolerations = pods
+                .get(&pod)
+                .await?
+                .spec
+                .and_then(|s| s.tolerations)
+                .unwrap_or_default();
+            let first = tolerations
+                .first_mut()
+                .with_context(|| format!("pod {pod} has no toleration"))?;
+            first.toleration_seconds = seconds;
+            let patch = json!({"spec": {"tolerations": tolerations}});
+            pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("changing the tolerations of pod {pod}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn manifest(name: &str, node: &str, sequence: &Sequence) -> Result<Pod> {
+    let tolerations: Vec<Value> = sequence
+        .tolerations
+        .iter()
+        .map(|(key, seconds)| {
+            let mut toleration = json!({"key": key, "operator": "Exists", "effect": "NoExecute"});
+            if let Some(s) = seconds {
+                toleration["tolerationSeconds"] = json!(s);
+            }
+            toleration
+        })
+        .collect();
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "bench-seq"}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": tolerations,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }))?)
+}
+
+/// The taints go and the namespace with them.
+async fn cleanup(client: &Client, nodes: &[String], ns: &str) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    for node in nodes {
+        api.patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": null}})),
+        )
+        .await
+        .with_context(|| format!("untainting node {node}"))?;
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .delete(ns, &DeleteParams::background())
+        .await
+        .with_context(|| format!("deleting namespace {ns}"))?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while namespaces.get_opt(ns).await?.is_some() {
+        if Instant::now() > deadline {
+            bail!("namespace {ns} still there 300 s after its deletion");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
