@@ -563,6 +563,30 @@ fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
+/// The attempt after one more failure of the imperative eviction.
+struct NextAttempt {
+    failures: u32,
+    delay: Duration,
+}
+
+/// Counts one more failure for `key` and records when the next attempt is due (backoff).
+fn schedule_retry(context: &Context, key: &Key, previous: &Retry) -> NextAttempt {
+    let failures = previous.failures + 1;
+    let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
+    context
+        .retries
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            key.clone(),
+            Retry {
+                failures,
+                next_attempt: tokio::time::Instant::now() + delay,
+            },
+        );
+    NextAttempt { failures, delay }
+}
+
 /// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
 /// its status message and the next attempt waits (exponential backoff, capped). Returns the
 /// wait before the next attempt, if one is due.
@@ -622,19 +646,7 @@ async fn imperative_eviction(
         // and the request would hang, so the next attempt comes after the backoff (an attempt
         // while the background eviction runs is answered 429 again and changes nothing).
         EvictionOutcome::InBackground { message } => {
-            let failures = previous.failures + 1;
-            let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
-            context
-                .retries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(
-                    key.clone(),
-                    Retry {
-                        failures,
-                        next_attempt: tokio::time::Instant::now() + delay,
-                    },
-                );
+            let NextAttempt { delay, .. } = schedule_retry(context, key, &previous);
             let message = format!(
                 "The Eviction API accepted the eviction of pod {namespace}/{pod_name}, which proceeds in the background: {message}"
             );
@@ -652,19 +664,7 @@ async fn imperative_eviction(
         }
         EvictionOutcome::Other { status } => status.message.clone(),
     };
-    let failures = previous.failures + 1;
-    let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
-    context
-        .retries
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            key.clone(),
-            Retry {
-                failures,
-                next_attempt: tokio::time::Instant::now() + delay,
-            },
-        );
+    let NextAttempt { failures, delay } = schedule_retry(context, key, &previous);
     plan.record_imperative(&message_eviction_failed(failures), now);
     let note = format!(
         "Cannot evict pod {namespace}/{pod_name} ({}), retry {failures} in {delay:?}: {failure}",
