@@ -63,7 +63,11 @@ impl TestEnv {
             .arg("--metrics-addr")
             .arg(metrics_addr.to_string())
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,evictkit=debug")
+            // Our libraries' targets start with `evictkit`; the binary's own is its crate name.
+            .env(
+                "RUST_LOG",
+                format!("info,evictkit=debug,{}=debug", binary.replace('-', "_")),
+            )
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
