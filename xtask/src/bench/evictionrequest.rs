@@ -35,6 +35,10 @@ pub struct Args {
     /// --kube-api-burst is 1.5 times it.
     #[arg(long, default_value_t = 20.0)]
     kube_api_qps: f64,
+    /// The controller's --finished-ttl in seconds (its default): the bench then counts the
+    /// requests left behind until none is, or this plus a minute after the last Evicted.
+    #[arg(long, default_value_t = 300)]
+    finished_ttl_seconds: u64,
     /// Seconds of idle after the last eviction over which the controller's CPU is measured.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
@@ -84,6 +88,7 @@ async fn bench(
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--kube-api-qps={}", args.kube_api_qps),
             &format!("--kube-api-burst={}", (args.kube_api_qps * 1.5).ceil()),
+            &format!("--finished-ttl={}s", args.finished_ttl_seconds),
         ])
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn");
@@ -124,6 +129,14 @@ async fn bench(
         args.idle_seconds
     );
 
+    let deadline = started + all_evicted + Duration::from_secs(args.finished_ttl_seconds + 60);
+    let left = left_behind(client, deadline).await?;
+    println!(
+        "  left behind: {left} EvictionRequests {:.0} s after the last Evicted (--finished-ttl {} s; a finished request whose pod still exists is owned by it)",
+        (started.elapsed() - all_evicted).as_secs_f64(),
+        args.finished_ttl_seconds
+    );
+
     let writes = support::audited_writes_since(&user, &writes_before)?;
     let total: usize = writes.values().sum();
     println!(
@@ -137,6 +150,23 @@ async fn bench(
         );
     }
     Ok(())
+}
+
+/// How many of the bench's EvictionRequests are still there: as soon as none is, or at
+/// `deadline`.
+async fn left_behind(client: &Client, deadline: Instant) -> Result<usize> {
+    let requests = Api::<EvictionRequest>::namespaced(client.clone(), NS);
+    loop {
+        let left = requests
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        if left == 0 || Instant::now() > deadline {
+            return Ok(left);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// `count` Running pods spread over the simulated nodes (bound directly: the bench measures
