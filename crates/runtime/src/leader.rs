@@ -24,6 +24,13 @@ use crate::metrics::Metrics;
 
 /// Wait between failed attempts to read or take the Lease while not leading.
 const RETRY_INTERVAL: Duration = Duration::from_secs(2);
+/// After SIGTERM or a lost Lease: how long the work may take to stop; reconciles still in
+/// flight then are abandoned (a write that hangs on an unreachable apiserver would otherwise
+/// go on while the next leader acts, until the kubelet's SIGKILL).
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long releasing the Lease on shutdown may take; if it cannot be released (apiserver
+/// unreachable), it expires after its duration and a standby takes it then.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
@@ -93,10 +100,6 @@ impl LeaderElection {
         let Some(manager) = self.acquire(&client, &shutdown).await? else {
             return Ok(());
         };
-        let lease_error = |source| LeaderError::Lease {
-            lease: self.lease(),
-            source,
-        };
         tracing::info!(lease = %self.lease(), identity = %self.identity, "acquired the Lease; acting");
         metrics.leader.set(1);
 
@@ -110,12 +113,9 @@ impl LeaderElection {
         };
         if !matches!(ended, Ended::Itself) {
             work_token.cancel();
-            // Bounded: once the Lease is gone another replica may act after `duration`.
-            if tokio::time::timeout(self.duration, &mut work)
-                .await
-                .is_err()
-            {
-                tracing::warn!(lease = %self.lease(), "work did not stop within the lease duration");
+            let grace = STOP_GRACE.min(self.duration);
+            if tokio::time::timeout(grace, &mut work).await.is_err() {
+                tracing::warn!(lease = %self.lease(), ?grace, "work in flight did not stop in time; abandoned");
             }
         }
         metrics.leader.set(0);
@@ -128,8 +128,15 @@ impl LeaderElection {
                 })
             }
             Ended::Itself | Ended::Shutdown => {
-                manager.release().await.map_err(lease_error)?;
-                tracing::info!(lease = %self.lease(), "released the Lease");
+                match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
+                    Ok(Ok(())) => tracing::info!(lease = %self.lease(), "released the Lease"),
+                    Ok(Err(error)) => {
+                        tracing::warn!(lease = %self.lease(), %error, "cannot release the Lease; it expires after its duration")
+                    }
+                    Err(_) => {
+                        tracing::warn!(lease = %self.lease(), timeout = ?RELEASE_TIMEOUT, "the Lease was not released in time; it expires after its duration")
+                    }
+                }
                 Ok(())
             }
         }

@@ -183,22 +183,29 @@ impl Component {
     /// Sends SIGTERM and waits up to 10 s for a graceful exit (then SIGKILL); returns whether
     /// the process exited by itself.
     pub fn stop(&mut self) -> bool {
+        self.terminate(Duration::from_secs(10)).is_some()
+    }
+
+    /// Sends SIGTERM and waits up to `patience` for the process to exit (then SIGKILL);
+    /// returns how long it took to exit by itself (zero if it had exited before).
+    pub fn terminate(&mut self, patience: Duration) -> Option<Duration> {
         if self.child.try_wait().ok().flatten().is_some() {
-            return true;
+            return Some(Duration::ZERO);
         }
+        let sent = std::time::Instant::now();
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status();
-        for _ in 0..100 {
+        while sent.elapsed() < patience {
             if self.child.try_wait().ok().flatten().is_some() {
-                return true;
+                return Some(sent.elapsed());
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        false
+        None
     }
 }
 

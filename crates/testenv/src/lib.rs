@@ -15,6 +15,7 @@ pub mod audit;
 pub mod component;
 pub mod descheduler;
 pub mod objects;
+pub mod proxy;
 pub mod wait;
 pub mod webhook;
 

@@ -113,3 +113,145 @@ async fn one_replica_acts_and_the_standby_takes_over_when_the_lease_is_released(
     );
     Ok(())
 }
+
+/// Issue 17 (found while trying it): on SIGTERM a component stops starting work at once,
+/// abandons what is in flight within a few seconds, and exits, even when the apiserver does not
+/// answer (a network partition: the component's own connection to it is cut; the kubelet would
+/// SIGKILL it after the grace period while the next leader may already act). Each component
+/// runs with leader election and holds its Lease; the taint-manager has pods due when the
+/// apiserver goes silent.
+#[tokio::test]
+async fn sigterm_exits_within_seconds_when_the_apiserver_is_unreachable() -> Result<()> {
+    use evictkit_testenv::component::free_port;
+    use evictkit_testenv::objects;
+    use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+    use kube::ResourceExt;
+
+    const PATIENCE: Duration = Duration::from_secs(8);
+    let env = TestEnv::new("sigterm").await?;
+    for crd in [
+        "EvictionRequest",
+        "TaintEvictionPolicy",
+        "PodDisruptionBudgetPolicy",
+    ] {
+        env.apply_crd(crd).await?;
+    }
+    let cert = env.serving_cert()?;
+    let dir = env.cluster_dir().join("e2e-certs").join(&env.namespace);
+    let (cert_file, key_file) = cert.write_to(&dir)?;
+    let (cert_file, key_file) = (cert_file.to_string_lossy(), key_file.to_string_lossy());
+    let ns = env.namespace.as_str();
+    let webhook = |port: u16| format!("--webhook-addr=127.0.0.1:{port}");
+    let tls = [
+        format!("--tls-cert-file={cert_file}"),
+        format!("--tls-key-file={key_file}"),
+    ];
+    let common = [
+        format!("--namespace={ns}"),
+        format!("--leader-election-namespace={ns}"),
+    ];
+    let components: Vec<(&str, Vec<String>)> = vec![
+        ("taint-manager", common.to_vec()),
+        (
+            "evictionrequest-controller",
+            [common.as_slice(), &["--roles=controller".into()]].concat(),
+        ),
+        (
+            "affinity-evictor",
+            [common.as_slice(), &tls, &[webhook(free_port()?)]].concat(),
+        ),
+        (
+            "descheduler-bridge",
+            [common.as_slice(), &tls, &[webhook(free_port()?)]].concat(),
+        ),
+        (
+            "pdb-policy-webhook",
+            [
+                &[
+                    "serve".to_owned(),
+                    format!("--leader-election-namespace={ns}"),
+                ][..],
+                &tls,
+                &[webhook(free_port()?)],
+            ]
+            .concat(),
+        ),
+    ];
+
+    // Pods due on a tainted node, removed at a pace the cut interrupts.
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    for i in 0..40 {
+        let mut pod = objects::pod(&format!("due-{i}"), "due");
+        let spec = pod.spec.get_or_insert_default();
+        spec.node_name = Some(node.clone());
+        spec.tolerations = Some(vec![Toleration {
+            key: Some("evictkit.io/e2e".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            toleration_seconds: Some(1),
+            ..Toleration::default()
+        }]);
+        env.create(&pod).await?;
+    }
+
+    let mut report = Vec::new();
+    for (binary, args) in &components {
+        let proxy = env.api_proxy().await?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut component = env.start_component_as(binary, &args, proxy.kubeconfig())?;
+        component.wait_ready(Duration::from_secs(60)).await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while component.metric_value("evictkit_leader")? != Some(1.0) {
+            assert!(Instant::now() < deadline, "{binary} took no Lease");
+            sleep(Duration::from_millis(100)).await;
+        }
+        if *binary == "taint-manager" {
+            let taint = Taint {
+                key: "evictkit.io/e2e".into(),
+                effect: "NoExecute".into(),
+                ..Taint::default()
+            };
+            let patch = serde_json::json!({"spec": {"taints": [taint]}});
+            kube::Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+                .patch(&node, &Default::default(), &kube::api::Patch::Merge(&patch))
+                .await?;
+            // The first removals are made, the rest are due when the apiserver goes silent.
+            let pods = env.api::<Pod>();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let untouched = |pods: &[Pod]| {
+                pods.len() == 40 && pods.iter().all(|p| p.metadata.deletion_timestamp.is_none())
+            };
+            while untouched(&pods.list(&Default::default()).await?.items) {
+                assert!(Instant::now() < deadline, "taint-manager removed no pod");
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
+        proxy.cut();
+        sleep(Duration::from_millis(500)).await;
+        let exited = component.terminate(PATIENCE);
+        if exited.is_none() {
+            println!("{binary} log:\n{}", component.log_tail(10));
+        }
+        report.push((*binary, exited));
+    }
+    let figures: Vec<String> = report
+        .iter()
+        .map(|(binary, exited)| match exited {
+            Some(after) => format!("{binary} {:.1} s", after.as_secs_f64()),
+            None => format!("{binary} still running after {PATIENCE:?} (killed)"),
+        })
+        .collect();
+    println!(
+        "SIGTERM -> exit, apiserver unreachable: {}",
+        figures.join(", ")
+    );
+    assert!(
+        report.iter().all(|(_, exited)| exited.is_some()),
+        "not every component exited within {PATIENCE:?} of SIGTERM: {}",
+        figures.join(", ")
+    );
+    Ok(())
+}
