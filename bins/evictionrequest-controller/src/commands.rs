@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
-use crate::Command;
+use crate::lifecycle::commands as lifecycle;
+use crate::{ApiMode, Command};
 
 #[derive(Debug, clap::Args)]
 pub struct RequestArgs {
@@ -18,9 +19,13 @@ pub struct RequestArgs {
     #[arg(value_name = "NAMESPACE/POD", value_parser = parse_pod)]
     pub pod: (String, String),
     /// Requester name, a DNS subdomain such as maintenance.example.com; also the field manager
-    /// of the write, so each requester owns only its own entry.
+    /// of the write, so each requester owns only its own entry. With the lifecycle.k8s.io API a
+    /// domain-prefixed key such as example.com/maintenance.
     #[arg(long, value_name = "NAME")]
     pub requester: String,
+    /// The API to use: lifecycle.k8s.io when discovery shows it (auto), or as chosen.
+    #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
+    pub api: ApiMode,
 }
 
 #[derive(Debug, clap::Args)]
@@ -28,6 +33,9 @@ pub struct DescribeArgs {
     /// The pod, as NAMESPACE/POD (it may be gone already).
     #[arg(value_name = "NAMESPACE/POD", value_parser = parse_pod)]
     pub pod: (String, String),
+    /// The API to read: lifecycle.k8s.io when discovery shows it (auto), or as chosen.
+    #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
+    pub api: ApiMode,
 }
 
 fn parse_pod(value: &str) -> Result<(String, String), String> {
@@ -41,6 +49,26 @@ fn parse_pod(value: &str) -> Result<(String, String), String> {
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
     let client = client::build(RateLimit::UNLIMITED).await?;
+    let api = match &command {
+        Command::Request(args) | Command::Withdraw(args) => args.api,
+        Command::Describe(args) => args.api,
+    };
+    if api.resolve(&client).await? == ApiMode::Lifecycle {
+        return match command {
+            Command::Request(args) => {
+                let (namespace, name) = &args.pod;
+                lifecycle::request(&client, namespace, name, &args.requester).await
+            }
+            Command::Withdraw(args) => {
+                let (namespace, name) = &args.pod;
+                lifecycle::withdraw_request(&client, namespace, name, &args.requester).await
+            }
+            Command::Describe(args) => {
+                let (namespace, name) = &args.pod;
+                lifecycle::describe_pod(&client, namespace, name).await
+            }
+        };
+    }
     match command {
         Command::Request(args) => {
             let (namespace, name) = &args.pod;

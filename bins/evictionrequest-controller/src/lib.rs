@@ -10,6 +10,7 @@
 //! webhook is in [`webhook`], the commands for people in [`commands`].
 
 pub mod commands;
+pub mod lifecycle;
 mod metrics;
 pub mod webhook;
 
@@ -131,8 +132,38 @@ pub struct Args {
     /// Handle EvictionRequests of this namespace only (default: all namespaces).
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// Which EvictionRequest API the controller serves: `lifecycle` (Kubernetes' own
+    /// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
+    /// (evictionrequests.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
+    #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
+    pub api: ApiMode,
     #[command(flatten)]
     pub controller: ControllerArgs,
+}
+
+/// `--api`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiMode {
+    Auto,
+    Crd,
+    Lifecycle,
+}
+
+impl ApiMode {
+    /// `auto` decided by discovery: whether the apiserver serves lifecycle.k8s.io/v1alpha1.
+    pub async fn resolve(self, client: &Client) -> anyhow::Result<Self> {
+        Ok(match self {
+            Self::Auto
+                if evictkit_runtime::lifecycle_request::served(client)
+                    .await
+                    .context("discovery of lifecycle.k8s.io/v1alpha1")? =>
+            {
+                Self::Lifecycle
+            }
+            Self::Auto => Self::Crd,
+            chosen => chosen,
+        })
+    }
 }
 
 /// Runs a subcommand, or else the controller and webhook.
@@ -192,7 +223,44 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let token = shutdown.clone();
         parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
     }
-    if args.roles.runs(Role::Controller) {
+    let api = if args.roles.runs(Role::Controller) {
+        args.api.resolve(&client).await?
+    } else {
+        ApiMode::Crd
+    };
+    if api == ApiMode::Lifecycle {
+        tracing::info!(requested = ?args.api, "serving lifecycle.k8s.io/v1alpha1 EvictionRequests and Evictions");
+        anyhow::ensure!(
+            args.heartbeat_timeout >= lifecycle::API_HEARTBEAT_DEADLINE,
+            "--heartbeat-timeout ({:?}) must be at least 20m with --api lifecycle: the apiserver refuses to interrupt a responder earlier",
+            args.heartbeat_timeout
+        );
+        let settings = Arc::new(lifecycle::Settings {
+            evictions: EvictionClient::new(client.clone(), metrics.clone())
+                .dry_run(args.common.dry_run),
+            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            metrics: lifecycle::LifecycleMetrics::register(&metrics)?,
+            config: evictkit_core::lifecycle::Config {
+                heartbeat_timeout,
+                ..evictkit_core::lifecycle::Config::default()
+            },
+            backoff: (args.eviction_backoff_initial, args.eviction_backoff_max),
+            dry_run: args.common.dry_run,
+            namespace: args.namespace.clone(),
+            controller: args.controller.config(),
+        });
+        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
+        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
+        parts.push(Box::pin(async move {
+            leader
+                .run(client.clone(), metrics, token, |work| {
+                    lifecycle::control(client, settings, work)
+                })
+                .await
+                .context("leader election")
+        }));
+    } else if args.roles.runs(Role::Controller) {
+        tracing::info!(requested = ?args.api, "serving evictionrequests.evictkit.io");
         let settings = Arc::new(Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone())
                 .dry_run(args.common.dry_run),

@@ -97,3 +97,14 @@ pub const LABEL_TOPOLOGY_REGION: &str = "topology.kubernetes.io/region";
 pub const LABEL_FAILURE_DOMAIN_BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
 /// Deprecated region label, still read first by upstream's node lifecycle controller.
 pub const LABEL_FAILURE_DOMAIN_BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";
+
+/// Kubernetes v1.37's own EvictionRequest API (`EvictionRequestAPI` feature gate), which
+/// evictionrequest-controller serves when discovery shows it.
+pub const LIFECYCLE_GROUP: &str = "lifecycle.k8s.io";
+/// `apiVersion` of [`LIFECYCLE_GROUP`]'s `EvictionRequest` and `Eviction`.
+pub const LIFECYCLE_API_VERSION: &str = "lifecycle.k8s.io/v1alpha1";
+/// The default responder of the upstream API (priority [`IMPERATIVE_EVICTOR_PRIORITY`]): this
+/// controller, evicting through the Eviction API.
+pub const IMPERATIVE_EVICTOR_RESPONDER: &str = "imperative-eviction.k8s.io/evictor";
+/// Priority of [`IMPERATIVE_EVICTOR_RESPONDER`] (the apiserver insists on exactly this value).
+pub const IMPERATIVE_EVICTOR_PRIORITY: i32 = 100;

@@ -15,6 +15,7 @@
 //! | [`zone_disruption`] | the zone states and rates the taint-manager's zone guard applies (Normal, PartialDisruption, FullDisruption) | `nodelifecycle` `ComputeZoneState`, `handleDisruption`, `GetZoneKey` |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
 //! | [`eviction_request`] | KEP-4563: the EvictionRequest state machine (validation, label sync, interceptor hand-over, cancellation, imperative eviction with backoff) | evictkit's own, from the KEP's "Eviction Request Controller" |
+//! | [`lifecycle`] | KEP-4563 as v1.37 serves it (`lifecycle.k8s.io/v1alpha1`): one Eviction per pod aggregating EvictionRequests, requesters, responder selection and progression, conditions | the v1.37 types and `pkg/apis/lifecycle/validation`; upstream's unreleased `pkg/controller/evictionrequest` where they are silent |
 //! | [`descheduler_bridge`] | KEP-1397 through KEP-4563: which descheduler evictions become EvictionRequests (the 429 "in background" answer), and when the bridge withdraws (request ended, TTL) | the descheduler's `EvictionsInBackground` protocol (`pkg/descheduler/evictions`) |
 //! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
 //!
@@ -27,6 +28,7 @@ pub mod descheduler_bridge;
 pub mod eviction;
 pub mod eviction_request;
 pub mod labels;
+pub mod lifecycle;
 pub mod node_selector;
 pub mod pdb_policy;
 pub mod taint_policy;

@@ -10,6 +10,7 @@
 //! - [`leader`]: act only while holding the component's Lease;
 //! - [`eviction`]: the one eviction client, with its outcome classification;
 //! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
+//! - [`lifecycle_request`]: the same as a requester of Kubernetes' own `lifecycle.k8s.io` API;
 //! - [`events`]: Kubernetes Events under the component's name;
 //! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate.
 //!
@@ -22,6 +23,7 @@ pub mod eviction;
 pub mod eviction_request;
 pub mod http;
 pub mod leader;
+pub mod lifecycle_request;
 pub mod logging;
 pub mod metrics;
 mod ratelimit;

@@ -92,6 +92,7 @@ impl TestEnv {
             "evictionrequest-controller",
             &[
                 "--roles=controller",
+                "--api=crd",
                 "--namespace",
                 ns,
                 "--leader-election-namespace",

@@ -83,6 +83,7 @@ async fn setup(prefix: &str, ttl: &str, bridge_flags: &[&str]) -> Result<Bridge>
         "evictionrequest-controller",
         &[
             "--roles=controller",
+            "--api=crd",
             "--eviction-backoff-initial=200ms",
             "--eviction-backoff-max=1s",
         ],

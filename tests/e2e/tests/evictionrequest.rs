@@ -79,6 +79,7 @@ async fn start_roles_with(
     let port = free_port()?;
     let webhook_addr = format!("127.0.0.1:{port}");
     let args = vec![
+        "--api=crd",
         "--roles",
         roles,
         "--namespace",

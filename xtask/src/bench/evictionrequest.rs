@@ -4,6 +4,10 @@
 //! Evicted. Prints the time from the first request to the last Evicted, the controller's API
 //! writes per request (from the audit log: it runs as its own service account), its RSS and
 //! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there).
+//!
+//! `--api lifecycle` runs the same on Kubernetes' own `lifecycle.k8s.io/v1alpha1` API: one
+//! EvictionRequest (intent Eviction) per pod through `evictkit_runtime::lifecycle_request`,
+//! the controller with `--api lifecycle`, done when every request says TargetEvicted.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -42,7 +46,19 @@ pub struct Args {
     /// Seconds of idle after the last eviction over which the controller's CPU is measured.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
+    /// The EvictionRequest API: evictkit's CRD, or Kubernetes' own lifecycle.k8s.io/v1alpha1.
+    #[arg(long, value_enum, default_value_t = BenchApi::Crd)]
+    api: BenchApi,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BenchApi {
+    Crd,
+    Lifecycle,
+}
+
+/// The requester key on the lifecycle.k8s.io API (domain-prefixed, as that API requires).
+const LIFECYCLE_REQUESTER: &str = "evictkit.io/bench";
 
 pub fn run(args: &Args) -> Result<()> {
     let binary = support::release_binary(CONTROLLER)?;
@@ -66,7 +82,9 @@ async fn bench(
     binary: &std::path::Path,
     args: &Args,
 ) -> Result<()> {
-    support::install_crd(cluster, "evictionrequests.evictkit.io")?;
+    if args.api == BenchApi::Crd {
+        support::install_crd(cluster, "evictionrequests.evictkit.io")?;
+    }
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -84,6 +102,11 @@ async fn bench(
     command
         .args([
             "--roles=controller",
+            if args.api == BenchApi::Crd {
+                "--api=crd"
+            } else {
+                "--api=lifecycle"
+            },
             "--leader-elect=false",
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--kube-api-qps={}", args.kube_api_qps),
@@ -98,18 +121,39 @@ async fn bench(
     let cpu_before = controller.cpu_seconds()?;
 
     println!(
-        "{CONTROLLER} (release, --roles controller, --kube-api-qps {}), {} pods without interceptors or PDBs",
-        args.kube_api_qps, args.requests
+        "{CONTROLLER} (release, --roles controller, --api {:?}, --kube-api-qps {}), {} pods without interceptors or PDBs",
+        args.api, args.kube_api_qps, args.requests
     );
     let started = Instant::now();
-    stream::iter(pods.iter())
-        .map(|pod| evictkit_runtime::eviction_request::request_eviction(client, pod, REQUESTER))
-        .buffer_unordered(CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await
-        .context("requesting the evictions")?;
+    match args.api {
+        BenchApi::Crd => stream::iter(pods.iter())
+            .map(|pod| evictkit_runtime::eviction_request::request_eviction(client, pod, REQUESTER))
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await
+            .map(drop),
+        BenchApi::Lifecycle => stream::iter(pods.iter())
+            .map(|pod| async move {
+                let target = evictkit_runtime::eviction_request::TargetPod::of(pod)?;
+                evictkit_runtime::lifecycle_request::request_eviction(
+                    client,
+                    &target,
+                    LIFECYCLE_REQUESTER,
+                )
+                .await
+                .map(drop)
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(drop),
+    }
+    .context("requesting the evictions")?;
     let requested = started.elapsed();
-    let all_evicted = wait_all_evicted(client, args.requests, started).await?;
+    let all_evicted = match args.api {
+        BenchApi::Crd => wait_all_evicted(client, args.requests, started).await?,
+        BenchApi::Lifecycle => wait_all_target_evicted(client, args.requests, started).await?,
+    };
     let cpu_busy = controller.cpu_seconds()? - cpu_before;
     let rss = controller.rss_kib()?;
     println!(
@@ -209,12 +253,43 @@ async fn create_pods(client: &Client, count: usize) -> Result<Vec<Pod>> {
     Ok(pods)
 }
 
+/// Waits until `count` lifecycle.k8s.io EvictionRequests of the namespace say TargetEvicted;
+/// the time since `started`.
+async fn wait_all_target_evicted(
+    client: &Client,
+    count: usize,
+    started: Instant,
+) -> Result<Duration> {
+    let api: Api<k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest> =
+        Api::namespaced(client.clone(), NS);
+    wait_counted(started, count, || async {
+        Ok(api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|request| {
+                request
+                    .status
+                    .as_ref()
+                    .and_then(|status| status.conditions.as_ref())
+                    .is_some_and(|conditions| {
+                        conditions.iter().any(|condition| {
+                            condition.type_ == evictkit_core::lifecycle::CONDITION_TARGET_EVICTED
+                                && condition.status == "True"
+                        })
+                    })
+            })
+            .count())
+    })
+    .await
+}
+
 /// Waits until `count` EvictionRequests of the namespace are Evicted; the time since `started`.
 async fn wait_all_evicted(client: &Client, count: usize, started: Instant) -> Result<Duration> {
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), NS);
-    let mut reported = Instant::now();
-    loop {
-        let evicted = api
+    wait_counted(started, count, || async {
+        Ok(api
             .list(&ListParams::default())
             .await?
             .items
@@ -226,7 +301,20 @@ async fn wait_all_evicted(client: &Client, count: usize, started: Instant) -> Re
                     })
                 })
             })
-            .count();
+            .count())
+    })
+    .await
+}
+
+/// Polls `evicted` until it reaches `count`, reporting progress; the time since `started`.
+async fn wait_counted<F, Fut>(started: Instant, count: usize, evicted: F) -> Result<Duration>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<usize>>,
+{
+    let mut reported = Instant::now();
+    loop {
+        let evicted = evicted().await?;
         if evicted == count {
             return Ok(started.elapsed());
         }

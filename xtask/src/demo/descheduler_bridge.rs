@@ -170,6 +170,7 @@ fn start_components(demo: &Demo) -> Result<()> {
         "evictionrequest-controller",
         &[
             "--roles=controller",
+            "--api=crd",
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--leader-elect=false",

@@ -174,6 +174,7 @@ fn start(demo: &Demo) -> Result<()> {
             "--leader-elect=false",
             // The demo's kubeconfig is the cluster's admin (xtask cluster's token user).
             "--controller-username=admin",
+            "--api=crd",
             "--heartbeat-timeout=15s",
             "--eviction-backoff-initial=1s",
             "--eviction-backoff-max=4s",

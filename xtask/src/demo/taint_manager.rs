@@ -126,6 +126,7 @@ spec:
             &format!("--metrics-addr=127.0.0.1:{requests_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--roles=controller",
+            "--api=crd",
             "--leader-elect=false",
         ],
     )?;

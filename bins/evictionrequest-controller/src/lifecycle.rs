@@ -1,0 +1,882 @@
+//! The controller of Kubernetes v1.37's own EvictionRequest API (`lifecycle.k8s.io/v1alpha1`,
+//! feature gate `EvictionRequestAPI`), which v1.37's kube-controller-manager does not ship, and
+//! its default responder `imperative-eviction.k8s.io/evictor`.
+//!
+//! Two reconcilers share three caches (EvictionRequests, Evictions, Pods):
+//! - per EvictionRequest ([`reconcile_request`]): early validation, the one Eviction per
+//!   target pod created when someone wants the pod gone, the Eviction's conditions copied back;
+//! - per Eviction ([`reconcile_eviction`]): requesters, responders walked in order, conditions,
+//!   participant labels and ownerReferences, and the imperative evictor when it is active.
+//!
+//! The decisions are in [`evictkit_core::lifecycle`]; every write is a server-side apply, so
+//! the responders' own fields stay theirs.
+
+pub mod commands;
+mod metrics;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
+use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, retry_delay};
+use evictkit_core::eviction_request::{message_eviction_failed, retries_in_message, whole_seconds};
+use evictkit_core::lifecycle::{
+    self as core, Progress, Target, imperative_evictor_active, own_status,
+};
+use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
+use evictkit_runtime::shutdown::CancellationToken;
+use futures::channel::mpsc;
+use futures::{StreamExt, future, stream};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+pub use self::metrics::LifecycleMetrics;
+use crate::COMPONENT;
+
+/// Field manager of the imperative evictor's own responder entry (apart from the
+/// controller's, so the controller's applies never touch the responder's fields).
+const IMPERATIVE_FIELD_MANAGER: &str = "evictionrequest-controller-imperative-evictor";
+/// "Responders should avoid heartbeats more frequent than 20 seconds."
+const HEARTBEAT_MIN_STEP: SignedDuration = SignedDuration::from_secs(20);
+/// The API's heartbeat deadline: the v1.37 apiserver refuses to let a responder go earlier.
+pub const API_HEARTBEAT_DEADLINE: Duration = Duration::from_secs(20 * 60);
+
+/// What the flags decide, shared by every term of leadership.
+pub struct Settings {
+    pub evictions: EvictionClient,
+    pub recorder: EventRecorder,
+    pub metrics: LifecycleMetrics,
+    pub config: core::Config,
+    /// `--eviction-backoff-initial`, `--eviction-backoff-max`.
+    pub backoff: (Duration, Duration),
+    pub dry_run: bool,
+    pub namespace: Option<String>,
+    pub controller: controller::Config,
+}
+
+#[derive(Clone, Copy)]
+struct Retry {
+    failures: u32,
+    next_attempt: tokio::time::Instant,
+}
+
+struct Context {
+    client: Client,
+    settings: Arc<Settings>,
+    pods: Store<Pod>,
+    requests: Store<EvictionRequest>,
+    eviction_store: Store<Eviction>,
+    /// Per Eviction UID, the imperative evictor's back-off (its failure count starts from the
+    /// one in its message, so a restart does not reset it).
+    retries: Mutex<HashMap<String, Retry>>,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Settings;
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+fn target_uid_of_request(request: &EvictionRequest) -> Option<&str> {
+    Some(request.spec.target.pod.as_ref()?.uid.as_str())
+}
+
+fn target_uid_of_eviction(eviction: &Eviction) -> Option<&str> {
+    Some(eviction.spec.target.pod.as_ref()?.uid.as_str())
+}
+
+impl Context {
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pods.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn requests_of(&self, namespace: &str, uid: &str) -> Vec<Arc<EvictionRequest>> {
+        requests_of(&self.requests, namespace, uid)
+    }
+
+    fn evictions_of(&self, namespace: &str, uid: &str) -> Vec<Arc<Eviction>> {
+        evictions_of(&self.eviction_store, namespace, uid)
+    }
+}
+
+fn requests_of(
+    store: &Store<EvictionRequest>,
+    namespace: &str,
+    uid: &str,
+) -> Vec<Arc<EvictionRequest>> {
+    store
+        .state()
+        .into_iter()
+        .filter(|r| {
+            r.namespace().as_deref() == Some(namespace) && target_uid_of_request(r) == Some(uid)
+        })
+        .collect()
+}
+
+fn evictions_of(store: &Store<Eviction>, namespace: &str, uid: &str) -> Vec<Arc<Eviction>> {
+    store
+        .state()
+        .into_iter()
+        .filter(|e| {
+            e.namespace().as_deref() == Some(namespace) && target_uid_of_eviction(e) == Some(uid)
+        })
+        .collect()
+}
+
+/// The pod fields the decisions read; everything else is dropped from the cache.
+fn strip_pod(pod: &mut Pod) {
+    let metadata = std::mem::take(&mut pod.metadata);
+    let annotations: BTreeMap<String, String> = metadata
+        .annotations
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key == MIRROR_POD_ANNOTATION)
+        .collect();
+    pod.metadata = ObjectMeta {
+        name: metadata.name,
+        namespace: metadata.namespace,
+        uid: metadata.uid,
+        labels: metadata.labels,
+        owner_references: metadata.owner_references,
+        deletion_timestamp: metadata.deletion_timestamp,
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    };
+    pod.spec = pod.spec.take().map(|spec| PodSpec {
+        eviction_responders: spec.eviction_responders,
+        scheduling_group: spec.scheduling_group,
+        containers: Vec::new(),
+        ..PodSpec::default()
+    });
+    pod.status = pod.status.take().map(|status| PodStatus {
+        phase: status.phase,
+        ..PodStatus::default()
+    });
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The watches and both reconcilers, run while holding the Lease.
+pub async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+    tracing::info!(
+        api = LIFECYCLE_API_VERSION,
+        "serving Kubernetes' own EvictionRequest API"
+    );
+    let (request_store, request_writer) = reflector::store();
+    let (eviction_store, eviction_writer) = reflector::store();
+    let (pod_store, pod_writer) = reflector::store();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        settings: settings.clone(),
+        pods: pod_store.clone(),
+        requests: request_store.clone(),
+        eviction_store: eviction_store.clone(),
+        retries: Mutex::default(),
+    });
+    let namespace = settings.namespace.as_deref();
+    // Changes of one kind wake the reconciler of the other through these.
+    let (to_evictions, eviction_triggers) = mpsc::unbounded::<ObjectRef<Eviction>>();
+    let (to_requests, request_triggers) = mpsc::unbounded::<ObjectRef<EvictionRequest>>();
+
+    let requests = {
+        let (evictions, to_evictions) = (eviction_store.clone(), to_evictions.clone());
+        let metrics = settings.metrics.clone();
+        watcher(
+            api::<EvictionRequest>(&client, namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(request)) = event {
+                metrics.forget_request(request);
+            }
+        })
+        .reflect(request_writer)
+        .touched_objects()
+        .inspect(move |request| {
+            if let Ok(request) = request
+                && let (Some(ns), Some(uid)) = (request.namespace(), target_uid_of_request(request))
+            {
+                for eviction in evictions_of(&evictions, &ns, uid) {
+                    let _ = to_evictions.unbounded_send(ObjectRef::from_obj(eviction.as_ref()));
+                }
+            }
+        })
+    };
+    let evictions = {
+        let (requests, to_requests) = (request_store.clone(), to_requests.clone());
+        let context = context.clone();
+        watcher(
+            api::<Eviction>(&client, namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(eviction)) = event {
+                context.metrics.forget_eviction(eviction);
+                if let Some(uid) = eviction.metadata.uid.as_ref() {
+                    context
+                        .retries
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(uid);
+                }
+            }
+        })
+        .reflect(eviction_writer)
+        .touched_objects()
+        .inspect(move |eviction| {
+            if let Ok(eviction) = eviction
+                && let (Some(ns), Some(uid)) =
+                    (eviction.namespace(), target_uid_of_eviction(eviction))
+            {
+                for request in requests_of(&requests, &ns, uid) {
+                    let _ = to_requests.unbounded_send(ObjectRef::from_obj(request.as_ref()));
+                }
+            }
+        })
+    };
+    // A pod's change (or deletion) concerns the Evictions of its UID.
+    let pod_changes = {
+        let evictions = eviction_store.clone();
+        watcher(api::<Pod>(&client, namespace), watcher::Config::default())
+            .default_backoff()
+            .modify(strip_pod)
+            .reflect(pod_writer)
+            .touched_objects()
+            .flat_map(move |pod| {
+                let refs: Vec<ObjectRef<Eviction>> = pod
+                    .ok()
+                    .and_then(|pod| {
+                        let uid = pod.metadata.uid.as_deref()?;
+                        Some(
+                            evictions_of(&evictions, &pod.namespace()?, uid)
+                                .iter()
+                                .map(|e| ObjectRef::from_obj(e.as_ref()))
+                                .collect(),
+                        )
+                    })
+                    .unwrap_or_default();
+                stream::iter(refs)
+            })
+    };
+
+    // Every cache complete before the first decision: a pod missing from a half-filled cache
+    // would otherwise read as "deleted".
+    let ready = {
+        let (a, b, c) = (
+            request_store.clone(),
+            eviction_store.clone(),
+            pod_store.clone(),
+        );
+        futures::FutureExt::shared(Box::pin(async move {
+            let _ = future::join3(
+                a.wait_until_ready(),
+                b.wait_until_ready(),
+                c.wait_until_ready(),
+            )
+            .await;
+        }))
+    };
+    let request_controller = {
+        let ready = ready.clone();
+        Controller::for_stream(requests, request_store.clone())
+            .with_config(settings.controller.clone())
+            .reconcile_on(request_triggers)
+            .graceful_shutdown_on(token.clone().cancelled_owned())
+            .run(
+                move |request: Arc<EvictionRequest>, context: Arc<Context>| {
+                    let ready = ready.clone();
+                    async move {
+                        ready.await;
+                        reconcile_request(request, context).await
+                    }
+                },
+                |request: Arc<EvictionRequest>, error: &Error, _: Arc<Context>| {
+                    tracing::warn!(request = %id(request.as_ref()), %error, "reconcile failed; retrying");
+                    Action::requeue(Duration::from_secs(5))
+                },
+                context.clone(),
+            )
+            .for_each(|_| future::ready(()))
+    };
+    let eviction_controller = {
+        let ready = ready.clone();
+        Controller::for_stream(evictions, eviction_store.clone())
+            .with_config(settings.controller.clone())
+            .reconcile_on(stream::select(pod_changes, eviction_triggers))
+            .graceful_shutdown_on(token.cancelled_owned())
+            .run(
+                move |eviction: Arc<Eviction>, context: Arc<Context>| {
+                    let ready = ready.clone();
+                    async move {
+                        ready.await;
+                        reconcile_eviction(eviction, context).await
+                    }
+                },
+                |eviction: Arc<Eviction>, error: &Error, _: Arc<Context>| {
+                    tracing::warn!(eviction = %id(eviction.as_ref()), %error, "reconcile failed; retrying");
+                    Action::requeue(Duration::from_secs(5))
+                },
+                context.clone(),
+            )
+            .for_each(|_| future::ready(()))
+    };
+    future::join(request_controller, eviction_controller).await;
+    drop((to_evictions, to_requests));
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Eviction(#[from] EvictionError),
+    #[error("cannot {action} {kind} {object}: {source}")]
+    Write {
+        action: &'static str,
+        kind: &'static str,
+        object: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+fn id<K: kube::Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+fn write_error<K: kube::Resource<DynamicType = ()>>(
+    action: &'static str,
+    object: &K,
+) -> impl FnOnce(kube::Error) -> Error {
+    let object_id = id(object);
+    move |source| Error::Write {
+        action,
+        kind: if K::kind(&()) == "Eviction" {
+            "Eviction"
+        } else {
+            "EvictionRequest"
+        },
+        object: object_id,
+        source: Box::new(source),
+    }
+}
+
+/// One EvictionRequest: refused if invalid; otherwise its target's Eviction (created when
+/// needed) and that Eviction's conditions copied to the request.
+async fn reconcile_request(
+    request: Arc<EvictionRequest>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    context.metrics.observe_request(&request);
+    if core::request_settled(&request) {
+        return Ok(Action::await_change());
+    }
+    let namespace = request.namespace().unwrap_or_default();
+    let Some(reference) = request.spec.target.pod.as_ref() else {
+        return Ok(Action::await_change());
+    };
+    let pod = context.pod(&namespace, &reference.name);
+    let evictions = context.evictions_of(&namespace, &reference.uid);
+    let now = whole_seconds(Timestamp::now());
+    let existing = request
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref());
+
+    if let Some(message) = core::request_invalid(&request, pod.as_deref(), !evictions.is_empty()) {
+        let conditions = core::invalid_conditions(existing, &message, now);
+        warn(
+            &context,
+            request.as_ref(),
+            "EvictionInvalid",
+            "Validate",
+            &message,
+        )
+        .await;
+        apply_request_status(&context, &request, conditions).await?;
+        return Ok(Action::await_change());
+    }
+
+    let refs: Vec<&Eviction> = evictions.iter().map(Arc::as_ref).collect();
+    let (mut relevant, create) = core::relevant_eviction(&refs);
+    let created;
+    let requests = context.requests_of(&namespace, &reference.uid);
+    let request_refs: Vec<&EvictionRequest> = requests.iter().map(Arc::as_ref).collect();
+    if create && core::has_eviction_intent(&request_refs) {
+        let in_namespace: Vec<String> = context
+            .eviction_store
+            .state()
+            .iter()
+            .filter(|e| e.namespace().as_deref() == Some(namespace.as_str()))
+            .map(|e| e.name_any())
+            .collect();
+        let name = core::eviction_name(&reference.name, in_namespace.iter().map(String::as_str));
+        created = create_eviction(&context, &request, &name).await?;
+        normal(
+            &context,
+            request.as_ref(),
+            "EvictionCreated",
+            "Create",
+            &format!("Eviction {name} of pod {} created.", reference.name),
+        )
+        .await;
+        relevant = Some(&created);
+    }
+    let conditions = core::request_conditions(existing, relevant, now);
+    let observed = request.status.as_ref().and_then(|s| s.observed_generation);
+    if existing.map(<[_]>::to_vec) != Some(conditions.clone())
+        || observed != request.metadata.generation
+    {
+        apply_request_status(&context, &request, conditions).await?;
+    }
+    Ok(Action::await_change())
+}
+
+async fn create_eviction(
+    context: &Context,
+    request: &EvictionRequest,
+    name: &str,
+) -> Result<Eviction, Error> {
+    let namespace = request.namespace().unwrap_or_default();
+    let api: Api<Eviction> = Api::namespaced(context.client.clone(), &namespace);
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "Eviction",
+        "metadata": {
+            "name": name,
+            "labels": { request.spec.requester.clone(): core::ROLE_REQUESTER },
+            "ownerReferences": [owner_reference(request)],
+        },
+        "spec": { "target": { "pod": request.spec.target.pod } },
+    });
+    api.patch(
+        name,
+        &PatchParams::apply(COMPONENT).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(write_error("create an Eviction for", request))
+}
+
+fn owner_reference(request: &EvictionRequest) -> serde_json::Value {
+    json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "EvictionRequest",
+        "name": request.name_any(),
+        "uid": request.metadata.uid,
+    })
+}
+
+async fn apply_request_status(
+    context: &Context,
+    request: &EvictionRequest,
+    conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) -> Result<(), Error> {
+    if context.dry_run {
+        return Ok(());
+    }
+    let api: Api<EvictionRequest> = Api::namespaced(
+        context.client.clone(),
+        &request.namespace().unwrap_or_default(),
+    );
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "EvictionRequest",
+        "metadata": { "name": request.name_any() },
+        "status": { "observedGeneration": request.metadata.generation, "conditions": conditions },
+    });
+    api.patch_status(
+        &request.name_any(),
+        &PatchParams::apply(COMPONENT).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(write_error("update the status of", request))?;
+    Ok(())
+}
+
+/// One Eviction: the imperative evictor's turn if it is active, the controller's step, then
+/// labels and ownerReferences.
+async fn reconcile_eviction(
+    eviction: Arc<Eviction>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = eviction.namespace().unwrap_or_default();
+    let Some(reference) = eviction.spec.target.pod.clone() else {
+        return Ok(Action::await_change());
+    };
+    let requests = context.requests_of(&namespace, &reference.uid);
+    let request_refs: Vec<&EvictionRequest> = requests.iter().map(Arc::as_ref).collect();
+    let pod = context.pod(&namespace, &reference.name);
+    let target = Target::of(pod.as_deref(), &reference.uid);
+    let mut requeue = None;
+    let mut current = eviction.as_ref().clone();
+
+    if !core::is_finished(&current) {
+        if imperative_evictor_active(&current) {
+            let (written, wait) = imperative_evictor(&current, target, &context).await?;
+            if let Some(written) = written {
+                current = written;
+            }
+            requeue = wait;
+        }
+        let now = whole_seconds(Timestamp::now());
+        let step = core::progress(&current, target, &request_refs, now, &context.config);
+        for transition in &step.transitions {
+            let note = format!(
+                "Responder {} went from {} to {}.",
+                transition.responder, transition.from, transition.to
+            );
+            normal(
+                &context,
+                &current,
+                &format!("Responder{}", transition.to),
+                "Select",
+                &note,
+            )
+            .await;
+        }
+        if controller_view(current.status.as_ref()) != controller_view(Some(&step.status)) {
+            current = apply_eviction_status(&context, &current, &step).await?;
+        }
+        requeue = min_some(requeue, step.requeue_after.map(|d| d.unsigned_abs()));
+    }
+    refresh_metadata(&context, &current, &request_refs).await?;
+    context.metrics.observe_eviction(&current);
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The fields of a status the controller writes, in a comparable order.
+fn controller_view(status: Option<&EvictionStatus>) -> EvictionStatus {
+    let Some(status) = status else {
+        return EvictionStatus::default();
+    };
+    let mut responders: Vec<_> = status
+        .responders
+        .iter()
+        .flatten()
+        .map(|r| k8s_openapi::api::lifecycle::v1alpha1::ResponderStatus {
+            name: r.name.clone(),
+            start_time: r.start_time.clone(),
+            ..Default::default()
+        })
+        .collect();
+    responders.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut targets = status.target_responders.clone().unwrap_or_default();
+    targets.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut conditions = status.conditions.clone().unwrap_or_default();
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    EvictionStatus {
+        conditions: Some(conditions),
+        observed_generation: status.observed_generation,
+        requesters: Some(status.requesters.clone().unwrap_or_default()),
+        responders: Some(responders),
+        target_responders: Some(targets),
+    }
+}
+
+async fn apply_eviction_status(
+    context: &Context,
+    eviction: &Eviction,
+    step: &Progress,
+) -> Result<Eviction, Error> {
+    if context.dry_run {
+        return Ok(eviction.clone());
+    }
+    let api: Api<Eviction> = Api::namespaced(
+        context.client.clone(),
+        &eviction.namespace().unwrap_or_default(),
+    );
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "Eviction",
+        "metadata": { "name": eviction.name_any() },
+        "status": step.status,
+    });
+    api.patch_status(
+        &eviction.name_any(),
+        &PatchParams::apply(COMPONENT).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(write_error("update the status of", eviction))
+}
+
+/// The participant labels and an ownerReference to every EvictionRequest of the target (so
+/// the Eviction is garbage-collected once they are all gone).
+async fn refresh_metadata(
+    context: &Context,
+    eviction: &Eviction,
+    requests: &[&EvictionRequest],
+) -> Result<(), Error> {
+    let responders = eviction
+        .status
+        .as_ref()
+        .and_then(|s| s.target_responders.clone())
+        .unwrap_or_default();
+    let labels = core::participant_labels(requests, &responders);
+    let roles = [
+        core::ROLE_REQUESTER,
+        core::ROLE_RESPONDER,
+        core::ROLE_REQUESTER_RESPONDER,
+    ];
+    let current: BTreeMap<String, String> = eviction
+        .labels()
+        .iter()
+        .filter(|(_, v)| roles.contains(&v.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let owners: BTreeSet<&str> = requests
+        .iter()
+        .filter_map(|r| r.metadata.uid.as_deref())
+        .collect();
+    let current_owners: BTreeSet<&str> = eviction
+        .owner_references()
+        .iter()
+        .map(|o| o.uid.as_str())
+        .collect();
+    if (labels == current && owners == current_owners) || context.dry_run {
+        return Ok(());
+    }
+    let api: Api<Eviction> = Api::namespaced(
+        context.client.clone(),
+        &eviction.namespace().unwrap_or_default(),
+    );
+    let owner_refs: Vec<_> = requests.iter().map(|r| owner_reference(r)).collect();
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "Eviction",
+        "metadata": { "name": eviction.name_any(), "labels": labels, "ownerReferences": owner_refs },
+        "spec": { "target": { "pod": eviction.spec.target.pod } },
+    });
+    api.patch(
+        &eviction.name_any(),
+        &PatchParams::apply(COMPONENT).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(write_error("update the labels of", eviction))?;
+    Ok(())
+}
+
+/// The default responder's turn: evict the pod through the Eviction API (PDBs respected),
+/// retrying with back-off while that fails and saying why in its message; once the pod is
+/// going, report completion. Returns the Eviction as written, and when to try again.
+async fn imperative_evictor(
+    eviction: &Eviction,
+    target: Target<'_>,
+    context: &Context,
+) -> Result<(Option<Eviction>, Option<Duration>), Error> {
+    let own = own_status(eviction, IMPERATIVE_EVICTOR_RESPONDER)
+        .cloned()
+        .unwrap_or_default();
+    if own.start_time.is_none() || own.completion_time.is_some() {
+        return Ok((None, None));
+    }
+    let now = whole_seconds(Timestamp::now());
+    let pod = match target {
+        Target::Present(pod) if !terminal(pod) => pod,
+        // The pod is gone or terminal: the evictor's work is done.
+        _ => {
+            let message = own
+                .message
+                .clone()
+                .unwrap_or_else(|| "The target pod is gone.".to_owned());
+            let written = write_own_status(context, eviction, &own, &message, now, true).await?;
+            return Ok((written, None));
+        }
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        // Terminating pods are not evicted again; its deletion wakes this Eviction.
+        return Ok((None, None));
+    }
+    let uid = eviction.metadata.uid.clone().unwrap_or_default();
+    let previous = *context
+        .retries
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(uid.clone())
+        .or_insert_with(|| Retry {
+            failures: own
+                .message
+                .as_deref()
+                .and_then(retries_in_message)
+                .unwrap_or(0),
+            next_attempt: tokio::time::Instant::now(),
+        });
+    let wait = previous
+        .next_attempt
+        .saturating_duration_since(tokio::time::Instant::now());
+    if !wait.is_zero() {
+        return Ok((None, Some(wait)));
+    }
+    let pod_id = id(pod);
+    let outcome = context.evictions.evict(pod).await?;
+    let failure = match &outcome {
+        EvictionOutcome::Evicted | EvictionOutcome::InBackground { .. } => {
+            context
+                .retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&uid);
+            let message = match &outcome {
+                EvictionOutcome::InBackground { message } => format!(
+                    "The Eviction API accepted the eviction of pod {pod_id}, which proceeds in the background: {message}"
+                ),
+                _ => format!("Evicted pod {pod_id} through the Eviction API."),
+            };
+            normal(context, eviction, "Evicting", "Evict", &message).await;
+            let written = write_own_status(context, eviction, &own, &message, now, false).await?;
+            return Ok((written, None));
+        }
+        EvictionOutcome::Gone => return Ok((None, None)),
+        EvictionOutcome::BlockedByBudget { message } | EvictionOutcome::Conflict { message } => {
+            message.clone()
+        }
+        EvictionOutcome::Other { status } => status.message.clone(),
+    };
+    let failures = previous.failures + 1;
+    let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
+    context
+        .retries
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            uid,
+            Retry {
+                failures,
+                next_attempt: tokio::time::Instant::now() + delay,
+            },
+        );
+    context.metrics.failed_evictions.inc();
+    let note = format!(
+        "Cannot evict pod {pod_id} ({}), retry {failures} in {delay:?}: {failure}",
+        outcome.label()
+    );
+    warn(context, eviction, "EvictionFailed", "Evict", &note).await;
+    let written = write_own_status(
+        context,
+        eviction,
+        &own,
+        &message_eviction_failed(failures),
+        now,
+        false,
+    )
+    .await?;
+    Ok((written, Some(delay)))
+}
+
+fn terminal(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|phase| phase == "Succeeded" || phase == "Failed")
+}
+
+/// The imperative evictor's own entry: message, heartbeat (at most every 20 s), and, when
+/// `complete`, its completionTime.
+async fn write_own_status(
+    context: &Context,
+    eviction: &Eviction,
+    own: &k8s_openapi::api::lifecycle::v1alpha1::ResponderStatus,
+    message: &str,
+    now: Timestamp,
+    complete: bool,
+) -> Result<Option<Eviction>, Error> {
+    let heartbeat = match own.heartbeat_time.as_ref() {
+        Some(last) if now.duration_since(last.0) < HEARTBEAT_MIN_STEP => last.0,
+        _ => now,
+    };
+    let unchanged = own.message.as_deref() == Some(message)
+        && own.heartbeat_time.as_ref().map(|h| h.0) == Some(heartbeat)
+        && !complete;
+    if unchanged || context.dry_run {
+        return Ok(None);
+    }
+    let mut entry = json!({
+        "name": IMPERATIVE_EVICTOR_RESPONDER,
+        "message": message,
+        "heartbeatTime": Time(heartbeat),
+    });
+    if complete {
+        entry["completionTime"] = json!(Time(now));
+    }
+    let api: Api<Eviction> = Api::namespaced(
+        context.client.clone(),
+        &eviction.namespace().unwrap_or_default(),
+    );
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "Eviction",
+        "metadata": { "name": eviction.name_any() },
+        "status": { "responders": [entry] },
+    });
+    let written = api
+        .patch_status(
+            &eviction.name_any(),
+            &PatchParams::apply(IMPERATIVE_FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(write_error(
+            "write the imperative evictor's status of",
+            eviction,
+        ))?;
+    Ok(Some(written))
+}
+
+async fn normal<K: kube::Resource<DynamicType = ()>>(
+    context: &Context,
+    object: &K,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    tracing::info!(object = %id(object), reason, "{note}");
+    if let Err(error) = context.recorder.normal(object, reason, action, note).await {
+        tracing::warn!(%error, "cannot record event");
+    }
+}
+
+async fn warn<K: kube::Resource<DynamicType = ()>>(
+    context: &Context,
+    object: &K,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    tracing::warn!(object = %id(object), reason, "{note}");
+    if let Err(error) = context.recorder.warning(object, reason, action, note).await {
+        tracing::warn!(%error, "cannot record event");
+    }
+}

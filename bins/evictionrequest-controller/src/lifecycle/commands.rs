@@ -1,0 +1,145 @@
+//! `request`, `withdraw` and `describe` on Kubernetes' own `lifecycle.k8s.io` API.
+
+use anyhow::Context as _;
+use evictkit_core::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, condition, describe};
+use evictkit_runtime::eviction_request::TargetPod;
+use evictkit_runtime::lifecycle_request::{request_eviction, request_name, withdraw};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+
+pub async fn request(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    requester: &str,
+) -> anyhow::Result<()> {
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+    let request = request_eviction(client, &TargetPod::of(&pod)?, requester).await?;
+    println!(
+        "EvictionRequest {namespace}/{} asks for the eviction of pod {namespace}/{name} as {requester}.",
+        request.name_any()
+    );
+    Ok(())
+}
+
+pub async fn withdraw_request(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    requester: &str,
+) -> anyhow::Result<()> {
+    let api = Api::<EvictionRequest>::namespaced(client.clone(), namespace);
+    let request_name = request_name(name, requester);
+    let Some(existing) = api
+        .get_opt(&request_name)
+        .await
+        .with_context(|| format!("cannot read EvictionRequest {namespace}/{request_name}"))?
+    else {
+        println!("{requester} has no EvictionRequest for pod {namespace}/{name}.");
+        return Ok(());
+    };
+    let uid = existing
+        .spec
+        .target
+        .pod
+        .as_ref()
+        .map(|p| p.uid.clone())
+        .unwrap_or_default();
+    let target = TargetPod {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid,
+    };
+    withdraw(client, &target, requester).await?;
+    let others = Api::<EvictionRequest>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("cannot list EvictionRequests in {namespace}"))?
+        .items
+        .into_iter()
+        .filter(|r| {
+            r.spec
+                .target
+                .pod
+                .as_ref()
+                .is_some_and(|p| p.uid == target.uid)
+        })
+        .filter(|r| {
+            r.spec.requester != requester
+                && r.spec.intent == "Eviction"
+                && r.metadata.deletion_timestamp.is_none()
+        })
+        .count();
+    if others == 0 {
+        println!(
+            "{requester} withdrew; no requester wants the eviction any more, so it will be canceled."
+        );
+    } else {
+        println!("{requester} withdrew; {others} other requester(s) still want the eviction.");
+    }
+    Ok(())
+}
+
+/// Every Eviction of pods named `name` (oldest first) with its responders' timeline, then
+/// every EvictionRequest with its intent and conditions.
+pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let targets = |pod: Option<&str>| pod == Some(name);
+    let mut evictions: Vec<Eviction> = Api::<Eviction>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("cannot list Evictions in {namespace}"))?
+        .items
+        .into_iter()
+        .filter(|e| targets(e.spec.target.pod.as_ref().map(|p| p.name.as_str())))
+        .collect();
+    evictions.sort_by_key(|e| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let requests: Vec<EvictionRequest> =
+        Api::<EvictionRequest>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("cannot list EvictionRequests in {namespace}"))?
+            .items
+            .into_iter()
+            .filter(|r| targets(r.spec.target.pod.as_ref().map(|p| p.name.as_str())))
+            .collect();
+    if evictions.is_empty() && requests.is_empty() {
+        println!("Pod {namespace}/{name} has no Eviction and no EvictionRequest.");
+        return Ok(());
+    }
+    let now = Timestamp::now();
+    for eviction in &evictions {
+        for line in describe(eviction, now) {
+            println!("{line}");
+        }
+    }
+    for request in &requests {
+        let conditions = request
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref());
+        let said = [CONDITION_TARGET_EVICTED, CONDITION_FAILED]
+            .into_iter()
+            .filter_map(|kind| condition(conditions, kind))
+            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "EvictionRequest {}: {} wants {}{}",
+            request.name_any(),
+            request.spec.requester,
+            request.spec.intent,
+            if said.is_empty() {
+                String::new()
+            } else {
+                format!("; {said}")
+            }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! The metrics KEP-4563 names for beta, as upstream's controller spells them, for the
+//! `lifecycle.k8s.io` mode. Per-object series are replaced on every reconcile and removed with
+//! the object, so the registry holds only live EvictionRequests and Evictions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
+use evictkit_runtime::metrics::{Metrics, MetricsError};
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
+use kube::ResourceExt;
+use prometheus::{IntCounter, IntGaugeVec, Opts};
+
+/// Label value of `target_type`: only pods can be targets.
+const TARGET_POD: &str = "pod";
+
+#[derive(Clone)]
+pub struct LifecycleMetrics {
+    /// `evictionrequest_controller_responder_state{namespace, eviction, target, target_type,
+    /// responder, state}` = 1.
+    responder_state: IntGaugeVec,
+    /// `evictionrequest_controller_requester_intent{namespace, evictionrequest, target,
+    /// target_type, requester, intent}` = 1.
+    requester_intent: IntGaugeVec,
+    /// `evictionrequest_controller_target_responders{namespace, eviction, target, target_type}`.
+    target_responders: IntGaugeVec,
+    /// `imperative_eviction_responder_controller_failed_evictions`: failed Eviction API calls
+    /// of the imperative-eviction.k8s.io/evictor responder.
+    pub failed_evictions: IntCounter,
+    /// Label sets published per object (namespace/name), to remove those that no longer apply.
+    published: Arc<Mutex<HashMap<(String, String), Vec<Vec<String>>>>>,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(
+    metrics: &Metrics,
+    result: Result<T, prometheus::Error>,
+) -> Result<T, MetricsError> {
+    let collector = result.map_err(MetricsError::Register)?;
+    metrics.register(collector.clone())?;
+    Ok(collector)
+}
+
+impl LifecycleMetrics {
+    pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
+        Ok(Self {
+            responder_state: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_responder_state",
+                        "1 for the state of each responder of each Eviction (KEP-4563).",
+                    ),
+                    &[
+                        "namespace",
+                        "eviction",
+                        "target",
+                        "target_type",
+                        "responder",
+                        "state",
+                    ],
+                ),
+            )?,
+            requester_intent: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_requester_intent",
+                        "1 for the intent of each EvictionRequest's requester (KEP-4563).",
+                    ),
+                    &[
+                        "namespace",
+                        "evictionrequest",
+                        "target",
+                        "target_type",
+                        "requester",
+                        "intent",
+                    ],
+                ),
+            )?,
+            target_responders: register(
+                metrics,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "evictionrequest_controller_target_responders",
+                        "Responders of each Eviction, the default one included (KEP-4563).",
+                    ),
+                    &["namespace", "eviction", "target", "target_type"],
+                ),
+            )?,
+            failed_evictions: register(
+                metrics,
+                IntCounter::new(
+                    "imperative_eviction_responder_controller_failed_evictions",
+                    format!(
+                        "Failed Eviction API calls of the {IMPERATIVE_EVICTOR_RESPONDER} responder (KEP-4563)."
+                    ),
+                ),
+            )?,
+            published: Arc::default(),
+        })
+    }
+
+    fn key<K: kube::Resource>(object: &K) -> (String, String) {
+        (object.namespace().unwrap_or_default(), object.name_any())
+    }
+
+    /// Replaces `gauge`'s series of one object by `series` (each set to `value`).
+    fn publish(&self, key: (String, String), gauge: &IntGaugeVec, series: Vec<(Vec<String>, i64)>) {
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        for old in published.remove(&key).unwrap_or_default() {
+            if !series.iter().any(|(labels, _)| *labels == old) {
+                let labels: Vec<&str> = old.iter().map(String::as_str).collect();
+                let _ = gauge.remove_label_values(&labels);
+            }
+        }
+        for (labels, value) in &series {
+            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+            gauge.with_label_values(&refs).set(*value);
+        }
+        published.insert(key, series.into_iter().map(|(labels, _)| labels).collect());
+    }
+
+    pub fn observe_request(&self, request: &EvictionRequest) {
+        let (namespace, name) = Self::key(request);
+        let target = request
+            .spec
+            .target
+            .pod
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        let labels = vec![
+            namespace.clone(),
+            name.clone(),
+            target,
+            TARGET_POD.to_owned(),
+            request.spec.requester.clone(),
+            request.spec.intent.clone(),
+        ];
+        self.publish(
+            ("request:".to_owned() + &namespace, name),
+            &self.requester_intent,
+            vec![(labels, 1)],
+        );
+    }
+
+    pub fn forget_request(&self, request: &EvictionRequest) {
+        let (namespace, name) = Self::key(request);
+        self.publish(
+            ("request:".to_owned() + &namespace, name),
+            &self.requester_intent,
+            Vec::new(),
+        );
+    }
+
+    pub fn observe_eviction(&self, eviction: &Eviction) {
+        let (namespace, name) = Self::key(eviction);
+        let target = eviction
+            .spec
+            .target
+            .pod
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_default();
+        let responders = eviction
+            .status
+            .as_ref()
+            .and_then(|s| s.target_responders.clone())
+            .unwrap_or_default();
+        let states = responders
+            .iter()
+            .map(|r| {
+                let labels = vec![
+                    namespace.clone(),
+                    name.clone(),
+                    target.clone(),
+                    TARGET_POD.to_owned(),
+                    r.name.clone(),
+                    r.state.clone(),
+                ];
+                (labels, 1)
+            })
+            .collect();
+        self.publish(
+            ("state:".to_owned() + &namespace, name.clone()),
+            &self.responder_state,
+            states,
+        );
+        let count = vec![(
+            vec![
+                namespace.clone(),
+                name.clone(),
+                target,
+                TARGET_POD.to_owned(),
+            ],
+            i64::try_from(responders.len()).unwrap_or(i64::MAX),
+        )];
+        self.publish(
+            ("count:".to_owned() + &namespace, name),
+            &self.target_responders,
+            count,
+        );
+    }
+
+    pub fn forget_eviction(&self, eviction: &Eviction) {
+        let (namespace, name) = Self::key(eviction);
+        self.publish(
+            ("state:".to_owned() + &namespace, name.clone()),
+            &self.responder_state,
+            Vec::new(),
+        );
+        self.publish(
+            ("count:".to_owned() + &namespace, name),
+            &self.target_responders,
+            Vec::new(),
+        );
+    }
+}

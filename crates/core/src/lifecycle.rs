@@ -1,0 +1,761 @@
+//! KEP-4563 as Kubernetes v1.37 serves it: `lifecycle.k8s.io/v1alpha1` `EvictionRequest`s
+//! (one per requester, intent `Eviction` or `Withdrawn`) and the one `Eviction` per target pod
+//! that aggregates them and walks the pod's responders. The types' doc comments are the
+//! contract; the v1.37 apiserver's validation (`pkg/apis/lifecycle/validation`) decides which
+//! writes are accepted, so every status computed here is one it accepts: responders progress in
+//! priority order, one Active at a time, a final state is never left, `startTime` is "now" when
+//! set, `TargetEvicted`/`Failed` are never reverted, and the last active responder reaches a
+//! final state in the same write that sets a final condition.
+//!
+//! Where the doc comments leave a choice open, upstream's unreleased controller
+//! (kubernetes/kubernetes `pkg/controller/evictionrequest`) is followed: Evictions are named
+//! `pod-<n>-<pod name>`; a target gone or terminal wins over a cancellation; the active
+//! responder of a pod that is being deleted gets [`Config::graceful_completion_delay`] to report
+//! its `completionTime` before it is marked Interrupted.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+
+use evictkit_api::keys::{IMPERATIVE_EVICTOR_PRIORITY, IMPERATIVE_EVICTOR_RESPONDER};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::lifecycle::v1alpha1::{
+    Eviction, EvictionRequest, EvictionStatus, Requester, ResponderStatus, TargetResponder,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::eviction_request::is_part_of_workload;
+
+#[cfg(test)]
+mod tests;
+
+/// `.spec.intent` / `.status.requesters[].intent`.
+pub const INTENT_EVICTION: &str = "Eviction";
+pub const INTENT_WITHDRAWN: &str = "Withdrawn";
+
+/// `.status.targetResponders[].state`.
+pub const STATE_INACTIVE: &str = "Inactive";
+pub const STATE_ACTIVE: &str = "Active";
+pub const STATE_INTERRUPTED: &str = "Interrupted";
+pub const STATE_CANCELED: &str = "Canceled";
+pub const STATE_COMPLETED: &str = "Completed";
+
+/// Condition types of an Eviction, copied to its EvictionRequests.
+pub const CONDITION_TARGET_EVICTED: &str = "TargetEvicted";
+pub const CONDITION_FAILED: &str = "Failed";
+
+/// Condition reasons (`EvictionConditionReason` of the v1.37 types).
+pub const REASON_AWAITING_EVICTION: &str = "AwaitingEviction";
+pub const REASON_EVICTION_INVALID: &str = "EvictionInvalid";
+pub const REASON_CANCELED_NO_REQUESTERS: &str = "CanceledDueToNoRequesters";
+pub const REASON_SUCCEEDED: &str = "Succeeded";
+pub const REASON_NO_FURTHER_RESPONDER: &str = "NoFurtherResponder";
+pub const REASON_POD_DELETED: &str = "PodDeleted";
+pub const REASON_POD_TERMINAL: &str = "PodTerminal";
+pub const REASON_EVICTION_FAILED: &str = "EvictionFailed";
+
+/// Label values of an Eviction's participants (`EvictionParticipantRole`).
+pub const ROLE_REQUESTER: &str = "requester";
+pub const ROLE_RESPONDER: &str = "responder";
+pub const ROLE_REQUESTER_RESPONDER: &str = "requester-responder";
+
+/// `.status.requesters` holds at most this many entries.
+pub const MAX_REQUESTERS: usize = 100;
+/// The longest object name (DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// The controller's settings that shape decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The active responder is Interrupted when its heartbeat (or, before one, its startTime) is
+    /// older. The API's deadline is 20 minutes; the apiserver refuses an earlier hand-over.
+    pub heartbeat_timeout: SignedDuration,
+    /// How long the active responder of a pod being deleted may take to report completion.
+    pub graceful_completion_delay: SignedDuration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout: SignedDuration::from_mins(20),
+            graceful_completion_delay: SignedDuration::from_secs(5),
+        }
+    }
+}
+
+/// The target pod as the decisions see it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target<'a> {
+    /// No pod of that name and UID exists.
+    Gone,
+    Present(&'a Pod),
+}
+
+impl<'a> Target<'a> {
+    /// The pod named `name` if it still has `uid` (a same-named successor is not the target).
+    pub fn of(pod: Option<&'a Pod>, uid: &str) -> Self {
+        match pod {
+            Some(pod) if pod.metadata.uid.as_deref() == Some(uid) => Self::Present(pod),
+            _ => Self::Gone,
+        }
+    }
+
+    fn terminal(self) -> bool {
+        match self {
+            Self::Gone => false,
+            Self::Present(pod) => pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase == "Succeeded" || phase == "Failed"),
+        }
+    }
+
+    fn deleted_at(self) -> Option<Timestamp> {
+        match self {
+            Self::Gone => None,
+            Self::Present(pod) => pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+}
+
+/// The v1.37 type: "Pods that are part of a PodGroup (.spec.schedulingGroup is set) are not
+/// supported"; the pod-group label and Workload owners of the CRD mode count too.
+pub fn in_pod_group(pod: &Pod) -> bool {
+    let scheduling_group = pod
+        .spec
+        .as_ref()
+        .is_some_and(|spec| spec.scheduling_group.is_some());
+    scheduling_group || is_part_of_workload(pod)
+}
+
+/// Orders responders as the API selects them: higher priority first; on equal priority the
+/// domain compared label by label from the top (`io` before `example`), a domain that is a
+/// suffix of the other first, then the key after the `/`.
+pub fn responder_order(a: &TargetResponder, b: &TargetResponder) -> Ordering {
+    fn parts(name: &str) -> (Vec<&str>, &str) {
+        let (domain, key) = name.split_once('/').unwrap_or((name, ""));
+        (domain.split('.').rev().collect(), key)
+    }
+    b.priority.cmp(&a.priority).then_with(|| {
+        let ((a_domain, a_key), (b_domain, b_key)) = (parts(&a.name), parts(&b.name));
+        a_domain.cmp(&b_domain).then_with(|| a_key.cmp(b_key))
+    })
+}
+
+/// `.status.targetResponders` at the first sync: the pod's `spec.evictionResponders` plus the
+/// default imperative evictor, all Inactive, in selection order.
+pub fn initial_responders(target: Target<'_>) -> Vec<TargetResponder> {
+    let declared = match target {
+        Target::Present(pod) => pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.eviction_responders.clone())
+            .unwrap_or_default(),
+        Target::Gone => Vec::new(),
+    };
+    let mut responders: Vec<TargetResponder> = declared
+        .into_iter()
+        .filter(|r| r.name != IMPERATIVE_EVICTOR_RESPONDER)
+        .map(|r| TargetResponder {
+            name: r.name,
+            priority: r.priority,
+            state: STATE_INACTIVE.to_owned(),
+        })
+        .collect();
+    responders.push(TargetResponder {
+        name: IMPERATIVE_EVICTOR_RESPONDER.to_owned(),
+        priority: IMPERATIVE_EVICTOR_PRIORITY,
+        state: STATE_INACTIVE.to_owned(),
+    });
+    responders.sort_by(responder_order);
+    responders
+}
+
+fn is_deleted(request: &EvictionRequest) -> bool {
+    request.metadata.deletion_timestamp.is_some()
+}
+
+/// Whether any requester still wants the target gone ("Deleting an EvictionRequest also counts
+/// as a withdrawal").
+pub fn has_eviction_intent(requests: &[&EvictionRequest]) -> bool {
+    requests
+        .iter()
+        .any(|r| !is_deleted(r) && r.spec.intent == INTENT_EVICTION)
+}
+
+/// `.status.requesters`: every requester that ever asked, with its current intent (a deleted
+/// request, or one no longer there, counts as Withdrawn). Known requesters keep their place;
+/// new ones follow in order of creation. Beyond [`MAX_REQUESTERS`] the Withdrawn ones are
+/// dropped first (the API's rule), the longest-gone first.
+pub fn requesters(previous: &[Requester], requests: &[&EvictionRequest]) -> Vec<Requester> {
+    let mut current: Vec<&EvictionRequest> = requests.to_vec();
+    current.sort_by(|a, b| {
+        let created = |r: &EvictionRequest| r.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        created(a)
+            .cmp(&created(b))
+            .then_with(|| a.spec.requester.cmp(&b.spec.requester))
+    });
+    let intent_of = |name: &str| {
+        let mut found = false;
+        for request in current.iter().filter(|r| r.spec.requester == name) {
+            found = true;
+            if !is_deleted(request) && request.spec.intent == INTENT_EVICTION {
+                return Some(INTENT_EVICTION);
+            }
+        }
+        found.then_some(INTENT_WITHDRAWN)
+    };
+    // (requester, whether an EvictionRequest still stands behind it)
+    let mut merged: Vec<(Requester, bool)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for old in previous {
+        if !seen.insert(old.name.clone()) {
+            continue;
+        }
+        let intent = intent_of(&old.name);
+        merged.push((
+            Requester {
+                name: old.name.clone(),
+                intent: intent.unwrap_or(INTENT_WITHDRAWN).to_owned(),
+            },
+            intent.is_some(),
+        ));
+    }
+    for request in &current {
+        if seen.insert(request.spec.requester.clone()) {
+            let intent = intent_of(&request.spec.requester).unwrap_or(INTENT_WITHDRAWN);
+            merged.push((
+                Requester {
+                    name: request.spec.requester.clone(),
+                    intent: intent.to_owned(),
+                },
+                true,
+            ));
+        }
+    }
+    let mut excess = merged.len().saturating_sub(MAX_REQUESTERS);
+    // Withdrawn without a request first, then Withdrawn with one.
+    for backed in [false, true] {
+        merged.retain(|(requester, has_request)| {
+            let drop = excess > 0 && *has_request == backed && requester.intent == INTENT_WITHDRAWN;
+            if drop {
+                excess -= 1;
+            }
+            !drop
+        });
+    }
+    merged.truncate(MAX_REQUESTERS);
+    merged.into_iter().map(|(requester, _)| requester).collect()
+}
+
+/// The Eviction's participant labels: each requester's and responder's name as a key, valued
+/// `requester`, `responder` or `requester-responder`.
+pub fn participant_labels(
+    requests: &[&EvictionRequest],
+    responders: &[TargetResponder],
+) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = requests
+        .iter()
+        .map(|r| (r.spec.requester.clone(), ROLE_REQUESTER.to_owned()))
+        .collect();
+    for responder in responders {
+        let role = if labels.contains_key(&responder.name) {
+            ROLE_REQUESTER_RESPONDER
+        } else {
+            ROLE_RESPONDER
+        };
+        labels.insert(responder.name.clone(), role.to_owned());
+    }
+    labels
+}
+
+/// Upstream's naming: `pod-<n>-<pod name>` with `n` one above the highest in use for that pod
+/// name, cut at 253 characters.
+pub fn eviction_name<'a>(pod_name: &str, existing: impl IntoIterator<Item = &'a str>) -> String {
+    let highest = existing
+        .into_iter()
+        .filter_map(|name| {
+            let rest = name.strip_prefix("pod-")?;
+            let (counter, pod) = rest.split_once('-')?;
+            let matches = pod == pod_name || (name.len() == MAX_NAME && pod_name.starts_with(pod));
+            matches.then(|| counter.parse::<u64>().ok()).flatten()
+        })
+        .max()
+        .unwrap_or(0);
+    let mut name = format!("pod-{}-{pod_name}", highest + 1);
+    name.truncate(MAX_NAME);
+    name
+}
+
+pub fn condition<'a>(conditions: Option<&'a [Condition]>, kind: &str) -> Option<&'a Condition> {
+    conditions?.iter().find(|c| c.type_ == kind)
+}
+
+fn condition_true(conditions: Option<&[Condition]>, kind: &str) -> bool {
+    condition(conditions, kind).is_some_and(|c| c.status == "True")
+}
+
+fn conditions_of(eviction: &Eviction) -> Option<&[Condition]> {
+    eviction.status.as_ref()?.conditions.as_deref()
+}
+
+/// Whether the Eviction reached `TargetEvicted=True` or `Failed=True`: nothing changes after.
+pub fn is_finished(eviction: &Eviction) -> bool {
+    let conditions = conditions_of(eviction);
+    condition_true(conditions, CONDITION_TARGET_EVICTED)
+        || condition_true(conditions, CONDITION_FAILED)
+}
+
+/// The Eviction a target's requests follow: the one that evicted it, else the oldest still in
+/// progress, else the latest failed one. `true` when a new Eviction is needed (none, or only
+/// failed ones: a new Eviction intent starts over).
+pub fn relevant_eviction<'a>(evictions: &[&'a Eviction]) -> (Option<&'a Eviction>, bool) {
+    let transition = |e: &Eviction, kind: &str| {
+        condition(conditions_of(e), kind).map(|c| c.last_transition_time.0)
+    };
+    let created = |e: &Eviction| e.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let succeeded = evictions
+        .iter()
+        .copied()
+        .filter(|e| condition_true(conditions_of(e), CONDITION_TARGET_EVICTED))
+        .max_by_key(|e| transition(e, CONDITION_TARGET_EVICTED));
+    let active = evictions
+        .iter()
+        .copied()
+        .filter(|e| !is_finished(e))
+        .min_by(|a, b| {
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+        });
+    let failed = evictions
+        .iter()
+        .copied()
+        .filter(|e| condition_true(conditions_of(e), CONDITION_FAILED))
+        .max_by_key(|e| transition(e, CONDITION_FAILED));
+    match (succeeded, active) {
+        (Some(e), _) | (None, Some(e)) => (Some(e), false),
+        (None, None) => (failed, true),
+    }
+}
+
+/// A condition as it should be now, keeping `lastTransitionTime` while the status is unchanged.
+pub fn set_condition(
+    existing: Option<&[Condition]>,
+    kind: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let since = condition(existing, kind)
+        .filter(|c| c.status == status)
+        .map_or(now, |c| c.last_transition_time.0);
+    Condition {
+        type_: kind.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: Time(since),
+        observed_generation: None,
+    }
+}
+
+/// Why an EvictionRequest is refused before any Eviction exists for it (upstream's early
+/// validation), as the `Failed` message with reason `EvictionInvalid`.
+pub fn request_invalid(
+    request: &EvictionRequest,
+    pod: Option<&Pod>,
+    has_eviction: bool,
+) -> Option<String> {
+    let Some(reference) = request.spec.target.pod.as_ref() else {
+        return Some("Unsupported target type: only pods can be evicted.".to_owned());
+    };
+    match pod {
+        None if !has_eviction => Some(format!("Target pod {} not found.", reference.name)),
+        Some(pod) if !has_eviction && pod.metadata.uid.as_deref() != Some(&reference.uid) => {
+            Some(format!(
+                "Target pod {} UID mismatch: expected {}, got {}.",
+                reference.name,
+                reference.uid,
+                pod.metadata.uid.as_deref().unwrap_or_default()
+            ))
+        }
+        Some(pod) if in_pod_group(pod) => Some(format!(
+            "Target pod {} is part of a PodGroup. Eviction of such pods is currently not supported.",
+            reference.name
+        )),
+        _ => None,
+    }
+}
+
+/// The conditions of a refused request: `Failed=True` (EvictionInvalid), `TargetEvicted=False`.
+pub fn invalid_conditions(
+    existing: Option<&[Condition]>,
+    message: &str,
+    now: Timestamp,
+) -> Vec<Condition> {
+    vec![
+        set_condition(
+            existing,
+            CONDITION_FAILED,
+            true,
+            REASON_EVICTION_INVALID,
+            message,
+            now,
+        ),
+        set_condition(
+            existing,
+            CONDITION_TARGET_EVICTED,
+            false,
+            REASON_EVICTION_FAILED,
+            "",
+            now,
+        ),
+    ]
+}
+
+/// Whether a request was refused for good (reached TargetEvicted, or Failed as invalid).
+pub fn request_settled(request: &EvictionRequest) -> bool {
+    let conditions = request
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref());
+    condition_true(conditions, CONDITION_TARGET_EVICTED)
+        || condition(conditions, CONDITION_FAILED)
+            .is_some_and(|c| c.status == "True" && c.reason == REASON_EVICTION_INVALID)
+}
+
+/// An EvictionRequest's conditions follow its target's relevant Eviction; before there is
+/// one, both are False with reason AwaitingEviction. A new Eviction resets them the same way.
+pub fn request_conditions(
+    existing: Option<&[Condition]>,
+    eviction: Option<&Eviction>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    [CONDITION_TARGET_EVICTED, CONDITION_FAILED]
+        .into_iter()
+        .map(
+            |kind| match eviction.and_then(|e| condition(conditions_of(e), kind)) {
+                Some(c) => set_condition(
+                    existing,
+                    kind,
+                    c.status == "True",
+                    &c.reason,
+                    &c.message,
+                    now,
+                ),
+                None => set_condition(
+                    existing,
+                    kind,
+                    false,
+                    REASON_AWAITING_EVICTION,
+                    "Waiting for an Eviction to report on progress.",
+                    now,
+                ),
+            },
+        )
+        .collect()
+}
+
+/// A responder state change, for Events and logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub responder: String,
+    pub from: String,
+    pub to: String,
+}
+
+/// The controller's part of an Eviction's status after one step, and when to look again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// requesters, targetResponders, conditions and, per responder, only `name` and
+    /// `startTime` (the rest of each entry belongs to its responder).
+    pub status: EvictionStatus,
+    pub transitions: Vec<Transition>,
+    pub requeue_after: Option<SignedDuration>,
+}
+
+fn responder_status<'a>(
+    status: Option<&'a EvictionStatus>,
+    name: &str,
+) -> Option<&'a ResponderStatus> {
+    status?.responders.as_ref()?.iter().find(|r| r.name == name)
+}
+
+fn is_final_state(state: &str) -> bool {
+    matches!(state, STATE_INTERRUPTED | STATE_CANCELED | STATE_COMPLETED)
+}
+
+/// One step of an Eviction that is not finished: requesters refreshed, responders advanced
+/// (activation, completion, heartbeat deadline, cancellation, target gone), conditions set.
+pub fn progress(
+    eviction: &Eviction,
+    target: Target<'_>,
+    requests: &[&EvictionRequest],
+    now: Timestamp,
+    config: &Config,
+) -> Progress {
+    let old = eviction.status.as_ref();
+    let existing_conditions = old.and_then(|s| s.conditions.as_deref());
+    let mut responders = match old.and_then(|s| s.target_responders.clone()) {
+        Some(list) if !list.is_empty() => list,
+        _ => initial_responders(target),
+    };
+    responders.sort_by(responder_order);
+    let before: Vec<String> = responders.iter().map(|r| r.state.clone()).collect();
+
+    let gone = target == Target::Gone;
+    let terminal = target.terminal();
+    let canceled = !gone && !terminal && !has_eviction_intent(requests);
+    let mut requeue_after = None;
+    let mut waiting_for_responder = false;
+    let done = responders.last().is_some_and(|r| is_final_state(&r.state));
+    let active = responders.iter().position(|r| r.state == STATE_ACTIVE);
+
+    if !done {
+        match active {
+            Some(i) if gone || terminal => {
+                let status = responder_status(old, &responders[i].name);
+                if status.is_some_and(|s| s.completion_time.is_some()) {
+                    responders[i].state = STATE_COMPLETED.to_owned();
+                } else if let Some(wait) = target
+                    .deleted_at()
+                    .map(|at| config.graceful_completion_delay - now.duration_since(at))
+                    .filter(|wait| wait.is_positive())
+                {
+                    // The responder may still report; decide when the grace is over.
+                    waiting_for_responder = true;
+                    requeue_after = Some(wait);
+                } else {
+                    responders[i].state = STATE_INTERRUPTED.to_owned();
+                }
+            }
+            Some(i) if canceled => responders[i].state = STATE_CANCELED.to_owned(),
+            None if gone || terminal || canceled => {}
+            _ => {
+                let i = active.unwrap_or_else(|| {
+                    responders
+                        .iter()
+                        .position(|r| r.state == STATE_INACTIVE)
+                        .unwrap_or(0)
+                });
+                let status = responder_status(old, &responders[i].name);
+                let (state, wait) = match status {
+                    Some(s) if s.completion_time.is_some() => (STATE_COMPLETED, None),
+                    Some(ResponderStatus {
+                        start_time: Some(start),
+                        heartbeat_time,
+                        ..
+                    }) => {
+                        let last = heartbeat_time
+                            .as_ref()
+                            .map_or(start.0, |h| h.0.max(start.0));
+                        let left = config.heartbeat_timeout - now.duration_since(last);
+                        if left.is_positive() {
+                            (STATE_ACTIVE, Some(left))
+                        } else {
+                            (STATE_INTERRUPTED, None)
+                        }
+                    }
+                    _ => (STATE_ACTIVE, Some(config.heartbeat_timeout)),
+                };
+                responders[i].state = state.to_owned();
+                requeue_after = wait;
+                if state != STATE_ACTIVE
+                    && let Some(next) = responders.get_mut(i + 1)
+                {
+                    next.state = STATE_ACTIVE.to_owned();
+                    requeue_after = Some(config.heartbeat_timeout);
+                }
+            }
+        }
+    }
+    let progression_done = responders.last().is_some_and(|r| is_final_state(&r.state));
+
+    let entries = responders
+        .iter()
+        .map(|r| {
+            let start_time = responder_status(old, &r.name)
+                .and_then(|s| s.start_time.clone())
+                .or_else(|| (r.state == STATE_ACTIVE).then_some(Time(now)));
+            ResponderStatus {
+                name: r.name.clone(),
+                start_time,
+                ..ResponderStatus::default()
+            }
+        })
+        .collect();
+
+    let set = |kind, status, reason: &str, message: &str| {
+        set_condition(existing_conditions, kind, status, reason, message, now)
+    };
+    let (evicted, failed) = if gone && !waiting_for_responder {
+        (
+            set(
+                CONDITION_TARGET_EVICTED,
+                true,
+                REASON_POD_DELETED,
+                "Target pod has been deleted.",
+            ),
+            set(CONDITION_FAILED, false, REASON_SUCCEEDED, ""),
+        )
+    } else if terminal && !waiting_for_responder {
+        (
+            set(
+                CONDITION_TARGET_EVICTED,
+                true,
+                REASON_POD_TERMINAL,
+                "Target pod has reached a terminal phase.",
+            ),
+            set(CONDITION_FAILED, false, REASON_SUCCEEDED, ""),
+        )
+    } else if canceled {
+        (
+            set(CONDITION_TARGET_EVICTED, false, REASON_EVICTION_FAILED, ""),
+            set(
+                CONDITION_FAILED,
+                true,
+                REASON_CANCELED_NO_REQUESTERS,
+                "Every requester has withdrawn its eviction intent.",
+            ),
+        )
+    } else if progression_done && !waiting_for_responder {
+        (
+            set(CONDITION_TARGET_EVICTED, false, REASON_EVICTION_FAILED, ""),
+            set(
+                CONDITION_FAILED,
+                true,
+                REASON_NO_FURTHER_RESPONDER,
+                "Every responder has finished without evicting the target.",
+            ),
+        )
+    } else {
+        (
+            set(
+                CONDITION_TARGET_EVICTED,
+                false,
+                REASON_AWAITING_EVICTION,
+                "",
+            ),
+            set(CONDITION_FAILED, false, REASON_AWAITING_EVICTION, ""),
+        )
+    };
+
+    let transitions = responders
+        .iter()
+        .zip(before)
+        .filter(|(r, before)| r.state != *before)
+        .map(|(r, before)| Transition {
+            responder: r.name.clone(),
+            from: before,
+            to: r.state.clone(),
+        })
+        .collect();
+    Progress {
+        status: EvictionStatus {
+            conditions: Some(vec![evicted, failed]),
+            observed_generation: eviction.metadata.generation,
+            requesters: Some(requesters(
+                old.and_then(|s| s.requesters.as_deref())
+                    .unwrap_or_default(),
+                requests,
+            )),
+            responders: Some(entries),
+            target_responders: Some(responders),
+        },
+        transitions,
+        requeue_after,
+    }
+}
+
+/// The imperative evictor's view of an Eviction: whether it is the active responder now.
+pub fn imperative_evictor_active(eviction: &Eviction) -> bool {
+    !is_finished(eviction)
+        && eviction
+            .status
+            .as_ref()
+            .and_then(|s| s.target_responders.as_ref())
+            .is_some_and(|list| {
+                list.iter()
+                    .any(|r| r.name == IMPERATIVE_EVICTOR_RESPONDER && r.state == STATE_ACTIVE)
+            })
+}
+
+/// A responder's own status entry.
+pub fn own_status<'a>(eviction: &'a Eviction, responder: &str) -> Option<&'a ResponderStatus> {
+    responder_status(eviction.status.as_ref(), responder)
+}
+
+/// The Eviction in words, for `describe`: target, requesters, responders in selection order
+/// with their timeline, conditions.
+pub fn describe(eviction: &Eviction, now: Timestamp) -> Vec<String> {
+    let mut lines = Vec::new();
+    let status = eviction.status.as_ref();
+    let target = eviction.spec.target.pod.as_ref().map_or_else(
+        || "<none>".to_owned(),
+        |p| format!("pod {} (uid {})", p.name, p.uid),
+    );
+    lines.push(format!(
+        "Eviction {} of {target}",
+        eviction.metadata.name.as_deref().unwrap_or_default()
+    ));
+    let ago = |t: &Time| {
+        let seconds = now.duration_since(t.0).as_secs();
+        format!("{} ({seconds}s ago)", t.0)
+    };
+    for requester in status
+        .and_then(|s| s.requesters.as_deref())
+        .unwrap_or_default()
+    {
+        lines.push(format!(
+            "  requester {}: {}",
+            requester.name, requester.intent
+        ));
+    }
+    let mut responders = status
+        .and_then(|s| s.target_responders.clone())
+        .unwrap_or_default();
+    responders.sort_by(responder_order);
+    for responder in &responders {
+        lines.push(format!(
+            "  responder {} (priority {}): {}",
+            responder.name, responder.priority, responder.state
+        ));
+        if let Some(s) = responder_status(status, &responder.name) {
+            for (what, time) in [
+                ("started", &s.start_time),
+                ("last heartbeat", &s.heartbeat_time),
+                ("expects to complete", &s.expected_completion_time),
+                ("completed", &s.completion_time),
+            ] {
+                if let Some(time) = time {
+                    lines.push(format!("    {what} {}", ago(time)));
+                }
+            }
+            if let Some(message) = s.message.as_deref().filter(|m| !m.is_empty()) {
+                lines.push(format!("    message: {message}"));
+            }
+        }
+    }
+    for c in status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+    {
+        let message = if c.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", c.message)
+        };
+        lines.push(format!(
+            "  condition {}={} ({}) since {}{message}",
+            c.type_,
+            c.status,
+            c.reason,
+            ago(&c.last_transition_time)
+        ));
+    }
+    lines
+}

@@ -1,0 +1,141 @@
+//! Taking part as a requester in Kubernetes v1.37's own EvictionRequest API
+//! (`lifecycle.k8s.io/v1alpha1`): one EvictionRequest per requester and pod, whose
+//! `spec.intent` says `Eviction` or, later, `Withdrawn`. The requester key is domain-prefixed
+//! (`evictkit.io/taint-manager`); `*.k8s.io` and `*.kubernetes.io` are reserved.
+//!
+//! Writes are server-side applies with the requester key as field manager. Whether the API is
+//! served is [`served`]'s answer (discovery), so a binary can fall back to the evictkit.io CRD.
+
+use std::collections::BTreeSet;
+
+use evictkit_api::keys::LIFECYCLE_API_VERSION;
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::eviction_request::{EvictionRequestError, TargetPod};
+
+/// Intents of `spec.intent`.
+const INTENT_EVICTION: &str = "Eviction";
+const INTENT_WITHDRAWN: &str = "Withdrawn";
+/// The longest object name (DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// Whether the apiserver serves `lifecycle.k8s.io/v1alpha1` EvictionRequests and Evictions.
+pub async fn served(client: &Client) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(LIFECYCLE_API_VERSION).await {
+        Ok(list) => {
+            let names: BTreeSet<&str> = list.resources.iter().map(|r| r.name.as_str()).collect();
+            Ok(names.contains("evictions") && names.contains("evictionrequests"))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// The requester's EvictionRequest of a pod: `<pod>-<requester key as a name>`, so each
+/// requester has its own, found again without a list.
+pub fn request_name(pod: &str, requester: &str) -> String {
+    let key: String = requester
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    let mut name = format!("{pod}-{}", key.trim_matches('-'));
+    name.truncate(MAX_NAME);
+    name.trim_end_matches(['-', '.']).to_owned()
+}
+
+/// States `intent` for `target` as `requester`: creates the request or switches its intent.
+pub async fn set_intent(
+    client: &Client,
+    target: &TargetPod,
+    requester: &str,
+    intent: &str,
+) -> Result<EvictionRequest, EvictionRequestError> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
+    let name = request_name(&target.name, requester);
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "EvictionRequest",
+        "metadata": { "name": name },
+        "spec": {
+            "intent": intent,
+            "requester": requester,
+            "target": { "pod": { "name": target.name, "uid": target.uid } },
+        },
+    });
+    api.patch(
+        &name,
+        &PatchParams::apply(requester).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(|source| EvictionRequestError::Api {
+        action: if intent == INTENT_EVICTION {
+            "apply"
+        } else {
+            "withdraw by"
+        },
+        request: format!("{}/{name}", target.namespace),
+        actor: requester.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// Asks for the eviction of `target` as `requester` (intent `Eviction`). Idempotent.
+pub async fn request_eviction(
+    client: &Client,
+    target: &TargetPod,
+    requester: &str,
+) -> Result<EvictionRequest, EvictionRequestError> {
+    set_intent(client, target, requester, INTENT_EVICTION).await
+}
+
+/// Withdraws `requester`'s intent (intent `Withdrawn`); `None` when it never asked.
+pub async fn withdraw(
+    client: &Client,
+    target: &TargetPod,
+    requester: &str,
+) -> Result<Option<EvictionRequest>, EvictionRequestError> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
+    let name = request_name(&target.name, requester);
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| EvictionRequestError::Api {
+            action: "read",
+            request: format!("{}/{name}", target.namespace),
+            actor: requester.to_owned(),
+            source: Box::new(source),
+        })?;
+    match existing {
+        Some(request) if request.spec.intent == INTENT_WITHDRAWN => Ok(Some(request)),
+        Some(_) => set_intent(client, target, requester, INTENT_WITHDRAWN)
+            .await
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_names_are_valid_object_names_per_requester() {
+        assert_eq!(
+            request_name("web-0", "evictkit.io/taint-manager"),
+            "web-0-evictkit-io-taint-manager"
+        );
+        assert_eq!(
+            request_name("web-0", "acme.io/Drain_Now"),
+            "web-0-acme-io-drain-now"
+        );
+        assert_eq!(request_name(&"p".repeat(250), "acme.io/x").len(), 253);
+    }
+}
