@@ -12,6 +12,7 @@
 pub mod commands;
 pub mod lifecycle;
 mod metrics;
+mod retries;
 pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -23,7 +24,7 @@ use clap::{Parser, Subcommand};
 use evictkit_api::conditions::REASON_VALIDATION_FAILED;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
-use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, retry_delay};
+use evictkit_core::affinity_eviction::MIRROR_POD_ANNOTATION;
 use evictkit_core::eviction_request::admission::ControllerIdentity;
 use evictkit_core::eviction_request::{
     self as core, HandOverCause, Imperative, Plan, State, Transition, controller_status,
@@ -50,6 +51,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::metrics::RequestMetrics;
+use crate::retries::{Backoff, NextAttempt, Retries};
 
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
@@ -244,7 +246,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 heartbeat_timeout,
                 ..evictkit_core::lifecycle::Config::default()
             },
-            backoff: (args.eviction_backoff_initial, args.eviction_backoff_max),
+            backoff: Backoff {
+                initial: args.eviction_backoff_initial,
+                max: args.eviction_backoff_max,
+            },
             dry_run: args.common.dry_run,
             namespace: args.namespace.clone(),
             controller: args.controller.config(),
@@ -267,7 +272,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             recorder: EventRecorder::new(client.clone(), COMPONENT),
             metrics: RequestMetrics::register(&metrics)?,
             config: core::Config { heartbeat_timeout },
-            backoff: (args.eviction_backoff_initial, args.eviction_backoff_max),
+            backoff: Backoff {
+                initial: args.eviction_backoff_initial,
+                max: args.eviction_backoff_max,
+            },
             finished_ttl: (!args.finished_ttl.is_zero()).then_some(args.finished_ttl),
             dry_run: args.common.dry_run,
             namespace: args.namespace.clone(),
@@ -301,22 +309,19 @@ struct Settings {
     recorder: EventRecorder,
     metrics: RequestMetrics,
     config: core::Config,
-    /// `--eviction-backoff-initial`, `--eviction-backoff-max`.
-    backoff: (Duration, Duration),
+    backoff: Backoff,
     finished_ttl: Option<Duration>,
     dry_run: bool,
     namespace: Option<String>,
     controller: controller::Config,
 }
 
-/// What reconcile needs. The per-request eviction backoff lives here because kube-runtime
-/// keeps no per-object backoff (DESIGN.md); its retry count starts from the one written in the
-/// request's status, so a restart does not reset the backoff.
+/// What reconcile needs, with the per-request eviction back-off.
 struct Context {
     client: Client,
     settings: Arc<Settings>,
     pods: Store<Pod>,
-    retries: Mutex<HashMap<Key, Retry>>,
+    retries: Retries<Key>,
     written: OwnWrites,
 }
 
@@ -364,12 +369,6 @@ impl OwnWrites {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Retry {
-    failures: u32,
-    next_attempt: tokio::time::Instant,
-}
-
 impl std::ops::Deref for Context {
     type Target = Settings;
     fn deref(&self) -> &Settings {
@@ -379,10 +378,7 @@ impl std::ops::Deref for Context {
 
 impl Context {
     fn forget(&self, key: &Key) {
-        self.retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.retries.forget(key);
         self.written.forget(key);
         self.metrics.forget(key);
     }
@@ -428,7 +424,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         client: client.clone(),
         settings: settings.clone(),
         pods: pod_store.clone(),
-        retries: Mutex::default(),
+        retries: Retries::new(settings.backoff),
         written: OwnWrites::default(),
     });
     let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
@@ -605,11 +601,7 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     observed.status = Some(plan.status.clone());
     context.metrics.observe(&observed, finished);
     if finished {
-        context
-            .retries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        context.retries.forget(&key);
         if let (Some(owner), false) = (
             core::owner_to_add(&request, pod.as_deref(), &plan.status),
             context.dry_run,
@@ -631,30 +623,6 @@ fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
-/// The attempt after one more failure of the imperative eviction.
-struct NextAttempt {
-    failures: u32,
-    delay: Duration,
-}
-
-/// Counts one more failure for `key` and records when the next attempt is due (backoff).
-fn schedule_retry(context: &Context, key: &Key, previous: &Retry) -> NextAttempt {
-    let failures = previous.failures + 1;
-    let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
-    context
-        .retries
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            key.clone(),
-            Retry {
-                failures,
-                next_attempt: tokio::time::Instant::now() + delay,
-            },
-        );
-    NextAttempt { failures, delay }
-}
-
 /// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
 /// its status message and the next attempt waits (exponential backoff, capped). Returns the
 /// wait before the next attempt, if one is due.
@@ -666,18 +634,12 @@ async fn imperative_eviction(
     now: Timestamp,
     context: &Context,
 ) -> Result<Option<Duration>, Error> {
-    let previous = {
-        let mut retries = context.retries.lock().unwrap_or_else(|p| p.into_inner());
-        *retries.entry(key.clone()).or_insert_with(|| Retry {
-            failures: interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR)
-                .and_then(|e| retries_in_message(&e.message))
-                .unwrap_or(0),
-            next_attempt: tokio::time::Instant::now(),
-        })
-    };
-    let wait = previous
-        .next_attempt
-        .saturating_duration_since(tokio::time::Instant::now());
+    let previous = context.retries.current(key, || {
+        interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR)
+            .and_then(|e| retries_in_message(&e.message))
+            .unwrap_or(0)
+    });
+    let wait = previous.wait();
     if !wait.is_zero() {
         return Ok(Some(wait));
     }
@@ -703,18 +665,14 @@ async fn imperative_eviction(
             let message = format!("Evicted pod {namespace}/{pod_name} through the Eviction API.");
             plan.record_imperative(&message, now);
             normal(context, request, "Evicting", "Evict", &message).await;
-            context
-                .retries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(key);
+            context.retries.forget(key);
             return Ok(None);
         }
         // Accepted, but a 429 like any other: if the background eviction stalls, the pod stays
         // and the request would hang, so the next attempt comes after the backoff (an attempt
         // while the background eviction runs is answered 429 again and changes nothing).
         EvictionOutcome::InBackground { message } => {
-            let NextAttempt { delay, .. } = schedule_retry(context, key, &previous);
+            let NextAttempt { delay, .. } = context.retries.schedule_retry(key, &previous);
             let message = format!(
                 "The Eviction API accepted the eviction of pod {namespace}/{pod_name}, which proceeds in the background: {message}"
             );
@@ -732,7 +690,7 @@ async fn imperative_eviction(
         }
         EvictionOutcome::Other { status } => status.message.clone(),
     };
-    let NextAttempt { failures, delay } = schedule_retry(context, key, &previous);
+    let NextAttempt { failures, delay } = context.retries.schedule_retry(key, &previous);
     plan.record_imperative(&message_eviction_failed(failures), now);
     let note = format!(
         "Cannot evict pod {namespace}/{pod_name} ({}), retry {failures} in {delay:?}: {failure}",

@@ -14,13 +14,15 @@
 pub mod commands;
 mod metrics;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
-use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, retry_delay};
-use evictkit_core::eviction_request::{message_eviction_failed, retries_in_message, whole_seconds};
+use evictkit_core::affinity_eviction::MIRROR_POD_ANNOTATION;
+use evictkit_core::eviction_request::{
+    Imperative, imperative, message_eviction_failed, retries_in_message, whole_seconds,
+};
 use evictkit_core::lifecycle::{
     self as core, Progress, Target, imperative_evictor_active, own_status,
 };
@@ -42,6 +44,7 @@ use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
 use crate::COMPONENT;
+use crate::retries::{Backoff, NextAttempt, Retries};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
 /// controller's, so the controller's applies never touch the responder's fields).
@@ -57,17 +60,10 @@ pub struct Settings {
     pub recorder: EventRecorder,
     pub metrics: LifecycleMetrics,
     pub config: core::Config,
-    /// `--eviction-backoff-initial`, `--eviction-backoff-max`.
-    pub backoff: (Duration, Duration),
+    pub backoff: Backoff,
     pub dry_run: bool,
     pub namespace: Option<String>,
     pub controller: controller::Config,
-}
-
-#[derive(Clone, Copy)]
-struct Retry {
-    failures: u32,
-    next_attempt: tokio::time::Instant,
 }
 
 struct Context {
@@ -76,9 +72,8 @@ struct Context {
     pods: Store<Pod>,
     requests: Store<EvictionRequest>,
     eviction_store: Store<Eviction>,
-    /// Per Eviction UID, the imperative evictor's back-off (its failure count starts from the
-    /// one in its message, so a restart does not reset it).
-    retries: Mutex<HashMap<String, Retry>>,
+    /// Per Eviction UID, the imperative evictor's back-off.
+    retries: Retries<String>,
 }
 
 impl std::ops::Deref for Context {
@@ -190,7 +185,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         pods: pod_store.clone(),
         requests: request_store.clone(),
         eviction_store: eviction_store.clone(),
-        retries: Mutex::default(),
+        retries: Retries::new(settings.backoff),
     });
     let namespace = settings.namespace.as_deref();
     // Changes of one kind wake the reconciler of the other through these.
@@ -234,11 +229,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             if let Ok(watcher::Event::Delete(eviction)) = event {
                 context.metrics.forget_eviction(eviction);
                 if let Some(uid) = eviction.metadata.uid.as_ref() {
-                    context
-                        .retries
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(uid);
+                    context.retries.forget(uid);
                 }
             }
         })
@@ -716,48 +707,54 @@ async fn imperative_evictor(
             return Ok((written, None));
         }
     };
-    if pod.metadata.deletion_timestamp.is_some() {
+    match imperative(pod) {
+        Imperative::Evict => {}
         // Terminating pods are not evicted again; its deletion wakes this Eviction.
-        return Ok((None, None));
+        Imperative::Terminating => return Ok((None, None)),
+        // Mirror and DaemonSet pods: said once, in the message and a Warning Event; the pod
+        // stays, and the responder is interrupted at the heartbeat deadline.
+        Imperative::Unsupported(message) => {
+            if own.message.as_deref() == Some(message.as_str()) {
+                return Ok((None, None));
+            }
+            warn(context, eviction, "EvictionNotSupported", "Evict", &message).await;
+            let written = write_own_status(context, eviction, &own, &message, now, false).await?;
+            return Ok((written, None));
+        }
     }
     let uid = eviction.metadata.uid.clone().unwrap_or_default();
-    let previous = *context
-        .retries
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(uid.clone())
-        .or_insert_with(|| Retry {
-            failures: own
-                .message
-                .as_deref()
-                .and_then(retries_in_message)
-                .unwrap_or(0),
-            next_attempt: tokio::time::Instant::now(),
-        });
-    let wait = previous
-        .next_attempt
-        .saturating_duration_since(tokio::time::Instant::now());
+    let previous = context.retries.current(&uid, || {
+        own.message
+            .as_deref()
+            .and_then(retries_in_message)
+            .unwrap_or(0)
+    });
+    let wait = previous.wait();
     if !wait.is_zero() {
         return Ok((None, Some(wait)));
     }
     let pod_id = id(pod);
     let outcome = context.evictions.evict(pod).await?;
     let failure = match &outcome {
-        EvictionOutcome::Evicted | EvictionOutcome::InBackground { .. } => {
-            context
-                .retries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&uid);
-            let message = match &outcome {
-                EvictionOutcome::InBackground { message } => format!(
-                    "The Eviction API accepted the eviction of pod {pod_id}, which proceeds in the background: {message}"
-                ),
-                _ => format!("Evicted pod {pod_id} through the Eviction API."),
-            };
+        EvictionOutcome::Evicted => {
+            context.retries.forget(&uid);
+            let message = format!("Evicted pod {pod_id} through the Eviction API.");
             normal(context, eviction, "Evicting", "Evict", &message).await;
             let written = write_own_status(context, eviction, &own, &message, now, false).await?;
             return Ok((written, None));
+        }
+        // Accepted, but a 429 like any other (as in the CRD mode): if the background eviction
+        // stalls, the pod stays, so the next attempt comes after the back-off.
+        EvictionOutcome::InBackground { message } => {
+            let NextAttempt { delay, .. } = context.retries.schedule_retry(&uid, &previous);
+            let message = format!(
+                "The Eviction API accepted the eviction of pod {pod_id}, which proceeds in the background: {message}"
+            );
+            if own.message.as_deref() != Some(message.as_str()) {
+                normal(context, eviction, "EvictingInBackground", "Evict", &message).await;
+            }
+            let written = write_own_status(context, eviction, &own, &message, now, false).await?;
+            return Ok((written, Some(delay)));
         }
         EvictionOutcome::Gone => return Ok((None, None)),
         EvictionOutcome::BlockedByBudget { message } | EvictionOutcome::Conflict { message } => {
@@ -765,19 +762,7 @@ async fn imperative_evictor(
         }
         EvictionOutcome::Other { status } => status.message.clone(),
     };
-    let failures = previous.failures + 1;
-    let delay = retry_delay(failures, context.backoff.0, context.backoff.1);
-    context
-        .retries
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            uid,
-            Retry {
-                failures,
-                next_attempt: tokio::time::Instant::now() + delay,
-            },
-        );
+    let NextAttempt { failures, delay } = context.retries.schedule_retry(&uid, &previous);
     context.metrics.failed_evictions.inc();
     let note = format!(
         "Cannot evict pod {pod_id} ({}), retry {failures} in {delay:?}: {failure}",

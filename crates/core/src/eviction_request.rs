@@ -657,8 +657,9 @@ pub fn hand_over_due(
     }
 }
 
-/// KEP (Eviction): what the default interceptor does with the pod.
-fn imperative(pod: &Pod) -> Imperative {
+/// KEP (Eviction): what the default interceptor does with the pod (the upstream API's
+/// imperative evictor too).
+pub fn imperative(pod: &Pod) -> Imperative {
     if pod.metadata.deletion_timestamp.is_some() {
         return Imperative::Terminating;
     }

@@ -16,9 +16,9 @@ use anyhow::{Context as _, Result, ensure};
 use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER as IMPERATIVE, POD_GROUP_LABEL};
 use evictkit_core::lifecycle::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, INTENT_WITHDRAWN,
-    REASON_CANCELED_NO_REQUESTERS, REASON_EVICTION_INVALID, REASON_POD_DELETED, ROLE_REQUESTER,
-    ROLE_RESPONDER, STATE_ACTIVE, STATE_CANCELED, STATE_COMPLETED, STATE_INACTIVE,
-    STATE_INTERRUPTED,
+    REASON_CANCELED_NO_REQUESTERS, REASON_EVICTION_INVALID, REASON_POD_DELETED,
+    REASON_POD_TERMINAL, ROLE_REQUESTER, ROLE_RESPONDER, STATE_ACTIVE, STATE_CANCELED,
+    STATE_COMPLETED, STATE_INACTIVE, STATE_INTERRUPTED,
 };
 use evictkit_runtime::eviction_request::TargetPod;
 use evictkit_runtime::lifecycle_request;
@@ -32,8 +32,8 @@ use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const DRAIN: &str = "drain.example.com/maintenance";
@@ -562,6 +562,82 @@ async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
     Ok(())
 }
 
+/// KEP: a pod that reaches a terminal phase while a responder is active is TargetEvicted
+/// (PodTerminal), on the Eviction and on the request.
+#[tokio::test]
+async fn a_terminal_pod_is_target_evicted() -> Result<()> {
+    let env = TestEnv::new("lc-terminal").await?;
+    let _controller = start(&env, "lifecycle").await?;
+    let mut pod = objects::pod("batch-0", "batch-0");
+    pod.metadata.annotations = Some(
+        [(
+            objects::CUSTOM_STATUS_ANNOTATION.0.to_owned(),
+            objects::CUSTOM_STATUS_ANNOTATION.1.to_owned(),
+        )]
+        .into(),
+    );
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.eviction_responders = Some(vec![EvictionResponder {
+            name: OWNER.into(),
+            priority: 10000,
+        }]);
+    }
+    let pod = env.create(&pod).await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    wait_eviction(&env, &pod, "owner active", |e| {
+        state(e, OWNER).as_deref() == Some(STATE_ACTIVE)
+    })
+    .await?;
+    env.api::<Pod>()
+        .patch_status(
+            "batch-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await?;
+    wait_eviction(&env, &pod, "TargetEvicted", |e| {
+        eviction_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_TERMINAL)
+    })
+    .await?;
+    wait_request(&env, &pod, DRAIN, "TargetEvicted", |r| {
+        request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_TERMINAL)
+    })
+    .await?;
+    Ok(())
+}
+
+/// KEP: "API-initiated eviction of DaemonSet pods and mirror pods is not supported": the
+/// imperative evictor says so in its message (and a Warning Event) and leaves the pod.
+#[tokio::test]
+async fn the_imperative_evictor_does_not_evict_a_mirror_pod() -> Result<()> {
+    let env = TestEnv::new("lc-mirror").await?;
+    let _controller = start(&env, "lifecycle").await?;
+    let mut pod = objects::pod("static-0", "static-0");
+    // The apiserver accepts a mirror pod only bound to a node.
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some("kwok-node-0".into());
+    }
+    pod.metadata.annotations =
+        Some([("kubernetes.io/config.mirror".to_owned(), "hash".to_owned())].into());
+    let pod = env.create(&pod).await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    wait_eviction(&env, &pod, "refused by the imperative evictor", |e| {
+        message(e, IMPERATIVE).is_some_and(|m| {
+            m.starts_with("API-initiated eviction of mirror pods is not supported")
+        })
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        env.api::<Pod>()
+            .get_opt("static-0")
+            .await?
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "the mirror pod stays"
+    );
+    Ok(())
+}
+
 /// KEP walkthrough with a PodDisruptionBudget: the imperative evictor retries with back-off,
 /// its message counting the retries, until the budget allows the eviction.
 #[tokio::test]
@@ -584,7 +660,7 @@ async fn the_imperative_evictor_backs_off_while_a_budget_blocks() -> Result<()> 
         |p| {
             p.status
                 .as_ref()
-                .is_some_and(|s| s.observed_generation.is_some() && s.current_healthy == 1)
+                .is_some_and(|s| s.observed_generation.is_some() && s.current_healthy == Some(1))
         },
     )
     .await?;
