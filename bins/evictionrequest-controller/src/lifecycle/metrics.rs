@@ -14,6 +14,11 @@ use prometheus::{IntCounter, IntGaugeVec, Opts};
 /// Label value of `target_type`: only pods can be targets.
 const TARGET_POD: &str = "pod";
 
+/// (gauge prefix and namespace, object name).
+type SeriesOwner = (String, String);
+/// One series' label values, in the gauge's label order.
+type LabelValues = Vec<String>;
+
 #[derive(Clone)]
 pub struct LifecycleMetrics {
     /// `evictionrequest_controller_responder_state{namespace, eviction, target, target_type,
@@ -28,7 +33,7 @@ pub struct LifecycleMetrics {
     /// of the imperative-eviction.k8s.io/evictor responder.
     pub failed_evictions: IntCounter,
     /// Label sets published per object (namespace/name), to remove those that no longer apply.
-    published: Arc<Mutex<HashMap<(String, String), Vec<Vec<String>>>>>,
+    published: Arc<Mutex<HashMap<SeriesOwner, Vec<LabelValues>>>>,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(
@@ -105,7 +110,7 @@ impl LifecycleMetrics {
     }
 
     /// Replaces `gauge`'s series of one object by `series` (each set to `value`).
-    fn publish(&self, key: (String, String), gauge: &IntGaugeVec, series: Vec<(Vec<String>, i64)>) {
+    fn publish(&self, key: SeriesOwner, gauge: &IntGaugeVec, series: Vec<(LabelValues, i64)>) {
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
         for old in published.remove(&key).unwrap_or_default() {
             if !series.iter().any(|(labels, _)| *labels == old) {

@@ -152,7 +152,8 @@ fn names(list: &[TargetResponder]) -> Vec<&str> {
 fn responders_are_selected_by_priority_then_top_level_domain_first() {
     // Facts of the type's doc: higher priority first; on a tie the top domain labels are
     // compared first, then lower ones, a shorter domain first, the key last.
-    let cases: &[(&[(&str, i32)], &[&str])] = &[
+    type Case<'a> = (&'a [(&'a str, i32)], &'a [&'a str]);
+    let cases: &[Case] = &[
         (&[("b.io/x", 1000), ("a.io/x", 2000)], &["a.io/x", "b.io/x"]),
         (
             &[("a.example.com/x", 1000), ("z.example.io/x", 1000)],
