@@ -22,7 +22,9 @@ use clap::{ArgAction, Parser, ValueEnum};
 use evictkit_api::conditions::{
     REASON_REQUIRED_NODE_AFFINITY_VIOLATION, STATUS_FALSE, STATUS_TRUE,
 };
-use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
+use evictkit_api::keys::{
+    AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
+};
 use evictkit_core::affinity_eviction::{
     CONDITION_TYPE, REASON_MATCHES_AGAIN, REASON_OPTED_OUT, Verdict, counts_as_failed_in_round,
     daemonset_recreates_on, retry_delay,
@@ -30,10 +32,12 @@ use evictkit_core::affinity_eviction::{
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
-use evictkit_runtime::eviction_request::{EvictionRequestError, request_eviction, withdraw};
+use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::tls::ReloadingCertResolver;
 use evictkit_runtime::{client, logging, shutdown, tls};
@@ -95,6 +99,13 @@ pub struct Args {
     /// interceptors take part, and withdraws the request if the pod matches again first.
     #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Eviction)]
     pub mode: Mode,
+    /// Which EvictionRequest API `--mode eviction-request` uses (KEP-4563): `lifecycle`
+    /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
+    /// gate; requester evictkit.io/affinity-evictor), `crd` (evictionrequests.evictkit.io;
+    /// requester affinity-evictor.evictkit.io), or `auto`: lifecycle when discovery shows it,
+    /// else crd.
+    #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
+    pub eviction_request_api: ApiMode,
     /// Watch and evict pods of this namespace only (default: all namespaces), e.g. to try the
     /// controller on one team's workloads first.
     #[arg(long, value_name = "NAMESPACE")]
@@ -156,7 +167,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             dry_run: args.common.dry_run,
             backoff: (args.retry_backoff_base, args.retry_backoff_max),
             namespace: args.namespace.clone(),
-            mode: args.mode,
+            requester: match args.mode {
+                Mode::Eviction => None,
+                Mode::EvictionRequest => Some(
+                    Requester::new(
+                        client.clone(),
+                        args.eviction_request_api,
+                        RequesterNames {
+                            crd: AFFINITY_EVICTOR_REQUESTER,
+                            lifecycle: AFFINITY_EVICTOR_REQUESTER_KEY,
+                        },
+                    )
+                    .await
+                    .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?,
+                ),
+            },
             controller: args.controller.config(),
         };
         if !args.enabled {
@@ -194,7 +219,8 @@ struct Settings {
     /// `--retry-backoff-base`, `--retry-backoff-max`.
     backoff: (Duration, Duration),
     namespace: Option<String>,
-    mode: Mode,
+    /// `--mode eviction-request`: asks for and withdraws EvictionRequests; `None`: evicts.
+    requester: Option<Requester>,
     controller: controller::Config,
 }
 
@@ -436,8 +462,8 @@ async fn settled(
     if !pod.marked || !context.enabled || context.dry_run {
         return Ok(());
     }
-    if context.mode == Mode::EvictionRequest {
-        withdraw(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await?;
+    if let Some(requester) = &context.requester {
+        requester.withdraw(pod).await?;
         tracing::info!(pod = %name, reason, "withdrew the eviction request");
     }
     set_condition(&context.client, pod, STATUS_FALSE, reason, &message()).await
@@ -542,8 +568,8 @@ async fn violation(
         )
         .await?;
     }
-    if context.mode == Mode::EvictionRequest {
-        return request(pod, key, name, node, &message, context).await;
+    if let Some(requester) = &context.requester {
+        return request(requester, pod, key, name, node, &message, context).await;
     }
     let outcome = context.evictions.evict(pod).await?;
     match outcome {
@@ -584,9 +610,11 @@ async fn violation(
 }
 
 /// `--mode eviction-request`: create or join the pod's EvictionRequest as requester
-/// `affinity-evictor.evictkit.io`; the evictionrequest-controller and the pod's interceptors
-/// do the rest. Joining is idempotent (server-side apply), so a re-check writes nothing new.
+/// `affinity-evictor.evictkit.io` (`evictkit.io/affinity-evictor` on the upstream API); the
+/// evictionrequest-controller and the pod's interceptors or responders do the rest. Asking is
+/// idempotent (server-side apply), so a re-check writes nothing new.
 async fn request(
+    requester: &Requester,
     pod: &CachedPod,
     key: &ObjectRef<CachedPod>,
     name: &str,
@@ -602,7 +630,7 @@ async fn request(
     // the pod may be evicted and gone while it runs, and a claim made after it would find the
     // mark cleared by then and count the pod a second time.
     let first = context.mark_requested(key);
-    match request_eviction(&context.client, pod, AFFINITY_EVICTOR_REQUESTER).await {
+    match requester.request_eviction(pod).await {
         Ok(_) => {
             if first {
                 context.metrics.evictions.inc();

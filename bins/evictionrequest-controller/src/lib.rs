@@ -35,6 +35,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
+pub use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::tls::ReloadingCertResolver;
@@ -137,35 +138,11 @@ pub struct Args {
     /// Which EvictionRequest API the controller serves: `lifecycle` (Kubernetes' own
     /// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
     /// (evictionrequests.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
+    /// The requesters' `--eviction-request-api` follows the same rule.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
     #[command(flatten)]
     pub controller: ControllerArgs,
-}
-
-/// `--api`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApiMode {
-    Auto,
-    Crd,
-    Lifecycle,
-}
-
-impl ApiMode {
-    /// `auto` decided by discovery: whether the apiserver serves lifecycle.k8s.io/v1alpha1.
-    pub async fn resolve(self, client: &Client) -> anyhow::Result<Self> {
-        Ok(match self {
-            Self::Auto
-                if evictkit_runtime::lifecycle_request::served(client)
-                    .await
-                    .context("discovery of lifecycle.k8s.io/v1alpha1")? =>
-            {
-                Self::Lifecycle
-            }
-            Self::Auto => Self::Crd,
-            chosen => chosen,
-        })
-    }
 }
 
 /// Runs a subcommand, or else the controller and webhook.
@@ -226,7 +203,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
     }
     let api = if args.roles.runs(Role::Controller) {
-        args.api.resolve(&client).await?
+        args.api
+            .resolve(&client)
+            .await
+            .context("discovery of lifecycle.k8s.io/v1alpha1")?
     } else {
         ApiMode::Crd
     };

@@ -16,10 +16,9 @@ use evictkit_api::conditions::{
     REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
     STATUS_FALSE, STATUS_TRUE,
 };
-use evictkit_api::keys::TAINT_MANAGER_REQUESTER;
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_runtime::eviction::EvictionOutcome;
-use evictkit_runtime::eviction_request::{EvictionRequestError, find, request_eviction, withdraw};
+use evictkit_runtime::eviction_request::EvictionRequestError;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -308,18 +307,16 @@ async fn join_request(
         )
         .await?;
     }
-    Ok(
-        match request_eviction(&context.client, pod, TAINT_MANAGER_REQUESTER).await {
-            Ok(_) => Attempt::Requested { first },
-            Err(error @ EvictionRequestError::Refused { .. }) => Attempt::Refused {
-                why: error.to_string(),
-            },
-            Err(error) => Attempt::Blocked {
-                reason: "Error",
-                why: error.to_string(),
-            },
+    Ok(match context.requester.request_eviction(pod).await {
+        Ok(_) => Attempt::Requested { first },
+        Err(error @ EvictionRequestError::Refused { .. }) => Attempt::Refused {
+            why: error.to_string(),
         },
-    )
+        Err(error) => Attempt::Blocked {
+            reason: "Error",
+            why: error.to_string(),
+        },
+    })
 }
 
 /// The pod is no longer due by an EvictionRequest (the taint went, a toleration or the policy
@@ -336,15 +333,7 @@ pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), E
     }
     // Counted and announced only when a requester entry of ours was there to withdraw: a
     // reconcile from a cache older than our own withdrawal finds none.
-    let listed = find(&context.client, pod).await?.is_some_and(|r| {
-        r.spec
-            .requesters
-            .iter()
-            .any(|r| r.name == TAINT_MANAGER_REQUESTER)
-    });
-    if listed {
-        withdraw(&context.client, pod, TAINT_MANAGER_REQUESTER).await?;
-    }
+    let listed = context.requester.withdraw(pod).await?;
     set_disruption_target(
         &context.client,
         pod,

@@ -54,6 +54,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_api::taint_eviction_policy::{TaintEvictionAction, TaintEvictionPolicy};
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
 use evictkit_core::zone_disruption::{
@@ -66,7 +67,9 @@ use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::{client, logging, shutdown};
 use futures::{FutureExt, StreamExt, future, stream};
@@ -139,6 +142,12 @@ pub struct Args {
     /// top of --kube-api-qps.
     #[arg(long, value_name = "RATE", default_value_t = 0.0)]
     pub max_evictions_per_second: f64,
+    /// Which EvictionRequest API to request evictions through (KEP-4563): `lifecycle`
+    /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
+    /// gate; requester evictkit.io/taint-manager), `crd` (evictionrequests.evictkit.io; requester
+    /// taint-manager.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
+    #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
+    pub eviction_request_api: ApiMode,
     /// Act on pods of this namespace only (default: all namespaces), e.g. to try the
     /// taint-manager on one team's workloads first. Policy status then counts those pods only.
     #[arg(long, value_name = "NAMESPACE")]
@@ -204,6 +213,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics: own_metrics,
         dry_run: args.common.dry_run,
         backoff: (args.retry_backoff_base, args.retry_backoff_max),
+        requester: Requester::new(
+            client.clone(),
+            args.eviction_request_api,
+            RequesterNames {
+                crd: TAINT_MANAGER_REQUESTER,
+                lifecycle: TAINT_MANAGER_REQUESTER_KEY,
+            },
+        )
+        .await
+        .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?,
         zone_flags: ZoneFlags {
             node_eviction_rate: args.node_eviction_rate,
             secondary_node_eviction_rate: args.secondary_node_eviction_rate,
@@ -248,6 +267,8 @@ struct Settings {
     dry_run: bool,
     /// `--retry-backoff-base`, `--retry-backoff-max`.
     backoff: (Duration, Duration),
+    /// Asks for and withdraws EvictionRequests (action `EvictionRequest`).
+    requester: Requester,
     zone_flags: ZoneFlags,
     pacer: Pacer,
     namespace: Option<String>,

@@ -321,7 +321,14 @@ pub async fn find(
     client: &Client,
     pod: &Pod,
 ) -> Result<Option<EvictionRequest>, EvictionRequestError> {
-    let target = TargetPod::of(pod)?;
+    find_target(client, &TargetPod::of(pod)?).await
+}
+
+/// [`find`] for a pod known by reference.
+pub async fn find_target(
+    client: &Client,
+    target: &TargetPod,
+) -> Result<Option<EvictionRequest>, EvictionRequestError> {
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
     api.get_opt(target.request_name()).await.map_err(api_error(
         "read",

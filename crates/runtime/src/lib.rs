@@ -11,6 +11,7 @@
 //! - [`eviction`]: the one eviction client, with its outcome classification;
 //! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
 //! - [`lifecycle_request`]: the same as a requester of Kubernetes' own `lifecycle.k8s.io` API;
+//! - [`requester`]: one requester over either API, whichever the cluster serves;
 //! - [`events`]: Kubernetes Events under the component's name;
 //! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate.
 //!
@@ -27,6 +28,7 @@ pub mod lifecycle_request;
 pub mod logging;
 pub mod metrics;
 mod ratelimit;
+pub mod requester;
 pub mod shutdown;
 pub mod tls;
 pub mod webhook;

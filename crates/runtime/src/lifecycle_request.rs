@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
+use evictkit_core::lifecycle::{CONDITION_FAILED, REASON_EVICTION_INVALID};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -17,10 +18,31 @@ use serde_json::json;
 use crate::eviction_request::{EvictionRequestError, TargetPod};
 
 /// Intents of `spec.intent`.
-const INTENT_EVICTION: &str = "Eviction";
-const INTENT_WITHDRAWN: &str = "Withdrawn";
+pub use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
 /// The longest object name (DNS subdomain).
 const MAX_NAME: usize = 253;
+
+/// Which EvictionRequest API a component speaks (`--api` of evictionrequest-controller,
+/// `--eviction-request-api` of the requesters): `lifecycle` (Kubernetes' own
+/// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
+/// (evictionrequests.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiMode {
+    Auto,
+    Crd,
+    Lifecycle,
+}
+
+impl ApiMode {
+    /// `auto` decided by discovery ([`served`]); `crd` and `lifecycle` as they are.
+    pub async fn resolve(self, client: &Client) -> Result<Self, kube::Error> {
+        Ok(match self {
+            Self::Auto if served(client).await? => Self::Lifecycle,
+            Self::Auto => Self::Crd,
+            chosen => chosen,
+        })
+    }
+}
 
 /// Whether the apiserver serves `lifecycle.k8s.io/v1alpha1` EvictionRequests and Evictions.
 pub async fn served(client: &Client) -> Result<bool, kube::Error> {
@@ -87,13 +109,70 @@ pub async fn set_intent(
     })
 }
 
-/// Asks for the eviction of `target` as `requester` (intent `Eviction`). Idempotent.
+/// The controller's refusal of `request` (Failed, reason EvictionInvalid: the target is
+/// missing, another pod, or one of a pod group). Final for the pod, as in the CRD mode.
+pub fn refusal(request: &EvictionRequest) -> Option<&str> {
+    request
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| {
+            c.type_ == CONDITION_FAILED && c.status == "True" && c.reason == REASON_EVICTION_INVALID
+        })
+        .map(|c| c.message.as_str())
+}
+
+/// Asks for the eviction of `target` as `requester` (intent `Eviction`). Idempotent; after a
+/// withdrawal it asks again (the controller then starts a new Eviction). A request the
+/// controller refused is final for the pod ([`refusal`]): this returns
+/// [`EvictionRequestError::Refused`] without writing.
 pub async fn request_eviction(
     client: &Client,
     target: &TargetPod,
     requester: &str,
 ) -> Result<EvictionRequest, EvictionRequestError> {
-    set_intent(client, target, requester, INTENT_EVICTION).await
+    let refused = |request: &EvictionRequest| {
+        refusal(request).map(|message| EvictionRequestError::Refused {
+            request: format!(
+                "{}/{}",
+                target.namespace,
+                request_name(&target.name, requester)
+            ),
+            message: message.to_owned(),
+        })
+    };
+    if let Some(error) = get(client, target, requester)
+        .await?
+        .as_ref()
+        .and_then(refused)
+    {
+        return Err(error);
+    }
+    let request = set_intent(client, target, requester, INTENT_EVICTION).await?;
+    match refused(&request) {
+        Some(error) => Err(error),
+        None => Ok(request),
+    }
+}
+
+/// `requester`'s EvictionRequest of `target`, if any.
+pub async fn get(
+    client: &Client,
+    target: &TargetPod,
+    requester: &str,
+) -> Result<Option<EvictionRequest>, EvictionRequestError> {
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
+    let name = request_name(&target.name, requester);
+    api.get_opt(&name)
+        .await
+        .map_err(|source| EvictionRequestError::Api {
+            action: "read",
+            request: format!("{}/{name}", target.namespace),
+            actor: requester.to_owned(),
+            source: Box::new(source),
+        })
 }
 
 /// Withdraws `requester`'s intent (intent `Withdrawn`); `None` when it never asked.
@@ -102,17 +181,7 @@ pub async fn withdraw(
     target: &TargetPod,
     requester: &str,
 ) -> Result<Option<EvictionRequest>, EvictionRequestError> {
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
-    let name = request_name(&target.name, requester);
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(|source| EvictionRequestError::Api {
-            action: "read",
-            request: format!("{}/{name}", target.namespace),
-            actor: requester.to_owned(),
-            source: Box::new(source),
-        })?;
+    let existing = get(client, target, requester).await?;
     match existing {
         Some(request) if request.spec.intent == INTENT_WITHDRAWN => Ok(Some(request)),
         Some(_) => set_intent(client, target, requester, INTENT_WITHDRAWN)

@@ -87,12 +87,22 @@ impl TestEnv {
     /// evictions.
     pub async fn start_eviction_request_controller(&self) -> Result<Component> {
         self.apply_crd("EvictionRequest").await?;
+        self.start_eviction_request_controller_on("crd").await
+    }
+
+    /// The same serving Kubernetes' own lifecycle.k8s.io/v1alpha1 API (`--api=lifecycle`).
+    pub async fn start_lifecycle_controller(&self) -> Result<Component> {
+        self.start_eviction_request_controller_on("lifecycle").await
+    }
+
+    async fn start_eviction_request_controller_on(&self, api: &str) -> Result<Component> {
         let ns = self.namespace.as_str();
+        let api = format!("--api={api}");
         let mut controller = self.start_component(
             "evictionrequest-controller",
             &[
                 "--roles=controller",
-                "--api=crd",
+                &api,
                 "--namespace",
                 ns,
                 "--leader-election-namespace",

@@ -14,8 +14,12 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use evictkit_api::conditions::REASON_REQUIRED_NODE_AFFINITY_VIOLATION;
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_api::keys::{AFFINITY_EVICTOR_REQUESTER, REQUIRED_DURING_EXECUTION};
+use evictkit_api::keys::{
+    AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
+};
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, REASON_OPTED_OUT};
+use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::objects::{self, Budget};
@@ -26,6 +30,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -712,12 +717,98 @@ async fn daemonset_pod_its_template_would_recreate_is_not_evicted() -> Result<()
     Ok(())
 }
 
+/// `--mode eviction-request` on Kubernetes' own lifecycle.k8s.io API (chosen by discovery):
+/// requester evictkit.io/affinity-evictor, intent Eviction; a pod its PDB holds is withdrawn
+/// (intent Withdrawn) when its node matches again.
+#[tokio::test]
+async fn eviction_request_mode_on_the_upstream_api() -> Result<()> {
+    let env = TestEnv::new("affinity-lc").await?;
+    let _controller = env.start_lifecycle_controller().await?;
+    let ns = env.namespace.clone();
+    let _evictor = start(&env, &["--mode=eviction-request"]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &ns)], vec![]))
+        .await?
+        .name_any();
+    let pods = env.api::<Pod>();
+    for app in ["web", "db"] {
+        env.create(&annotated_pod(app, app, &selector(&env)))
+            .await?;
+        wait::wait_for(&pods, app, DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    }
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    wait::wait_for(
+        &env.api::<PodDisruptionBudget>(),
+        "db",
+        DEFAULT_TIMEOUT,
+        "observed",
+        |pdb: &PodDisruptionBudget| {
+            pdb.status.as_ref().is_some_and(|s| {
+                s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(1)
+            })
+        },
+    )
+    .await?;
+
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    let requests = env.api::<LifecycleRequest>();
+    let name = |pod: &str| lifecycle_request::request_name(pod, AFFINITY_EVICTOR_REQUESTER_KEY);
+    let intent = |intent: &'static str| {
+        move |r: &LifecycleRequest| {
+            r.spec.requester == AFFINITY_EVICTOR_REQUESTER_KEY && r.spec.intent == intent
+        }
+    };
+    wait::wait_for(
+        &requests,
+        &name("web"),
+        DEFAULT_TIMEOUT,
+        "requested",
+        intent(INTENT_EVICTION),
+    )
+    .await?;
+    wait::wait_for_deletion(&pods, "web", DEFAULT_TIMEOUT).await?;
+    wait::wait_for(
+        &requests,
+        &name("db"),
+        DEFAULT_TIMEOUT,
+        "requested",
+        intent(INTENT_EVICTION),
+    )
+    .await?;
+
+    label_node(&env, &node, json!({USER_B: ns})).await?;
+    wait::wait_for(
+        &requests,
+        &name("db"),
+        DEFAULT_TIMEOUT,
+        "withdrawn",
+        intent(INTENT_WITHDRAWN),
+    )
+    .await?;
+    let kept = pods.get("db").await?;
+    ensure!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "db was evicted: {kept:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
     let env = TestEnv::new("affinity-er").await?;
     let _controller = env.start_eviction_request_controller().await?;
     let ns = env.namespace.clone();
-    let evictor = start(&env, &["--mode=eviction-request"]).await?;
+    let evictor = start(
+        &env,
+        &["--mode=eviction-request", "--eviction-request-api=crd"],
+    )
+    .await?;
     let node = env
         .create_node(objects::node("n", &[(USER_B, &ns)], vec![]))
         .await?

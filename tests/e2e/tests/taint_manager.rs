@@ -19,18 +19,21 @@ use evictkit_api::conditions::{
 };
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
-    LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_MANAGER_REQUESTER, TAINT_NODE_NOT_READY,
-    TAINT_NODE_UNREACHABLE,
+    LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_MANAGER_REQUESTER,
+    TAINT_MANAGER_REQUESTER_KEY, TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE,
 };
 use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
 };
+use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::Component;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, PodCondition, Taint, Toleration};
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -499,8 +502,10 @@ async fn eviction_request_policy_requests_and_withdraws_when_no_longer_due() -> 
     db_budget(&env).await?;
     let pods = env.api::<Pod>();
     let request = policy(&env, "request", 0, TaintEvictionAction::EvictionRequest);
+    // Installed before the policy is made (start() would, after it).
+    env.apply_crd("TaintEvictionPolicy").await?;
     create_policy(&env, &request).await?;
-    let manager = start(&env, &[]).await?;
+    let manager = start(&env, &["--eviction-request-api=crd"]).await?;
 
     set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
     let requests = env.api::<EvictionRequest>();
@@ -581,6 +586,84 @@ async fn eviction_request_policy_requests_and_withdraws_when_no_longer_due() -> 
     ensure!(
         withdrawn == 1.0,
         "one request withdrawn, counted {withdrawn}"
+    );
+    Ok(())
+}
+
+/// The EvictionRequest action on Kubernetes' own lifecycle.k8s.io API (chosen by discovery):
+/// one EvictionRequest per pod with requester evictkit.io/taint-manager and intent Eviction,
+/// carried out by the evictionrequest-controller; when the taint goes before the pod does
+/// (its PDB holds), the intent becomes Withdrawn.
+#[tokio::test]
+async fn eviction_request_policy_on_the_upstream_api() -> Result<()> {
+    let _shared = EXCLUSIVE.read().await;
+    let env = TestEnv::new("tm-lc").await?;
+    let _controller = env.start_lifecycle_controller().await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    ready_pod_on(&env, "web", &node).await?;
+    ready_pod_on(&env, "db", &node).await?;
+    db_budget(&env).await?;
+    let pods = env.api::<Pod>();
+    let request = policy(&env, "request", 0, TaintEvictionAction::EvictionRequest);
+    // Installed before the policy is made (start() would, after it).
+    env.apply_crd("TaintEvictionPolicy").await?;
+    create_policy(&env, &request).await?;
+    let manager = start(&env, &[]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    let requests = env.api::<LifecycleRequest>();
+    let name = |pod: &str| lifecycle_request::request_name(pod, TAINT_MANAGER_REQUESTER_KEY);
+    let intent = |intent: &'static str| {
+        move |r: &LifecycleRequest| {
+            r.spec.requester == TAINT_MANAGER_REQUESTER_KEY && r.spec.intent == intent
+        }
+    };
+    wait::wait_for(
+        &requests,
+        &name("web"),
+        DEFAULT_TIMEOUT,
+        "requested",
+        intent(INTENT_EVICTION),
+    )
+    .await?;
+    wait::wait_for_deletion(&pods, "web", DEFAULT_TIMEOUT).await?;
+    wait::wait_for(
+        &requests,
+        &name("db"),
+        DEFAULT_TIMEOUT,
+        "requested",
+        intent(INTENT_EVICTION),
+    )
+    .await?;
+    not_deleted_for(&env, "db", Duration::from_secs(2)).await?;
+
+    set_taints(&env, &node, vec![]).await?;
+    wait::wait_for(
+        &requests,
+        &name("db"),
+        DEFAULT_TIMEOUT,
+        "withdrawn",
+        intent(INTENT_WITHDRAWN),
+    )
+    .await?;
+    not_deleted_for(&env, "db", Duration::from_secs(2)).await?;
+    let withdrawn = metric(
+        &manager,
+        "evictkit_taint_manager_eviction_requests_withdrawn_total",
+    )?;
+    ensure!(
+        withdrawn == 1.0,
+        "one request withdrawn, counted {withdrawn}"
+    );
+    ensure!(
+        env.api::<EvictionRequest>()
+            .list(&ListParams::default())
+            .await
+            .map_or(true, |l| l.items.is_empty()),
+        "no evictkit.io EvictionRequest on the upstream API"
     );
     Ok(())
 }

@@ -140,6 +140,7 @@ spec:
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--leader-elect=false",
+            "--eviction-request-api=crd",
             "--retry-backoff-max=3s",
         ],
     )?;

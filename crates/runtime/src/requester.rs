@@ -1,0 +1,107 @@
+//! A requester that speaks whichever EvictionRequest API the cluster serves: Kubernetes' own
+//! `lifecycle.k8s.io/v1alpha1` ([`crate::lifecycle_request`], one EvictionRequest per
+//! requester, withdrawn by intent `Withdrawn`) or the `evictkit.io` CRD
+//! ([`crate::eviction_request`], one request per pod, withdrawn by leaving `.spec.requesters`).
+//! taint-manager, affinity-evictor and descheduler-bridge ask and withdraw through this.
+
+use kube::{Client, Resource};
+
+use crate::eviction_request::{self as crd, EvictionRequestError, TargetPod};
+use crate::lifecycle_request::{self as lifecycle, ApiMode};
+
+/// The requester's names: the CRD's requester name (a DNS subdomain such as
+/// `taint-manager.evictkit.io`) and the upstream API's domain-prefixed key
+/// (`evictkit.io/taint-manager`).
+#[derive(Clone, Copy, Debug)]
+pub struct RequesterNames {
+    pub crd: &'static str,
+    pub lifecycle: &'static str,
+}
+
+#[derive(Clone)]
+pub struct Requester {
+    client: Client,
+    api: ApiMode,
+    names: RequesterNames,
+}
+
+impl Requester {
+    /// `api` as the flag says; `auto` is decided now, by discovery.
+    pub async fn new(
+        client: Client,
+        api: ApiMode,
+        names: RequesterNames,
+    ) -> Result<Self, kube::Error> {
+        let api = api.resolve(&client).await?;
+        tracing::info!(
+            ?api,
+            requester = names.crd,
+            "EvictionRequest API of this requester"
+        );
+        Ok(Self { client, api, names })
+    }
+
+    /// The API in use: [`ApiMode::Crd`] or [`ApiMode::Lifecycle`].
+    pub fn api(&self) -> ApiMode {
+        self.api
+    }
+
+    /// The requester's name on the API in use.
+    pub fn name(&self) -> &'static str {
+        match self.api {
+            ApiMode::Lifecycle => self.names.lifecycle,
+            _ => self.names.crd,
+        }
+    }
+
+    /// Asks for the eviction of `pod`. Idempotent; a refusal by the controller is
+    /// [`EvictionRequestError::Refused`] (final for the pod).
+    pub async fn request_eviction<K: Resource<DynamicType = ()>>(
+        &self,
+        pod: &K,
+    ) -> Result<(), EvictionRequestError> {
+        match self.api {
+            ApiMode::Lifecycle => {
+                lifecycle::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
+                    .await?;
+            }
+            _ => {
+                crd::request_eviction(&self.client, pod, self.name()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Withdraws the request for `pod`; whether one of ours was standing (and is withdrawn now).
+    pub async fn withdraw<K: Resource<DynamicType = ()>>(
+        &self,
+        pod: &K,
+    ) -> Result<bool, EvictionRequestError> {
+        let target = TargetPod::of(pod)?;
+        self.withdraw_target(&target).await
+    }
+
+    /// [`Self::withdraw`] for a pod known only by reference (e.g. after it was deleted).
+    pub async fn withdraw_target(&self, target: &TargetPod) -> Result<bool, EvictionRequestError> {
+        match self.api {
+            ApiMode::Lifecycle => {
+                let standing = lifecycle::get(&self.client, target, self.name())
+                    .await?
+                    .is_some_and(|r| r.spec.intent != lifecycle::INTENT_WITHDRAWN);
+                if standing {
+                    lifecycle::withdraw(&self.client, target, self.name()).await?;
+                }
+                Ok(standing)
+            }
+            _ => {
+                let listed = crd::find_target(&self.client, target)
+                    .await?
+                    .is_some_and(|r| r.spec.requesters.iter().any(|r| r.name == self.name()));
+                if listed {
+                    crd::withdraw_target(&self.client, target, self.name()).await?;
+                }
+                Ok(listed)
+            }
+        }
+    }
+}
