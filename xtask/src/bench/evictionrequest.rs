@@ -49,6 +49,10 @@ pub struct Args {
     /// The EvictionRequest API: evictkit's CRD, or Kubernetes' own lifecycle.k8s.io/v1alpha1.
     #[arg(long, value_enum, default_value_t = BenchApi::Crd)]
     api: BenchApi,
+    /// Bench the dev-profile build (target/debug) instead of a release build: the API writes
+    /// per request are the same; time, RSS and CPU are not comparable with release figures.
+    #[arg(long)]
+    debug_build: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -61,7 +65,7 @@ enum BenchApi {
 const LIFECYCLE_REQUESTER: &str = "evictkit.io/bench";
 
 pub fn run(args: &Args) -> Result<()> {
-    let binary = support::release_binary(CONTROLLER)?;
+    let binary = support::binary(CONTROLLER, !args.debug_build)?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -121,8 +125,15 @@ async fn bench(
     let cpu_before = controller.cpu_seconds()?;
 
     println!(
-        "{CONTROLLER} (release, --roles controller, --api {:?}, --kube-api-qps {}), {} pods without interceptors or PDBs",
-        args.api, args.kube_api_qps, args.requests
+        "{CONTROLLER} ({}, --roles controller, --api {:?}, --kube-api-qps {}), {} pods without interceptors or PDBs",
+        if args.debug_build {
+            "dev profile"
+        } else {
+            "release"
+        },
+        args.api,
+        args.kube_api_qps,
+        args.requests
     );
     let started = Instant::now();
     match args.api {

@@ -12,14 +12,25 @@ use crate::cluster::{self, Cluster};
 
 /// Builds `package` with `--release` and returns the path of its binary of the same name.
 pub fn release_binary(package: &str) -> Result<PathBuf> {
-    let status = Command::new("cargo")
-        .args(["build", "--release", "-p", package])
-        .current_dir(crate::workspace_root())
-        .status()?;
-    if !status.success() {
-        bail!("cargo build --release -p {package} failed");
+    binary(package, true)
+}
+
+/// [`release_binary`], or with `release` false the dev profile's (`target/debug`).
+pub fn binary(package: &str, release: bool) -> Result<PathBuf> {
+    let mut command = Command::new("cargo");
+    command.args(["build", "-p", package]);
+    if release {
+        command.arg("--release");
     }
-    Ok(crate::workspace_root().join("target/release").join(package))
+    let status = command.current_dir(crate::workspace_root()).status()?;
+    if !status.success() {
+        bail!("cargo build -p {package} (release: {release}) failed");
+    }
+    let profile = if release { "release" } else { "debug" };
+    Ok(crate::workspace_root()
+        .join("target")
+        .join(profile)
+        .join(package))
 }
 
 /// A client of the cluster, as admin.
