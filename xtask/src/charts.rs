@@ -58,7 +58,70 @@ pub fn check(cluster: &Cluster) -> Result<()> {
             )
             .with_context(|| format!("server-side dry-run of chart {chart}"))?;
         eprintln!("    chart {chart}: dependencies, lint, template and server-side dry-run ok");
+        if chart == UMBRELLA && !enable_all.is_empty() {
+            check_cert_manager_mode(cluster, &path, &enable_all)?;
+        }
     }
+    Ok(())
+}
+
+/// With `webhook.certificate.certManager.enabled` every webhook component renders a
+/// cert-manager Certificate into its serving Secret and no Secret of its own, and every webhook
+/// configuration asks cert-manager's cainjector for its CA instead of carrying a caBundle.
+fn check_cert_manager_mode(cluster: &Cluster, umbrella: &Path, enable_all: &str) -> Result<()> {
+    let blocks: Vec<&str> = enable_all
+        .split(',')
+        .filter_map(|switch| switch.strip_suffix(".enabled=true"))
+        .collect();
+    let cert_manager: Vec<String> = blocks
+        .iter()
+        .map(|block| format!("{block}.webhook.certificate.certManager.enabled=true"))
+        .collect();
+    let rendered = helm(
+        cluster,
+        &[
+            "template",
+            "evictkit",
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            enable_all,
+            "--set",
+            &cert_manager.join(","),
+        ],
+        umbrella,
+    )?;
+    let documents: Vec<&str> = rendered.split("\n---").collect();
+    let kinds = |kind: &str| {
+        documents
+            .iter()
+            .filter(|doc| doc.contains(&format!("\nkind: {kind}\n")))
+            .count()
+    };
+    let webhook_configurations =
+        kinds("ValidatingWebhookConfiguration") + kinds("MutatingWebhookConfiguration");
+    let injected = rendered.matches("cert-manager.io/inject-ca-from: ").count();
+    if kinds("Certificate") == 0
+        || kinds("Certificate") != kinds("Issuer")
+        || injected != webhook_configurations
+        || rendered.contains("caBundle:")
+        || documents
+            .iter()
+            .any(|doc| doc.contains("type: kubernetes.io/tls"))
+    {
+        bail!(
+            "cert-manager mode: {} Certificates, {} Issuers, {injected} of {webhook_configurations} \
+             webhook configurations injected, caBundle rendered: {}, a generated Secret rendered: {}",
+            kinds("Certificate"),
+            kinds("Issuer"),
+            rendered.contains("caBundle:"),
+            documents.iter().any(|doc| doc.contains("type: kubernetes.io/tls"))
+        );
+    }
+    eprintln!(
+        "    chart {UMBRELLA}: cert-manager mode renders {} Certificates and injects {injected} webhook configurations",
+        kinds("Certificate")
+    );
     Ok(())
 }
 

@@ -8,6 +8,8 @@
 //! `EVICTKIT_CLUSTER_DIR=<dir>` puts a second, independent cluster there (every
 //! command, the tests and the benches follow it).
 
+mod real_node;
+
 use std::fs;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -72,6 +74,12 @@ pub struct UpArgs {
     /// on unless named here, e.g. 'EvictionRequestAPI=false' for a cluster without upstream's API.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
+    /// Add one node that runs containers (containerd, kubelet, kube-proxy, CNI bridge) with the
+    /// images of `cargo xtask image` imported, for installing the charts for real. Needs root;
+    /// installs Debian's containerd, runc, CNI plugins, iptables and conntrack when missing.
+    #[arg(long)]
+    #[serde(default)]
+    pub real_node: bool,
 }
 
 impl Default for UpArgs {
@@ -80,6 +88,7 @@ impl Default for UpArgs {
             nodes: 3,
             kcm_controllers: "*".into(),
             feature_gates: String::new(),
+            real_node: false,
         }
     }
 }
@@ -124,6 +133,9 @@ struct State {
     apiserver_port: u16,
     /// name -> PID, in start order.
     processes: Vec<(String, u32)>,
+    /// The node that runs containers, with `--real-node`.
+    #[serde(default)]
+    real_node: Option<real_node::RealNode>,
 }
 
 /// A started (or found) control plane.
@@ -157,7 +169,15 @@ impl Cluster {
     }
 
     pub fn bin(&self, name: &str) -> PathBuf {
+        if name == "containerd" {
+            return PathBuf::from(real_node::CONTAINERD);
+        }
         self.state.bin_dir.join(name)
+    }
+
+    /// The name of the node that runs containers, if the cluster has one.
+    pub fn real_node(&self) -> Option<&'static str> {
+        self.state.real_node.as_ref().map(|_| real_node::NODE_NAME)
     }
 
     /// Runs kubectl against the cluster; the error carries kubectl's stderr.
@@ -289,6 +309,22 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     }
 
     let bin_dir = build_control_plane()?;
+    let node_ip = if args.real_node {
+        real_node::ensure_packages()?;
+        let missing: Vec<&str> = crate::image::COMPONENTS
+            .iter()
+            .copied()
+            .chain([crate::image::PAUSE])
+            .filter(|name| !crate::image::archive_path(name).exists())
+            .collect();
+        if !missing.is_empty() {
+            eprintln!("==> building the images {}", missing.join(", "));
+            crate::image::build(&missing, true)?;
+        }
+        Some(real_node::node_ip()?)
+    } else {
+        None
+    };
     let dir = state_dir();
     fs::create_dir_all(dir.join("logs"))?;
     fs::create_dir_all(dir.join("pki"))?;
@@ -317,6 +353,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
             etcd_data_dir: etcd_data_dir.clone(),
             apiserver_port,
             processes: Vec::new(),
+            real_node: node_ip.as_ref().map(|ip| real_node::RealNode {
+                node_ip: ip.clone(),
+                dir: dir.join("real-node"),
+            }),
         },
     };
     cluster.save()?;
@@ -351,15 +391,19 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     let pki_path = |file: &str| dir.join("pki").join(file).display().to_string();
     let feature_gates = format!("--feature-gates={}", feature_gates(&args.feature_gates));
     eprintln!("==> starting kube-apiserver on https://127.0.0.1:{apiserver_port}");
-    cluster.start(
-        "kube-apiserver",
-        &strings(&[
-            &format!("--etcd-servers={etcd_url}"),
+    let mut apiserver_args = match &node_ip {
+        // Pods on the real node reach the apiserver through the `kubernetes` Service.
+        Some(ip) => real_node::apiserver_flags(ip, &dir.join("pki")),
+        None => strings(&[
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             // v1.37 refuses a loopback advertise address unless the endpoint reconciler is off
             // (no `kubernetes` Service endpoints: nothing in the cluster reaches the apiserver by it).
             "--endpoint-reconciler-type=none",
+        ]),
+    };
+    apiserver_args.extend(strings(&[
+            &format!("--etcd-servers={etcd_url}"),
             &format!("--secure-port={apiserver_port}"),
             &format!("--tls-cert-file={}", pki_path("apiserver.crt")),
             &format!("--tls-private-key-file={}", pki_path("apiserver.key")),
@@ -369,15 +413,15 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             &format!("--service-account-key-file={}", pki_path("sa.pub")),
             &format!("--service-account-signing-key-file={}", pki_path("sa.key")),
-            "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=true",
             &format!("--audit-policy-file={}", audit_policy.display()),
             &format!("--audit-log-path={}", dir.join("audit.log").display()),
             "--audit-log-format=json",
             &feature_gates,
             &format!("--runtime-config={}", runtime_config(&args.feature_gates)),
-        ]),
-    )?;
+            &format!("--service-cluster-ip-range={}", real_node::SERVICE_CIDR),
+        ]));
+    cluster.start("kube-apiserver", &apiserver_args)?;
     cluster.wait_for("kube-apiserver /readyz", Duration::from_secs(90), || {
         cluster.kubectl(&["get", "--raw", "/readyz"]).map(|_| true)
     })?;
@@ -458,6 +502,9 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
                 .is_ok())
         },
     )?;
+    if let Some(node) = cluster.state.real_node.clone() {
+        real_node::start(&mut cluster, &node)?;
+    }
     eprintln!(
         "==> cluster ready in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -496,6 +543,11 @@ pub fn down() -> Result<()> {
         if !process_runs(*pid, &bin) {
             continue;
         }
+        if name == "containerd"
+            && let Some(node) = &cluster.state.real_node
+        {
+            real_node::stop_pods(node);
+        }
         signal(*pid, "TERM");
         let start = Instant::now();
         while process_runs(*pid, &bin) && start.elapsed() < Duration::from_secs(10) {
@@ -505,6 +557,9 @@ pub fn down() -> Result<()> {
             signal(*pid, "KILL");
         }
         eprintln!("==> stopped {name} (pid {pid})");
+    }
+    if let Some(node) = &cluster.state.real_node {
+        real_node::clean_up(&cluster, node);
     }
     if cluster.state.etcd_data_dir.exists() {
         fs::remove_dir_all(&cluster.state.etcd_data_dir)?;
@@ -615,12 +670,21 @@ impl Pki {
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_cert = serving.signed_by(&serving_key, &ca)?;
 
+        // kube-apiserver's client certificate towards a real node's kubelet (logs, exec).
+        let kubelet_client_key = KeyPair::generate()?;
+        let mut kubelet_client = CertificateParams::new(Vec::<String>::new())?;
+        kubelet_client.distinguished_name = dn("kube-apiserver-kubelet-client");
+        kubelet_client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let kubelet_client_cert = kubelet_client.signed_by(&kubelet_client_key, &ca)?;
+
         let sa_key = KeyPair::generate()?;
         let admin_token = random_hex(16)?;
         fs::write(dir.join("ca.crt"), ca_cert.pem())?;
         fs::write(dir.join("ca.key"), ca_key.serialize_pem())?;
         fs::write(dir.join("apiserver.crt"), serving_cert.pem())?;
         fs::write(dir.join("apiserver.key"), serving_key.serialize_pem())?;
+        fs::write(dir.join("kubelet-client.crt"), kubelet_client_cert.pem())?;
+        fs::write(dir.join("kubelet-client.key"), kubelet_client_key.serialize_pem())?;
         fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
         fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
         fs::write(

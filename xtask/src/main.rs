@@ -5,6 +5,7 @@ mod charts;
 mod cluster;
 mod crds;
 mod demo;
+mod image;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +35,9 @@ enum Command {
     Test(test::Args),
     /// Start the control plane, run every component with its scenario, print a timeline.
     Demo(demo::Args),
+    /// Build the OCI images of the components (and the real node's sandbox image) under
+    /// target/images, without Docker: static binaries, user 65532, no shell.
+    Image(image::Args),
     /// Benchmark a component against the running control plane and print its figures.
     Bench(bench::Args),
 }
@@ -47,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Image(args) => image::run(args),
     }
 }
 

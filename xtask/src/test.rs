@@ -14,6 +14,9 @@ pub struct Args {
     /// Only the static checks and unit tests: no control plane.
     #[arg(long)]
     unit_only: bool,
+    /// Skip the installed stage (images, a real node, the charts installed as pods).
+    #[arg(long)]
+    no_installed: bool,
     /// Passed to the end-to-end test binary, e.g. a test name filter.
     #[arg(last = true)]
     e2e_args: Vec<String>,
@@ -72,6 +75,60 @@ pub fn run(args: Args) -> Result<()> {
     });
     // A failed run stops the cluster it started too; its logs stay in target/evictkit-cluster/logs.
     if !args.keep_cluster && !was_running {
+        cluster::down()?;
+    }
+    result?;
+    if args.no_installed || !args.e2e_args.is_empty() {
+        return Ok(());
+    }
+    installed(args.keep_cluster)
+}
+
+/// The installed stage: the component images, a cluster with a real node, and
+/// tests/e2e/tests/installed.rs, which helm-installs the umbrella chart there.
+fn installed(keep_cluster: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    step(
+        "images",
+        crate::image::build(
+            &crate::image::COMPONENTS
+                .iter()
+                .copied()
+                .chain([crate::image::PAUSE])
+                .collect::<Vec<_>>(),
+            true,
+        )
+        .map(drop),
+    )?;
+    let was_running = cluster::state_dir().join("state.json").exists();
+    let control_plane = cluster::up(&installed_cluster())?;
+    eprintln!(
+        "==> images and real-node cluster in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    let suite = std::time::Instant::now();
+    let result = step(
+        "installed suite",
+        run_command(
+            Command::new("cargo")
+                .args([
+                    "test",
+                    "--package",
+                    "e2e",
+                    "--test",
+                    "installed",
+                    "--",
+                    "--ignored",
+                ])
+                .current_dir(crate::workspace_root())
+                .env("KUBECONFIG", control_plane.kubeconfig()),
+        ),
+    );
+    eprintln!(
+        "==> installed suite in {:.0}s",
+        suite.elapsed().as_secs_f64()
+    );
+    if !keep_cluster && !was_running {
         cluster::down()?;
     }
     result
@@ -156,6 +213,14 @@ pub fn test_cluster() -> cluster::UpArgs {
     cluster::UpArgs {
         kcm_controllers: "*,-taint-eviction-controller".into(),
         ..Default::default()
+    }
+}
+
+/// The test cluster plus the real node the installed suite runs the charts on.
+pub fn installed_cluster() -> cluster::UpArgs {
+    cluster::UpArgs {
+        real_node: true,
+        ..test_cluster()
     }
 }
 

@@ -1,0 +1,551 @@
+//! The charts installed for real: `helm install` of the umbrella chart with all five components
+//! on the test cluster's real node (`cargo xtask cluster up --real-node`, images from
+//! `cargo xtask image`), checked through the cluster alone: no component runs as a local
+//! process, every call they make goes through their chart's ServiceAccount and RBAC, every
+//! webhook call goes from the apiserver through the webhook's Service with the chart's
+//! certificate.
+//!
+//! One install serves the whole file (an install takes a minute on a loaded machine), so the
+//! steps run in order in one test: pods and Leases, one real action per component, logs free of
+//! 403s, a leader deleted, `helm upgrade`, `helm uninstall`. `cargo xtask test` runs this file in
+//! its own stage on a real-node cluster; elsewhere it is ignored (`--ignored` runs it).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::{
+    DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER, REQUIRED_DURING_EXECUTION,
+};
+use evictkit_core::eviction_request::State;
+use evictkit_runtime::eviction_request::request_eviction;
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+const RELEASE: &str = "evictkit";
+const NAMESPACE: &str = "evictkit-system";
+/// The real node's label (xtask's cluster/real_node.rs); the charts' nodeSelector selects it.
+const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
+const COMPONENTS: [&str; 5] = [
+    "affinity-evictor",
+    "taint-manager",
+    "pdb-policy-webhook",
+    "evictionrequest-controller",
+    "descheduler-bridge",
+];
+/// Pods of a release can take minutes to start on a loaded 2-core machine.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("tests/e2e is two levels below the workspace root")
+        .to_path_buf()
+}
+
+/// helm or kubectl of the control plane's build, against the test cluster.
+fn tool(env: &TestEnv, name: &str, args: &[&str], input: Option<&str>) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new(env.control_plane_bin(name)?)
+        .args(args)
+        .env("KUBECONFIG", env.kubeconfig())
+        .current_dir(workspace_root())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {name}"))?;
+    if let Some(input) = input {
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(input.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!(
+            "{name} {} failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {
+    tool(env, "helm", args, None)
+}
+
+fn kubectl_apply(env: &TestEnv, manifest: &str) -> Result<String> {
+    tool(env, "kubectl", &["apply", "-f", "-"], Some(manifest))
+}
+
+fn install_args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        verb,
+        RELEASE,
+        "charts/evictkit",
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        "charts/evictkit/ci/real-node-values.yaml",
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// The component's pods: every one Ready, `count` of them, all on the real node.
+async fn ready_pods(env: &TestEnv, component: &str, count: usize) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let selector = format!("app.kubernetes.io/name={component},app.kubernetes.io/instance={RELEASE}");
+    let pods = wait::wait_for_list(
+        &pods,
+        &selector,
+        INSTALL_TIMEOUT,
+        &format!("{count} Ready {component} pods"),
+        |pods| pods.len() == count && pods.iter().all(objects::pod_ready),
+    )
+    .await?;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let real: Vec<String> = nodes
+        .list(&ListParams::default().labels(REAL_NODE_LABEL))
+        .await?
+        .iter()
+        .map(|node| node.name_any())
+        .collect();
+    for pod in &pods {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.clone())
+            .unwrap_or_default();
+        ensure!(
+            real.contains(&node),
+            "pod {} runs on {node:?}, not on the real node {real:?}",
+            pod.name_any()
+        );
+    }
+    Ok(pods)
+}
+
+/// The pod holding the component's Lease (`<pod>_<suffix>`), once it is one of `pods`.
+async fn lease_holder(env: &TestEnv, component: &str, pods: &[String]) -> Result<String> {
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let name = format!("evictkit-{component}");
+    let lease = wait::wait_for(&leases, &name, INSTALL_TIMEOUT, "held by a pod", |lease| {
+        holder_pod(lease).is_some_and(|pod| pods.contains(&pod))
+    })
+    .await?;
+    Ok(holder_pod(&lease).expect("checked by the wait"))
+}
+
+fn holder_pod(lease: &Lease) -> Option<String> {
+    let holder = lease.spec.as_ref()?.holder_identity.as_ref()?;
+    Some(holder.split_once('_').map_or(holder.as_str(), |(pod, _)| pod).to_owned())
+}
+
+/// `evictkit_leader` of a pod, read through the apiserver's pod proxy.
+async fn leader_gauge(env: &TestEnv, pod: &str) -> Result<f64> {
+    let request = http_get(&format!(
+        "/api/v1/namespaces/{NAMESPACE}/pods/{pod}:8080/proxy/metrics"
+    ))?;
+    let text = env
+        .client
+        .request_text(request)
+        .await
+        .with_context(|| format!("metrics of pod {pod}"))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("evictkit_leader "))
+        .and_then(|value| value.trim().parse().ok())
+        .with_context(|| format!("pod {pod} serves no evictkit_leader"))
+}
+
+fn http_get(path: &str) -> Result<http::Request<Vec<u8>>> {
+    Ok(http::Request::get(path).body(Vec::new())?)
+}
+
+/// The apiserver's count of webhook calls that failed (rejected by a calling error, or let
+/// through by failurePolicy Ignore), per webhook, from its own /metrics.
+async fn failed_webhook_calls(env: &TestEnv) -> Result<BTreeMap<String, f64>> {
+    let text = env.client.request_text(http_get("/metrics")?).await?;
+    let mut failed = BTreeMap::new();
+    for line in text.lines() {
+        let counted = line.starts_with("apiserver_admission_webhook_fail_open_count{")
+            || (line.starts_with("apiserver_admission_webhook_rejection_count{")
+                && !line.contains("error_type=\"no_error\""));
+        if let Some((series, value)) = line.rsplit_once(' ')
+            && counted
+        {
+            *failed.entry(series.to_owned()).or_default() += value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    Ok(failed)
+}
+
+/// Lines of every container log of the release that report a 403 from the apiserver.
+async fn forbidden_lines(env: &TestEnv) -> Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let mut found = Vec::new();
+    for pod in pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")))
+        .await?
+    {
+        let log = pods
+            .logs(&pod.name_any(), &LogParams::default())
+            .await
+            .with_context(|| format!("logs of pod {}", pod.name_any()))?;
+        found.extend(
+            log.lines()
+                .filter(|line| line.contains("403") || line.contains("forbidden"))
+                .map(|line| format!("{}: {line}", pod.name_any())),
+        );
+    }
+    Ok(found)
+}
+
+/// taint-manager: a NoExecute taint on a node deletes the intolerant pod there.
+async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str) -> Result<()> {
+    let node = env
+        .create_node(objects::node(&format!("taint-{pod_name}"), &[], vec![]))
+        .await?;
+    let mut pod = objects::pod(pod_name, pod_name);
+    pod.spec.get_or_insert_default().node_name = Some(node.name_any());
+    env.create(&pod).await?;
+    env.wait_for_ready_pods(&format!("app={pod_name}"), 1).await?;
+    let taint = Taint {
+        key: "evictkit.io/installed".into(),
+        effect: "NoExecute".into(),
+        ..Default::default()
+    };
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [taint]}})),
+        )
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), pod_name, DEFAULT_TIMEOUT)
+        .await
+        .context("taint-manager did not delete the intolerant pod")
+}
+
+/// evictionrequest-controller: a request for a pod ends Evicted (by the Eviction API).
+async fn eviction_request_evicts(env: &TestEnv) -> Result<()> {
+    env.create(&objects::pod("requested", "requested")).await?;
+    let pod = env.wait_for_ready_pods("app=requested", 1).await?.remove(0);
+    let request = request_eviction(&env.client, &pod, "installed.evictkit.io").await?;
+    wait::wait_for(
+        &env.api::<EvictionRequest>(),
+        &request.name_any(),
+        DEFAULT_TIMEOUT,
+        "Evicted",
+        |request| State::of(request) == State::Evicted,
+    )
+    .await
+    .map(drop)
+    .context("the EvictionRequest was not Evicted")
+}
+
+/// affinity-evictor: a node label change evicts a pod whose required-during-execution selector
+/// no longer matches.
+async fn label_change_evicts(env: &TestEnv) -> Result<()> {
+    let node = env
+        .create_node(objects::node("affinity", &[("installed", "yes")], vec![]))
+        .await?;
+    let mut pod = objects::pod("affine", "affine");
+    pod.metadata.annotations = Some(
+        [(
+            REQUIRED_DURING_EXECUTION.to_owned(),
+            json!({"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "installed", "operator": "In", "values": ["yes"]}
+            ]}]})
+            .to_string(),
+        )]
+        .into(),
+    );
+    pod.spec.get_or_insert_default().node_name = Some(node.name_any());
+    env.create(&pod).await?;
+    env.wait_for_ready_pods("app=affine", 1).await?;
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"installed": "no"}}})),
+        )
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "affine", DEFAULT_TIMEOUT)
+        .await
+        .context("affinity-evictor did not evict the pod after the label change")
+}
+
+/// pdb-policy-webhook: a PDB created in a namespace a policy selects gets its
+/// unhealthyPodEvictionPolicy from the policy (the mutating webhook, reached by its Service).
+async fn policy_defaults_a_pdb(env: &TestEnv) -> Result<String> {
+    let policy = format!("{}-installed", env.namespace);
+    kubectl_apply(
+        env,
+        &format!(
+            "apiVersion: evictkit.io/v1alpha1
+kind: PodDisruptionBudgetPolicy
+metadata:
+  name: {policy}
+spec:
+  namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {namespace}
+  unhealthyPodEvictionPolicy: AlwaysAllow
+",
+            namespace = env.namespace
+        ),
+    )?;
+    env.delete_on_drop::<evictkit_api::pod_disruption_budget_policy::PodDisruptionBudgetPolicy>(
+        &policy,
+    );
+    // The webhook's cache sees the new policy within a moment: retry the PDB until defaulted.
+    let pdbs = env.api::<PodDisruptionBudget>();
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let mut attempt = 0;
+    loop {
+        let name = format!("budget-{attempt}");
+        let created = env
+            .create(&objects::pdb(&name, "nothing", Budget::MinAvailable(IntOrString::Int(1)), None))
+            .await?;
+        let defaulted = created
+            .spec
+            .and_then(|spec| spec.unhealthy_pod_eviction_policy);
+        if defaulted.as_deref() == Some("AlwaysAllow") {
+            return Ok(policy);
+        }
+        pdbs.delete(&name, &DeleteParams::default()).await?;
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "PDBs were not defaulted by the PodDisruptionBudgetPolicy {policy} (last: {defaulted:?})"
+        );
+        attempt += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// descheduler-bridge: the descheduler's eviction of a `request-evict-only` pod is answered
+/// 429 "Eviction triggered evacuation" and becomes an EvictionRequest with its requester.
+async fn descheduler_eviction_becomes_a_request(env: &TestEnv, descheduler: &Client) -> Result<()> {
+    let mut pod = objects::pod("descheduled", "descheduled");
+    pod.metadata.annotations = Some([(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new())].into());
+    env.create(&pod).await?;
+    let pod = env.wait_for_ready_pods("app=descheduled", 1).await?.remove(0);
+    let pods: Api<Pod> = Api::namespaced(descheduler.clone(), &env.namespace);
+    match pods.evict("descheduled", &EvictParams::default()).await {
+        Err(kube::Error::Api(status))
+            if status.code == 429 && status.message.contains("Eviction triggered evacuation") => {}
+        other => bail!("the descheduler's eviction was answered {other:?}, not 429 'Eviction triggered evacuation'"),
+    }
+    let uid = pod.uid().unwrap_or_default();
+    wait::wait_for(
+        &env.api::<EvictionRequest>(),
+        &uid,
+        DEFAULT_TIMEOUT,
+        "requested by the descheduler",
+        |request| {
+            request
+                .spec
+                .requesters
+                .iter()
+                .any(|requester| requester.name == DESCHEDULER_REQUESTER)
+        },
+    )
+    .await
+    .map(drop)
+    .context("no EvictionRequest from the descheduler's eviction")
+}
+
+/// The steps of the installed suite, in order, on one install.
+#[tokio::test]
+#[ignore = "needs the real node: run by `cargo xtask test` on `cluster up --real-node`"]
+async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
+    let env = TestEnv::new("installed").await?;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    ensure!(
+        !nodes
+            .list(&ListParams::default().labels(REAL_NODE_LABEL))
+            .await?
+            .items
+            .is_empty(),
+        "the cluster has no real node: start it with `cargo xtask cluster up --real-node`"
+    );
+    // The descheduler's identity, named in the chart as the one whose evictions are bridged.
+    let descheduler = env.service_account("descheduler", "cluster-admin").await?;
+    let descheduler_values = format!(
+        "deschedulerBridge.descheduler.serviceAccount.namespace={},deschedulerBridge.descheduler.serviceAccount.name=descheduler",
+        env.namespace
+    );
+    let _ = helm(&env, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
+    helm(&env, &["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
+    helm(
+        &env,
+        &install_args("install", &["--create-namespace", "--set", &descheduler_values]),
+    )
+    .context("helm install of the umbrella chart")?;
+
+    // Every pod Ready, both replicas, on the real node; exactly one replica leads.
+    let mut pods_of = BTreeMap::new();
+    for component in COMPONENTS {
+        let names: Vec<String> = ready_pods(&env, component, 2)
+            .await?
+            .iter()
+            .map(|pod| pod.name_any())
+            .collect();
+        pods_of.insert(component, names);
+    }
+    for (component, pods) in &pods_of {
+        let holder = lease_holder(&env, component, pods).await?;
+        let mut leaders = Vec::new();
+        for pod in pods {
+            if leader_gauge(&env, pod).await? == 1.0 {
+                leaders.push(pod.clone());
+            }
+        }
+        ensure!(
+            leaders == [holder.clone()],
+            "{component}: the Lease names {holder} but evictkit_leader is 1 on {leaders:?}"
+        );
+    }
+
+    // One real action per component, under the chart's RBAC.
+    taint_evicts_an_intolerant_pod(&env, "intolerant").await?;
+    eviction_request_evicts(&env).await?;
+    label_change_evicts(&env).await?;
+    let policy = policy_defaults_a_pdb(&env).await?;
+    descheduler_eviction_becomes_a_request(&env, &descheduler.client().await?).await?;
+
+    let forbidden = forbidden_lines(&env).await?;
+    ensure!(
+        forbidden.is_empty(),
+        "components were refused by their chart's RBAC:\n{}",
+        forbidden.join("\n")
+    );
+
+    // The leader of taint-manager deleted: the other replica takes over and acts.
+    let pods = &pods_of["taint-manager"];
+    let leader = lease_holder(&env, "taint-manager", pods).await?;
+    Api::<Pod>::namespaced(env.client.clone(), NAMESPACE)
+        .delete(&leader, &DeleteParams::default())
+        .await?;
+    let standby: Vec<String> = pods.iter().filter(|pod| **pod != leader).cloned().collect();
+    lease_holder(&env, "taint-manager", &standby)
+        .await
+        .context("the standby did not take over the Lease")?;
+    taint_evicts_an_intolerant_pod(&env, "after-takeover").await?;
+
+    // helm upgrade with a changed value rolls every pod while webhook calls keep succeeding.
+    let failures = Arc::new(AtomicUsize::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let caller = {
+        let (pdbs, failures, calls, stop) = (
+            env.api::<PodDisruptionBudget>(),
+            failures.clone(),
+            calls.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut errors = Vec::new();
+            for index in 0.. {
+                let name = format!("during-upgrade-{index}");
+                let pdb = objects::pdb(&name, "nothing", Budget::MinAvailable(IntOrString::Int(1)), None);
+                calls.fetch_add(1, Ordering::SeqCst);
+                match pdbs.create(&Default::default(), &pdb).await {
+                    Ok(_) => {
+                        let _ = pdbs.delete(&name, &DeleteParams::default()).await;
+                    }
+                    Err(error) => {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                        errors.push(error.to_string());
+                    }
+                }
+                tokio::select! {
+                    () = stop.notified() => break,
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+            errors
+        })
+    };
+    let failed_before = failed_webhook_calls(&env).await?;
+    let rolled = [
+        "affinityEvictor",
+        "taintManager",
+        "pdbPolicyWebhook",
+        "evictionrequestController",
+        "deschedulerBridge",
+    ]
+    .map(|block| format!("{block}.podAnnotations.rolled=yes"))
+    .join(",");
+    helm(
+        &env,
+        &install_args("upgrade", &["--set", &descheduler_values, "--set", &rolled]),
+    )
+    .context("helm upgrade")?;
+    for component in COMPONENTS {
+        ready_pods(&env, component, 2).await?;
+    }
+    stop.notify_one();
+    let errors = caller.await?;
+    ensure!(
+        failures.load(Ordering::SeqCst) == 0,
+        "{} of {} PDB writes failed during helm upgrade: {errors:?}",
+        failures.load(Ordering::SeqCst),
+        calls.load(Ordering::SeqCst)
+    );
+    let failed_after = failed_webhook_calls(&env).await?;
+    ensure!(
+        failed_after == failed_before,
+        "webhook calls failed (or failed open) during helm upgrade: {failed_before:?} -> {failed_after:?}"
+    );
+
+    // helm uninstall keeps the CRDs and the users' objects.
+    helm(&env, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])?;
+    tool(
+        &env,
+        "kubectl",
+        &[
+            "get",
+            "crd",
+            "evictionrequests.evictkit.io",
+            "poddisruptionbudgetpolicies.evictkit.io",
+            "taintevictionpolicies.evictkit.io",
+        ],
+        None,
+    )
+    .context("a CRD went with helm uninstall")?;
+    tool(
+        &env,
+        "kubectl",
+        &["get", "poddisruptionbudgetpolicy", &policy],
+        None,
+    )
+    .context("the user's PodDisruptionBudgetPolicy went with helm uninstall")?;
+    Ok(())
+}

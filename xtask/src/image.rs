@@ -1,0 +1,356 @@
+//! `cargo xtask image [--component NAME]`: one OCI image per component, written without a Docker
+//! daemon or a registry (neither exists on our machines).
+//!
+//! Each image is one layer holding one static release binary (`-C target-feature=+crt-static` on
+//! the gnu target, symbols stripped) at `/manager`, run as 65532:65532, with no shell and nothing
+//! else, and the OCI labels `org.opencontainers.image.{source,version,revision,title,created}`.
+//! The tarball under `target/images/<name>.oci.tar` is an OCI image layout (`ctr images import`,
+//! `skopeo copy oci-archive:...`, podman) that also carries a docker-archive `manifest.json`
+//! (`docker load`), as `docker save` itself writes since Docker 25. The `Dockerfile` at the root
+//! builds the same content with Docker. Files in the layer and the archive are ordered and carry
+//! the last commit's time, so a rebuild of the same commit gives the same digests.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde_json::{Value, json};
+
+/// The five components, each a binary of the package of the same name.
+pub const COMPONENTS: [&str; 5] = [
+    "affinity-evictor",
+    "taint-manager",
+    "pdb-policy-webhook",
+    "evictionrequest-controller",
+    "descheduler-bridge",
+];
+/// The pod sandbox image of the test cluster's real node (package `evictkit-pause`).
+pub const PAUSE: &str = "pause";
+/// The target the static binaries are built for (a `--target` keeps build scripts and proc
+/// macros dynamic, which they must be).
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// Flags of the static build; the Dockerfile sets the same.
+const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
+/// Where the binary sits in a component image (the Dockerfile's ENTRYPOINT cannot name a build
+/// argument, so every component has the same path, as kubebuilder's images do).
+const COMPONENT_PATH: &str = "manager";
+/// Upstream's pause image keeps its binary at /pause.
+const PAUSE_PATH: &str = "pause";
+/// The non-root user and group (distroless "nonroot"); the charts run pods as the same.
+const USER: &str = "65532:65532";
+/// What `FROM scratch` images built by Docker carry; kept so both builds give the same config.
+const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const SOURCE: &str = "https://github.com/evictkit/evictkit";
+/// The charts' default repository is `evictkit/<component>` (Docker Hub's namespace, as the
+/// container runtime normalises a short name).
+const REPOSITORY_PREFIX: &str = "docker.io/evictkit/";
+
+const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Build only this image (a component, or `pause`); default: the five components and pause.
+    #[arg(long)]
+    component: Option<String>,
+    /// Package the binaries already in target/x86_64-unknown-linux-gnu/release (no cargo build).
+    #[arg(long)]
+    no_build: bool,
+}
+
+/// One image written under target/images.
+pub struct Image {
+    pub name: String,
+    /// The reference the image is imported as (the charts' default image).
+    pub reference: String,
+    pub archive: PathBuf,
+    pub binary_bytes: u64,
+    pub layer_bytes: u64,
+    pub archive_bytes: u64,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let names: Vec<&str> = match &args.component {
+        Some(name) => vec![name.as_str()],
+        None => COMPONENTS.iter().copied().chain([PAUSE]).collect(),
+    };
+    let images = build(&names, !args.no_build)?;
+    println!(
+        "{:<28} {:>10} {:>12} {:>10}  reference / archive",
+        "image", "binary", "layer (gz)", "archive"
+    );
+    for image in &images {
+        println!(
+            "{:<28} {:>10} {:>12} {:>10}  {} / {}",
+            image.name,
+            mib(image.binary_bytes),
+            mib(image.layer_bytes),
+            mib(image.archive_bytes),
+            image.reference,
+            image.archive.display()
+        );
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Builds the static binaries of `names` (unless `compile` is false) and writes their images.
+pub fn build(names: &[&str], compile: bool) -> Result<Vec<Image>> {
+    for name in names {
+        if *name != PAUSE && !COMPONENTS.contains(name) {
+            bail!(
+                "unknown image {name:?}: one of {}, {PAUSE}",
+                COMPONENTS.join(", ")
+            );
+        }
+    }
+    let root = crate::workspace_root();
+    if compile {
+        compile_static(&root, names)?;
+    }
+    let out = root.join("target/images");
+    fs::create_dir_all(&out)?;
+    let facts = Provenance::of(&root)?;
+    names
+        .iter()
+        .map(|name| {
+            let binary = root
+                .join("target")
+                .join(TARGET)
+                .join("release")
+                .join(name);
+            write_image(name, &binary, &facts, &out)
+        })
+        .collect()
+}
+
+/// The reference an image is imported as, e.g. `docker.io/evictkit/taint-manager:0.1.0`.
+pub fn reference(name: &str) -> String {
+    format!("{REPOSITORY_PREFIX}{name}:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The archive `build` writes for `name`.
+pub fn archive_path(name: &str) -> PathBuf {
+    crate::workspace_root()
+        .join("target/images")
+        .join(format!("{name}.oci.tar"))
+}
+
+fn compile_static(root: &Path, names: &[&str]) -> Result<()> {
+    let mut command = Command::new("cargo");
+    command
+        .args(["build", "--release", "--locked", "--target", TARGET])
+        .current_dir(root)
+        .env("RUSTFLAGS", RUSTFLAGS);
+    for name in names {
+        let package = if *name == PAUSE { "evictkit-pause" } else { name };
+        command.args(["--package", package]);
+    }
+    eprintln!("--> RUSTFLAGS='{RUSTFLAGS}' {command:?}");
+    let status = command.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("the static release build failed ({status})");
+    }
+    Ok(())
+}
+
+/// Where an image comes from: version, commit and its time (the files' mtime and `created`).
+struct Provenance {
+    version: &'static str,
+    revision: String,
+    epoch: u64,
+    created: String,
+}
+
+impl Provenance {
+    fn of(root: &Path) -> Result<Self> {
+        let git = |args: &[&str]| -> Result<String> {
+            let output = Command::new("git")
+                .args(args)
+                .current_dir(root)
+                // `created` in UTC, whatever the machine's zone.
+                .env("TZ", "UTC")
+                .output()
+                .context("running git")?;
+            if !output.status.success() {
+                bail!(
+                    "git {} failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            Ok(String::from_utf8(output.stdout)?.trim().to_string())
+        };
+        Ok(Self {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: git(&["rev-parse", "HEAD"])?,
+            epoch: git(&["log", "-1", "--format=%ct"])?.parse()?,
+            created: git(&["log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ"])?,
+        })
+    }
+}
+
+fn write_image(name: &str, binary: &Path, facts: &Provenance, out: &Path) -> Result<Image> {
+    let program = fs::read(binary).with_context(|| {
+        format!(
+            "reading {} (build it with cargo xtask image --component {name})",
+            binary.display()
+        )
+    })?;
+    let path_in_image = if name == PAUSE {
+        PAUSE_PATH
+    } else {
+        COMPONENT_PATH
+    };
+
+    let layer_tar = tar_of(&[(path_in_image, 0o755, program.as_slice())], facts.epoch)?;
+    let diff_id = sha256(&layer_tar);
+    let mut gzip = GzEncoder::new(Vec::new(), Compression::best());
+    gzip.write_all(&layer_tar)?;
+    let layer = gzip.finish()?;
+
+    let labels = json!({
+        "org.opencontainers.image.source": SOURCE,
+        "org.opencontainers.image.version": facts.version,
+        "org.opencontainers.image.revision": facts.revision,
+        "org.opencontainers.image.title": name,
+        "org.opencontainers.image.created": facts.created,
+        "org.opencontainers.image.licenses": "Apache-2.0",
+    });
+    let config = serde_json::to_vec(&json!({
+        "created": facts.created,
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "User": USER,
+            "Env": [PATH_ENV],
+            "Entrypoint": [format!("/{path_in_image}")],
+            "Labels": labels,
+        },
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    }))?;
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_MANIFEST,
+        "config": descriptor(MEDIA_CONFIG, &config),
+        "layers": [descriptor(MEDIA_LAYER, &layer)],
+        "annotations": labels,
+    }))?;
+    let reference = reference(name);
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_INDEX,
+        "manifests": [{
+            "mediaType": MEDIA_MANIFEST,
+            "digest": sha256(&manifest),
+            "size": manifest.len(),
+            "annotations": {
+                // containerd's and Docker's import name the image by this one.
+                "io.containerd.image.name": reference,
+                "org.opencontainers.image.ref.name": facts.version,
+            },
+        }],
+    }))?;
+    let blob = |bytes: &[u8]| format!("blobs/sha256/{}", hex(bytes));
+    let docker_manifest = serde_json::to_vec(&json!([{
+        "Config": blob(&config),
+        "RepoTags": [reference.trim_start_matches("docker.io/")],
+        "Layers": [blob(&layer)],
+    }]))?;
+
+    let mut files: BTreeMap<String, &[u8]> = BTreeMap::new();
+    files.insert("oci-layout".into(), br#"{"imageLayoutVersion":"1.0.0"}"#);
+    files.insert("index.json".into(), &index);
+    files.insert("manifest.json".into(), &docker_manifest);
+    for bytes in [&config, &manifest, &layer] {
+        files.insert(blob(bytes), bytes);
+    }
+    let entries: Vec<(&str, u32, &[u8])> = files
+        .iter()
+        .map(|(path, bytes)| (path.as_str(), 0o644, *bytes))
+        .collect();
+    let archive = tar_of(&entries, facts.epoch)?;
+    let archive_path = out.join(format!("{name}.oci.tar"));
+    fs::write(&archive_path, &archive)
+        .with_context(|| format!("writing {}", archive_path.display()))?;
+    Ok(Image {
+        name: name.to_string(),
+        reference,
+        archive: archive_path,
+        binary_bytes: program.len() as u64,
+        layer_bytes: layer.len() as u64,
+        archive_bytes: archive.len() as u64,
+    })
+}
+
+/// A tar of regular files owned by root, in the given order, every mtime `epoch`.
+fn tar_of(files: &[(&str, u32, &[u8])], epoch: u64) -> Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, mode, bytes) in files {
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(bytes.len() as u64);
+        header.set_mode(*mode);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(epoch);
+        builder
+            .append_data(&mut header, path, *bytes)
+            .with_context(|| format!("adding {path} to a tar"))?;
+    }
+    Ok(builder.into_inner()?)
+}
+
+fn descriptor(media_type: &str, bytes: &[u8]) -> Value {
+    json!({"mediaType": media_type, "digest": sha256(bytes), "size": bytes.len()})
+}
+
+fn hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layer_is_the_same_bytes_for_the_same_input() {
+        let first = tar_of(&[("manager", 0o755, b"binary")], 1_700_000_000).unwrap();
+        let second = tar_of(&[("manager", 0o755, b"binary")], 1_700_000_000).unwrap();
+        assert_eq!(sha256(&first), sha256(&second));
+        let mut archive = tar::Archive::new(first.as_slice());
+        let entry = archive.entries().unwrap().next().unwrap().unwrap();
+        assert_eq!(entry.path().unwrap().to_str(), Some("manager"));
+        assert_eq!(entry.header().mode().unwrap(), 0o755);
+        assert_eq!(entry.header().uid().unwrap(), 0);
+    }
+
+    #[test]
+    fn references_match_the_charts_default_image() {
+        assert_eq!(
+            reference("taint-manager"),
+            format!(
+                "docker.io/evictkit/taint-manager:{}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+}
