@@ -115,7 +115,9 @@ fn check_cert_manager_mode(cluster: &Cluster, umbrella: &Path, enable_all: &str)
             kinds("Certificate"),
             kinds("Issuer"),
             rendered.contains("caBundle:"),
-            documents.iter().any(|doc| doc.contains("type: kubernetes.io/tls"))
+            documents
+                .iter()
+                .any(|doc| doc.contains("type: kubernetes.io/tls"))
         );
     }
     eprintln!(

@@ -175,11 +175,6 @@ impl Cluster {
         self.state.bin_dir.join(name)
     }
 
-    /// The name of the node that runs containers, if the cluster has one.
-    pub fn real_node(&self) -> Option<&'static str> {
-        self.state.real_node.as_ref().map(|_| real_node::NODE_NAME)
-    }
-
     /// Runs kubectl against the cluster; the error carries kubectl's stderr.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
         self.kubectl_with_input(args, None)
@@ -403,24 +398,24 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
         ]),
     };
     apiserver_args.extend(strings(&[
-            &format!("--etcd-servers={etcd_url}"),
-            &format!("--secure-port={apiserver_port}"),
-            &format!("--tls-cert-file={}", pki_path("apiserver.crt")),
-            &format!("--tls-private-key-file={}", pki_path("apiserver.key")),
-            &format!("--client-ca-file={}", pki_path("ca.crt")),
-            &format!("--token-auth-file={}", pki_path("tokens.csv")),
-            "--authorization-mode=RBAC",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            &format!("--service-account-key-file={}", pki_path("sa.pub")),
-            &format!("--service-account-signing-key-file={}", pki_path("sa.key")),
-            "--allow-privileged=true",
-            &format!("--audit-policy-file={}", audit_policy.display()),
-            &format!("--audit-log-path={}", dir.join("audit.log").display()),
-            "--audit-log-format=json",
-            &feature_gates,
-            &format!("--runtime-config={}", runtime_config(&args.feature_gates)),
-            &format!("--service-cluster-ip-range={}", real_node::SERVICE_CIDR),
-        ]));
+        &format!("--etcd-servers={etcd_url}"),
+        &format!("--secure-port={apiserver_port}"),
+        &format!("--tls-cert-file={}", pki_path("apiserver.crt")),
+        &format!("--tls-private-key-file={}", pki_path("apiserver.key")),
+        &format!("--client-ca-file={}", pki_path("ca.crt")),
+        &format!("--token-auth-file={}", pki_path("tokens.csv")),
+        "--authorization-mode=RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        &format!("--service-account-key-file={}", pki_path("sa.pub")),
+        &format!("--service-account-signing-key-file={}", pki_path("sa.key")),
+        "--allow-privileged=true",
+        &format!("--audit-policy-file={}", audit_policy.display()),
+        &format!("--audit-log-path={}", dir.join("audit.log").display()),
+        "--audit-log-format=json",
+        &feature_gates,
+        &format!("--runtime-config={}", runtime_config(&args.feature_gates)),
+        &format!("--service-cluster-ip-range={}", real_node::SERVICE_CIDR),
+    ]));
     cluster.start("kube-apiserver", &apiserver_args)?;
     cluster.wait_for("kube-apiserver /readyz", Duration::from_secs(90), || {
         cluster.kubectl(&["get", "--raw", "/readyz"]).map(|_| true)
@@ -537,6 +532,9 @@ pub fn down() -> Result<()> {
     let Some(cluster) = Cluster::load()? else {
         return Ok(());
     };
+    if cluster.state.real_node.is_some() && cluster.healthy() {
+        real_node::drain(&cluster);
+    }
     // Reverse start order: clients before the apiserver, etcd last.
     for (name, pid) in cluster.state.processes.iter().rev() {
         let bin = cluster.bin(name);
@@ -684,7 +682,10 @@ impl Pki {
         fs::write(dir.join("apiserver.crt"), serving_cert.pem())?;
         fs::write(dir.join("apiserver.key"), serving_key.serialize_pem())?;
         fs::write(dir.join("kubelet-client.crt"), kubelet_client_cert.pem())?;
-        fs::write(dir.join("kubelet-client.key"), kubelet_client_key.serialize_pem())?;
+        fs::write(
+            dir.join("kubelet-client.key"),
+            kubelet_client_key.serialize_pem(),
+        )?;
         fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
         fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
         fs::write(

@@ -124,11 +124,7 @@ pub fn build(names: &[&str], compile: bool) -> Result<Vec<Image>> {
     names
         .iter()
         .map(|name| {
-            let binary = root
-                .join("target")
-                .join(TARGET)
-                .join("release")
-                .join(name);
+            let binary = root.join("target").join(TARGET).join("release").join(name);
             write_image(name, &binary, &facts, &out)
         })
         .collect()
@@ -153,7 +149,11 @@ fn compile_static(root: &Path, names: &[&str]) -> Result<()> {
         .current_dir(root)
         .env("RUSTFLAGS", RUSTFLAGS);
     for name in names {
-        let package = if *name == PAUSE { "evictkit-pause" } else { name };
+        let package = if *name == PAUSE {
+            "evictkit-pause"
+        } else {
+            name
+        };
         command.args(["--package", package]);
     }
     eprintln!("--> RUSTFLAGS='{RUSTFLAGS}' {command:?}");
@@ -195,7 +195,12 @@ impl Provenance {
             version: env!("CARGO_PKG_VERSION"),
             revision: git(&["rev-parse", "HEAD"])?,
             epoch: git(&["log", "-1", "--format=%ct"])?.parse()?,
-            created: git(&["log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ"])?,
+            created: git(&[
+                "log",
+                "-1",
+                "--format=%cd",
+                "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+            ])?,
         })
     }
 }

@@ -120,7 +120,8 @@ fn install_args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 /// The component's pods: every one Ready, `count` of them, all on the real node.
 async fn ready_pods(env: &TestEnv, component: &str, count: usize) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let selector = format!("app.kubernetes.io/name={component},app.kubernetes.io/instance={RELEASE}");
+    let selector =
+        format!("app.kubernetes.io/name={component},app.kubernetes.io/instance={RELEASE}");
     let pods = wait::wait_for_list(
         &pods,
         &selector,
@@ -164,7 +165,12 @@ async fn lease_holder(env: &TestEnv, component: &str, pods: &[String]) -> Result
 
 fn holder_pod(lease: &Lease) -> Option<String> {
     let holder = lease.spec.as_ref()?.holder_identity.as_ref()?;
-    Some(holder.split_once('_').map_or(holder.as_str(), |(pod, _)| pod).to_owned())
+    Some(
+        holder
+            .split_once('_')
+            .map_or(holder.as_str(), |(pod, _)| pod)
+            .to_owned(),
+    )
 }
 
 /// `evictkit_leader` of a pod, read through the apiserver's pod proxy.
@@ -177,9 +183,10 @@ async fn leader_gauge(env: &TestEnv, pod: &str) -> Result<f64> {
         .request_text(request)
         .await
         .with_context(|| format!("metrics of pod {pod}"))?;
+    // `evictkit_leader{component="..."} 1`
     text.lines()
-        .find_map(|line| line.strip_prefix("evictkit_leader "))
-        .and_then(|value| value.trim().parse().ok())
+        .filter(|line| line.starts_with("evictkit_leader{") || line.starts_with("evictkit_leader "))
+        .find_map(|line| line.rsplit_once(' ')?.1.trim().parse().ok())
         .with_context(|| format!("pod {pod} serves no evictkit_leader"))
 }
 
@@ -234,7 +241,8 @@ async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str) -> Result
     let mut pod = objects::pod(pod_name, pod_name);
     pod.spec.get_or_insert_default().node_name = Some(node.name_any());
     env.create(&pod).await?;
-    env.wait_for_ready_pods(&format!("app={pod_name}"), 1).await?;
+    env.wait_for_ready_pods(&format!("app={pod_name}"), 1)
+        .await?;
     let taint = Taint {
         key: "evictkit.io/installed".into(),
         effect: "NoExecute".into(),
@@ -301,9 +309,8 @@ async fn label_change_evicts(env: &TestEnv) -> Result<()> {
         .context("affinity-evictor did not evict the pod after the label change")
 }
 
-/// pdb-policy-webhook: a PDB created in a namespace a policy selects gets its
-/// unhealthyPodEvictionPolicy from the policy (the mutating webhook, reached by its Service).
-async fn policy_defaults_a_pdb(env: &TestEnv) -> Result<String> {
+/// pdb-policy-webhook: a PodDisruptionBudgetPolicy selecting the test's namespace; its name.
+fn apply_policy(env: &TestEnv) -> Result<String> {
     let policy = format!("{}-installed", env.namespace);
     kubectl_apply(
         env,
@@ -324,43 +331,148 @@ spec:
     env.delete_on_drop::<evictkit_api::pod_disruption_budget_policy::PodDisruptionBudgetPolicy>(
         &policy,
     );
-    // The webhook's cache sees the new policy within a moment: retry the PDB until defaulted.
+    Ok(policy)
+}
+
+/// pdb-policy-webhook: a PDB created in the namespace the policy selects gets its
+/// unhealthyPodEvictionPolicy from the policy (the mutating webhook, reached by its Service).
+async fn policy_defaults_a_pdb(env: &TestEnv, policy: &str, prefix: &str) -> Result<()> {
+    // The webhook's cache sees a new policy, and kube-proxy a new endpoint, within moments:
+    // retry until defaulted.
     let pdbs = env.api::<PodDisruptionBudget>();
     let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
     let mut attempt = 0;
     loop {
-        let name = format!("budget-{attempt}");
-        let created = env
-            .create(&objects::pdb(&name, "nothing", Budget::MinAvailable(IntOrString::Int(1)), None))
-            .await?;
-        let defaulted = created
-            .spec
-            .and_then(|spec| spec.unhealthy_pod_eviction_policy);
-        if defaulted.as_deref() == Some("AlwaysAllow") {
-            return Ok(policy);
-        }
-        pdbs.delete(&name, &DeleteParams::default()).await?;
+        attempt += 1;
+        let name = format!("{prefix}-{attempt}");
+        let budget = objects::pdb(
+            &name,
+            "nothing",
+            Budget::MinAvailable(IntOrString::Int(1)),
+            None,
+        );
+        let last = match env.create(&budget).await {
+            Ok(created) => {
+                let defaulted = created
+                    .spec
+                    .and_then(|spec| spec.unhealthy_pod_eviction_policy);
+                if defaulted.as_deref() == Some("AlwaysAllow") {
+                    return Ok(());
+                }
+                pdbs.delete(&name, &DeleteParams::default()).await?;
+                format!("unhealthyPodEvictionPolicy {defaulted:?}")
+            }
+            Err(error) => format!("{error:#}"),
+        };
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "PDBs were not defaulted by the PodDisruptionBudgetPolicy {policy} (last: {defaulted:?})"
+            "PDBs were not defaulted by the PodDisruptionBudgetPolicy {policy} (last: {last})"
         );
-        attempt += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The lookup-free certificate mode (charts/README.md): the user's Secret named by
+/// `webhook.certificate.existingSecret`, its CA in `caBundle`. `helm template` renders it with
+/// no cluster at hand (as GitOps tools do), `kubectl apply` installs it; the apiserver then
+/// reaches pdb-policy-webhook through its Service with the user's certificate.
+async fn lookup_free_render_serves_the_webhook(env: &TestEnv, policy: &str) -> Result<()> {
+    use base64::prelude::{BASE64_STANDARD, Engine as _};
+    let service = format!("{RELEASE}-pdb-policy-webhook-webhook");
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca = rcgen::Issuer::new(ca_params, &ca_key);
+    let key = rcgen::KeyPair::generate()?;
+    let cert = rcgen::CertificateParams::new(vec![
+        format!("{service}.{NAMESPACE}.svc"),
+        format!("{service}.{NAMESPACE}.svc.cluster.local"),
+    ])?
+    .signed_by(&key, &ca)?;
+    let secret = "pdb-policy-webhook-user-tls";
+    let encode = |pem: String| BASE64_STANDARD.encode(pem);
+    kubectl_apply(
+        env,
+        &format!(
+            "apiVersion: v1
+kind: Secret
+type: kubernetes.io/tls
+metadata:
+  name: {secret}
+  namespace: {NAMESPACE}
+data:
+  tls.crt: {crt}
+  tls.key: {key}
+  ca.crt: {ca}
+",
+            crt = encode(cert.pem()),
+            key = encode(key.serialize_pem()),
+            ca = encode(ca_cert.pem()),
+        ),
+    )?;
+    let values = format!(
+        "taintManager.enabled=false,affinityEvictor.enabled=false,evictionrequestController.enabled=false,\
+         deschedulerBridge.enabled=false,pdbPolicyWebhook.webhook.certificate.existingSecret={secret},\
+         pdbPolicyWebhook.webhook.certificate.caBundle={}",
+        encode(ca_cert.pem())
+    );
+    let rendered = helm(
+        env,
+        &[
+            "template",
+            RELEASE,
+            "charts/evictkit",
+            "--namespace",
+            NAMESPACE,
+            "--values",
+            "charts/evictkit/ci/real-node-values.yaml",
+            "--set",
+            &values,
+        ],
+    )?;
+    ensure!(
+        !rendered.contains("\nkind: Secret\n"),
+        "the existingSecret mode rendered a Secret of its own"
+    );
+    kubectl_apply(env, &rendered).context("kubectl apply of the helm template render")?;
+    let applied = async {
+        ready_pods(env, "pdb-policy-webhook", 2).await?;
+        policy_defaults_a_pdb(env, policy, "lookup-free").await
+    }
+    .await;
+    // The CRDs stay (they hold the user's policy).
+    let without_crds: Vec<&str> = rendered
+        .split("\n---")
+        .filter(|document| !document.contains("\nkind: CustomResourceDefinition\n"))
+        .collect();
+    tool(
+        env,
+        "kubectl",
+        &["delete", "--wait", "-f", "-"],
+        Some(&without_crds.join("\n---")),
+    )?;
+    applied.context("pdb-policy-webhook with the user's certificate (existingSecret + caBundle)")
 }
 
 /// descheduler-bridge: the descheduler's eviction of a `request-evict-only` pod is answered
 /// 429 "Eviction triggered evacuation" and becomes an EvictionRequest with its requester.
 async fn descheduler_eviction_becomes_a_request(env: &TestEnv, descheduler: &Client) -> Result<()> {
     let mut pod = objects::pod("descheduled", "descheduled");
-    pod.metadata.annotations = Some([(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new())].into());
+    pod.metadata.annotations =
+        Some([(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new())].into());
     env.create(&pod).await?;
-    let pod = env.wait_for_ready_pods("app=descheduled", 1).await?.remove(0);
+    let pod = env
+        .wait_for_ready_pods("app=descheduled", 1)
+        .await?
+        .remove(0);
     let pods: Api<Pod> = Api::namespaced(descheduler.clone(), &env.namespace);
     match pods.evict("descheduled", &EvictParams::default()).await {
         Err(kube::Error::Api(status))
             if status.code == 429 && status.message.contains("Eviction triggered evacuation") => {}
-        other => bail!("the descheduler's eviction was answered {other:?}, not 429 'Eviction triggered evacuation'"),
+        other => bail!(
+            "the descheduler's eviction was answered {other:?}, not 429 'Eviction triggered evacuation'"
+        ),
     }
     let uid = pod.uid().unwrap_or_default();
     wait::wait_for(
@@ -401,11 +513,20 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         "deschedulerBridge.descheduler.serviceAccount.namespace={},deschedulerBridge.descheduler.serviceAccount.name=descheduler",
         env.namespace
     );
-    let _ = helm(&env, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
-    helm(&env, &["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
+    let _ = helm(
+        &env,
+        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
+    );
     helm(
         &env,
-        &install_args("install", &["--create-namespace", "--set", &descheduler_values]),
+        &["dependency", "build", "--skip-refresh", "charts/evictkit"],
+    )?;
+    helm(
+        &env,
+        &install_args(
+            "install",
+            &["--create-namespace", "--set", &descheduler_values],
+        ),
     )
     .context("helm install of the umbrella chart")?;
 
@@ -437,7 +558,8 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     taint_evicts_an_intolerant_pod(&env, "intolerant").await?;
     eviction_request_evicts(&env).await?;
     label_change_evicts(&env).await?;
-    let policy = policy_defaults_a_pdb(&env).await?;
+    let policy = apply_policy(&env)?;
+    policy_defaults_a_pdb(&env, &policy, "budget").await?;
     descheduler_eviction_becomes_a_request(&env, &descheduler.client().await?).await?;
 
     let forbidden = forbidden_lines(&env).await?;
@@ -474,7 +596,12 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
             let mut errors = Vec::new();
             for index in 0.. {
                 let name = format!("during-upgrade-{index}");
-                let pdb = objects::pdb(&name, "nothing", Budget::MinAvailable(IntOrString::Int(1)), None);
+                let pdb = objects::pdb(
+                    &name,
+                    "nothing",
+                    Budget::MinAvailable(IntOrString::Int(1)),
+                    None,
+                );
                 calls.fetch_add(1, Ordering::SeqCst);
                 match pdbs.create(&Default::default(), &pdb).await {
                     Ok(_) => {
@@ -526,7 +653,10 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     );
 
     // helm uninstall keeps the CRDs and the users' objects.
-    helm(&env, &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])?;
+    helm(
+        &env,
+        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
+    )?;
     tool(
         &env,
         "kubectl",
@@ -547,5 +677,6 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         None,
     )
     .context("the user's PodDisruptionBudgetPolicy went with helm uninstall")?;
-    Ok(())
+
+    lookup_free_render_serves_the_webhook(&env, &policy).await
 }

@@ -93,6 +93,7 @@ pub fn run(args: &Args) -> Result<()> {
         nodes: args.nodes,
         kcm_controllers: "*,-taint-eviction-controller".into(),
         feature_gates: String::new(),
+        real_node: false,
     })?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -39,6 +39,7 @@ const DEBIAN_PACKAGES: [(&str, &str); 6] = [
     ("/usr/sbin/ip", "iproute2"),
 ];
 pub const CONTAINERD: &str = "/usr/bin/containerd";
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 const CTR: &str = "/usr/bin/ctr";
 
 /// What `up --real-node` chose and why, printed on `up`.
@@ -172,12 +173,19 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     for sub in ["containerd", "cni/net.d", "kubelet", "pod-logs"] {
         fs::create_dir_all(dir.join(sub))?;
     }
-    write_file(&dir.join("cni/net.d/10-evictkit.conflist"), CNI_CONFLIST)?;
-    network_up()?;
+    // host-local keeps its address reservations with the node, not in /var/lib/cni.
+    write_file(
+        &dir.join("cni/net.d/10-evictkit.conflist"),
+        &CNI_CONFLIST.replace("{ipam_dir}", &dir.join("cni/ipam").display().to_string()),
+    )?;
+    network_up(dir)?;
 
     let containerd_config = dir.join("containerd/config.toml");
     write_file(&containerd_config, &containerd_config_toml(dir))?;
-    eprintln!("==> starting containerd (socket {})", node.socket().display());
+    eprintln!(
+        "==> starting containerd (socket {})",
+        node.socket().display()
+    );
     cluster.start(
         "containerd",
         &strings(&[&format!("--config={}", containerd_config.display())]),
@@ -212,10 +220,18 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     let kubelet_config = dir.join("kubelet/config.yaml");
     write_file(
         &kubelet_config,
-        &kubelet_config_yaml(node, kubelet_port, kubelet_healthz, &cluster.dir.join("pki")),
+        &kubelet_config_yaml(
+            node,
+            kubelet_port,
+            kubelet_healthz,
+            &cluster.dir.join("pki"),
+        ),
     )?;
     let kubeconfig = format!("--kubeconfig={}", cluster.kubeconfig().display());
-    eprintln!("==> starting kubelet (node {NODE_NAME}, {}:{kubelet_port})", node.node_ip);
+    eprintln!(
+        "==> starting kubelet (node {NODE_NAME}, {}:{kubelet_port})",
+        node.node_ip
+    );
     cluster.start(
         "kubelet",
         &strings(&[
@@ -239,8 +255,10 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
             &format!("--cluster-cidr={POD_CIDR}"),
             &format!("--metrics-bind-address=127.0.0.1:{proxy_metrics}"),
             &format!("--healthz-bind-address=127.0.0.1:{proxy_healthz}"),
-            // Leaves the machine's conntrack table size alone.
+            // Leave the machine's conntrack table size and TCP timeouts as they are.
             "--conntrack-max-per-core=0",
+            "--conntrack-tcp-timeout-established=0",
+            "--conntrack-tcp-timeout-close-wait=0",
         ]),
     )?;
     cluster.wait_for(
@@ -260,16 +278,39 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     Ok(())
 }
 
+/// Before kubelet stops: the node cordoned and its pods deleted, so kubelet itself stops every
+/// sandbox (the CNI DEL frees the address, the veth, the netns and the bridge plugin's
+/// masquerade rules); what is left after that is cleaned up by `stop_pods` and `clean_up`.
+pub fn drain(cluster: &Cluster) {
+    let on_node = format!("spec.nodeName={NODE_NAME}");
+    for args in [
+        ["cordon", NODE_NAME].as_slice(),
+        &[
+            "delete",
+            "pods",
+            "--all-namespaces",
+            "--field-selector",
+            &on_node,
+            "--wait=true",
+            "--timeout=90s",
+        ],
+    ] {
+        if let Err(error) = cluster.kubectl(args) {
+            eprintln!("==> draining {NODE_NAME}: {error:#}");
+        }
+    }
+}
+
 /// After kubelet and containerd are stopped: unmounts what pods left under the node's directory,
-/// deletes the bridge, the routes and kube-proxy's rules.
+/// deletes the bridge, the routes, kube-proxy's rules and what a pod kubelet did not stop left.
 pub fn clean_up(cluster: &Cluster, node: &RealNode) {
-    // The tasks' shims outlive containerd: kill them through it first (the caller does that
-    // before stopping containerd, see stop_pods). Here only mounts and network remain.
     unmount_under(&node.dir);
     let _ = Command::new(cluster.bin("kube-proxy"))
         .arg("--cleanup")
         .output();
-    network_down();
+    delete_pod_netns();
+    delete_masquerade_rules();
+    network_down(&node.dir);
 }
 
 /// Kills every container through containerd, so no shim survives `down`.
@@ -307,24 +348,98 @@ fn unmount_under(dir: &Path) {
     // it removes them with their sandboxes; nothing of ours stays there.
 }
 
-fn network_up() -> Result<()> {
+/// Network namespaces of sandboxes that outlived kubelet: each veth on our bridge names its
+/// peer's namespace by id (`link-netnsid N`), which `ip netns list` maps to a name.
+fn delete_pod_netns() {
+    let links = output("ip", &["-o", "link", "show", "master", BRIDGE]);
+    let ids: Vec<&str> = links
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            words.find(|word| *word == "link-netnsid")?;
+            words.next()
+        })
+        .collect();
+    for line in output("ip", &["netns", "list"]).lines() {
+        if let Some((name, id)) = line.split_once(" (id: ")
+            && ids.contains(&id.trim_end_matches(')'))
+        {
+            let _ = Command::new("ip").args(["netns", "delete", name]).output();
+        }
+    }
+}
+
+/// The bridge plugin's masquerade rules of sandboxes that got no CNI DEL: a POSTROUTING rule
+/// per pod, commented with our network's name, jumping to a chain of its own.
+fn delete_masquerade_rules() {
+    let ours = "name: \\\"evictkit\\\"";
+    let rules = output("iptables", &["-t", "nat", "-S", "POSTROUTING"]);
+    let mut stale: Vec<(usize, String)> = rules
+        .lines()
+        .filter(|line| line.starts_with("-A "))
+        .enumerate()
+        .filter(|(_, line)| line.contains(ours))
+        .filter_map(|(index, line)| {
+            let chain = line.rsplit_once("-j ")?.1.trim().to_string();
+            Some((index + 1, chain))
+        })
+        .collect();
+    // Highest rule number first, so the numbers of the others stay valid.
+    stale.reverse();
+    for (number, chain) in stale {
+        let number = number.to_string();
+        let _ = Command::new("iptables")
+            .args(["-t", "nat", "-D", "POSTROUTING", &number])
+            .output();
+        for flag in ["-F", "-X"] {
+            let _ = Command::new("iptables")
+                .args(["-t", "nat", flag, &chain])
+                .output();
+        }
+    }
+}
+
+/// A command's stdout, empty when it cannot run (clean-up goes on regardless).
+fn output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn network_up(dir: &Path) -> Result<()> {
     let commands: [&[&str]; 5] = [
         &["link", "add", BRIDGE, "type", "bridge"],
         &["addr", "add", BRIDGE_ADDRESS, "dev", BRIDGE],
         &["link", "set", BRIDGE, "up"],
         // Host-originated Service traffic (the apiserver calling a webhook) leaves by the bridge,
         // where kube-proxy's OUTPUT DNAT sends it to the pod; unmatched, it stays on the bridge.
-        &["route", "replace", SERVICE_CIDR, "dev", BRIDGE, "src", "10.244.0.1"],
+        &[
+            "route",
+            "replace",
+            SERVICE_CIDR,
+            "dev",
+            BRIDGE,
+            "src",
+            "10.244.0.1",
+        ],
         &["route", "replace", "blackhole", KWOK_POD_CIDR],
     ];
     for args in commands {
         run("ip", args)?;
     }
-    fs::write("/proc/sys/net/ipv4/ip_forward", "1").context("enabling ip_forward")?;
+    // Routing between the bridge and the host; `down` puts back what the machine had.
+    let before = fs::read_to_string(IP_FORWARD).context("reading ip_forward")?;
+    write_file(&dir.join("ip_forward.before"), &before)?;
+    fs::write(IP_FORWARD, "1").context("enabling ip_forward")?;
     Ok(())
 }
 
-fn network_down() {
+fn network_down(dir: &Path) {
+    if let Ok(before) = fs::read_to_string(dir.join("ip_forward.before")) {
+        let _ = fs::write(IP_FORWARD, before);
+    }
     for args in [
         ["route", "del", SERVICE_CIDR].as_slice(),
         &["route", "del", "blackhole", KWOK_POD_CIDR],
@@ -365,6 +480,7 @@ const CNI_CONFLIST: &str = r#"{
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
+        "dataDir": "{ipam_dir}",
         "ranges": [[{"subnet": "10.244.0.0/24", "gateway": "10.244.0.1"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
