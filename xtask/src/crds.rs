@@ -140,9 +140,18 @@ fn file_name(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
     Ok(format!("{name}.yaml"))
 }
 
+/// `helm uninstall` (and an umbrella release losing a component) keeps the CRD, and with it
+/// every EvictionRequest and policy users wrote; Helm still upgrades it, as a template.
+const KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
+
 fn render(crd: &CustomResourceDefinition) -> anyhow::Result<String> {
     let name = crd.metadata.name.as_deref().unwrap_or("?");
-    let yaml = serde_saphyr::to_string(crd).with_context(|| format!("serializing CRD {name}"))?;
+    let mut crd = crd.clone();
+    crd.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(KEEP.0.to_owned(), KEEP.1.to_owned());
+    let yaml = serde_saphyr::to_string(&crd).with_context(|| format!("serializing CRD {name}"))?;
     let mut out = String::with_capacity(HEADER.len() + yaml.len() + 1);
     out.push_str(HEADER);
     out.push_str(&yaml);

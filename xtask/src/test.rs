@@ -15,14 +15,21 @@ pub struct Args {
     #[arg(long)]
     unit_only: bool,
     /// Skip the installed stage (images, a real node, the charts installed as pods).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "installed_only")]
     no_installed: bool,
+    /// Only the installed stage: the images, a cluster with a real node, the charts installed
+    /// as pods (tests/e2e/tests/installed.rs).
+    #[arg(long)]
+    installed_only: bool,
     /// Passed to the end-to-end test binary, e.g. a test name filter.
     #[arg(last = true)]
     e2e_args: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.installed_only {
+        return installed(args.keep_cluster);
+    }
     let root = crate::workspace_root();
     step("cargo fmt --check", cargo(&["fmt", "--all", "--check"]))?;
     step(

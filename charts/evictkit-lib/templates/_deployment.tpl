@@ -19,11 +19,15 @@ Values:
   podSecurityContext: {}          merged over runAsNonRoot/seccompProfile defaults
   securityContext: {}             merged over the container defaults below
   nodeSelector: {}, tolerations: [], affinity: {}, priorityClassName: ""
+  shutdownDelaySeconds: 5         a stopping pod keeps serving this long (preStop sleep) while
+                                  its endpoint leaves every kube-proxy, so no webhook call
+                                  meets a closed port during a rollout; 0: none
 */}}
 {{- define "evictkit.deployment" -}}
 {{- $webhook := .Values.webhook | default dict -}}
 {{- $leaderElection := .Values.leaderElection | default dict -}}
 {{- $image := .Values.image | default dict -}}
+{{- $shutdownDelay := int (ternary .Values.shutdownDelaySeconds 5 (hasKey .Values "shutdownDelaySeconds")) -}}
 {{- $podSecurityContext := merge (deepCopy (.Values.podSecurityContext | default dict)) (dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532 "seccompProfile" (dict "type" "RuntimeDefault")) -}}
 {{- $securityContext := merge (deepCopy (.Values.securityContext | default dict)) (dict "runAsNonRoot" true "readOnlyRootFilesystem" true "allowPrivilegeEscalation" false "capabilities" (dict "drop" (list "ALL"))) -}}
 apiVersion: apps/v1
@@ -100,6 +104,12 @@ spec:
               path: /readyz
               port: metrics
             periodSeconds: 5
+          {{- if gt $shutdownDelay 0 }}
+          lifecycle:
+            preStop:
+              sleep:
+                seconds: {{ $shutdownDelay }}
+          {{- end }}
           resources:
             {{- toYaml (.Values.resources | default (dict "requests" (dict "cpu" "10m" "memory" "32Mi"))) | nindent 12 }}
           securityContext:

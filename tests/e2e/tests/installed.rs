@@ -226,11 +226,20 @@ async fn forbidden_lines(env: &TestEnv) -> Result<Vec<String>> {
             .with_context(|| format!("logs of pod {}", pod.name_any()))?;
         found.extend(
             log.lines()
-                .filter(|line| line.contains("403") || line.contains("forbidden"))
+                .filter(|line| refused(line))
                 .map(|line| format!("{}: {line}", pod.name_any())),
         );
     }
     Ok(found)
+}
+
+/// A log line reporting a 403: the word "forbidden" in any case, or 403 as a number of its own
+/// (not inside a hex identity such as a Lease holder's suffix).
+fn refused(line: &str) -> bool {
+    line.to_ascii_lowercase().contains("forbidden")
+        || line
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| word == "403")
 }
 
 /// taint-manager: a NoExecute taint on a node deletes the intolerant pod there.
@@ -569,17 +578,45 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         forbidden.join("\n")
     );
 
-    // The leader of taint-manager deleted: the other replica takes over and acts.
+    // The leader of taint-manager deleted: the other replica takes over and acts. The real
+    // node is cordoned meanwhile, so the Deployment's replacement pod cannot start and race the
+    // standby for the released Lease.
     let pods = &pods_of["taint-manager"];
     let leader = lease_holder(&env, "taint-manager", pods).await?;
-    Api::<Pod>::namespaced(env.client.clone(), NAMESPACE)
-        .delete(&leader, &DeleteParams::default())
-        .await?;
-    let standby: Vec<String> = pods.iter().filter(|pod| **pod != leader).cloned().collect();
-    lease_holder(&env, "taint-manager", &standby)
-        .await
-        .context("the standby did not take over the Lease")?;
-    taint_evicts_an_intolerant_pod(&env, "after-takeover").await?;
+    let real_node = nodes
+        .list(&ListParams::default().labels(REAL_NODE_LABEL))
+        .await?
+        .items
+        .remove(0)
+        .name_any();
+    let cordon = |unschedulable: bool| {
+        let nodes = nodes.clone();
+        let real_node = real_node.clone();
+        async move {
+            nodes
+                .patch(
+                    &real_node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"unschedulable": unschedulable}})),
+                )
+                .await
+        }
+    };
+    cordon(true).await?;
+    let takeover = async {
+        Api::<Pod>::namespaced(env.client.clone(), NAMESPACE)
+            .delete(&leader, &DeleteParams::default())
+            .await?;
+        let standby: Vec<String> = pods.iter().filter(|pod| **pod != leader).cloned().collect();
+        lease_holder(&env, "taint-manager", &standby)
+            .await
+            .context("the standby did not take over the Lease")?;
+        taint_evicts_an_intolerant_pod(&env, "after-takeover").await
+    }
+    .await;
+    cordon(false).await?;
+    takeover?;
+    ready_pods(&env, "taint-manager", 2).await?;
 
     // helm upgrade with a changed value rolls every pod while webhook calls keep succeeding.
     let failures = Arc::new(AtomicUsize::new(0));

@@ -525,6 +525,9 @@ cgroupDriver: cgroupfs
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
 failSwapOn: false
+# kubelet's own chains (KUBE-FIREWALL drops non-loopback packets to 127.0.0.0/8 machine-wide)
+# are not needed by kube-proxy; without them `down` leaves the machine's iptables as it was.
+makeIPTablesUtilChains: false
 containerRuntimeEndpoint: unix://{socket}
 address: {ip}
 port: {port}
