@@ -46,7 +46,10 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
 
     run_descheduler_once(demo, &kubeconfig)?;
     demo.say(SCENARIO, "EvictionRequests and pods after the cycle:");
-    print(demo, &["get", "evictionrequests", "-n", NAMESPACE])?;
+    print(
+        demo,
+        &["get", "evictionrequests.evictkit.io", "-n", NAMESPACE],
+    )?;
     print(
         demo,
         &[
@@ -61,7 +64,7 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
 
     let requests = demo.kubectl(&[
         "get",
-        "evictionrequests",
+        "evictionrequests.evictkit.io",
         "-n",
         NAMESPACE,
         "-o",
@@ -81,7 +84,7 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
     let now = now_rfc3339()?;
     for name in &requests {
         demo.kubectl(&[
-            "patch", "evictionrequest", "-n", NAMESPACE, name, "--subresource=status", "--type=merge",
+            "patch", "evictionrequests.evictkit.io", "-n", NAMESPACE, name, "--subresource=status", "--type=merge",
             "--field-manager", INTERCEPTOR,
             "-p", &format!(r#"{{"status":{{"interceptors":[{{"name":"{INTERCEPTOR}","startTime":"{now}","heartbeatTime":"{now}","completionTime":"{now}","message":"migrated"}}]}}}}"#),
         ])?;
@@ -99,7 +102,10 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
         SCENARIO,
         "the evictionrequest-controller evicted both pods; the requests are Evicted and the bridge withdrew descheduler-bridge.evictkit.io",
     );
-    print(demo, &["get", "evictionrequests", "-n", NAMESPACE])?;
+    print(
+        demo,
+        &["get", "evictionrequests.evictkit.io", "-n", NAMESPACE],
+    )?;
     print(demo, &["get", "pods", "-n", NAMESPACE])?;
     demo.print_events(SCENARIO, NAMESPACE)
 }
@@ -312,7 +318,7 @@ fn wait_for(demo: &Demo, name: &str, jsonpath: &str, expected: &str) -> Result<(
     loop {
         let value = demo.kubectl(&[
             "get",
-            "evictionrequest",
+            "evictionrequests.evictkit.io",
             "-n",
             NAMESPACE,
             name,

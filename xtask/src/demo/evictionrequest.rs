@@ -64,6 +64,7 @@ spec:
             &format!("{NAMESPACE}/p-1"),
             "--requester",
             REQUESTER,
+            "--api=crd",
         ])
         .env("KUBECONFIG", demo.cluster.kubeconfig())
         .output()
@@ -92,7 +93,7 @@ spec:
     );
     let now = now_rfc3339()?;
     demo.kubectl(&[
-        "patch", "evictionrequest", "-n", NAMESPACE, &name, "--subresource=status", "--type=merge",
+        "patch", "evictionrequests.evictkit.io", "-n", NAMESPACE, &name, "--subresource=status", "--type=merge",
         "--field-manager", SURGE,
         "-p", &format!(r#"{{"status":{{"interceptors":[{{"name":"{SURGE}","startTime":"{now}","heartbeatTime":"{now}","completionTime":"{now}","message":"surge pod ready"}}]}}}}"#),
     ])?;
@@ -119,7 +120,7 @@ spec:
     )?;
     let message = demo.kubectl(&[
         "get",
-        "evictionrequest",
+        "evictionrequests.evictkit.io",
         "-n",
         NAMESPACE,
         &name,
@@ -147,7 +148,7 @@ spec:
     )?;
     demo.say(SCENARIO, "the pod was evicted; the request is Evicted");
     let describe = std::process::Command::new(&binary)
-        .args(["describe", &format!("{NAMESPACE}/p-1")])
+        .args(["describe", &format!("{NAMESPACE}/p-1"), "--api=crd"])
         .env("KUBECONFIG", demo.cluster.kubeconfig())
         .output()?;
     demo.say(SCENARIO, "evictionrequest-controller describe:");
@@ -208,7 +209,7 @@ fn wait_for(demo: &Demo, name: &str, jsonpath: &str, expected: &str) -> Result<(
     loop {
         let value = demo.kubectl(&[
             "get",
-            "evictionrequest",
+            "evictionrequests.evictkit.io",
             "-n",
             NAMESPACE,
             name,

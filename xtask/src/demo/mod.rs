@@ -17,6 +17,7 @@ mod affinity_evictor;
 mod descheduler_bridge;
 mod drain;
 mod evictionrequest;
+mod lifecycle;
 mod pdb_policy_webhook;
 mod taint_manager;
 
@@ -58,6 +59,11 @@ const SCENARIOS: &[Scenario] = &[
         name: "evictionrequest",
         shows: "KEP-4563: a requester asks for a pod's eviction; one interceptor completes, one goes silent and times out; the fallback eviction is blocked by a PDB and retried with backoff, then succeeds when the PDB allows",
         run: evictionrequest::run,
+    },
+    Scenario {
+        name: "lifecycle",
+        shows: "KEP-4563 on Kubernetes v1.37's own lifecycle.k8s.io API: two responders in spec.evictionResponders take turns (one completes; the silent one is kept Active by the apiserver for its 20-minute heartbeat deadline), then the imperative evictor retries under a PDB and evicts when it allows",
+        run: lifecycle::run,
     },
     Scenario {
         name: "taint-manager",
