@@ -425,7 +425,11 @@ async fn reconcile_request(
             .map(|e| e.name_any())
             .collect();
         let name = core::eviction_name(&reference.name, in_namespace.iter().map(String::as_str));
-        created = create_eviction(&context, &request, &name).await?;
+        // Created with the labels and owners the Eviction's first sync would give it, so that
+        // sync writes only the status.
+        let responders = core::initial_responders(Target::of(pod.as_deref(), &reference.uid));
+        let labels = core::participant_labels(&request_refs, &responders);
+        created = create_eviction(&context, &request, &request_refs, &name, &labels).await?;
         normal(
             &context,
             request.as_ref(),
@@ -449,18 +453,17 @@ async fn reconcile_request(
 async fn create_eviction(
     context: &Context,
     request: &EvictionRequest,
+    requests: &[&EvictionRequest],
     name: &str,
+    labels: &BTreeMap<String, String>,
 ) -> Result<Eviction, Error> {
     let namespace = request.namespace().unwrap_or_default();
     let api: Api<Eviction> = Api::namespaced(context.client.clone(), &namespace);
+    let owners: Vec<_> = requests.iter().map(|r| owner_reference(r)).collect();
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",
-        "metadata": {
-            "name": name,
-            "labels": { request.spec.requester.clone(): core::ROLE_REQUESTER },
-            "ownerReferences": [owner_reference(request)],
-        },
+        "metadata": { "name": name, "labels": labels, "ownerReferences": owners },
         "spec": { "target": { "pod": request.spec.target.pod } },
     });
     api.patch(
