@@ -308,6 +308,7 @@ pub fn clean_up(cluster: &Cluster, node: &RealNode) {
     let _ = Command::new(cluster.bin("kube-proxy"))
         .arg("--cleanup")
         .output();
+    delete_localnet_firewall();
     delete_pod_netns();
     delete_masquerade_rules();
     network_down(&node.dir);
@@ -395,6 +396,21 @@ fn delete_masquerade_rules() {
             let _ = Command::new("iptables")
                 .args(["-t", "nat", flag, &chain])
                 .output();
+        }
+    }
+}
+
+/// kube-proxy's KUBE-FIREWALL chain (it drops non-loopback packets to 127.0.0.0/8), which
+/// `kube-proxy --cleanup` leaves behind in both address families.
+fn delete_localnet_firewall() {
+    for program in ["iptables", "ip6tables"] {
+        for args in [
+            ["-D", "INPUT", "-j", "KUBE-FIREWALL"].as_slice(),
+            &["-D", "OUTPUT", "-j", "KUBE-FIREWALL"],
+            &["-F", "KUBE-FIREWALL"],
+            &["-X", "KUBE-FIREWALL"],
+        ] {
+            let _ = Command::new(program).args(args).output();
         }
     }
 }
