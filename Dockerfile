@@ -17,10 +17,15 @@ RUN test -n "${COMPONENT}" && \
 FROM scratch
 ARG COMPONENT
 ARG VERSION=0.1.0
+# cargo xtask image takes these from git; for the same labels pass
+# --build-arg REVISION=$(git rev-parse HEAD)
+# --build-arg CREATED=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ)
 ARG REVISION=unknown
+ARG CREATED
 LABEL org.opencontainers.image.source="https://github.com/evictkit/evictkit" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.title="${COMPONENT}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build --chmod=0755 /manager /manager
