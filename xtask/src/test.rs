@@ -107,6 +107,14 @@ fn installed(keep_cluster: bool) -> Result<()> {
         )
         .map(drop),
     )?;
+    // The suite runs the real descheduler against descheduler-bridge's webhook (cached).
+    step(
+        "build the descheduler",
+        run_command(
+            Command::new(crate::workspace_root().join("tests/descheduler/build.sh"))
+                .current_dir(crate::workspace_root()),
+        ),
+    )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&installed_cluster())?;
     eprintln!(

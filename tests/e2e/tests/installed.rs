@@ -25,14 +25,15 @@ use evictkit_api::keys::{
 use evictkit_core::eviction_request::State;
 use evictkit_runtime::eviction_request::request_eviction;
 use evictkit_testenv::TestEnv;
+use evictkit_testenv::descheduler::Identity;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, EvictParams, ListParams, LogParams, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const RELEASE: &str = "evictkit";
@@ -464,25 +465,42 @@ data:
     applied.context("pdb-policy-webhook with the user's certificate (existingSecret + caBundle)")
 }
 
-/// descheduler-bridge: the descheduler's eviction of a `request-evict-only` pod is answered
-/// 429 "Eviction triggered evacuation" and becomes an EvictionRequest with its requester.
-async fn descheduler_eviction_becomes_a_request(env: &TestEnv, descheduler: &Client) -> Result<()> {
-    let mut pod = objects::pod("descheduled", "descheduled");
-    pod.metadata.annotations =
-        Some([(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new())].into());
-    env.create(&pod).await?;
+/// descheduler-bridge: the real descheduler (PodLifeTime, this namespace, in-background
+/// evictions on) evicts a `request-evict-only` pod; the bridge's webhook turns the eviction into
+/// an EvictionRequest with the descheduler's requester instead.
+async fn descheduler_eviction_becomes_a_request(
+    env: &TestEnv,
+    descheduler: &Identity,
+) -> Result<()> {
+    let mut deployment = objects::deployment("descheduled", 1);
+    deployment
+        .spec
+        .template
+        .metadata
+        .get_or_insert_default()
+        .annotations = Some([(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new())].into());
+    env.create(&deployment).await?;
     let pod = env
         .wait_for_ready_pods("app=descheduled", 1)
         .await?
         .remove(0);
-    let pods: Api<Pod> = Api::namespaced(descheduler.clone(), &env.namespace);
-    match pods.evict("descheduled", &EvictParams::default()).await {
-        Err(kube::Error::Api(status))
-            if status.code == 429 && status.message.contains("Eviction triggered evacuation") => {}
-        other => bail!(
-            "the descheduler's eviction was answered {other:?}, not 429 'Eviction triggered evacuation'"
-        ),
-    }
+    let policy = json!({
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "profiles": [{
+            "name": "installed",
+            "pluginConfig": [{
+                "name": "PodLifeTime",
+                "args": {
+                    "maxPodLifeTimeSeconds": 1,
+                    "namespaces": {"include": [env.namespace]},
+                    "labelSelector": {"matchLabels": {"app": "descheduled"}},
+                },
+            }],
+            "plugins": {"deschedule": {"enabled": ["PodLifeTime"]}},
+        }],
+    });
+    let running = env.start_descheduler(descheduler, &policy.to_string(), "1s")?;
     let uid = pod.uid().unwrap_or_default();
     wait::wait_for(
         &env.api::<EvictionRequest>(),
@@ -499,7 +517,12 @@ async fn descheduler_eviction_becomes_a_request(env: &TestEnv, descheduler: &Cli
     )
     .await
     .map(drop)
-    .context("no EvictionRequest from the descheduler's eviction")
+    .with_context(|| {
+        format!(
+            "no EvictionRequest from the descheduler's eviction; descheduler log:\n{}",
+            running.log_tail(30)
+        )
+    })
 }
 
 /// The steps of the installed suite, in order, on one install.
@@ -569,7 +592,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     label_change_evicts(&env).await?;
     let policy = apply_policy(&env)?;
     policy_defaults_a_pdb(&env, &policy, "budget").await?;
-    descheduler_eviction_becomes_a_request(&env, &descheduler.client().await?).await?;
+    descheduler_eviction_becomes_a_request(&env, &descheduler).await?;
 
     let forbidden = forbidden_lines(&env).await?;
     ensure!(
