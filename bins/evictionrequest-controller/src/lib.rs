@@ -372,12 +372,19 @@ impl Context {
 
 /// The pod fields the decisions read; everything else is dropped from the cache.
 fn strip_pod(pod: &mut Pod) {
+    strip_pod_but_spec(pod, &[EVICTION_INTERCEPTORS, MIRROR_POD_ANNOTATION]);
+    pod.spec = None;
+}
+
+/// What both modes' pod caches keep of a pod's metadata and status: identity, labels, owners,
+/// deletion, phase, and the annotations in `kept`. Each mode keeps its own part of the spec.
+fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
     let metadata = std::mem::take(&mut pod.metadata);
     let annotations: BTreeMap<String, String> = metadata
         .annotations
         .into_iter()
         .flatten()
-        .filter(|(key, _)| key == EVICTION_INTERCEPTORS || key == MIRROR_POD_ANNOTATION)
+        .filter(|(key, _)| kept.contains(&key.as_str()))
         .collect();
     pod.metadata = ObjectMeta {
         name: metadata.name,
@@ -389,7 +396,6 @@ fn strip_pod(pod: &mut Pod) {
         annotations: (!annotations.is_empty()).then_some(annotations),
         ..ObjectMeta::default()
     };
-    pod.spec = None;
     pod.status = pod.status.take().map(|status| PodStatus {
         phase: status.phase,
         ..PodStatus::default()

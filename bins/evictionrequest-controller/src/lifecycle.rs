@@ -32,9 +32,9 @@ use evictkit_runtime::shutdown::CancellationToken;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -131,32 +131,12 @@ fn evictions_of(store: &Store<Eviction>, namespace: &str, uid: &str) -> Vec<Arc<
 
 /// The pod fields the decisions read; everything else is dropped from the cache.
 fn strip_pod(pod: &mut Pod) {
-    let metadata = std::mem::take(&mut pod.metadata);
-    let annotations: BTreeMap<String, String> = metadata
-        .annotations
-        .into_iter()
-        .flatten()
-        .filter(|(key, _)| key == MIRROR_POD_ANNOTATION)
-        .collect();
-    pod.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        labels: metadata.labels,
-        owner_references: metadata.owner_references,
-        deletion_timestamp: metadata.deletion_timestamp,
-        annotations: (!annotations.is_empty()).then_some(annotations),
-        ..ObjectMeta::default()
-    };
+    crate::strip_pod_but_spec(pod, &[MIRROR_POD_ANNOTATION]);
     pod.spec = pod.spec.take().map(|spec| PodSpec {
         eviction_responders: spec.eviction_responders,
         scheduling_group: spec.scheduling_group,
         containers: Vec::new(),
         ..PodSpec::default()
-    });
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        ..PodStatus::default()
     });
 }
 
