@@ -306,10 +306,8 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     let bin_dir = build_control_plane()?;
     let node_ip = if args.real_node {
         real_node::ensure_packages()?;
-        let missing: Vec<&str> = crate::image::COMPONENTS
-            .iter()
-            .copied()
-            .chain([crate::image::PAUSE])
+        let missing: Vec<&str> = crate::image::ALL
+            .into_iter()
             .filter(|name| !crate::image::archive_path(name).exists())
             .collect();
         if !missing.is_empty() {

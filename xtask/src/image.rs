@@ -31,6 +31,15 @@ pub const COMPONENTS: [&str; 5] = [
 ];
 /// The pod sandbox image of the test cluster's real node (package `evictkit-pause`).
 pub const PAUSE: &str = "pause";
+/// Every image: the five components and the sandbox.
+pub const ALL: [&str; 6] = [
+    COMPONENTS[0],
+    COMPONENTS[1],
+    COMPONENTS[2],
+    COMPONENTS[3],
+    COMPONENTS[4],
+    PAUSE,
+];
 /// The target the static binaries are built for (a `--target` keeps build scripts and proc
 /// macros dynamic, which they must be).
 const TARGET: &str = "x86_64-unknown-linux-gnu";
@@ -79,7 +88,7 @@ pub struct Image {
 pub fn run(args: Args) -> Result<()> {
     let names: Vec<&str> = match &args.component {
         Some(name) => vec![name.as_str()],
-        None => COMPONENTS.iter().copied().chain([PAUSE]).collect(),
+        None => ALL.to_vec(),
     };
     let images = build(&names, !args.no_build)?;
     println!(
@@ -143,6 +152,17 @@ pub fn archive_path(name: &str) -> PathBuf {
 }
 
 fn compile_static(root: &Path, names: &[&str]) -> Result<()> {
+    let mut command = static_build(root, names);
+    eprintln!("--> RUSTFLAGS='{RUSTFLAGS}' {command:?}");
+    let status = command.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("the static release build failed ({status})");
+    }
+    Ok(())
+}
+
+/// The cargo build of the static binaries of `names`.
+pub fn static_build(root: &Path, names: &[&str]) -> Command {
     let mut command = Command::new("cargo");
     command
         .args(["build", "--release", "--locked", "--target", TARGET])
@@ -156,12 +176,7 @@ fn compile_static(root: &Path, names: &[&str]) -> Result<()> {
         };
         command.args(["--package", package]);
     }
-    eprintln!("--> RUSTFLAGS='{RUSTFLAGS}' {command:?}");
-    let status = command.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("the static release build failed ({status})");
-    }
-    Ok(())
+    command
 }
 
 /// Where an image comes from: version, commit and its time (the files' mtime and `created`).

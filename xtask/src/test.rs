@@ -1,6 +1,9 @@
 //! `cargo xtask test`: the one command CI runs (`.ci/run`) and developers run locally.
 
-use std::process::Command;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
@@ -28,9 +31,12 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.installed_only {
-        return installed(args.keep_cluster);
+        return installed(args.keep_cluster, None);
     }
     let root = crate::workspace_root();
+    disk_check(&root);
+    let with_installed = !args.unit_only && !args.no_installed && args.e2e_args.is_empty();
+    let early_images = with_installed.then(EarlyImageBuild::start).transpose()?;
     step("cargo fmt --check", cargo(&["fmt", "--all", "--check"]))?;
     step(
         "cargo clippy",
@@ -85,27 +91,22 @@ pub fn run(args: Args) -> Result<()> {
         cluster::down()?;
     }
     result?;
-    if args.no_installed || !args.e2e_args.is_empty() {
-        return Ok(());
+    match early_images {
+        Some(early) => installed(args.keep_cluster, Some(early)),
+        None => Ok(()),
     }
-    installed(args.keep_cluster)
 }
 
 /// The installed stage: the component images, a cluster with a real node, and
 /// tests/e2e/tests/installed.rs, which helm-installs the umbrella chart there.
-fn installed(keep_cluster: bool) -> Result<()> {
-    let started = std::time::Instant::now();
+fn installed(keep_cluster: bool, early_images: Option<EarlyImageBuild>) -> Result<()> {
+    let started = Instant::now();
+    if let Some(early) = early_images {
+        step("static release build (started early)", early.finish())?;
+    }
     step(
         "images",
-        crate::image::build(
-            &crate::image::COMPONENTS
-                .iter()
-                .copied()
-                .chain([crate::image::PAUSE])
-                .collect::<Vec<_>>(),
-            true,
-        )
-        .map(drop),
+        crate::image::build(&crate::image::ALL, true).map(drop),
     )?;
     // The suite runs the real descheduler against descheduler-bridge's webhook (cached).
     step(
@@ -121,7 +122,7 @@ fn installed(keep_cluster: bool) -> Result<()> {
         "==> images and real-node cluster in {:.0}s",
         started.elapsed().as_secs_f64()
     );
-    let suite = std::time::Instant::now();
+    let suite = Instant::now();
     let result = step(
         "installed suite",
         run_command(
@@ -151,6 +152,118 @@ fn installed(keep_cluster: bool) -> Result<()> {
 
 /// One kube and one k8s-openapi in the build (DESIGN.md), and a `crates/core` that links no
 /// client, no async runtime and no HTTP stack, so its decisions stay pure.
+/// The images' static release build, started with the run at the lowest CPU priority: it takes
+/// only the CPU the checks and end-to-end tests leave idle (they mostly wait on the cluster), so
+/// the images stage finds most of it done. Its output goes to a log, shown if it fails.
+struct EarlyImageBuild {
+    child: Child,
+    log: PathBuf,
+    started: Instant,
+}
+
+impl EarlyImageBuild {
+    fn start() -> Result<Self> {
+        let root = crate::workspace_root();
+        let build = crate::image::static_build(&root, &crate::image::ALL);
+        let mut command = Command::new("nice");
+        command.args(["-n", "19"]).arg(build.get_program());
+        command.args(build.get_args()).current_dir(&root);
+        for (key, value) in build.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
+        let log = root.join("target/images/static-build.log");
+        std::fs::create_dir_all(log.parent().expect("a log has a folder"))?;
+        let output = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        command
+            .stdout(output.try_clone()?)
+            .stderr(output)
+            .stdin(std::process::Stdio::null());
+        let child = command
+            .spawn()
+            .context("starting the static release build (nice cargo build)")?;
+        eprintln!(
+            "==> static release build of the images started in the background at nice 19 (log: {})",
+            log.display()
+        );
+        Ok(Self {
+            child,
+            log,
+            started: Instant::now(),
+        })
+    }
+
+    fn finish(mut self) -> Result<()> {
+        let waiting = Instant::now();
+        let status = self
+            .child
+            .wait()
+            .context("waiting for the static release build")?;
+        eprintln!(
+            "==> static release build: done {:.0}s after its start, {:.0}s of it waited for here",
+            self.started.elapsed().as_secs_f64(),
+            waiting.elapsed().as_secs_f64()
+        );
+        if !status.success() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+            bail!(
+                "the static release build failed ({status}); full log: {}",
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EarlyImageBuild {
+    /// A run that fails before the images stage stops the build it started.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Prints the free space where the builds write; a clean run needs about
+/// [`CLEAN_RUN_DISK_GIB`] GiB (debug and static release targets, images, the cluster's state),
+/// and a full disk shows up late and obscurely (a linker's bus error), so say it first.
+fn disk_check(root: &std::path::Path) {
+    let free_gib = Command::new("df")
+        .args(["-Pk", "--"])
+        .arg(root)
+        .output()
+        .ok()
+        .and_then(|output| {
+            let text = String::from_utf8(output.stdout).ok()?;
+            let kib: u64 = text
+                .lines()
+                .nth(1)?
+                .split_whitespace()
+                .nth(3)?
+                .parse()
+                .ok()?;
+            Some(kib / (1024 * 1024))
+        });
+    match free_gib {
+        Some(free) if free < CLEAN_RUN_DISK_GIB => eprintln!(
+            "==> WARNING: {free} GiB free under {}; a clean run needs about {CLEAN_RUN_DISK_GIB} GiB \
+             (less when target/ is warm): expect 'No space left on device'",
+            root.display()
+        ),
+        Some(free) => eprintln!("==> disk: {free} GiB free under {}", root.display()),
+        None => eprintln!("==> disk: free space unknown (df failed)"),
+    }
+}
+
+/// Measured on a clean clone; see `disk_check`.
+const CLEAN_RUN_DISK_GIB: u64 = 20;
+
 fn dependency_rules() -> Result<()> {
     const SINGLE: [&str; 5] = [
         "kube",

@@ -194,12 +194,7 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
         Ok(node.ctr(&["version"]).is_ok())
     })?;
 
-    let names: Vec<&str> = image::COMPONENTS
-        .iter()
-        .copied()
-        .chain([image::PAUSE])
-        .collect();
-    for name in &names {
+    for name in &image::ALL {
         let archive = image::archive_path(name);
         if !archive.exists() {
             bail!(
@@ -212,8 +207,8 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     }
     eprintln!(
         "==> imported {} images into containerd: {}",
-        names.len(),
-        names.join(", ")
+        image::ALL.len(),
+        image::ALL.join(", ")
     );
 
     let [kubelet_port, kubelet_healthz, proxy_metrics, proxy_healthz] = free_ports()?;
