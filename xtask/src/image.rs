@@ -66,7 +66,8 @@ const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Build only this image (a component, or `pause`); default: the five components and pause.
+    /// Write only this image (a component, or `pause`); default: the five components and pause.
+    /// The cargo build always compiles every binary: one set of dependency features, shared.
     #[arg(long)]
     component: Option<String>,
     /// Package the binaries already in target/x86_64-unknown-linux-gnu/release (no cargo build).
@@ -125,7 +126,10 @@ pub fn build(names: &[&str], compile: bool) -> Result<Vec<Image>> {
     }
     let root = crate::workspace_root();
     if compile {
-        compile_static(&root, names)?;
+        // Always every binary: cargo picks dependency features from the packages it builds, so
+        // a build of one package would compile its own variant of the dependencies, apart from
+        // the one every other image (and CI) shares.
+        compile_static(&root)?;
     }
     let out = root.join("target/images");
     fs::create_dir_all(&out)?;
@@ -151,8 +155,8 @@ pub fn archive_path(name: &str) -> PathBuf {
         .join(format!("{name}.oci.tar"))
 }
 
-fn compile_static(root: &Path, names: &[&str]) -> Result<()> {
-    let mut command = static_build(root, names);
+fn compile_static(root: &Path) -> Result<()> {
+    let mut command = static_build(root);
     eprintln!("--> RUSTFLAGS='{RUSTFLAGS}' {command:?}");
     let status = command.status().context("running cargo build")?;
     if !status.success() {
@@ -161,15 +165,15 @@ fn compile_static(root: &Path, names: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The cargo build of the static binaries of `names`.
-pub fn static_build(root: &Path, names: &[&str]) -> Command {
+/// The cargo build of the static binaries of every image.
+pub fn static_build(root: &Path) -> Command {
     let mut command = Command::new("cargo");
     command
         .args(["build", "--release", "--locked", "--target", TARGET])
         .current_dir(root)
         .env("RUSTFLAGS", RUSTFLAGS);
-    for name in names {
-        let package = if *name == PAUSE {
+    for name in ALL {
+        let package = if name == PAUSE {
             "evictkit-pause"
         } else {
             name

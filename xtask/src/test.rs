@@ -164,7 +164,7 @@ struct EarlyImageBuild {
 impl EarlyImageBuild {
     fn start() -> Result<Self> {
         let root = crate::workspace_root();
-        let build = crate::image::static_build(&root, &crate::image::ALL);
+        let build = crate::image::static_build(&root);
         let mut command = Command::new("nice");
         command.args(["-n", "19"]).arg(build.get_program());
         command.args(build.get_args()).current_dir(&root);
