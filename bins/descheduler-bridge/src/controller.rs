@@ -8,31 +8,148 @@
 //! pod's marks with the evacuation's start), so a restart rebuilds it all. It also marks pods
 //! whose mark the webhook failed to write, and a periodic sweep clears marks left on pods whose
 //! request was deleted. The decisions are [`evictkit_core::descheduler_bridge::plan`].
+//!
+//! The same controller serves both EvictionRequest APIs ([`Request`]): the `evictkit.io` CRD
+//! (one request per pod, named after its UID, the bridge one of its `.spec.requesters`) and
+//! Kubernetes' `lifecycle.k8s.io/v1alpha1` (the bridge's own request per pod, intent `Eviction`
+//! until it withdraws by intent `Withdrawn`; the evictionrequest-controller mirrors the pod's
+//! Eviction's `TargetEvicted` / `Failed` onto it).
 
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_api::keys::DESCHEDULER_REQUESTER;
+use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
 use evictkit_core::eviction_request::State;
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
+use evictkit_runtime::lifecycle_request;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Patch;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::metrics::BridgeMetrics;
 
-type Key = ObjectRef<EvictionRequest>;
+/// An EvictionRequest as the controller reads and ends it, on either API.
+pub trait Request:
+    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The bridge's requester name on this API.
+    const REQUESTER: &'static str;
+
+    /// The name of the bridge's request for the pod `pod` of UID `uid`.
+    fn name_for(pod: &str, uid: &str) -> String;
+
+    /// Whether the request is one the bridge takes part in (upstream, other requesters'
+    /// requests of the same pod are theirs alone).
+    fn concerns_bridge(&self) -> bool;
+
+    fn target(&self) -> Option<TargetPod>;
+
+    fn state(&self) -> State;
+
+    /// Whether the bridge still asks for the eviction through this request.
+    fn listed(&self) -> bool;
+
+    /// Withdraws the bridge from exactly this request (its UID a precondition); `None` when it
+    /// is gone or replaced meanwhile.
+    fn withdraw(
+        &self,
+        client: &Client,
+    ) -> impl Future<Output = Result<Option<()>, EvictionRequestError>> + Send;
+}
+
+impl Request for EvictionRequest {
+    const REQUESTER: &'static str = DESCHEDULER_REQUESTER;
+
+    fn name_for(_: &str, uid: &str) -> String {
+        uid.to_owned()
+    }
+
+    fn concerns_bridge(&self) -> bool {
+        true
+    }
+
+    fn target(&self) -> Option<TargetPod> {
+        self.spec.target.pod.as_ref().map(|pod| TargetPod {
+            namespace: self.namespace().unwrap_or_default(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        })
+    }
+
+    fn state(&self) -> State {
+        State::of(self)
+    }
+
+    fn listed(&self) -> bool {
+        self.spec
+            .requesters
+            .iter()
+            .any(|r| r.name == DESCHEDULER_REQUESTER)
+    }
+
+    async fn withdraw(&self, client: &Client) -> Result<Option<()>, EvictionRequestError> {
+        Ok(withdraw_from(client, self, DESCHEDULER_REQUESTER)
+            .await?
+            .map(drop))
+    }
+}
+
+impl Request for LifecycleRequest {
+    const REQUESTER: &'static str = DESCHEDULER_REQUESTER_KEY;
+
+    fn name_for(pod: &str, _: &str) -> String {
+        lifecycle_request::request_name(pod, DESCHEDULER_REQUESTER_KEY)
+    }
+
+    fn concerns_bridge(&self) -> bool {
+        self.spec.requester == DESCHEDULER_REQUESTER_KEY
+    }
+
+    fn target(&self) -> Option<TargetPod> {
+        self.spec.target.pod.as_ref().map(|pod| TargetPod {
+            namespace: self.namespace().unwrap_or_default(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        })
+    }
+
+    fn state(&self) -> State {
+        core::lifecycle_state(self)
+    }
+
+    fn listed(&self) -> bool {
+        core::lifecycle_listed(self, DESCHEDULER_REQUESTER_KEY)
+    }
+
+    async fn withdraw(&self, client: &Client) -> Result<Option<()>, EvictionRequestError> {
+        Ok(
+            lifecycle_request::withdraw_from(client, self, DESCHEDULER_REQUESTER_KEY)
+                .await?
+                .map(drop),
+        )
+    }
+}
 
 /// How often marks on pods without an EvictionRequest are looked for (a deleted request
 /// triggers no reconcile of its own).
@@ -101,12 +218,17 @@ fn strip_pod(pod: &mut Pod) {
     pod.status = None;
 }
 
-/// The watches, the controller and the sweep, run while holding the Lease.
-pub async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+/// The watches, the controller and the sweep over requests of type `R`, run while holding the
+/// Lease.
+pub async fn control<R: Request>(
+    client: Client,
+    settings: Arc<Settings>,
+    token: CancellationToken,
+) {
     settings.metrics.lead();
-    let (request_store, request_writer) = reflector::store();
+    let (request_store, request_writer) = reflector::store::<R>();
     let (pod_store, pod_writer) = reflector::store();
-    let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
+    let (requests_api, pods_api): (Api<R>, Api<Pod>) = match &settings.namespace {
         Some(namespace) => (
             Api::namespaced(client.clone(), namespace),
             Api::namespaced(client.clone(), namespace),
@@ -141,8 +263,9 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             .touched_objects()
             .filter_map(move |pod| {
                 let key = pod.ok().and_then(|pod| {
-                    let key = Key::new(pod.metadata.uid.as_deref()?)
-                        .within(&pod.namespace().unwrap_or_default());
+                    let name = R::name_for(&pod.name_any(), pod.metadata.uid.as_deref()?);
+                    let key =
+                        ObjectRef::<R>::new(&name).within(&pod.namespace().unwrap_or_default());
                     requests.get(&key).is_some().then_some(key)
                 });
                 future::ready(key)
@@ -193,12 +316,12 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     settings.metrics.reset_in_progress();
 }
 
-fn error_policy(request: Arc<EvictionRequest>, error: &Error, _: Arc<Context>) -> Action {
-    tracing::warn!(request = %id(&request), %error, "reconcile failed; retrying");
+fn error_policy<R: Request>(request: Arc<R>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(request = %id(request.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
-fn id(request: &EvictionRequest) -> String {
+fn id<R: Resource>(request: &R) -> String {
     format!(
         "{}/{}",
         request.namespace().unwrap_or_default(),
@@ -213,27 +336,26 @@ fn id(request: &EvictionRequest) -> String {
 /// be replacing a canceled request and re-marking its pod at this very moment, and a plan made
 /// from a stale or half-way view (the canceled request with the requester re-added) must not
 /// withdraw from the new request or clear the new marks.
-async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile<R: Request>(cached: Arc<R>, context: Arc<Context>) -> Result<Action, Error> {
+    if !cached.concerns_bridge() {
+        return Ok(Action::await_change());
+    }
     let namespace = cached.namespace().unwrap_or_default();
-    let requests: Api<EvictionRequest> = Api::namespaced(context.client.clone(), &namespace);
+    let requests: Api<R> = Api::namespaced(context.client.clone(), &namespace);
     let read_error = |source| Error::Read {
-        what: format!("EvictionRequest {}", id(&cached)),
+        what: format!("EvictionRequest {}", id(cached.as_ref())),
         source: Box::new(source),
     };
     let Some(request) = requests
         .get_opt(&cached.name_any())
         .await
         .map_err(read_error)?
-        .filter(|fresh| fresh.metadata.uid == cached.metadata.uid)
+        .filter(|fresh| fresh.meta().uid == cached.meta().uid)
     else {
         // Gone or replaced: the successor has its own reconcile.
         return Ok(Action::await_change());
     };
-    let Some(target) = request.spec.target.pod.as_ref().map(|pod| TargetPod {
-        namespace: namespace.clone(),
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
-    }) else {
+    let Some(target) = request.target() else {
         return Ok(Action::await_change());
     };
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
@@ -247,15 +369,10 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
         })?
         .filter(|pod| pod.metadata.uid.as_deref() == Some(target.uid.as_str()));
     let marks = pod.as_ref().map(Marks::of);
-    let listed = request
-        .spec
-        .requesters
-        .iter()
-        .any(|r| r.name == DESCHEDULER_REQUESTER);
     let metrics = &context.settings.metrics;
     let plan = core::plan(
-        State::of(&request),
-        listed,
+        request.state(),
+        request.listed(),
         marks.as_ref(),
         Timestamp::now(),
         &context.settings.ttls,
@@ -300,11 +417,7 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
         } => {
             // Withdraw first: marks cleared before a failed withdrawal would read as a fresh,
             // unmarked evacuation on the retry.
-            if withdraw
-                && withdraw_from(&context.client, &request, DESCHEDULER_REQUESTER)
-                    .await?
-                    .is_none()
-            {
+            if withdraw && request.withdraw(&context.client).await?.is_none() {
                 return Ok(Action::await_change());
             }
             if clear_marks {
@@ -318,8 +431,9 @@ async fn reconcile(cached: Arc<EvictionRequest>, context: Arc<Context>) -> Resul
             let recorded = if ended == Ended::Expired {
                 tracing::warn!(pod = %pod_id, request = %id(&request), ttl = %context.settings.ttls.evacuation, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
                 let note = format!(
-                    "Evacuation of pod {pod_id} not finished within --max-evacuation-request-ttl {:#}: withdrew {DESCHEDULER_REQUESTER} and cleared eviction-in-progress, so the descheduler may ask again",
-                    context.settings.ttls.evacuation
+                    "Evacuation of pod {pod_id} not finished within --max-evacuation-request-ttl {:#}: withdrew {} and cleared eviction-in-progress, so the descheduler may ask again",
+                    context.settings.ttls.evacuation,
+                    R::REQUESTER
                 );
                 recorder
                     .warning(&request, "EvacuationExpired", "Withdraw", &note)
@@ -376,7 +490,7 @@ async fn patch_marks(
 }
 
 /// Clears the marks of pods whose EvictionRequest no longer exists.
-async fn sweep(context: &Context, requests: &Store<EvictionRequest>) {
+async fn sweep<R: Request>(context: &Context, requests: &Store<R>) {
     if context.settings.dry_run {
         return;
     }
@@ -385,12 +499,17 @@ async fn sweep(context: &Context, requests: &Store<EvictionRequest>) {
             continue;
         };
         let namespace = namespace.unwrap_or_default();
-        if !Marks::of(&pod).ours || requests.get(&Key::new(&uid).within(&namespace)).is_some() {
+        let name = R::name_for(&pod.name_any(), &uid);
+        if !Marks::of(&pod).ours
+            || requests
+                .get(&ObjectRef::new(&name).within(&namespace))
+                .is_some()
+        {
             continue;
         }
         // The request watch may lag behind the pod watch: ask the API before clearing.
-        let api: Api<EvictionRequest> = Api::namespaced(context.client.clone(), &namespace);
-        match api.get_opt(&uid).await {
+        let api: Api<R> = Api::namespaced(context.client.clone(), &namespace);
+        match api.get_opt(&name).await {
             Ok(None) => {}
             Ok(Some(_)) => continue,
             Err(error) => {

@@ -9,6 +9,11 @@
 //! into a KEP-4563 EvictionRequest, so the pod's interceptors get their say and the eviction
 //! request controller does the rest. The real descheduler stays the engine.
 //!
+//! Both EvictionRequest APIs are spoken (`--eviction-request-api`, the requesters' shared rule
+//! of [`evictkit_runtime::requester`]): Kubernetes' own `lifecycle.k8s.io/v1alpha1` as
+//! requester `evictkit.io/descheduler-bridge`, or the `evictkit.io` CRD as requester
+//! `descheduler-bridge.evictkit.io`.
+//!
 //! Reads top to bottom: flags, then [`run`] wiring the two roles:
 //! - [`webhook`] (all replicas): the validating webhook on `pods/eviction` CREATE;
 //! - [`controller`] (the Lease holder): ends the bridge's part when the request ends or its
@@ -26,16 +31,21 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{DESCHEDULER_ASSUMED_TTL, OptIn, Ttls};
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::tls::ReloadingCertResolver;
 use evictkit_runtime::{client, logging, shutdown, tls};
 use futures::future;
 use jiff::SignedDuration;
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::api::PatchParams;
 
 use crate::metrics::BridgeMetrics;
@@ -56,13 +66,17 @@ pub const DEFAULT_DESCHEDULER_USER: &str = "system:serviceaccount:kube-system:de
 Run the descheduler with --feature-gates=EvictionsInBackground=true. The validating webhook on \
 pods/eviction (all replicas) intercepts evictions by the --intercept-user users only: for a pod \
 annotated descheduler.alpha.kubernetes.io/request-evict-only (with --intercept-interceptor-pods, \
-also for a pod naming evictkit.io/eviction-interceptors) it creates or joins the pod's \
-EvictionRequest as requester descheduler-bridge.evictkit.io, marks the pod \
-descheduler.alpha.kubernetes.io/eviction-in-progress, and denies the eviction with 429 \
-\"Eviction triggered evacuation of pod <ns>/<name> via EvictionRequest <name>\", which the \
-descheduler counts as an eviction in background. The controller (leader-elected) withdraws the \
-requester and clears the mark when the request ends or after --max-evacuation-request-ttl, so \
-the descheduler may ask again. The descheduler (v0.36) drops the pod from its count 10-20 minutes \
+also for a pod naming evictkit.io/eviction-interceptors) it requests the pod's eviction through \
+an EvictionRequest, marks the pod descheduler.alpha.kubernetes.io/eviction-in-progress, and \
+denies the eviction with 429 \"Eviction triggered evacuation of pod <ns>/<name> via \
+EvictionRequest <name>\", which the descheduler counts as an eviction in background. On \
+Kubernetes' lifecycle.k8s.io/v1alpha1 API (v1.37+, gate EvictionRequestAPI) that is the \
+bridge's own EvictionRequest <pod>-evictkit-io-descheduler-bridge, requester \
+evictkit.io/descheduler-bridge, intent Eviction; on the evictkit.io CRD it is the pod's \
+request (named after its UID), joined as requester descheduler-bridge.evictkit.io. The \
+controller (leader-elected) withdraws (intent Withdrawn, or leaving the CRD's requesters) and \
+clears the mark when the request ends (TargetEvicted or Failed upstream, Evicted or Canceled on \
+the CRD) or after --max-evacuation-request-ttl, so the descheduler may ask again. The descheduler (v0.36) drops the pod from its count 10-20 minutes \
 after the 429 (its assumed-entry TTL, 600 s, not configurable) unless it sees a pod update \
 meanwhile; for an evacuation that runs longer the controller updates the pod (annotation \
 evictkit.io/evacuation-refreshed) every minute across that window, and the descheduler then \
@@ -95,6 +109,13 @@ pub struct Args {
     /// Watch EvictionRequests and pods of this namespace only (default: all namespaces).
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// Which EvictionRequest API to request evictions through (KEP-4563): `lifecycle`
+    /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
+    /// gate; requester evictkit.io/descheduler-bridge), `crd` (evictionrequests.evictkit.io;
+    /// requester descheduler-bridge.evictkit.io), or `auto`: lifecycle when discovery shows it,
+    /// else crd. Run the evictionrequest-controller on the same API.
+    #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
+    pub eviction_request_api: ApiMode,
 }
 
 /// Patch parameters of the bridge's pod writes: merge patches under `manager`.
@@ -129,6 +150,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tls::install_crypto_provider();
     let shutdown = shutdown::on_signal()?;
     let client = client::build(args.common.rate_limit()).await?;
+    let requester = Requester::new(
+        client.clone(),
+        args.eviction_request_api,
+        RequesterNames {
+            crd: DESCHEDULER_REQUESTER,
+            lifecycle: DESCHEDULER_REQUESTER_KEY,
+        },
+    )
+    .await
+    .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?;
     let metrics = Arc::new(Metrics::new(COMPONENT)?);
     let bridge_metrics = BridgeMetrics::register(&metrics)?;
     let readiness = Readiness::default();
@@ -142,6 +173,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
         let context = Arc::new(webhook::Context {
             client: client.clone(),
+            requester: requester.clone(),
             users: users.clone(),
             opt_in: if args.intercept_interceptor_pods {
                 OptIn::AlsoInterceptorPods
@@ -172,10 +204,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         });
         let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
+        let lifecycle = requester.api() == ApiMode::Lifecycle;
         parts.push(Box::pin(async move {
             leader
-                .run(client.clone(), metrics, token, |work| {
-                    controller::control(client, settings, work)
+                .run(client.clone(), metrics, token, |work| async move {
+                    if lifecycle {
+                        controller::control::<LifecycleRequest>(client, settings, work).await;
+                    } else {
+                        controller::control::<EvictionRequest>(client, settings, work).await;
+                    }
                 })
                 .await
                 .context("leader election")

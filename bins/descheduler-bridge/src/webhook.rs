@@ -1,6 +1,7 @@
 //! The validating webhook on `pods/eviction` CREATE (KEP-1397, "Eviction handling"): an
-//! eviction by an intercepted user (the descheduler) of a pod that opted in becomes the pod's
-//! EvictionRequest with requester `descheduler-bridge.evictkit.io`, the pod is marked
+//! eviction by an intercepted user (the descheduler) of a pod that opted in becomes an
+//! EvictionRequest of the bridge's ([`Requester`]: `evictkit.io/descheduler-bridge` on
+//! `lifecycle.k8s.io`, `descheduler-bridge.evictkit.io` on the CRD), the pod is marked
 //! `eviction-in-progress`, and the eviction is denied with 429 and
 //! `Eviction triggered evacuation of pod <ns>/<name> via EvictionRequest <name>`, which the
 //! descheduler counts as an eviction in background. Every other eviction passes untouched.
@@ -17,10 +18,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use evictkit_api::keys::DESCHEDULER_REQUESTER;
 use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn};
-use evictkit_runtime::eviction_request::{EvictionRequestError, request_eviction};
+use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::requester::Requester;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -38,6 +39,8 @@ pub const PATH: &str = "/validate-eviction";
 /// What every review needs.
 pub struct Context {
     pub client: Client,
+    /// Requests the evictions on the API `--eviction-request-api` chose.
+    pub requester: Requester,
     /// `--intercept-user`: the usernames whose evictions are evacuated.
     pub users: BTreeSet<String>,
     pub opt_in: OptIn,
@@ -96,9 +99,17 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<DynamicObject>)
             Admission::allow()
         }
         Admit::Evacuate if request.dry_run => {
-            // The request's name is the pod's UID: the answer is known without writing it.
-            let request_name = pod.metadata.uid.as_deref().unwrap_or_default();
-            Admission::deny(429, core::evacuation_message(namespace, name, request_name))
+            // The request's name follows from the pod: the answer is known without writing it.
+            match TargetPod::of(&pod) {
+                Ok(target) => {
+                    let request_name = context.requester.request_name(&target);
+                    Admission::deny(
+                        429,
+                        core::evacuation_message(namespace, name, &request_name),
+                    )
+                }
+                Err(error) => Admission::deny(500, format!("descheduler-bridge: {error}")),
+            }
         }
         Admit::Evacuate => evacuate(&context, &pod, namespace, name).await,
     }
@@ -107,8 +118,8 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<DynamicObject>)
 /// Requests the eviction, marks the pod, and answers 429.
 async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> Admission {
     let id = format!("{namespace}/{name}");
-    let request = match request_eviction(&context.client, pod, DESCHEDULER_REQUESTER).await {
-        Ok(request) => request,
+    let request_name = match context.requester.request_eviction(pod).await {
+        Ok(request_name) => request_name,
         // Final for this pod: a 429 would make the descheduler count an eviction in background
         // and ask again every cycle; letting it through would skip the pod's interceptors.
         Err(error @ EvictionRequestError::Refused { .. }) => {
@@ -129,7 +140,7 @@ async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> 
             );
         }
     };
-    let request_name = request.metadata.name.as_deref().unwrap_or_default();
+    let request_name = request_name.as_str();
     let marks = Marks::of(pod);
     let repeated = marks.ours && marks.in_progress && marks.started.is_some();
     let now = Timestamp::now();

@@ -22,8 +22,10 @@ use evictkit_api::keys::{
 };
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 
 use crate::eviction_request::State;
+use crate::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION};
 
 #[cfg(test)]
 mod tests;
@@ -235,6 +237,48 @@ pub struct Ttls {
 
 /// The descheduler v0.36 (`pkg/descheduler/evictions/evictions.go`), whose TTL is 600 s.
 pub const DESCHEDULER_ASSUMED_TTL: SignedDuration = SignedDuration::from_secs(600);
+
+/// Where the bridge's own `lifecycle.k8s.io` EvictionRequest stands, as [`plan`] reads it: the
+/// controller mirrors its target's Eviction's conditions onto every EvictionRequest, so
+/// `TargetEvicted` means evicted and `Failed` (every responder canceled or done without the
+/// pod going, refused as invalid, the imperative eviction failed) means the evacuation ended
+/// without an eviction, as a canceled `evictkit.io` request does. Conditions the controller
+/// wrote for an older generation (`status.observedGeneration` behind `metadata.generation`)
+/// say nothing yet: after a withdrawal, the request asking again still carries the `Failed`
+/// of its cancellation until the controller starts over.
+pub fn lifecycle_state(request: &LifecycleRequest) -> State {
+    let status = request.status.as_ref();
+    let observed = status.and_then(|s| s.observed_generation);
+    if request
+        .metadata
+        .generation
+        .is_some_and(|generation| observed.is_none_or(|observed| observed < generation))
+    {
+        return State::InProgress;
+    }
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let is_true = |kind: &str| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == kind && c.status == "True")
+    };
+    if is_true(CONDITION_TARGET_EVICTED) {
+        State::Evicted
+    } else if is_true(CONDITION_FAILED) {
+        State::Canceled
+    } else {
+        State::InProgress
+    }
+}
+
+/// Whether `requester` still asks for the eviction through its `lifecycle.k8s.io`
+/// EvictionRequest `request` (the upstream counterpart of being listed in an `evictkit.io`
+/// request's `.spec.requesters`).
+pub fn lifecycle_listed(request: &LifecycleRequest, requester: &str) -> bool {
+    request.spec.requester == requester && request.spec.intent == INTENT_EVICTION
+}
 
 /// The plan for an EvictionRequest in `state`, in whose requesters the bridge is `listed`,
 /// whose pod (the same UID; `None` when gone) carries `marks`.

@@ -79,9 +79,21 @@ pub async fn set_intent(
     requester: &str,
     intent: &str,
 ) -> Result<EvictionRequest, EvictionRequestError> {
+    apply_intent(client, target, requester, intent, None).await
+}
+
+/// [`set_intent`]; with `uid`, only to the request of that UID (the apiserver answers 409 for
+/// any other, e.g. a successor of the same name).
+async fn apply_intent(
+    client: &Client,
+    target: &TargetPod,
+    requester: &str,
+    intent: &str,
+    uid: Option<&str>,
+) -> Result<EvictionRequest, EvictionRequestError> {
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
     let name = request_name(&target.name, requester);
-    let body = json!({
+    let mut body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "EvictionRequest",
         "metadata": { "name": name },
@@ -91,6 +103,9 @@ pub async fn set_intent(
             "target": { "pod": { "name": target.name, "uid": target.uid } },
         },
     });
+    if let Some(uid) = uid {
+        body["metadata"]["uid"] = json!(uid);
+    }
     api.patch(
         &name,
         &PatchParams::apply(requester).force(),
@@ -188,6 +203,36 @@ pub async fn withdraw(
             .await
             .map(Some),
         None => Ok(None),
+    }
+}
+
+/// Withdraws from exactly `request` (its UID is a precondition of the write), which must be
+/// `requester`'s: nothing is withdrawn from a successor of the same name. Returns the request
+/// as it is afterwards, or `None` when `request` is gone or replaced. Writes nothing when its
+/// intent is `Withdrawn` already.
+pub async fn withdraw_from(
+    client: &Client,
+    request: &EvictionRequest,
+    requester: &str,
+) -> Result<Option<EvictionRequest>, EvictionRequestError> {
+    let Some(pod) = request.spec.target.pod.as_ref() else {
+        return Ok(Some(request.clone()));
+    };
+    if request.spec.intent == INTENT_WITHDRAWN {
+        return Ok(Some(request.clone()));
+    }
+    let target = TargetPod {
+        namespace: request.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    };
+    let uid = request.metadata.uid.as_deref();
+    match apply_intent(client, &target, requester, INTENT_WITHDRAWN, uid).await {
+        Ok(request) => Ok(Some(request)),
+        Err(EvictionRequestError::Api { source, .. }) if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 404 || status.code == 409) => {
+            Ok(None)
+        }
+        Err(error) => Err(error),
     }
 }
 

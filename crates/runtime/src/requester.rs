@@ -54,22 +54,34 @@ impl Requester {
         }
     }
 
-    /// Asks for the eviction of `pod`. Idempotent; a refusal by the controller is
-    /// [`EvictionRequestError::Refused`] (final for the pod).
+    /// The name of the EvictionRequest through which this requester asks for `target`'s
+    /// eviction: the pod's UID on the CRD, `<pod>-<requester key>` upstream.
+    pub fn request_name(&self, target: &TargetPod) -> String {
+        match self.api {
+            ApiMode::Lifecycle => lifecycle::request_name(&target.name, self.name()),
+            _ => target.request_name().to_owned(),
+        }
+    }
+
+    /// Asks for the eviction of `pod`; returns the name of the EvictionRequest asking. Idempotent;
+    /// a refusal by the controller is [`EvictionRequestError::Refused`] (final for the pod).
     pub async fn request_eviction<K: Resource<DynamicType = ()>>(
         &self,
         pod: &K,
-    ) -> Result<(), EvictionRequestError> {
-        match self.api {
+    ) -> Result<String, EvictionRequestError> {
+        let request = match self.api {
             ApiMode::Lifecycle => {
                 lifecycle::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
-                    .await?;
+                    .await?
+                    .metadata
             }
             _ => {
-                crd::request_eviction(&self.client, pod, self.name()).await?;
+                crd::request_eviction(&self.client, pod, self.name())
+                    .await?
+                    .metadata
             }
-        }
-        Ok(())
+        };
+        Ok(request.name.unwrap_or_default())
     }
 
     /// Withdraws the request for `pod`; whether one of ours was standing (and is withdrawn now).

@@ -8,7 +8,12 @@
 //! one second), so replacement pods of the Deployment are left alone. The interceptor is played
 //! by the test through the public library, as users would.
 //!
-//! Shown: background evictions counted by the descheduler (`result="background"`), the
+//! On Kubernetes' own `lifecycle.k8s.io/v1alpha1` API (the bridge's default on this control
+//! plane): the bridge's EvictionRequest with requester `evictkit.io/descheduler-bridge`, a
+//! responder of the pod's `spec.evictionResponders` and the imperative evictor completing it,
+//! the bridge withdrawing by intent `Withdrawn` when the pod is gone or its TTL passes.
+//!
+//! Shown on the `evictkit.io` CRD: background evictions counted by the descheduler (`result="background"`), the
 //! EvictionRequest with requester `descheduler-bridge.evictkit.io`, the pod marked in progress, an
 //! interceptor and then the fallback eviction completing it; in-progress pods counted against
 //! the descheduler's per-node limit across cycles and across a descheduler restart (no second
@@ -24,10 +29,15 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
     DESCHEDULER_BRIDGE_EVACUATION_ANSWERED, DESCHEDULER_BRIDGE_EVACUATION_STARTED,
     DESCHEDULER_EVICTION_IN_PROGRESS, DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER,
-    EVICTION_INTERCEPTORS,
+    DESCHEDULER_REQUESTER_KEY, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTOR_RESPONDER,
 };
 use evictkit_core::eviction_request::State;
+use evictkit_core::lifecycle::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, INTENT_WITHDRAWN,
+    REASON_CANCELED_NO_REQUESTERS, STATE_ACTIVE,
+};
 use evictkit_runtime::eviction_request::InterceptorClient;
+use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::descheduler::{Descheduler, Identity};
@@ -35,12 +45,15 @@ use evictkit_testenv::objects;
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 const INTERCEPTOR: &str = "surge.example.com";
+/// The pod's responder on the upstream API (`spec.evictionResponders`).
+const RESPONDER: &str = "surge.example.com/migrate";
 /// The label the descheduler policy selects: only pods the test marks are descheduled.
 const TARGET: (&str, &str) = ("deschedule", "yes");
 /// The descheduler's `result` when `maxNoOfPodsToEvictPerNode` refuses an eviction.
@@ -63,9 +76,16 @@ fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-/// Starts everything but the descheduler; `ttl` is the bridge's `--max-evacuation-request-ttl`,
-/// `bridge_flags` any further flags of the bridge.
+/// Starts everything but the descheduler on the `evictkit.io` CRD; `ttl` is the bridge's
+/// `--max-evacuation-request-ttl`, `bridge_flags` any further flags of the bridge.
 async fn setup(prefix: &str, ttl: &str, bridge_flags: &[&str]) -> Result<Bridge> {
+    let flags = [&["--eviction-request-api=crd"], bridge_flags].concat();
+    setup_on("crd", prefix, ttl, &flags).await
+}
+
+/// [`setup`] with the evictionrequest-controller on `--api=api`; the bridge's API is what
+/// `bridge_flags` say (auto when they are silent).
+async fn setup_on(api: &str, prefix: &str, ttl: &str, bridge_flags: &[&str]) -> Result<Bridge> {
     let env = TestEnv::new(prefix).await?;
     env.apply_crd("EvictionRequest").await?;
     // The descheduler skips its cycle with fewer than two nodes; the pods go to the first.
@@ -83,7 +103,7 @@ async fn setup(prefix: &str, ttl: &str, bridge_flags: &[&str]) -> Result<Bridge>
         "evictionrequest-controller",
         &[
             "--roles=controller",
-            "--api=crd",
+            &format!("--api={api}"),
             "--eviction-backoff-initial=200ms",
             "--eviction-backoff-max=1s",
         ],
@@ -156,8 +176,30 @@ impl Bridge {
     /// A Deployment of `replicas` pods on the test's node, annotated `request-evict-only` and
     /// naming the test's interceptor; returns its pods once Ready.
     async fn workload(&self, name: &str, replicas: i32) -> Result<Vec<Pod>> {
+        self.workload_with(name, replicas, &[]).await
+    }
+
+    /// [`Self::workload`] whose pods name `responders` in `spec.evictionResponders` (the
+    /// upstream API's interceptors).
+    async fn workload_with(
+        &self,
+        name: &str,
+        replicas: i32,
+        responders: &[(&str, i32)],
+    ) -> Result<Vec<Pod>> {
         let mut deployment = objects::deployment(name, replicas);
         let template = &mut deployment.spec.template;
+        if !responders.is_empty() {
+            template.spec.get_or_insert_default().eviction_responders = Some(
+                responders
+                    .iter()
+                    .map(|(name, priority)| EvictionResponder {
+                        name: (*name).into(),
+                        priority: *priority,
+                    })
+                    .collect(),
+            );
+        }
         template.metadata.get_or_insert_default().annotations = Some(
             [
                 (DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new()),
@@ -279,6 +321,82 @@ impl Bridge {
             condition,
         )
         .await
+    }
+
+    /// The bridge's `lifecycle.k8s.io` EvictionRequest of `pod`, once it satisfies `condition`.
+    async fn wait_lifecycle_request(
+        &self,
+        pod: &Pod,
+        what: &str,
+        condition: impl Fn(&LifecycleRequest) -> bool,
+    ) -> Result<LifecycleRequest> {
+        wait::wait_for(
+            &self.env.api::<LifecycleRequest>(),
+            &lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY),
+            DEFAULT_TIMEOUT,
+            what,
+            condition,
+        )
+        .await
+    }
+
+    /// The pod's Eviction (lifecycle.k8s.io), once it satisfies `condition`.
+    async fn wait_eviction(
+        &self,
+        pod: &Pod,
+        what: &str,
+        condition: impl Fn(&Eviction) -> bool,
+    ) -> Result<Eviction> {
+        let api = self.env.api::<Eviction>();
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        loop {
+            let evictions = api.list(&ListParams::default()).await?.items;
+            let of_pod: Vec<&Eviction> = evictions
+                .iter()
+                .filter(|e| {
+                    e.spec.target.pod.as_ref().map(|p| p.uid.as_str()) == Some(uid(pod).as_str())
+                })
+                .collect();
+            if let Some(eviction) = of_pod.iter().find(|e| condition(e)) {
+                return Ok((*eviction).clone());
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for the Eviction of pod {} to be {what}: {}",
+                pod.name_any(),
+                of_pod
+                    .iter()
+                    .map(|e| wait::describe(Some(*e)))
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits for a Warning Event `EvacuationExpired` on the EvictionRequest `request`.
+    async fn wait_expired_event(&self, request: &str) -> Result<()> {
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(self.env.client.clone(), &self.env.namespace);
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        while !events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("EvacuationExpired")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(request)
+            })
+        {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no EvacuationExpired Warning on {request}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
     }
 
     /// Fails with `why` if `pod` has an EvictionRequest.
@@ -526,28 +644,7 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
     .await?;
     ensure!(t.evacuations("expired")? == 1.0);
     // The operator sees why on the request: a Warning Event naming the TTL.
-    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-        kube::Api::namespaced(t.env.client.clone(), &t.env.namespace);
-    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
-    while !events
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .any(|e| {
-            e.reason.as_deref() == Some("EvacuationExpired")
-                && e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                    == first.metadata.name.as_deref()
-        })
-    {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no EvacuationExpired Warning on {:?}",
-            first.metadata.name
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    t.wait_expired_event(&first.name_any()).await?;
 
     // Released: the descheduler asks again and the bridge requests afresh (the canceled
     // request is replaced by a new object of the same name).
@@ -779,5 +876,222 @@ async fn interceptor_pods_are_evacuated_with_the_flag() -> Result<()> {
         objects::pod_ready(&api.get(&intercepted.name_any()).await?),
         "the interceptor pod is not evicted by the descheduler"
     );
+    Ok(())
+}
+
+fn lifecycle_condition(request: &LifecycleRequest, kind: &str, status: &str) -> bool {
+    request
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == kind && c.status == status)
+}
+
+fn responder_state(eviction: &Eviction, responder: &str) -> Option<String> {
+    eviction
+        .status
+        .as_ref()?
+        .target_responders
+        .as_ref()?
+        .iter()
+        .find(|r| r.name == responder)
+        .map(|r| r.state.clone())
+}
+
+/// The pod's responder completes its part, as a real responder writes it: its entry in the
+/// Eviction's `.status.responders` by server-side apply under its own field manager.
+async fn complete_responder(t: &Bridge, eviction: &Eviction) -> Result<()> {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(
+        jiff::Timestamp::now().as_second(),
+    )?);
+    let body = json!({
+        "apiVersion": "lifecycle.k8s.io/v1alpha1",
+        "kind": "Eviction",
+        "metadata": { "name": eviction.name_any() },
+        "status": { "responders": [{
+            "name": RESPONDER, "message": "surge pod ready",
+            "heartbeatTime": now, "completionTime": now,
+        }] },
+    });
+    t.env
+        .api::<Eviction>()
+        .patch_status(
+            &eviction.name_any(),
+            &PatchParams::apply("surge-example-com-migrate").force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .with_context(|| format!("responder completing Eviction {}", eviction.name_any()))?;
+    Ok(())
+}
+
+/// The whole flow on Kubernetes' own API, the bridge's API chosen by discovery: the descheduler
+/// evicts in background, the bridge's EvictionRequest (requester
+/// `evictkit.io/descheduler-bridge`) carries the eviction to the pod's responder and then to
+/// the imperative evictor, and the bridge withdraws once TargetEvicted.
+#[tokio::test]
+async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
+    let t = setup_on("lifecycle", "desched-lc-flow", "1h", &[]).await?;
+    let pods = t.workload_with("web", 1, &[(RESPONDER, 10000)]).await?;
+    let pod = &pods[0];
+    t.target(pod).await?;
+    let descheduler = t.descheduler(json!({}))?;
+
+    t.wait_evicted(&descheduler, "background", 1.0).await?;
+    let request = t
+        .wait_lifecycle_request(pod, "requested by the descheduler", |r| {
+            r.spec.intent == INTENT_EVICTION
+        })
+        .await?;
+    ensure!(
+        request.spec.requester == DESCHEDULER_REQUESTER_KEY,
+        "requester {}",
+        request.spec.requester
+    );
+    ensure!(
+        request.spec.target.pod.as_ref().map(|p| p.uid.as_str()) == Some(uid(pod).as_str()),
+        "the request targets the pod"
+    );
+    ensure!(
+        t.bridge.log_tail(400).contains("Lifecycle"),
+        "discovery chose lifecycle.k8s.io; log:\n{}",
+        t.bridge.log_tail(40)
+    );
+    let marked = t
+        .wait_pod(pod, "marked eviction-in-progress", |p| {
+            annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
+        })
+        .await?;
+    ensure!(
+        annotation(&marked, DESCHEDULER_EVICTION_IN_PROGRESS) == Some(request.name_any().as_str()),
+        "the mark names the request: {:?}",
+        marked.metadata.annotations
+    );
+    ensure!(
+        objects::pod_ready(&marked),
+        "not evicted by the descheduler"
+    );
+    ensure!(t.evacuations("requested")? == 1.0);
+    ensure!(
+        t.env
+            .api::<EvictionRequest>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "no evictkit.io EvictionRequest"
+    );
+
+    // The pod's responder first; it works, then completes; the imperative evictor evicts.
+    let eviction = t
+        .wait_eviction(pod, "handed to the responder", |e| {
+            responder_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        t.env.api::<Pod>().get_opt(&pod.name_any()).await?.is_some(),
+        "the pod stays while its responder works"
+    );
+    complete_responder(&t, &eviction).await?;
+    wait::wait_for_deletion(&t.env.api::<Pod>(), &pod.name_any(), DEFAULT_TIMEOUT).await?;
+    let eviction = t
+        .wait_eviction(pod, "TargetEvicted", |e| {
+            e.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == CONDITION_TARGET_EVICTED && c.status == "True")
+        })
+        .await?;
+    ensure!(
+        responder_state(&eviction, IMPERATIVE_EVICTOR_RESPONDER).is_some(),
+        "the imperative evictor took part"
+    );
+    t.wait_lifecycle_request(pod, "TargetEvicted, the bridge withdrawn", |r| {
+        lifecycle_condition(r, CONDITION_TARGET_EVICTED, "True")
+            && r.spec.intent == INTENT_WITHDRAWN
+    })
+    .await?;
+    t.wait_evicted(&descheduler, "success", 1.0).await?;
+    ensure!(t.evacuations("evicted")? == 1.0);
+    ensure!(
+        t.descheduler_evictions()? == [pod.name_any()],
+        "one eviction by the descheduler: {:?}",
+        t.descheduler_evictions()?
+    );
+    Ok(())
+}
+
+/// On Kubernetes' own API, after `--max-evacuation-request-ttl` the bridge withdraws by intent
+/// `Withdrawn` (the Eviction is canceled: it was the only requester) and clears the mark; the
+/// descheduler asks again and the same request states intent `Eviction` anew.
+#[tokio::test]
+async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
+    let t = setup_on(
+        "lifecycle",
+        "desched-lc-ttl",
+        "4s",
+        &["--eviction-request-api=lifecycle"],
+    )
+    .await?;
+    // The responder never answers.
+    let pods = t.workload_with("web", 1, &[(RESPONDER, 10000)]).await?;
+    let pod = &pods[0];
+    t.target(pod).await?;
+    let descheduler = t.descheduler(json!({}))?;
+    let first = t
+        .wait_lifecycle_request(pod, "requested", |r| r.spec.intent == INTENT_EVICTION)
+        .await?;
+    t.wait_pod(pod, "marked", |p| {
+        annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
+    })
+    .await?;
+    drop(descheduler);
+
+    let released = t
+        .wait_pod(pod, "released by the TTL", |p| {
+            annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_none()
+                && annotation(p, DESCHEDULER_BRIDGE_EVACUATION_STARTED).is_none()
+                && annotation(p, DESCHEDULER_BRIDGE_EVACUATION_ANSWERED).is_none()
+        })
+        .await?;
+    ensure!(objects::pod_ready(&released), "the pod itself stays");
+    t.wait_lifecycle_request(pod, "withdrawn, the Eviction canceled", |r| {
+        r.spec.intent == INTENT_WITHDRAWN && lifecycle_condition(r, CONDITION_FAILED, "True")
+    })
+    .await?;
+    t.wait_eviction(pod, "canceled for want of requesters", |e| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == CONDITION_FAILED && c.reason == REASON_CANCELED_NO_REQUESTERS)
+    })
+    .await?;
+    ensure!(t.evacuations("expired")? == 1.0);
+    t.wait_expired_event(&first.name_any()).await?;
+
+    // Released: the descheduler asks again; the same request states Eviction again and the
+    // controller starts over (Failed reset).
+    let descheduler = t.descheduler(json!({}))?;
+    t.wait_evicted(&descheduler, "background", 1.0).await?;
+    let second = t
+        .wait_lifecycle_request(pod, "requested again", |r| {
+            r.spec.intent == INTENT_EVICTION && !lifecycle_condition(r, CONDITION_FAILED, "True")
+        })
+        .await?;
+    ensure!(
+        second.metadata.uid == first.metadata.uid,
+        "the same request"
+    );
+    t.wait_pod(pod, "marked again", |p| {
+        annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
+    })
+    .await?;
     Ok(())
 }

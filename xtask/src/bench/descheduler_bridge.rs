@@ -124,6 +124,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
             &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
             &format!("--intercept-user={user}"),
             &format!("--namespace={NS}"),
+            "--eviction-request-api=crd",
             "--roles=webhook",
             "--leader-elect=false",
             "--kube-api-qps=0",

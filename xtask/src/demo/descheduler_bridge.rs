@@ -197,6 +197,7 @@ fn start_components(demo: &Demo) -> Result<()> {
             &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
             &format!("--namespace={NAMESPACE}"),
             &format!("--intercept-user={DESCHEDULER_USER}"),
+            "--eviction-request-api=crd",
             "--leader-elect=false",
         ],
     )?;

@@ -209,3 +209,89 @@ fn marks_round_trip() {
     written.sort_unstable();
     assert_eq!(cleared_marks().into_keys().collect::<Vec<_>>(), written);
 }
+
+fn lifecycle_request(
+    requester: &str,
+    intent: &str,
+    conditions: &[(&str, &str)],
+) -> LifecycleRequest {
+    observed_request(requester, intent, conditions, 3, Some(3))
+}
+
+fn observed_request(
+    requester: &str,
+    intent: &str,
+    conditions: &[(&str, &str)],
+    generation: i64,
+    observed: Option<i64>,
+) -> LifecycleRequest {
+    let conditions: Vec<_> = conditions
+        .iter()
+        .map(|(kind, status)| {
+            serde_json::json!({
+                "type": kind, "status": status, "reason": "R", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "web-0-evictkit-io-descheduler-bridge",
+            "namespace": "ns",
+            "generation": generation,
+        },
+        "spec": {
+            "requester": requester,
+            "intent": intent,
+            "target": {"pod": {"name": "web-0", "uid": "uid-1"}},
+        },
+        "status": {"conditions": conditions, "observedGeneration": observed},
+    }))
+    .unwrap()
+}
+
+/// `(type, status)` of a request's conditions.
+type Conditions<'a> = &'a [(&'a str, &'a str)];
+
+#[test]
+fn lifecycle_request_state_and_listing() {
+    const US: &str = "evictkit.io/descheduler-bridge";
+    #[rustfmt::skip]
+    let cases: &[(&str, Conditions, State)] = &[
+        ("no conditions yet", &[], State::InProgress),
+        ("awaiting the Eviction", &[("TargetEvicted", "False"), ("Failed", "False")], State::InProgress),
+        ("target evicted", &[("TargetEvicted", "True"), ("Failed", "False")], State::Evicted),
+        ("failed: ended without an eviction", &[("TargetEvicted", "False"), ("Failed", "True")], State::Canceled),
+        ("evicted wins over failed", &[("TargetEvicted", "True"), ("Failed", "True")], State::Evicted),
+    ];
+    for (name, conditions, want) in cases {
+        let request = lifecycle_request(US, "Eviction", conditions);
+        assert_eq!(lifecycle_state(&request), *want, "{name}");
+    }
+    // Asking again after a cancellation: the Failed is the old intent's until observed.
+    let failed = &[("TargetEvicted", "False"), ("Failed", "True")];
+    assert_eq!(
+        lifecycle_state(&observed_request(US, "Eviction", failed, 4, Some(3))),
+        State::InProgress
+    );
+    assert_eq!(
+        lifecycle_state(&observed_request(US, "Eviction", failed, 4, None)),
+        State::InProgress
+    );
+    assert_eq!(
+        lifecycle_state(&observed_request(US, "Eviction", failed, 4, Some(4))),
+        State::Canceled
+    );
+    assert!(lifecycle_listed(
+        &lifecycle_request(US, "Eviction", &[]),
+        US
+    ));
+    assert!(!lifecycle_listed(
+        &lifecycle_request(US, "Withdrawn", &[]),
+        US
+    ));
+    assert!(!lifecycle_listed(
+        &lifecycle_request("evictkit.io/taint-manager", "Eviction", &[]),
+        US
+    ));
+}
