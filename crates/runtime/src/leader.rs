@@ -8,15 +8,25 @@
 //! win again: a renewal is attempted only a third of the lease duration before expiry, so a
 //! failed renewal leaves too little time to find out whether someone else has taken over, and
 //! a restart is the state that is known to be clean (controller-runtime does the same).
+//!
+//! Taking the Lease from another holder is ours, not kube-lease-manager's: it judges expiry by
+//! the holder's `renewTime` against this replica's wall clock, so a standby whose clock runs
+//! ahead takes a Lease its leader is still renewing, and two replicas act. Like client-go, a
+//! standby counts the Lease expired only after it has seen no change to it for a whole lease
+//! duration on its own monotonic clock, and writes the takeover with the resourceVersion it
+//! read. kube-lease-manager then only renews a Lease this replica already holds.
 
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
+use kube::{Api, Client, ResourceExt};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::CommonArgs;
@@ -159,54 +169,165 @@ impl LeaderElection {
             })
     }
 
-    /// Waits until the Lease is ours (`Some`) or shutdown is asked for (`None`).
-    ///
-    /// kube-lease-manager caches another holder's Lease until it would expire, so on its own a
-    /// standby notices a released Lease only a lease duration later. Like client-go's retry
-    /// period, we look every `RETRY_INTERVAL` and start over with fresh state once the holder
-    /// has released it, so a rollout hands over in seconds.
+    /// Waits until the Lease is ours (`Some`) or shutdown is asked for (`None`): every
+    /// `RETRY_INTERVAL` (client-go's retry period) it reads the Lease and takes it when it is
+    /// absent, released, or unchanged for a lease duration (see the module docs).
     async fn acquire(
         &self,
         client: &Client,
         shutdown: &CancellationToken,
     ) -> Result<Option<LeaseManager>, LeaderError> {
         let leases: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
+        let mut observed: Option<Observation> = None;
         loop {
-            let manager = self.manager(client.clone()).await?;
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return Ok(None),
-                    changed = manager.changed() => match changed {
-                        Ok(true) => return Ok(Some(manager)),
-                        Ok(false) => {}
-                        Err(error) => {
-                            tracing::warn!(lease = %self.lease(), %error, "cannot take the Lease; retrying");
-                            tokio::select! {
-                                () = shutdown.cancelled() => return Ok(None),
-                                () = tokio::time::sleep(RETRY_INTERVAL) => {}
-                            }
+            match self.try_take(&leases, &mut observed).await {
+                Ok(true) => {
+                    // Ours now: kube-lease-manager renews it from here on.
+                    let manager = self.manager(client.clone()).await?;
+                    let leading = tokio::select! {
+                        () = shutdown.cancelled() => return Ok(None),
+                        leading = tokio::time::timeout(self.duration, manager.changed()) => leading,
+                    };
+                    match leading {
+                        Ok(Ok(true)) => return Ok(Some(manager)),
+                        Ok(Ok(false)) | Err(_) => {
+                            tracing::info!(lease = %self.lease(), "another replica took the Lease first");
                         }
-                    },
-                    () = released(&leases, &self.lease_name) => break,
+                        Ok(Err(error)) => {
+                            tracing::warn!(lease = %self.lease(), %error, "cannot renew the Lease just taken; retrying");
+                        }
+                    }
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(lease = %self.lease(), %error, "cannot read or take the Lease; retrying")
                 }
             }
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                () = tokio::time::sleep(RETRY_INTERVAL) => {}
+            }
+        }
+    }
+
+    /// Reads the Lease and, if this replica may take it, writes itself as holder (create, or
+    /// replace at the resourceVersion read: a concurrent writer makes it fail, not overwrite).
+    /// Returns whether the Lease is this replica's now.
+    async fn try_take(
+        &self,
+        leases: &Api<Lease>,
+        observed: &mut Option<Observation>,
+    ) -> Result<bool, kube::Error> {
+        let current = leases.get_opt(&self.lease_name).await?;
+        let now = Instant::now();
+        let seconds = i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX);
+        let taken = |transitions: i32| LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            acquire_time: Some(MicroTime(jiff::Timestamp::now())),
+            renew_time: Some(MicroTime(jiff::Timestamp::now())),
+            lease_duration_seconds: Some(seconds),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        };
+        let Some(mut lease) = current else {
+            *observed = None;
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.lease_name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(taken(0)),
+            };
+            return match leases.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+                Err(error) => Err(error),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.filter(|holder| !holder.is_empty());
+        let record = lease.resource_version().unwrap_or_default();
+        match may_take(
+            holder.as_deref(),
+            &self.identity,
+            &record,
+            self.duration,
+            observed,
+            now,
+        ) {
+            Take::No => return Ok(false),
+            Take::Yours => return Ok(true),
+            Take::Vacant => {}
+            Take::Expired => tracing::info!(
+                lease = %self.lease(),
+                holder = holder.as_deref().unwrap_or_default(),
+                duration = ?self.duration,
+                "the Lease went unrenewed for its duration; taking it over"
+            ),
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder.is_some());
+        lease.spec = Some(taken(transitions));
+        match leases
+            .replace(&self.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(error) => Err(error),
         }
     }
 }
 
-/// Returns once the Lease has no holder (released) or does not exist; polls every `RETRY_INTERVAL`.
-async fn released(leases: &Api<Lease>, name: &str) {
-    loop {
-        tokio::time::sleep(RETRY_INTERVAL).await;
-        match leases.get_opt(name).await {
-            Ok(None) => return,
-            Ok(Some(lease)) => {
-                let holder = lease.spec.and_then(|spec| spec.holder_identity);
-                if holder.is_none_or(|holder| holder.is_empty()) {
-                    return;
-                }
+/// The Lease as this replica last saw it change: its resourceVersion, and when (monotonic).
+#[derive(Debug, Clone, PartialEq)]
+struct Observation {
+    record: String,
+    since: Instant,
+}
+
+/// Whether a standby may take the Lease.
+#[derive(Debug, PartialEq)]
+enum Take {
+    /// Another replica holds it and has renewed it within a lease duration, as far as we saw.
+    No,
+    /// This replica is its holder already.
+    Yours,
+    /// Nobody holds it (released).
+    Vacant,
+    /// Its holder has not renewed it for a whole lease duration of our own clock.
+    Expired,
+}
+
+/// client-go's rule: a held Lease is expired once it has not changed for `duration` since this
+/// replica first saw its current `record`; wall clocks, ours or the holder's, never count.
+fn may_take(
+    holder: Option<&str>,
+    identity: &str,
+    record: &str,
+    duration: Duration,
+    observed: &mut Option<Observation>,
+    now: Instant,
+) -> Take {
+    match holder {
+        None => return Take::Vacant,
+        Some(holder) if holder == identity => return Take::Yours,
+        Some(_) => {}
+    }
+    match observed {
+        Some(seen) if seen.record == record => {
+            if now.duration_since(seen.since) >= duration {
+                Take::Expired
+            } else {
+                Take::No
             }
-            Err(error) => tracing::debug!(lease = name, %error, "cannot read the Lease"),
+        }
+        _ => {
+            *observed = Some(Observation {
+                record: record.to_owned(),
+                since: now,
+            });
+            Take::No
         }
     }
 }
@@ -242,6 +363,25 @@ fn identity() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_lease_expires_only_after_a_duration_without_change_on_our_clock() {
+        let lease = Duration::from_secs(15);
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        let mut observed = None;
+        let mut take =
+            |holder, record, now| may_take(holder, "me", record, lease, &mut observed, now);
+        assert_eq!(take(None, "1", at(0)), Take::Vacant);
+        assert_eq!(take(Some("me"), "1", at(0)), Take::Yours);
+        // First sight of another holder's Lease, however old its renewTime: wait a duration.
+        assert_eq!(take(Some("other"), "1", at(0)), Take::No);
+        assert_eq!(take(Some("other"), "1", at(14)), Take::No);
+        // A renewal (new resourceVersion) starts the count again.
+        assert_eq!(take(Some("other"), "2", at(14)), Take::No);
+        assert_eq!(take(Some("other"), "2", at(28)), Take::No);
+        assert_eq!(take(Some("other"), "2", at(29)), Take::Expired);
+    }
 
     #[test]
     fn identities_differ_per_call() {

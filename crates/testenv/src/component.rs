@@ -42,6 +42,17 @@ impl TestEnv {
         args: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Result<Component> {
+        self.start_component_with_env(binary, args, kubeconfig, &[])
+    }
+
+    /// [`TestEnv::start_component_as`] with extra environment variables (e.g. libfaketime's).
+    pub fn start_component_with_env(
+        &self,
+        binary: &str,
+        args: &[&str],
+        kubeconfig: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Result<Component> {
         let path = crate::workspace_root().join("target/debug").join(binary);
         if !path.exists() {
             bail!(
@@ -68,6 +79,7 @@ impl TestEnv {
                 "RUST_LOG",
                 format!("info,evictkit=debug,{}=debug", binary.replace('-', "_")),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -195,6 +207,12 @@ impl Component {
     /// the process exited by itself.
     pub fn stop(&mut self) -> bool {
         self.terminate(Duration::from_secs(10)).is_some()
+    }
+
+    /// SIGKILL, as a node's crash or the OOM killer ends a process: nothing is released.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits up to `patience` for the process to exit (then SIGKILL);

@@ -255,3 +255,88 @@ async fn sigterm_exits_within_seconds_when_the_apiserver_is_unreachable() -> Res
     );
     Ok(())
 }
+
+/// A standby whose clock runs two minutes ahead of the leader's (libfaketime) must not take a
+/// Lease the leader keeps renewing: expiry is judged by how long the Lease has gone unchanged
+/// on the standby's own clock (client-go's rule), never by comparing the leader's `renewTime`
+/// with the standby's wall clock. Once the leader is gone, the standby takes over in about a
+/// lease duration.
+#[tokio::test]
+async fn a_standby_with_its_clock_ahead_waits_for_the_lease_to_expire() -> Result<()> {
+    const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    const LEASE: Duration = Duration::from_secs(5);
+    anyhow::ensure!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's libfaketime (.ci/run does)"
+    );
+    let env = TestEnv::new("skew").await?;
+    env.apply_crd("EvictionRequest").await?;
+    let ns = env.namespace.as_str();
+    let args = [
+        "--roles=controller",
+        "--api=crd",
+        "--namespace",
+        ns,
+        "--leader-election-namespace",
+        ns,
+        "--leader-election-lease-duration=5s",
+    ];
+    let leader_of = |component: &evictkit_testenv::component::Component| {
+        component
+            .metric_value("evictkit_leader")
+            .ok()
+            .flatten()
+            .unwrap_or(0.0)
+            == 1.0
+    };
+    let mut leader = env.start_component("evictionrequest-controller", &args)?;
+    leader.wait_ready(Duration::from_secs(60)).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !leader_of(&leader) {
+        assert!(Instant::now() < deadline, "the first replica never led");
+        sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut ahead = env.start_component_with_env(
+        "evictionrequest-controller",
+        &args,
+        env.kubeconfig(),
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME", "+120s"),
+            // Only the wall clock is ahead; timers run on the monotonic clock.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )?;
+    ahead.wait_ready(Duration::from_secs(60)).await?;
+    // Three lease durations of a leader that renews: the standby never acts.
+    let watch_until = Instant::now() + LEASE * 3;
+    while Instant::now() < watch_until {
+        assert!(
+            !leader_of(&ahead),
+            "the standby with its clock 2 minutes ahead took the Lease from a leader that renews it; its log:\n{}",
+            ahead.log_tail(30)
+        );
+        assert!(
+            leader_of(&leader),
+            "the leader stopped leading: {}",
+            leader.log_tail(30)
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+
+    // The leader killed (no release): the standby takes over after the lease runs out.
+    leader.kill();
+    let killed = Instant::now();
+    while !leader_of(&ahead) {
+        assert!(
+            killed.elapsed() < LEASE * 4,
+            "the standby did not take over within {:?} of the leader's death; its log:\n{}",
+            LEASE * 4,
+            ahead.log_tail(30)
+        );
+        sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("takeover after the leader's death: {:?}", killed.elapsed());
+    Ok(())
+}
