@@ -13,6 +13,7 @@ pub mod commands;
 pub mod lifecycle;
 mod metrics;
 mod retries;
+mod target_pod;
 pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -46,13 +47,14 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::metrics::RequestMetrics;
 use crate::retries::{Backoff, NextAttempt, Retries};
+use crate::target_pod::{ReadError, TargetPods};
 
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
@@ -222,6 +224,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .dry_run(args.common.dry_run),
             recorder: EventRecorder::new(client.clone(), COMPONENT),
             metrics: lifecycle::LifecycleMetrics::register(&metrics)?,
+            pod_live_reads: metrics::pod_live_reads(&metrics)?,
             config: evictkit_core::lifecycle::Config {
                 heartbeat_timeout,
                 ..evictkit_core::lifecycle::Config::default()
@@ -251,6 +254,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .dry_run(args.common.dry_run),
             recorder: EventRecorder::new(client.clone(), COMPONENT),
             metrics: RequestMetrics::register(&metrics)?,
+            pod_live_reads: metrics::pod_live_reads(&metrics)?,
             config: core::Config { heartbeat_timeout },
             backoff: Backoff {
                 initial: args.eviction_backoff_initial,
@@ -288,6 +292,8 @@ struct Settings {
     evictions: EvictionClient,
     recorder: EventRecorder,
     metrics: RequestMetrics,
+    /// `evictkit_evictionrequest_pod_live_reads_total` ([`target_pod`]).
+    pod_live_reads: prometheus::IntCounterVec,
     config: core::Config,
     backoff: Backoff,
     finished_ttl: Option<Duration>,
@@ -300,7 +306,7 @@ struct Settings {
 struct Context {
     client: Client,
     settings: Arc<Settings>,
-    pods: Store<Pod>,
+    pods: TargetPods,
     retries: Retries<Key>,
     written: OwnWrites,
 }
@@ -363,10 +369,17 @@ impl Context {
         self.metrics.forget(key);
     }
 
-    fn pod(&self, request: &EvictionRequest) -> Option<Arc<Pod>> {
-        let name = &request.spec.target.pod.as_ref()?.name;
-        self.pods
-            .get(&ObjectRef::new(name).within(&request.namespace().unwrap_or_default()))
+    /// The request's target pod for the decisions: the cached one; for a request in progress
+    /// whose pod the cache lacks (or holds with another UID), the API's ([`target_pod`]).
+    async fn pod(&self, request: &EvictionRequest) -> Result<Option<Arc<Pod>>, ReadError> {
+        let Some(target) = request.spec.target.pod.as_ref() else {
+            return Ok(None);
+        };
+        let namespace = request.namespace().unwrap_or_default();
+        if State::of(request).is_finished() {
+            return Ok(self.pods.cached(&namespace, &target.name));
+        }
+        self.pods.get(&namespace, &target.name, &target.uid).await
     }
 }
 
@@ -409,7 +422,11 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     let context = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
-        pods: pod_store.clone(),
+        pods: TargetPods::new(
+            client.clone(),
+            pod_store.clone(),
+            settings.pod_live_reads.clone(),
+        ),
         retries: Retries::new(settings.backoff),
         written: OwnWrites::default(),
     });
@@ -505,6 +522,8 @@ fn reconcile_when_ready(
 enum Error {
     #[error(transparent)]
     Eviction(#[from] EvictionError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error("cannot {action} EvictionRequest {request}: {source}")]
     Write {
         action: &'static str,
@@ -536,7 +555,7 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
         return Ok(Action::requeue(STALE_CACHE_RECHECK));
     }
     let _timer = context.metrics.queue.started(&key);
-    let pod = context.pod(&request);
+    let pod = context.pod(&request).await?;
     let now = Timestamp::now();
     let mut plan = core::reconcile(&request, pod.as_deref(), now, &context.config);
     let mut requeue = plan.requeue_after.map(|d| d.unsigned_abs());

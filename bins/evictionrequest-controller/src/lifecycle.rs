@@ -45,6 +45,7 @@ use serde_json::json;
 pub use self::metrics::LifecycleMetrics;
 use crate::COMPONENT;
 use crate::retries::{Backoff, NextAttempt, Retries};
+use crate::target_pod::{ReadError, TargetPods};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
 /// controller's, so the controller's applies never touch the responder's fields).
@@ -59,6 +60,8 @@ pub struct Settings {
     pub evictions: EvictionClient,
     pub recorder: EventRecorder,
     pub metrics: LifecycleMetrics,
+    /// `evictkit_evictionrequest_pod_live_reads_total` ([`crate::target_pod`]).
+    pub pod_live_reads: prometheus::IntCounterVec,
     pub config: core::Config,
     pub backoff: Backoff,
     pub dry_run: bool,
@@ -69,7 +72,7 @@ pub struct Settings {
 struct Context {
     client: Client,
     settings: Arc<Settings>,
-    pods: Store<Pod>,
+    pods: TargetPods,
     requests: Store<EvictionRequest>,
     eviction_store: Store<Eviction>,
     /// Per Eviction UID, the imperative evictor's back-off.
@@ -92,8 +95,15 @@ fn target_uid_of_eviction(eviction: &Eviction) -> Option<&str> {
 }
 
 impl Context {
-    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        self.pods.get(&ObjectRef::new(name).within(namespace))
+    /// The target pod for a decision still open: the cached one, or the API's when the cache
+    /// lacks it or holds it with another UID ([`crate::target_pod`]).
+    async fn pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Option<Arc<Pod>>, ReadError> {
+        self.pods.get(namespace, name, uid).await
     }
 
     fn requests_of(&self, namespace: &str, uid: &str) -> Vec<Arc<EvictionRequest>> {
@@ -162,7 +172,11 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     let context = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
-        pods: pod_store.clone(),
+        pods: TargetPods::new(
+            client.clone(),
+            pod_store.clone(),
+            settings.pod_live_reads.clone(),
+        ),
         requests: request_store.clone(),
         eviction_store: eviction_store.clone(),
         retries: Retries::new(settings.backoff),
@@ -320,6 +334,8 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
 pub enum Error {
     #[error(transparent)]
     Eviction(#[from] EvictionError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error("cannot {action} {kind} {object}: {source}")]
     Write {
         action: &'static str,
@@ -369,7 +385,9 @@ async fn reconcile_request(
     let Some(reference) = request.spec.target.pod.as_ref() else {
         return Ok(Action::await_change());
     };
-    let pod = context.pod(&namespace, &reference.name);
+    let pod = context
+        .pod(&namespace, &reference.name, &reference.uid)
+        .await?;
     let evictions = context.evictions_of(&namespace, &reference.uid);
     let now = whole_seconds(Timestamp::now());
     let existing = request
@@ -504,7 +522,13 @@ async fn reconcile_eviction(
     };
     let requests = context.requests_of(&namespace, &reference.uid);
     let request_refs: Vec<&EvictionRequest> = requests.iter().map(Arc::as_ref).collect();
-    let pod = context.pod(&namespace, &reference.name);
+    let pod = if core::is_finished(&eviction) {
+        context.pods.cached(&namespace, &reference.name)
+    } else {
+        context
+            .pod(&namespace, &reference.name, &reference.uid)
+            .await?
+    };
     let target = Target::of(pod.as_deref(), &reference.uid);
     let mut requeue = None;
     let mut current = eviction.as_ref().clone();

@@ -33,6 +33,21 @@ const RESULTS: [&str; 3] = [EVICTED, IN_BACKGROUND, FAILED];
 
 type Key = ObjectRef<EvictionRequest>;
 
+/// `evictkit_evictionrequest_pod_live_reads_total{found}` of either mode: target pods read from
+/// the API because the cache had none of the request's UID (`found`: the API had it).
+pub fn pod_live_reads(metrics: &Metrics) -> Result<IntCounterVec, MetricsError> {
+    register(
+        metrics,
+        IntCounterVec::new(
+            Opts::new(
+                "evictkit_evictionrequest_pod_live_reads_total",
+                "Target pods read from the API because the pod cache had no pod of the request's name and UID (found: whether the API had it).",
+            ),
+            &["found"],
+        ),
+    )
+}
+
 #[derive(Clone)]
 pub struct RequestMetrics {
     /// `evictionrequest_controller_imperative_evictions{namespace, evictionrequest, pod,

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::TestEnv;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+
+use crate::{TestEnv, objects};
 
 /// A running component process.
 pub struct Component {
@@ -171,6 +174,16 @@ impl Component {
         }))
     }
 
+    /// Every sample of the metric `name` (`name{labels} value` lines), e.g. to print figures.
+    pub fn metric_samples(&self, name: &str) -> Result<Vec<String>> {
+        Ok(self
+            .metrics()?
+            .lines()
+            .filter(|line| line.starts_with(name))
+            .map(str::to_owned)
+            .collect())
+    }
+
     /// The last `lines` lines of the component's log.
     pub fn log_tail(&self, lines: usize) -> String {
         let content = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -242,4 +255,47 @@ impl Drop for Component {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+impl TestEnv {
+    /// `count` pods, each created and at once requested (`request`), before a controller's
+    /// pod cache has seen it. Returns the pods requested.
+    pub async fn requested_back_to_back<F, Fut>(&self, count: usize, request: F) -> Result<Vec<Pod>>
+    where
+        F: Fn(Pod) -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        let pods = self.api::<Pod>();
+        let mut requested = Vec::new();
+        for i in 0..count {
+            let pod = pods
+                .create(
+                    &PostParams::default(),
+                    &objects::pod(&format!("fresh-{i}"), "fresh"),
+                )
+                .await?;
+            request(pod.clone()).await?;
+            requested.push(pod);
+        }
+        Ok(requested)
+    }
+}
+
+/// Fails naming the `refused` requests (of `requested`); prints `controller`'s count of target
+/// pods read past its cache (found: the cache lagged; not found: a pod confirmed gone).
+pub fn ensure_none_refused(
+    controller: &Component,
+    refused: &[String],
+    requested: usize,
+) -> Result<()> {
+    anyhow::ensure!(
+        refused.is_empty(),
+        "{} of {requested} requests refused: {refused:#?}",
+        refused.len()
+    );
+    eprintln!(
+        "{:?}",
+        controller.metric_samples("evictkit_evictionrequest_pod_live_reads_total")?
+    );
+    Ok(())
 }

@@ -1413,3 +1413,33 @@ async fn the_interceptor_annotation_is_validated_on_pod_writes() -> Result<()> {
     env.create(&objects::pod("plain", "plain")).await?;
     Ok(())
 }
+
+/// A request made right after its pod (before the pod's watch event reaches the controller) is
+/// judged against the pod itself: evicted, never refused as "not found".
+#[tokio::test]
+async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
+    let env = env("evr-fresh").await?;
+    let controller = start_roles(&env, "controller", "4s").await?;
+    let client = env.client.clone();
+    let pods = env
+        .requested_back_to_back(40, |pod| {
+            let client = client.clone();
+            async move {
+                request_eviction(&client, &pod, DRAIN).await?;
+                Ok(())
+            }
+        })
+        .await?;
+    let mut refused = Vec::new();
+    for pod in &pods {
+        let request = wait_request(&env, pod, "finished", |r| State::of(r).is_finished()).await?;
+        if State::of(&request) != State::Evicted {
+            refused.push(format!(
+                "{}: {:?}",
+                pod.name_any(),
+                condition(&request, "Canceled")
+            ));
+        }
+    }
+    evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
+}

@@ -762,3 +762,48 @@ async fn a_silent_responder_is_interrupted_after_the_heartbeat_deadline() -> Res
     );
     Ok(())
 }
+
+/// A request made right after its pod (before the pod's watch event reaches the controller) is
+/// judged against the pod itself: the pod is evicted, never refused as not found.
+#[tokio::test]
+async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
+    let env = TestEnv::new("lc-fresh").await?;
+    let controller = start(&env, "lifecycle").await?;
+    let client = env.client.clone();
+    let pods = env
+        .requested_back_to_back(40, |pod| {
+            let client = client.clone();
+            async move {
+                let target = TargetPod::of(&pod)?;
+                lifecycle_request::set_intent(&client, &target, DRAIN, INTENT_EVICTION).await?;
+                Ok(())
+            }
+        })
+        .await?;
+    let mut refused = Vec::new();
+    for pod in &pods {
+        let request = wait_request(&env, pod, DRAIN, "finished", |r| {
+            request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+                || has_condition(
+                    r.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    CONDITION_FAILED,
+                    "True",
+                    REASON_EVICTION_INVALID,
+                )
+        })
+        .await?;
+        if !request_condition(
+            &request,
+            CONDITION_TARGET_EVICTED,
+            "True",
+            REASON_POD_DELETED,
+        ) {
+            refused.push(format!(
+                "{}: {}",
+                pod.name_any(),
+                wait::describe(Some(&request))
+            ));
+        }
+    }
+    evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
+}

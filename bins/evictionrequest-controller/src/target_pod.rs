@@ -1,0 +1,80 @@
+//! The target pod of a request, for the decisions: from the pod cache, or from the API when the
+//! cache has no pod of that name and UID.
+//!
+//! The two watches (requests, pods) deliver independently, so a request created right after its
+//! pod can be reconciled before the pod's ADDED event, and a request for a pod recreated under
+//! the same name while the cache still holds the predecessor's UID. Judged on the cache alone,
+//! such a request would be refused for good ("not found", "UID mismatch") or read as evicted.
+//! A cache miss is confirmed by one GET before any such decision; the GETs are counted in
+//! `evictkit_evictionrequest_pod_live_reads_total{found}`.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client};
+use prometheus::IntCounterVec;
+
+#[derive(Clone)]
+pub(crate) struct TargetPods {
+    client: Client,
+    cache: Store<Pod>,
+    /// `evictkit_evictionrequest_pod_live_reads_total{found}` ([`crate::metrics::pod_live_reads`]).
+    live_reads: IntCounterVec,
+}
+
+/// A GET past the cache failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read target pod {pod}: {source}")]
+pub struct ReadError {
+    pod: String,
+    #[source]
+    source: Box<kube::Error>,
+}
+
+impl TargetPods {
+    pub(crate) fn new(client: Client, cache: Store<Pod>, live_reads: IntCounterVec) -> Self {
+        Self {
+            client,
+            cache,
+            live_reads,
+        }
+    }
+
+    /// The pod `namespace/name` as the cache holds it, without a read.
+    pub(crate) fn cached(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.cache.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The pod `namespace/name` for a decision about the target of UID `uid`: the cached pod if
+    /// it has that UID, else the pod the API has now (of whatever UID, or none).
+    pub(crate) async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Option<Arc<Pod>>, ReadError> {
+        let cached = self.cached(namespace, name);
+        if cached
+            .as_ref()
+            .is_some_and(|pod| pod.metadata.uid.as_deref() == Some(uid))
+        {
+            return Ok(cached);
+        }
+        let live = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| ReadError {
+                pod: format!("{namespace}/{name}"),
+                source: Box::new(source),
+            })?;
+        let found = live
+            .as_ref()
+            .is_some_and(|pod| pod.metadata.uid.as_deref() == Some(uid));
+        self.live_reads
+            .with_label_values(&[if found { "true" } else { "false" }])
+            .inc();
+        tracing::debug!(pod = %format!("{namespace}/{name}"), uid, found, cached = cached.is_some(), "target pod read past the cache");
+        Ok(live.map(Arc::new))
+    }
+}
