@@ -6,14 +6,25 @@
 //! `AdmissionResponse::invalid()` leaves the uid empty, so responses are only ever built from
 //! the request ([`Admission::into_response`]), and an unreadable review still has its uid dug
 //! out of the raw JSON.
+//!
+//! Hostile or broken clients cannot hold the server: bodies are capped ([`Limits`], 413 above
+//! the cap), a request's headers and body must arrive within a read timeout (408, or the
+//! connection is closed), and a connection on which nothing arrives for a while is closed.
 
 use std::future::Future;
+use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, extract::State};
 use futures::future::BoxFuture;
@@ -21,6 +32,7 @@ pub use json_patch;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::core::response::reason;
 use kube::core::{DynamicObject, Status};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -29,6 +41,32 @@ use crate::tls::{RELOAD_INTERVAL, ReloadingCertResolver, TlsError};
 /// In-flight reviews get this long to finish on shutdown; the apiserver's own webhook timeout
 /// is at most 30 s and usually 10 s.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// What a client may send and how slowly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest AdmissionReview read. An UPDATE review carries the old and the new object,
+    /// each up to the apiserver's 3 MiB request limit, so 7 MiB (as controller-runtime's webhook
+    /// server) never refuses what the apiserver can send; anything larger gets 413 unread.
+    pub max_body_bytes: usize,
+    /// A request's headers, and then its body, must each arrive within this (the apiserver's
+    /// webhook timeout is 10 s by default): a slower client gets 408 or is disconnected.
+    pub read_timeout: Duration,
+    /// A connection on which nothing arrives for this long is closed, whatever it was doing
+    /// (e.g. never sent a request). Above the apiserver's longest webhook timeout (30 s), so
+    /// a slow review on an HTTP/2 connection is never cut.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 7 * 1024 * 1024,
+            read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(40),
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -149,6 +187,7 @@ struct Route {
 pub struct Webhooks {
     router: Router,
     metrics: Arc<Metrics>,
+    limits: Limits,
 }
 
 impl Webhooks {
@@ -156,7 +195,14 @@ impl Webhooks {
         Self {
             router: Router::new(),
             metrics,
+            limits: Limits::default(),
         }
+    }
+
+    /// Replaces the default [`Limits`] (tests use short timeouts).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Serves `handler` at `path`, e.g. `.route("/validate-pdb", move |req| validate(ctx.clone(), req))`.
@@ -174,9 +220,13 @@ impl Webhooks {
         self
     }
 
-    /// The routes as a plain axum router, e.g. to test handlers without TLS.
+    /// The routes as a plain axum router, e.g. to test handlers without TLS; bodies are read
+    /// within the [`Limits`] as the server reads them.
     pub fn into_router(self) -> Router {
         self.router
+            .layer(middleware::from_fn_with_state(self.limits, read_body))
+            // read_body has bounded the body already.
+            .layer(DefaultBodyLimit::disable())
     }
 
     /// Binds `addr` with the certificate from `certificates`; serve with [`WebhookServer::serve`].
@@ -190,12 +240,14 @@ impl Webhooks {
         // Tokio adopts the socket only in non-blocking mode.
         listener.set_nonblocking(true).map_err(bind_error)?;
         let tls = certificates.server_config()?;
+        let (metrics, limits) = (self.metrics.clone(), self.limits);
         Ok(WebhookServer {
             listener,
             tls,
             certificates,
-            router: self.router,
-            metrics: self.metrics,
+            router: self.into_router(),
+            metrics,
+            limits,
         })
     }
 }
@@ -207,6 +259,7 @@ pub struct WebhookServer {
     certificates: Arc<ReloadingCertResolver>,
     router: Router,
     metrics: Arc<Metrics>,
+    limits: Limits,
 }
 
 impl WebhookServer {
@@ -232,12 +285,17 @@ impl WebhookServer {
             })
         };
         let config = axum_server::tls_rustls::RustlsConfig::from_config(self.tls);
-        let served = match axum_server::from_tcp_rustls(self.listener, config) {
+        let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(config)
+            .acceptor(IdleAcceptor(self.limits.idle_timeout));
+        let served = match axum_server::from_tcp(self.listener) {
             Ok(server) => {
+                let mut server = server.acceptor(acceptor).handle(handle);
                 server
-                    .handle(handle)
-                    .serve(self.router.into_make_service())
-                    .await
+                    .http_builder()
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(self.limits.read_timeout);
+                server.serve(self.router.into_make_service()).await
             }
             Err(error) => Err(error),
         };
@@ -246,6 +304,142 @@ impl WebhookServer {
         stopper.abort();
         reloader.abort();
         served.map_err(WebhookError::Serve)
+    }
+}
+
+/// Reads the whole body within the [`Limits`] before a webhook sees the request.
+async fn read_body(State(limits): State<Limits>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let too_large = || {
+        tracing::warn!(webhook = %path, limit = limits.max_body_bytes, "AdmissionReview over the size limit");
+        let message = format!(
+            "AdmissionReview larger than {} bytes",
+            limits.max_body_bytes
+        );
+        (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
+    };
+    if declared.is_some_and(|length| length > limits.max_body_bytes as u64) {
+        return too_large();
+    }
+    let read =
+        http_body_util::BodyExt::collect(http_body_util::Limited::new(body, limits.max_body_bytes));
+    let bytes = match tokio::time::timeout(limits.read_timeout, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(error)) => {
+            tracing::warn!(webhook = %path, %error, "cannot read the AdmissionReview");
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {error}"),
+            )
+                .into_response();
+        }
+        Err(_) => {
+            tracing::warn!(webhook = %path, timeout = ?limits.read_timeout, "the client did not send its AdmissionReview in time");
+            let message = format!("the body did not arrive within {:?}", limits.read_timeout);
+            return (StatusCode::REQUEST_TIMEOUT, message).into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Wraps each accepted connection (before TLS) in an [`Idle`] deadline.
+#[derive(Clone, Copy)]
+struct IdleAcceptor(Duration);
+
+impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for IdleAcceptor {
+    type Stream = Idle<tokio::net::TcpStream>;
+    type Service = S;
+    type Future = std::future::Ready<io::Result<(Self::Stream, S)>>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        std::future::ready(Ok((Idle::new(stream, self.0), service)))
+    }
+}
+
+/// A connection whose reads fail with `TimedOut` once the peer has sent nothing for `idle`
+/// while we wait for it; every byte received starts the wait over.
+struct Idle<S> {
+    inner: S,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    waiting: bool,
+}
+
+impl<S> Idle<S> {
+    fn new(inner: S, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+            waiting: false,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Idle<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                this.waiting = false;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                if !this.waiting {
+                    this.waiting = true;
+                    let deadline = tokio::time::Instant::now() + this.idle;
+                    this.deadline.as_mut().reset(deadline);
+                }
+                match this.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("the client sent nothing for {:?}", this.idle),
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Idle<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
 
@@ -390,6 +584,27 @@ mod tests {
         let bytes: Vec<u8> = serde_json::from_value(response["patch"].clone()).unwrap();
         let patch: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(patch[0]["path"], "/metadata/labels");
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused_with_413_without_a_declared_length() {
+        let limits = Limits {
+            max_body_bytes: 1024,
+            ..Limits::default()
+        };
+        let router = Webhooks::new(Arc::new(Metrics::new("test").unwrap()))
+            .with_limits(limits)
+            .route("/validate", |_request| async { Admission::allow() })
+            .into_router();
+        let stream = futures::stream::iter([
+            Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 1000])),
+            Ok(Bytes::from(vec![b' '; 1000])),
+        ]);
+        let request = Request::post("/validate")
+            .body(Body::from_stream(stream))
+            .unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 413);
     }
 
     #[tokio::test]

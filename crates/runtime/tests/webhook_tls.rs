@@ -13,7 +13,7 @@ use evictkit_runtime::cli::TlsFiles;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::tls::{ReloadingCertResolver, install_crypto_provider};
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::webhook::{Admission, Limits, Webhooks};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 
@@ -104,6 +104,23 @@ fn connect(
     ca: &CertificateDer<'static>,
     body: &str,
 ) -> (CertificateDer<'static>, String) {
+    let request = format!(
+        "POST /validate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (served, response, _) = exchange(addr, ca, request.as_bytes(), Duration::from_secs(10));
+    (served, response)
+}
+
+/// Sends `request` (as much of it as the server takes) over a new TLS connection and reads
+/// until the server closes or `patience` runs out; also returns how long that took.
+fn exchange(
+    addr: SocketAddr,
+    ca: &CertificateDer<'static>,
+    request: &[u8],
+    patience: Duration,
+) -> (CertificateDer<'static>, String, Duration) {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone()).unwrap();
     let config = rustls::ClientConfig::builder()
@@ -112,26 +129,21 @@ fn connect(
     let name = ServerName::IpAddress(addr.ip().into());
     let mut tls = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
     let mut socket = TcpStream::connect(addr).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    socket.set_read_timeout(Some(patience)).unwrap();
     while tls.is_handshaking() {
         tls.complete_io(&mut socket).unwrap();
     }
     let served = tls.peer_certificates().unwrap()[0].clone().into_owned();
+    let started = Instant::now();
     let mut stream = rustls::Stream::new(&mut tls, &mut socket);
-    write!(
-        stream,
-        "POST /validate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
+    // A server refusing the body may close before taking all of it.
+    let _ = stream.write_all(request).and_then(|()| stream.flush());
+    let mut response = Vec::new();
     // The server closes after the response; rustls reports a close without close_notify as
     // an error, which is fine once the body is read.
-    let _ = stream.read_to_string(&mut response);
-    (served, response)
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    (served, response, started.elapsed())
 }
 
 fn review(uid: &str) -> String {
@@ -245,4 +257,125 @@ async fn certificate_rotation_through_symlink_swap_is_served_to_new_connections(
     shutdown.cancel();
     serving.await.unwrap().unwrap();
     assert!(!Path::new(&volume.root).join("..data_tmp").exists());
+}
+
+async fn serve_validate(limits: Limits) -> (SocketAddr, TestCa, SecretVolume, CancellationToken) {
+    install_crypto_provider();
+    let ca = TestCa::new();
+    let (cert, key, _) = ca.serving();
+    let volume = SecretVolume::new(&cert, &key);
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
+    let server = Webhooks::new(metrics)
+        .with_limits(limits)
+        .route("/validate", |_request| async { Admission::allow() })
+        .bind("127.0.0.1:0".parse().unwrap(), certificates)
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(server.serve(shutdown.clone()));
+    (addr, ca, volume, shutdown)
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// An UPDATE review carries the old and the new object, each up to what etcd stores (1.5 MiB
+/// by default, more where raised): the limit is above that; far beyond it the body is refused
+/// with 413 without being read, and the server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_reviews_pass_an_over_limit_body_gets_413_and_the_server_stays_up() {
+    let (addr, ca, _volume, shutdown) = serve_validate(Limits::default()).await;
+    let ca = ca.issuer.der().clone();
+    let filler = "x".repeat(3 * MIB / 2);
+    let mut big: serde_json::Value = serde_json::from_str(&review("big")).unwrap();
+    big["request"]["operation"] = "UPDATE".into();
+    big["request"]["object"] =
+        serde_json::json!({"metadata": {"annotations": {"a": filler.clone()}}});
+    big["request"]["oldObject"] = serde_json::json!({"metadata": {"annotations": {"a": filler}}});
+    let big = big.to_string();
+    let (_, response) = {
+        let ca = ca.clone();
+        tokio::task::spawn_blocking(move || connect(addr, &ca, &big))
+            .await
+            .unwrap()
+    };
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "a 3 MiB UPDATE review is read: {}",
+        &response[..response.len().min(200)]
+    );
+    assert!(response.contains(r#""uid":"big""#), "{response}");
+
+    // The client declares 16 MiB and sends the first 64 KiB: refused on the declared length.
+    let huge = format!(
+        "POST /validate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{}",
+        16 * MIB,
+        "[".repeat(64 * 1024)
+    );
+    let (_, response, _) = {
+        let ca = ca.clone();
+        tokio::task::spawn_blocking(move || {
+            exchange(addr, &ca, huge.as_bytes(), Duration::from_secs(20))
+        })
+        .await
+        .unwrap()
+    };
+    assert!(
+        response.starts_with("HTTP/1.1 413"),
+        "16 MiB is refused: {response}"
+    );
+
+    let (_, response) = connect_async(addr, &ca, "after").await;
+    assert!(
+        response.contains(r#""uid":"after""#),
+        "the server still answers: {response}"
+    );
+    shutdown.cancel();
+}
+
+/// A client that stops half-way (in its headers, or after them before the body) holds a
+/// connection and a task: it is dropped within the read timeout, and others are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stall_are_dropped_within_the_read_timeout() {
+    // Short timeouts (the defaults are 10 s and 40 s); the bound below is generous for a
+    // loaded machine and still far below "never".
+    let limits = Limits {
+        read_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(4),
+        ..Limits::default()
+    };
+    let (addr, ca, _volume, shutdown) = serve_validate(limits).await;
+    let ca = ca.issuer.der().clone();
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n"
+    );
+    let stalls = [
+        (
+            "in its headers",
+            format!("POST /validate HTTP/1.1\r\nhost: {addr}\r\n"),
+        ),
+        ("after its headers", head),
+        ("before its request", String::new()),
+    ];
+    let patience = Duration::from_secs(60);
+    let mut clients = Vec::new();
+    for (when, request) in stalls {
+        let ca = ca.clone();
+        clients.push((
+            when,
+            tokio::task::spawn_blocking(move || exchange(addr, &ca, request.as_bytes(), patience)),
+        ));
+    }
+    let (_, response) = connect_async(addr, &ca, "meanwhile").await;
+    assert!(response.contains(r#""uid":"meanwhile""#), "{response}");
+    for (when, client) in clients {
+        let (_, response, took) = client.await.unwrap();
+        assert!(
+            took < Duration::from_secs(15),
+            "a client stalling {when} was still connected after {took:?} (response {response:?})"
+        );
+    }
+    shutdown.cancel();
 }
