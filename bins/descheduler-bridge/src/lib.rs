@@ -22,7 +22,7 @@
 //! The decisions are in [`evictkit_core::descheduler_bridge`].
 
 pub mod controller;
-mod metrics;
+pub mod metrics;
 pub mod webhook;
 
 use std::collections::BTreeSet;

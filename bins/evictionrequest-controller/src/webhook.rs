@@ -20,7 +20,7 @@ use evictkit_core::eviction_request::admission::{
     validate_writer,
 };
 use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::webhook::{Admission, Webhooks, decode};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -57,11 +57,7 @@ pub fn webhooks(
 }
 
 fn validate_pod(request: AdmissionRequest<DynamicObject>) -> Admission {
-    let parse = |object: Option<&DynamicObject>| {
-        object
-            .map(|o| serde_json::to_value(o).and_then(serde_json::from_value::<Pod>))
-            .transpose()
-    };
+    let parse = |object: Option<&DynamicObject>| object.map(decode::<Pod>).transpose();
     let (new, old) = match (
         parse(request.object.as_ref()),
         parse(request.old_object.as_ref()),
@@ -94,7 +90,7 @@ fn validate_pod(request: AdmissionRequest<DynamicObject>) -> Admission {
 
 fn parse(object: Option<&DynamicObject>) -> Result<Option<EvictionRequest>, String> {
     object
-        .map(|o| serde_json::to_value(o).and_then(serde_json::from_value))
+        .map(decode)
         .transpose()
         .map_err(|error| format!("not an EvictionRequest: {error}"))
 }
@@ -182,5 +178,55 @@ async fn validate(
                 ),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::admission::AdmissionReview;
+    use serde_json::{Value, json};
+
+    fn request(object: Value) -> AdmissionRequest<DynamicObject> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": "p", "namespace": "ns", "operation": "CREATE", "userInfo": {},
+                "object": object, "dryRun": false,
+            }
+        }))
+        .unwrap();
+        review.try_into().unwrap()
+    }
+
+    #[test]
+    fn a_malformed_eviction_request_is_refused_naming_the_field() {
+        let object = request(json!({
+            "apiVersion": "evictkit.io/v1alpha1", "kind": "EvictionRequest",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"target": {"pod": {"name": 5}}, "requesters": [{"name": "a.example.com"}]}
+        }))
+        .object;
+        let error = parse(object.as_ref()).unwrap_err();
+        assert!(error.contains("spec.target.pod.name"), "{error}");
+    }
+
+    #[test]
+    fn a_malformed_pod_is_refused_naming_the_field() {
+        let request = request(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "ports": [{"containerPort": "http"}]}]}
+        }));
+        let response = validate_pod(request.clone()).into_response(&request);
+        assert!(!response.allowed);
+        let message = &response.result.message;
+        assert!(
+            message.contains("spec.containers[0].ports[0].containerPort"),
+            "{message}"
+        );
     }
 }

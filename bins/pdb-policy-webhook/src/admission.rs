@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
 use evictkit_core::{eviction, pdb_policy};
-use evictkit_runtime::webhook::{Admission, json_patch};
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::webhook::{Admission, Webhooks, decode, json_patch};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::DynamicObject;
@@ -45,6 +46,18 @@ impl Reviewed {
     }
 }
 
+/// The three webhooks at their paths, as `serve` runs them (the fuzz targets post to these).
+pub fn webhooks(ctx: Arc<Context>, metrics: Arc<Metrics>) -> Webhooks {
+    let route = |webhook: &'static str| {
+        let ctx = ctx.clone();
+        move |request| review(ctx.clone(), webhook, request)
+    };
+    Webhooks::new(metrics)
+        .route(MUTATE_PDB_PATH, route("mutate-pdb"))
+        .route(VALIDATE_PDB_PATH, route("validate-pdb"))
+        .route(VALIDATE_EVICTION_PATH, route("validate-eviction"))
+}
+
 /// Times and counts one review of `webhook`.
 pub async fn review(
     ctx: Arc<Context>,
@@ -72,9 +85,7 @@ pub async fn review(
 /// the apiserver's own validation will refuse anyway.
 fn pdb_of(request: &AdmissionRequest<DynamicObject>) -> Option<PodDisruptionBudget> {
     let object = request.object.as_ref()?;
-    let parsed =
-        serde_json::to_value(object).and_then(serde_json::from_value::<PodDisruptionBudget>);
-    match parsed {
+    match decode::<PodDisruptionBudget>(object) {
         Ok(mut pdb) => {
             pdb.metadata.namespace = request.namespace.clone();
             Some(pdb)

@@ -314,9 +314,8 @@ fn project_namespace(namespace: Namespace) -> Namespace {
     }
 }
 
-#[cfg(test)]
 impl Caches {
-    /// Caches holding exactly these objects, as after a first list.
+    /// Caches holding exactly these objects, as after a first list (tests and fuzz targets).
     pub fn of(
         pods: Vec<Pod>,
         pdbs: Vec<PodDisruptionBudget>,

@@ -31,9 +31,8 @@ use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::tls::{ReloadingCertResolver, install_crypto_provider};
-use evictkit_runtime::webhook::Webhooks;
 
-use crate::admission::{Context, MUTATE_PDB_PATH, VALIDATE_EVICTION_PATH, VALIDATE_PDB_PATH};
+use crate::admission::Context;
 use crate::cache::Caches;
 
 pub(crate) const COMPONENT: &str = "pdb-policy-webhook";
@@ -112,14 +111,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             metrics: own_metrics,
             live: Arc::new(client.clone()),
         });
-        let route = |webhook: &'static str| {
-            let ctx = ctx.clone();
-            move |request| admission::review(ctx.clone(), webhook, request)
-        };
-        let webhooks = Webhooks::new(metrics.clone())
-            .route(MUTATE_PDB_PATH, route("mutate-pdb"))
-            .route(VALIDATE_PDB_PATH, route("validate-pdb"))
-            .route(VALIDATE_EVICTION_PATH, route("validate-eviction"));
+        let webhooks = admission::webhooks(ctx, metrics.clone());
         let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
         let server = webhooks.bind(args.common.webhook_addr, certificates)?;
         tracing::info!(addr = %server.local_addr()?, "serving admission webhooks");

@@ -443,14 +443,31 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Idle<S> {
     }
 }
 
+/// `object` (a review's `object` or `oldObject`) as a `K`; the error names the field, e.g.
+/// `spec.target.pod.name: invalid type: integer `5`, expected a string`.
+pub fn decode<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
+    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    serde_path_to_error::deserialize(value).map_err(|e| with_path(&e))
+}
+
+fn with_path<E: std::fmt::Display>(error: &serde_path_to_error::Error<E>) -> String {
+    match error.path().to_string().as_str() {
+        "." => error.inner().to_string(),
+        path => format!("{path}: {}", error.inner()),
+    }
+}
+
 async fn review(State(route): State<Route>, body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
-    let response = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
-        .map_err(|e| e.to_string())
-        .and_then(|review| {
-            review
-                .try_into()
-                .map_err(|_| "AdmissionReview without a request".to_owned())
-        }) {
+    let mut json = serde_json::Deserializer::from_slice(&body);
+    let response = match serde_path_to_error::deserialize::<_, AdmissionReview<DynamicObject>>(
+        &mut json,
+    )
+    .map_err(|e| with_path(&e))
+    .and_then(|review| {
+        review
+            .try_into()
+            .map_err(|_| "AdmissionReview without a request".to_owned())
+    }) {
         Ok(request) => {
             let request: AdmissionRequest<DynamicObject> = request;
             // Built before the handler takes the request, so the uid cannot get lost.
@@ -605,6 +622,17 @@ mod tests {
             .unwrap();
         let response = router.oneshot(request).await.unwrap();
         assert_eq!(response.status(), 413);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_review_is_refused_naming_the_field() {
+        let mut review = review_of("uid-field", "x");
+        review["request"]["operation"] = json!("EXPLODE");
+        review["request"]["userInfo"]["groups"] = json!("not-a-list");
+        let response =
+            &post(&router(), "/validate", serde_json::to_vec(&review).unwrap()).await["response"];
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains("request.operation"), "{message}");
     }
 
     #[tokio::test]
