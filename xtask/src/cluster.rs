@@ -250,6 +250,39 @@ impl Cluster {
         self.save()
     }
 
+    /// Stops control-plane process `name` (e.g. kube-apiserver, or etcd: its data directory
+    /// is kept) and starts it again with the same command line, as a node's restart of a static
+    /// pod would; returns once the apiserver answers `/readyz` again. The previous log is kept
+    /// as `logs/<name>.log.1`.
+    pub fn restart(&mut self, name: &str) -> Result<()> {
+        let index = self
+            .state
+            .processes
+            .iter()
+            .position(|(process, _)| process == name)
+            .with_context(|| format!("the cluster runs no {name}"))?;
+        let pid = self.state.processes[index].1;
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
+            .with_context(|| format!("reading the command line of {name} (pid {pid})"))?;
+        let args: Vec<String> = cmdline
+            .split(|byte| *byte == 0)
+            .skip(1)
+            .filter(|arg| !arg.is_empty())
+            .map(|arg| String::from_utf8_lossy(arg).into_owned())
+            .collect();
+        stop(pid, &self.bin(name));
+        let log = self.log_path(name);
+        fs::rename(&log, log.with_extension("log.1"))
+            .with_context(|| format!("keeping {}", log.display()))?;
+        self.start(name, &args)?;
+        let (_, new_pid) = self.state.processes.pop().expect("start recorded it");
+        self.state.processes[index].1 = new_pid;
+        self.save()?;
+        self.wait_for("kube-apiserver /readyz", Duration::from_secs(90), || {
+            Ok(self.kubectl(&["get", "--raw", "/readyz"]).is_ok())
+        })
+    }
+
     /// Fails with the tail of the log of any process that has died.
     fn check_alive(&self) -> Result<()> {
         for (name, pid) in &self.state.processes {
@@ -544,14 +577,7 @@ pub fn down() -> Result<()> {
         {
             real_node::stop_pods(node);
         }
-        signal(*pid, "TERM");
-        let start = Instant::now();
-        while process_runs(*pid, &bin) && start.elapsed() < Duration::from_secs(10) {
-            sleep(Duration::from_millis(100));
-        }
-        if process_runs(*pid, &bin) {
-            signal(*pid, "KILL");
-        }
+        stop(*pid, &bin);
         eprintln!("==> stopped {name} (pid {pid})");
     }
     if let Some(node) = &cluster.state.real_node {
@@ -572,6 +598,18 @@ pub fn down() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// SIGTERM, then SIGKILL if the process still runs 10 s later.
+fn stop(pid: u32, bin: &Path) {
+    signal(pid, "TERM");
+    let start = Instant::now();
+    while process_runs(pid, bin) && start.elapsed() < Duration::from_secs(10) {
+        sleep(Duration::from_millis(100));
+    }
+    if process_runs(pid, bin) {
+        signal(pid, "KILL");
+    }
 }
 
 fn status() -> Result<()> {

@@ -1,6 +1,7 @@
 //! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
 
 mod bench;
+mod chaos;
 mod charts;
 mod cluster;
 mod crds;
@@ -40,6 +41,10 @@ enum Command {
     Image(image::Args),
     /// Benchmark a component against the running control plane and print its figures.
     Bench(bench::Args),
+    /// Inject faults (leader killed, apiserver or etcd restarted) into running workloads of
+    /// the controllers and print a table of takeover/recovery times, double actions and lost
+    /// work; fails if a row misses its goal (starts its own cluster: set EVICTKIT_CLUSTER_DIR).
+    Chaos(chaos::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Chaos(args) => chaos::run(args),
         Command::Image(args) => image::run(args),
     }
 }

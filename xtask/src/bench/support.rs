@@ -97,6 +97,20 @@ impl Component {
         Ok(())
     }
 
+    /// SIGKILL, as a node's crash or an OOM kill ends a process: no shutdown, no Lease release.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child
+            .kill()
+            .with_context(|| format!("killing {}", self.name))?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Whether the process still runs (it has not exited or been restarted).
+    pub fn runs(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Resident memory now, in KiB.
     pub fn rss_kib(&self) -> Result<u64> {
         rss_kib(self.pid())

@@ -1,0 +1,764 @@
+//! `cargo xtask chaos [--scenario NAME] [--component NAME]`: a fault injected into a running
+//! workload, its invariants checked from the cluster and the apiserver's audit log, one row of
+//! figures per scenario and controller, and a non-zero exit if a row misses its goal.
+//!
+//! Each controller runs as the charts run it: two replicas with leader election (the charts'
+//! lease duration, 15 s), here as local processes of the dev build, each replica as a service
+//! account of its own so that the audit log tells the replicas' writes apart. Workloads, each in
+//! a namespace of its own and the controllers confined to it (`--namespace`):
+//! - taint-manager: 500 pods on the kwok nodes tolerating a NoExecute taint for 5 to 24 s, so
+//!   that they come due over the run once the nodes are tainted;
+//! - evictionrequest-controller (`--api crd`): 500 EvictionRequests, created while it works;
+//! - affinity-evictor: 200 pods whose execution-time affinity a node label change breaks.
+//!
+//! Every pod carries a finalizer that this command removes 3 s after the pod's deletion
+//! started, as a kubelet ends a container after its grace period: a terminating pod stays
+//! visible for a while, so a second delete or eviction of it by the other replica succeeds and
+//! is counted. Pod names are unique per run and nothing recreates a pod, so a name stands for
+//! a pod UID.
+//!
+//! Figures per row: takeover time (leader killed: SIGKILL -> first successful delete or
+//! eviction by the surviving replica) or recovery time (the restarted apiserver answers
+//! `/readyz` -> first successful delete or eviction), double actions (pods with more than one
+//! successful delete or eviction, either replica), lost work (pods never acted on, or requests
+//! not Evicted, once the run ends), and replicas that exited when they should not have (a
+//! component must reconnect to a restarted apiserver without a restart of its own).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use evictkit_api::EvictionRequest;
+use evictkit_api::conditions::EVICTION_REQUEST_EVICTED;
+use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::bench::support::{self, Component};
+use crate::cluster::{self, Cluster, UpArgs};
+
+/// The charts' lease duration (they keep the binaries' default `--leader-election-lease-duration`).
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// Goal of a takeover or a recovery: the lease duration plus 2 s.
+const TIME_GOAL: Duration = Duration::from_secs(LEASE_DURATION.as_secs() + 2);
+/// The finalizer that keeps a deleted pod terminating for [`TERMINATING_FOR`].
+const FINALIZER: &str = "chaos.evictkit.io/terminating";
+const TERMINATING_FOR: Duration = Duration::from_secs(3);
+/// The NoExecute taint of the taint-manager workload.
+const TAINT: &str = "chaos.evictkit.io/fault";
+/// The node label the affinity-evictor workload's pods require during execution.
+const POOL: &str = "chaos.evictkit.io/pool";
+/// The fault comes once this share of the work is done: after some of it, before all of it.
+const FAULT_AT_SHARE: f64 = 0.2;
+/// How long the work may take after the fault before the run ends with what it has.
+const PATIENCE: Duration = Duration::from_secs(150);
+/// Quiet time after the last action, in which a late double action would show.
+const SETTLE: Duration = Duration::from_secs(4);
+const CONCURRENCY: usize = 16;
+const KWOK_NODES: usize = 5;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Only this fault (default: every one, and the table of all).
+    #[arg(long, value_enum)]
+    scenario: Option<Fault>,
+    /// Only this controller (default: every one).
+    #[arg(long, value_enum)]
+    component: Option<Workload>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fault {
+    /// SIGKILL of the replica holding the Lease, mid-burst.
+    LeaderKilled,
+    /// kube-apiserver stopped and started again, mid-burst.
+    ApiserverRestarted,
+    /// etcd stopped and started again with its data, mid-burst.
+    EtcdRestarted,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Workload {
+    TaintManager,
+    EvictionrequestController,
+    AffinityEvictor,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::LeaderKilled => "leader-killed",
+            Fault::ApiserverRestarted => "apiserver-restarted",
+            Fault::EtcdRestarted => "etcd-restarted",
+        }
+    }
+}
+
+/// A successful API call that is the work: what must happen once per pod.
+struct Action {
+    verb: &'static str,
+    subresource: Option<&'static str>,
+}
+
+impl Workload {
+    fn binary(self) -> &'static str {
+        match self {
+            Workload::TaintManager => "taint-manager",
+            Workload::EvictionrequestController => "evictionrequest-controller",
+            Workload::AffinityEvictor => "affinity-evictor",
+        }
+    }
+
+    fn pods(self) -> usize {
+        match self {
+            Workload::TaintManager | Workload::EvictionrequestController => 500,
+            Workload::AffinityEvictor => 200,
+        }
+    }
+
+    fn action(self) -> Action {
+        match self {
+            Workload::TaintManager => Action {
+                verb: "delete",
+                subresource: None,
+            },
+            Workload::EvictionrequestController | Workload::AffinityEvictor => Action {
+                verb: "create",
+                subresource: Some("eviction"),
+            },
+        }
+    }
+
+    fn args(self, ns: &str) -> Vec<String> {
+        let mut args = vec![
+            format!("--namespace={ns}"),
+            format!("--leader-election-namespace={ns}"),
+        ];
+        match self {
+            Workload::TaintManager => {}
+            Workload::EvictionrequestController => {
+                args.extend(["--roles=controller".into(), "--api=crd".into()]);
+            }
+            Workload::AffinityEvictor => {
+                args.extend(["--roles=controller".into(), "--mode=eviction".into()]);
+            }
+        }
+        args
+    }
+
+    fn pod(self, index: usize, node: &str) -> Result<Pod> {
+        let mut pod = json!({
+            "metadata": {"name": format!("pod-{index}"), "finalizers": [FINALIZER]},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        });
+        match self {
+            Workload::TaintManager => {
+                // Due 5 to 24 s after the taint: a stream of work rather than one batch.
+                pod["spec"]["tolerations"] = json!([{"key": TAINT, "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 5 + index % 20}]);
+            }
+            Workload::EvictionrequestController => {}
+            Workload::AffinityEvictor => {
+                let affinity = json!({"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": POOL, "operator": "In", "values": ["a"]}]}]});
+                pod["metadata"]["annotations"] =
+                    json!({REQUIRED_DURING_EXECUTION: affinity.to_string()});
+            }
+        }
+        Ok(serde_json::from_value(pod)?)
+    }
+}
+
+/// One row of the table.
+struct Row {
+    scenario: String,
+    /// Takeover or recovery time; `None` if no action came after the fault.
+    time: Option<Duration>,
+    double: usize,
+    lost: usize,
+    /// Pods acted on that the workload did not ask for.
+    unexpected: usize,
+    /// Replicas that exited though nothing killed them.
+    exited: Vec<String>,
+    detail: String,
+}
+
+impl Row {
+    fn met(&self) -> bool {
+        self.time.is_some_and(|time| time <= TIME_GOAL)
+            && self.double == 0
+            && self.lost == 0
+            && self.unexpected == 0
+            && self.exited.is_empty()
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(
+        std::env::var_os("EVICTKIT_CLUSTER_DIR").is_some(),
+        "set EVICTKIT_CLUSTER_DIR to a directory of its own: chaos restarts the apiserver and etcd \
+         of the cluster it starts (or reuses) there, and must not touch the shared one"
+    );
+    let faults = match args.scenario {
+        Some(fault) => vec![fault],
+        None => vec![
+            Fault::LeaderKilled,
+            Fault::ApiserverRestarted,
+            Fault::EtcdRestarted,
+        ],
+    };
+    let workloads = match args.component {
+        Some(workload) => vec![workload],
+        None => vec![
+            Workload::TaintManager,
+            Workload::EvictionrequestController,
+            Workload::AffinityEvictor,
+        ],
+    };
+    let mut binaries = BTreeMap::new();
+    for workload in &workloads {
+        binaries.insert(
+            workload.binary(),
+            support::binary(workload.binary(), false)?,
+        );
+    }
+    let mut cluster = cluster::up(&UpArgs {
+        nodes: KWOK_NODES,
+        kcm_controllers: "*,-taint-eviction-controller".into(),
+        feature_gates: String::new(),
+        real_node: false,
+    })?;
+    let rows = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let client = support::client(&cluster).await?;
+            support::install_crd(&cluster, "evictionrequests.evictkit.io")?;
+            support::install_crd(&cluster, "taintevictionpolicies.evictkit.io")?;
+            let mut rows = Vec::new();
+            for fault in &faults {
+                for workload in &workloads {
+                    let binary = &binaries[workload.binary()];
+                    let row = scenario(&mut cluster, &client, *fault, *workload, binary).await?;
+                    println!("{}", row.detail);
+                    rows.push(row);
+                }
+            }
+            anyhow::Ok(rows)
+        })?;
+    print_table(&rows);
+    let missed = rows.iter().filter(|row| !row.met()).count();
+    if missed > 0 {
+        bail!("{missed} of {} rows missed their goal", rows.len());
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!(
+        "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} | {}",
+        "scenario",
+        "takeover/recovery time",
+        "double actions",
+        "lost work",
+        "failed admissions",
+        "goal met"
+    );
+    println!(
+        "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} |",
+        "(goal)",
+        format!("<= {} s", TIME_GOAL.as_secs()),
+        "0",
+        "0",
+        "n/a"
+    );
+    for row in rows {
+        let time = row
+            .time
+            .map_or("none".to_owned(), |t| format!("{:.1} s", t.as_secs_f64()));
+        let mut met = if row.met() { "yes" } else { "NO" }.to_owned();
+        if row.unexpected > 0 {
+            met.push_str(&format!(" ({} pods acted on unasked)", row.unexpected));
+        }
+        if !row.exited.is_empty() {
+            met.push_str(&format!(" (exited: {})", row.exited.join(", ")));
+        }
+        println!(
+            "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} | {met}",
+            row.scenario, time, row.double, row.lost, "-"
+        );
+    }
+}
+
+/// One fault against one controller's workload.
+async fn scenario(
+    cluster: &mut Cluster,
+    client: &Client,
+    fault: Fault,
+    workload: Workload,
+    binary: &std::path::Path,
+) -> Result<Row> {
+    let ns = format!("chaos-{}-{}", fault.name(), workload.binary());
+    let name = format!("{} {}", fault.name(), workload.binary());
+    eprintln!("==> {name}: preparing {} pods in {ns}", workload.pods());
+    delete_namespace(client, &ns).await?;
+    support::create_namespace(client, &ns).await?;
+    let nodes = kwok_nodes(client).await?;
+    if workload == Workload::AffinityEvictor {
+        label_nodes(client, &nodes, json!({POOL: "a"})).await?;
+    }
+    let pods = create_pods(client, workload, &ns, &nodes).await?;
+
+    let mut replicas = Vec::new();
+    let mut users = Vec::new();
+    for replica in 0..2 {
+        let account = format!("chaos-{}-{replica}", workload.binary());
+        let (kubeconfig, user) = support::service_account(cluster, client, &account).await?;
+        let port = support::free_port()?;
+        let mut command = Command::new(binary);
+        command
+            .args(workload.args(&ns))
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info");
+        let mut component = Component::start(cluster, &account, command)?;
+        component.wait_ready(port).await?;
+        replicas.push((component, port));
+        users.push(user);
+    }
+    let leader = wait_for_leader(&replicas).await?;
+    let finisher = tokio::spawn(finish_terminating(client.clone(), ns.clone()));
+
+    let since = Timestamp::now();
+    let burst = start_burst(client, workload, &nodes, pods).await?;
+    let expected = workload.pods();
+    let action = workload.action();
+    let deadline = Instant::now() + PATIENCE;
+    while (acted(&users, &action, &ns, since)?.len() as f64) < expected as f64 * FAULT_AT_SHARE {
+        if Instant::now() > deadline {
+            bail!(
+                "{name}: fewer than {:.0}% of {expected} pods acted on after {PATIENCE:?}; see {}",
+                FAULT_AT_SHARE * 100.0,
+                replicas[leader].0.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let before_fault = acted(&users, &action, &ns, since)?.len();
+    let (fault_over, survivors) = match fault {
+        Fault::LeaderKilled => {
+            replicas[leader].0.kill()?;
+            (Timestamp::now(), vec![1 - leader])
+        }
+        Fault::ApiserverRestarted | Fault::EtcdRestarted => {
+            let process = if fault == Fault::EtcdRestarted {
+                "etcd"
+            } else {
+                "kube-apiserver"
+            };
+            let stopped = Instant::now();
+            tokio::task::block_in_place(|| cluster.restart(process))?;
+            eprintln!(
+                "    {process} restarted; /readyz again after {:.1} s",
+                stopped.elapsed().as_secs_f64()
+            );
+            (Timestamp::now(), vec![0, 1])
+        }
+    };
+    if let Some(burst) = burst {
+        burst.await.context("the burst's task")??;
+    }
+    let deadline = Instant::now() + PATIENCE;
+    let mut last = (usize::MAX, Instant::now());
+    loop {
+        let left = work_left(client, workload, &ns).await?;
+        let calls: usize = acted(&users, &action, &ns, since)?
+            .values()
+            .map(Vec::len)
+            .sum();
+        if calls != last.0 {
+            last = (calls, Instant::now());
+        }
+        if (left == 0 && last.1.elapsed() >= SETTLE) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    finisher.abort();
+
+    let calls = acted(&users, &action, &ns, since)?;
+    let survivors_users: Vec<String> = survivors.iter().map(|&i| users[i].clone()).collect();
+    let time = acted(&survivors_users, &action, &ns, fault_over)?
+        .values()
+        .flatten()
+        .min()
+        .map(|first| first.duration_since(fault_over).unsigned_abs());
+    let lease_taken = lease_writes(&survivors_users, &ns, fault_over)?
+        .map(|first| first.duration_since(fault_over).unsigned_abs());
+    let expected_names: BTreeSet<String> = (0..expected).map(|i| format!("pod-{i}")).collect();
+    let never_acted = expected_names
+        .iter()
+        .filter(|pod| !calls.contains_key(*pod))
+        .count();
+    let left = work_left(client, workload, &ns).await?;
+    let exited = survivors
+        .iter()
+        .filter_map(|&i| {
+            let (replica, _) = &mut replicas[i];
+            (!replica.runs()).then(|| format!("{} (log {})", replica.name, replica.log.display()))
+        })
+        .collect();
+    let seconds = |time: Option<Duration>| {
+        time.map_or("none".to_owned(), |t| format!("{:.1} s", t.as_secs_f64()))
+    };
+    let row = Row {
+        scenario: name.clone(),
+        time,
+        double: calls.values().filter(|times| times.len() > 1).count(),
+        lost: never_acted.max(left),
+        unexpected: calls
+            .keys()
+            .filter(|pod| !expected_names.contains(*pod))
+            .count(),
+        exited,
+        detail: format!(
+            "  {name}: {expected} pods, {before_fault} acted on before the fault; {} successful \
+             {} calls on {} pods; first by {} after the fault: {}; Lease written by them after: \
+             {}; never acted on: {never_acted}; work left at the end: {left}",
+            calls.values().map(Vec::len).sum::<usize>(),
+            action.describe(),
+            calls.len(),
+            if fault == Fault::LeaderKilled {
+                "the surviving replica"
+            } else {
+                "either replica"
+            },
+            seconds(time),
+            seconds(lease_taken),
+        ),
+    };
+    drop(replicas);
+    clean_up(client, workload, &ns, &nodes).await?;
+    Ok(row)
+}
+
+impl Action {
+    fn describe(&self) -> String {
+        match self.subresource {
+            Some(sub) => format!("{} pods/{sub}", self.verb),
+            None => format!("{} pods", self.verb),
+        }
+    }
+}
+
+/// The completed requests of `users` in the audit log that may concern namespace `ns`.
+fn audit(users: &[String], ns: &str) -> Result<Vec<serde_json::Value>> {
+    let path = cluster::state_dir().join("audit.log");
+    let log =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let quoted = format!("\"{ns}\"");
+    Ok(log
+        .lines()
+        // Cheap filters first: the log holds every run's calls.
+        .filter(|line| line.contains("ResponseComplete") && line.contains(&quoted))
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| {
+            event["stage"] == "ResponseComplete"
+                && event["objectRef"]["namespace"] == ns
+                && users.iter().any(|user| event["user"]["username"] == **user)
+        })
+        .collect())
+}
+
+fn received(event: &serde_json::Value) -> Result<Timestamp> {
+    Ok(event["requestReceivedTimestamp"]
+        .as_str()
+        .context("audit event without requestReceivedTimestamp")?
+        .parse()?)
+}
+
+fn succeeded(event: &serde_json::Value) -> bool {
+    (200..300).contains(&event["responseStatus"]["code"].as_u64().unwrap_or(0))
+}
+
+/// Per pod of `ns`: when the apiserver received each successful `action` by one of `users`
+/// since `since`.
+fn acted(
+    users: &[String],
+    action: &Action,
+    ns: &str,
+    since: Timestamp,
+) -> Result<BTreeMap<String, Vec<Timestamp>>> {
+    let mut calls: BTreeMap<String, Vec<Timestamp>> = BTreeMap::new();
+    for event in audit(users, ns)? {
+        let object = &event["objectRef"];
+        if event["verb"] != action.verb
+            || object["resource"] != "pods"
+            || object["subresource"].as_str() != action.subresource
+            || !succeeded(&event)
+        {
+            continue;
+        }
+        let at = received(&event)?;
+        if at >= since {
+            let pod = object["name"].as_str().unwrap_or_default().to_owned();
+            calls.entry(pod).or_default().push(at);
+        }
+    }
+    Ok(calls)
+}
+
+/// The first successful write of a Lease of `ns` by one of `users` since `since`.
+fn lease_writes(users: &[String], ns: &str, since: Timestamp) -> Result<Option<Timestamp>> {
+    let mut first: Option<Timestamp> = None;
+    for event in audit(users, ns)? {
+        if event["objectRef"]["resource"] != "leases" || !succeeded(&event) {
+            continue;
+        }
+        let at = received(&event)?;
+        if at >= since {
+            first = Some(first.map_or(at, |first| first.min(at)));
+        }
+    }
+    Ok(first)
+}
+
+async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
+    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|node| node.metadata.name)
+        .collect();
+    nodes.sort();
+    if nodes.is_empty() {
+        bail!("the cluster has no kwok nodes");
+    }
+    Ok(nodes)
+}
+
+async fn label_nodes(client: &Client, nodes: &[String], labels: serde_json::Value) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    for node in nodes {
+        api.patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .with_context(|| format!("labelling node {node}"))?;
+    }
+    Ok(())
+}
+
+async fn taint_nodes(client: &Client, nodes: &[String], taints: serde_json::Value) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    for node in nodes {
+        api.patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": taints}})),
+        )
+        .await
+        .with_context(|| format!("setting the taints of node {node}"))?;
+    }
+    Ok(())
+}
+
+async fn create_pods(
+    client: &Client,
+    workload: Workload,
+    ns: &str,
+    nodes: &[String],
+) -> Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods = stream::iter(0..workload.pods())
+        .map(|i| {
+            let api = api.clone();
+            let node = &nodes[i % nodes.len()];
+            async move {
+                api.create(&PostParams::default(), &workload.pod(i, node)?)
+                    .await
+                    .with_context(|| format!("creating pod {ns}/pod-{i}"))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await?;
+    support::wait_running(&api, workload.pods())
+        .await
+        .with_context(|| format!("pods of {ns}"))?;
+    Ok(pods)
+}
+
+/// The replica holding the Lease, from its `evictkit_leader` gauge.
+async fn wait_for_leader(replicas: &[(Component, u16)]) -> Result<usize> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for (index, (_, port)) in replicas.iter().enumerate() {
+            if support::metric_sum(*port, "evictkit_leader", &[]).is_ok_and(|v| v == 1.0) {
+                return Ok(index);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no replica holds the Lease after 60 s; see {}",
+                replicas[0].0.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What starts the work: the taint, the EvictionRequests (created in the background, so that
+/// the fault may come while they are still being created) or the label change.
+async fn start_burst(
+    client: &Client,
+    workload: Workload,
+    nodes: &[String],
+    pods: Vec<Pod>,
+) -> Result<Option<tokio::task::JoinHandle<Result<()>>>> {
+    match workload {
+        Workload::TaintManager => {
+            let added = Timestamp::from_second(Timestamp::now().as_second())?;
+            taint_nodes(
+                client,
+                nodes,
+                json!([{"key": TAINT, "effect": "NoExecute", "timeAdded": added.to_string()}]),
+            )
+            .await?;
+            Ok(None)
+        }
+        Workload::EvictionrequestController => {
+            let client = client.clone();
+            Ok(Some(tokio::spawn(async move {
+                stream::iter(pods)
+                    .map(|pod| {
+                        let client = client.clone();
+                        async move {
+                            evictkit_runtime::eviction_request::request_eviction(
+                                &client,
+                                &pod,
+                                "chaos.evictkit.io",
+                            )
+                            .await
+                            .map(drop)
+                        }
+                    })
+                    .buffer_unordered(CONCURRENCY)
+                    .try_collect::<Vec<()>>()
+                    .await
+                    .context("requesting the evictions")?;
+                Ok(())
+            })))
+        }
+        Workload::AffinityEvictor => {
+            label_nodes(client, nodes, json!({POOL: null})).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Pods still there, or (EvictionRequests) requests not Evicted.
+async fn work_left(client: &Client, workload: Workload, ns: &str) -> Result<usize> {
+    if workload == Workload::EvictionrequestController {
+        let evicted = Api::<EvictionRequest>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|request| {
+                request.status.as_ref().is_some_and(|status| {
+                    status.conditions.iter().any(|condition| {
+                        condition.type_ == EVICTION_REQUEST_EVICTED && condition.status == "True"
+                    })
+                })
+            })
+            .count();
+        return Ok(workload.pods().saturating_sub(evicted));
+    }
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len())
+}
+
+/// Plays the kubelet's part: a pod whose deletion started [`TERMINATING_FOR`] ago loses the
+/// finalizer and goes. Errors (the apiserver being restarted) are retried on the next round.
+async fn finish_terminating(client: Client, ns: String) {
+    let api: Api<Pod> = Api::namespaced(client, &ns);
+    loop {
+        if let Ok(pods) = api.list_metadata(&ListParams::default()).await {
+            let now = Timestamp::now();
+            for pod in pods.items {
+                let due = pod.metadata.deletion_timestamp.as_ref().is_some_and(|at| {
+                    now.duration_since(at.0).unsigned_abs() >= TERMINATING_FOR && now > at.0
+                });
+                if due && let Some(name) = pod.metadata.name {
+                    let _ = release(&api, &name).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn release(api: &Api<Pod>, name: &str) -> Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Taints and labels off the nodes, the finalizers off the pods, the namespace deleted.
+async fn clean_up(client: &Client, workload: Workload, ns: &str, nodes: &[String]) -> Result<()> {
+    match workload {
+        Workload::TaintManager => taint_nodes(client, nodes, json!(null)).await?,
+        Workload::AffinityEvictor => label_nodes(client, nodes, json!({POOL: null})).await?,
+        Workload::EvictionrequestController => {}
+    }
+    delete_namespace(client, ns).await
+}
+
+/// Deletes `ns` (left over from an earlier run, or this run's) with its pods, whose finalizers
+/// are removed first; waits until it is gone.
+async fn delete_namespace(client: &Client, ns: &str) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(ns).await?.is_none() {
+        return Ok(());
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    namespaces
+        .delete(ns, &DeleteParams::background())
+        .await
+        .with_context(|| format!("deleting namespace {ns}"))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while namespaces.get_opt(ns).await?.is_some() {
+        for pod in pods.list_metadata(&ListParams::default()).await?.items {
+            if let Some(name) = pod.metadata.name {
+                let _ = release(&pods, &name).await;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("namespace {ns} still there 120 s after its deletion");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
