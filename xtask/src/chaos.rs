@@ -318,6 +318,7 @@ async fn scenario(
         label_nodes(client, &nodes, json!({POOL: "a"})).await?;
     }
     let pods = create_pods(client, workload, &ns, &nodes).await?;
+    eprintln!("    pods Running; starting two replicas");
 
     let mut replicas = Vec::new();
     let mut users = Vec::new();
@@ -336,7 +337,7 @@ async fn scenario(
         replicas.push((component, port));
         users.push(user);
     }
-    let leader = wait_for_leader(&replicas).await?;
+    let first_leader = wait_for_leader(&replicas).await?;
     let finisher = tokio::spawn(finish_terminating(client.clone(), ns.clone()));
 
     let since = Timestamp::now();
@@ -349,15 +350,21 @@ async fn scenario(
             bail!(
                 "{name}: fewer than {:.0}% of {expected} pods acted on after {PATIENCE:?}; see {}",
                 FAULT_AT_SHARE * 100.0,
-                replicas[leader].0.log.display()
+                replicas[first_leader].0.log.display()
             );
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
     let before_fault = acted(&users, &action, &ns, since)?.len();
+    eprintln!(
+        "    {before_fault} pods acted on {:.0} s after the burst started; injecting the fault",
+        Timestamp::now().duration_since(since).as_secs_f64()
+    );
     let (fault_over, survivors) = match fault {
         Fault::LeaderKilled => {
+            // The Lease may have changed hands since the start (that alone is a finding).
+            let leader = wait_for_leader(&replicas).await?;
             replicas[leader].0.kill()?;
             (Timestamp::now(), vec![1 - leader])
         }

@@ -207,13 +207,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let lifecycle = requester.api() == ApiMode::Lifecycle;
         parts.push(Box::pin(async move {
             leader
-                .run(client.clone(), metrics, token, |work| async move {
-                    if lifecycle {
-                        controller::control::<LifecycleRequest>(client, settings, work).await;
-                    } else {
-                        controller::control::<EvictionRequest>(client, settings, work).await;
-                    }
-                })
+                .run(
+                    client::build_for_leader_election().await?,
+                    metrics,
+                    token,
+                    |work| async move {
+                        if lifecycle {
+                            controller::control::<LifecycleRequest>(client, settings, work).await;
+                        } else {
+                            controller::control::<EvictionRequest>(client, settings, work).await;
+                        }
+                    },
+                )
                 .await
                 .context("leader election")
         }));

@@ -241,9 +241,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
         parts.push(Box::pin(async move {
             leader
-                .run(client.clone(), metrics, token, |work| {
-                    lifecycle::control(client, settings, work)
-                })
+                .run(
+                    client::build_for_leader_election().await?,
+                    metrics,
+                    token,
+                    |work| lifecycle::control(client, settings, work),
+                )
                 .await
                 .context("leader election")
         }));
@@ -269,9 +272,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
         parts.push(Box::pin(async move {
             leader
-                .run(client.clone(), metrics, token, |work| {
-                    control(client, settings, work)
-                })
+                .run(
+                    client::build_for_leader_election().await?,
+                    metrics,
+                    token,
+                    |work| control(client, settings, work),
+                )
                 .await
                 .context("leader election")
         }));

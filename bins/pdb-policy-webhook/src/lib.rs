@@ -131,9 +131,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
         tasks.spawn(async move {
             election
-                .run(client.clone(), metrics, shutdown, |token| {
-                    status::run(client, caches, token)
-                })
+                .run(
+                    evictkit_runtime::client::build_for_leader_election().await?,
+                    metrics,
+                    shutdown,
+                    |token| status::run(client, caches, token),
+                )
                 .await
                 .map_err(anyhow::Error::from)
         });

@@ -40,6 +40,15 @@ pub async fn build(limit: RateLimit) -> Result<Client, ClientError> {
     from_config(config, limit)
 }
 
+/// The client of leader election: [`build`] without the rate limit. A Lease renewal must not
+/// wait behind the work's requests: under load (hundreds of deletions queued at the QPS limit)
+/// it would reach the apiserver after the Lease expired, a standby would take over, and both
+/// replicas would act at once. kube-controller-manager gives leader election a client of its
+/// own for the same reason; its traffic is a request every few seconds.
+pub async fn build_for_leader_election() -> Result<Client, ClientError> {
+    build(RateLimit::UNLIMITED).await
+}
+
 /// Builds the client from an explicit configuration (e.g. the test control plane's kubeconfig).
 pub fn from_config(mut config: Config, limit: RateLimit) -> Result<Client, ClientError> {
     tls::install_crypto_provider();

@@ -87,7 +87,8 @@ impl LeaderElection {
     }
 
     /// Runs `work` while this replica holds the Lease. `work` gets a token cancelled on
-    /// shutdown or when the Lease is lost, and must return soon after. Returns `Ok` after
+    /// shutdown or when the Lease is lost, and must return soon after. `client` is the Lease's
+    /// own ([`crate::client::build_for_leader_election`]): no rate limit shared with `work`. Returns `Ok` after
     /// shutdown or when `work` ends by itself (the Lease is released then, so a standby takes
     /// over at once rather than after the lease duration).
     pub async fn run<F, Fut>(
