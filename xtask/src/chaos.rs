@@ -224,13 +224,25 @@ pub fn run(args: Args) -> Result<()> {
             Workload::AffinityEvictor,
         ],
     };
-    let mut binaries = BTreeMap::new();
-    for workload in &workloads {
-        binaries.insert(
-            workload.binary(),
-            support::binary(workload.binary(), false)?,
-        );
+    // One build of every binary, as `cargo xtask test` builds them (building each package on
+    // its own resolves other features and rebuilds the dependencies each time).
+    let status = Command::new("cargo")
+        .args(["build", "--bins"])
+        .current_dir(crate::workspace_root())
+        .status()?;
+    if !status.success() {
+        bail!("cargo build --bins failed");
     }
+    let binaries: BTreeMap<&str, std::path::PathBuf> = workloads
+        .iter()
+        .map(|workload| {
+            let binary = workload.binary();
+            (
+                binary,
+                crate::workspace_root().join("target/debug").join(binary),
+            )
+        })
+        .collect();
     let mut cluster = cluster::up(&UpArgs {
         nodes: KWOK_NODES,
         kcm_controllers: "*,-taint-eviction-controller".into(),
