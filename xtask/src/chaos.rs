@@ -56,7 +56,7 @@ const POOL: &str = "chaos.evictkit.io/pool";
 /// The fault comes once this share of the work is done: after some of it, before all of it.
 const FAULT_AT_SHARE: f64 = 0.2;
 /// How long the work may take after the fault before the run ends with what it has.
-const PATIENCE: Duration = Duration::from_secs(150);
+const PATIENCE: Duration = Duration::from_secs(300);
 /// Quiet time after the last action, in which a late double action would show.
 const SETTLE: Duration = Duration::from_secs(4);
 const CONCURRENCY: usize = 16;
@@ -409,7 +409,13 @@ async fn scenario(
         if calls != last.0 {
             last = (calls, Instant::now());
         }
-        if (left == 0 && last.1.elapsed() >= SETTLE) || Instant::now() > deadline {
+        if left == 0 && last.1.elapsed() >= SETTLE {
+            break;
+        }
+        if Instant::now() > deadline {
+            eprintln!(
+                "    {left} pods or requests left {PATIENCE:?} after the fault; ending the run"
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
