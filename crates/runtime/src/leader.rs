@@ -1,13 +1,14 @@
 //! Leader election on a coordination.k8s.io/v1 Lease (kube-lease-manager), so that two
 //! replicas of a controller never act at once (DESIGN.md). Webhooks do not use it.
 //!
-//! The work runs only while the Lease is held. When it is lost — another replica holds it, or a
-//! renewal failed — the work's token is cancelled and [`LeaderElection::run`] returns
+//! The work runs only while the Lease is held. The holder renews it every fifth of its duration
+//! and rides out failed renewals (an apiserver restart) for two thirds of it, as client-go does
+//! ([`Renewal`]). When it is lost — another replica holds it, or no renewal succeeded by that
+//! deadline — the work's token is cancelled and [`LeaderElection::run`] returns
 //! [`LeaderError::Lost`]; the binary then exits and Kubernetes restarts it, and it rebuilds its
 //! state from the API like any level-triggered controller. Why not keep running and wait to
-//! win again: a renewal is attempted only a third of the lease duration before expiry, so a
-//! failed renewal leaves too little time to find out whether someone else has taken over, and
-//! a restart is the state that is known to be clean (controller-runtime does the same).
+//! win again: a restart is the state that is known to be clean (controller-runtime does the
+//! same).
 //!
 //! Taking the Lease from another holder is ours, not kube-lease-manager's: it judges expiry by
 //! the holder's `renewTime` against this replica's wall clock, so a standby whose clock runs
@@ -34,6 +35,8 @@ use crate::metrics::Metrics;
 
 /// Wait between failed attempts to read or take the Lease while not leading.
 const RETRY_INTERVAL: Duration = Duration::from_secs(2);
+/// Wait between attempts to renew the Lease after a failed renewal.
+const RENEW_RETRY: Duration = Duration::from_secs(1);
 /// After SIGTERM or a lost Lease: how long the work may take to stop; reconciles still in
 /// flight then are abandoned (a write that hangs on an unreachable apiserver would otherwise
 /// go on while the next leader acts, until the kubelet's SIGKILL).
@@ -120,7 +123,7 @@ impl LeaderElection {
         let ended = tokio::select! {
             () = &mut work => Ended::Itself,
             () = shutdown.cancelled() => Ended::Shutdown,
-            reason = lost(&manager) => Ended::Lost(reason),
+            reason = lost(&manager, Renewal::of(self.duration)) => Ended::Lost(reason),
         };
         if !matches!(ended, Ended::Itself) {
             work_token.cancel();
@@ -155,13 +158,14 @@ impl LeaderElection {
 
     async fn manager(&self, client: Client) -> Result<LeaseManager, LeaderError> {
         let duration = self.duration.as_secs();
+        let renewal = Renewal::of(self.duration);
         LeaseManagerBuilder::new(client, &self.lease_name)
             .with_namespace(&self.namespace)
             .with_identity(&self.identity)
             .with_duration(duration)
-            // Renew a third of the duration before expiry, as client-go's defaults do (15 s
-            // lease, 10 s renew deadline). `CommonArgs::validate` keeps this at least 1 s.
-            .with_grace((duration / 3).max(1))
+            // kube-lease-manager renews `grace` before expiry: every `renewal.period`.
+            // `CommonArgs::validate` keeps the duration at least 3 s, so this is at least 1 s.
+            .with_grace(duration.saturating_sub(renewal.period.as_secs()).max(1))
             .build()
             .await
             .map_err(|source| LeaderError::Lease {
@@ -339,13 +343,57 @@ enum Ended {
     Lost(String),
 }
 
+/// How the holder keeps its Lease, as client-go's leader election does (15 s lease, renewed
+/// every 2 s, given up 10 s after the last renewal): renew every fifth of the duration; when a
+/// renewal fails (the apiserver restarting), keep acting and retry every `RENEW_RETRY` until two
+/// thirds of the duration have passed since the last renewal. Only then stop acting, a third of
+/// the duration before a standby may take the Lease over.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Renewal {
+    period: Duration,
+    deadline: Duration,
+}
+
+impl Renewal {
+    fn of(duration: Duration) -> Self {
+        Self {
+            period: Duration::from_secs((duration.as_secs() / 5).max(1)),
+            deadline: duration * 2 / 3,
+        }
+    }
+
+    /// Whether to give up after a failed renewal: `since_renewed` is the time since the last
+    /// renewal that succeeded, and the next attempt would come `RENEW_RETRY` later.
+    fn give_up(&self, since_renewed: Duration) -> bool {
+        since_renewed + RENEW_RETRY >= self.deadline
+    }
+}
+
 /// Renews the Lease (inside `changed`) until it is lost, and says why.
-async fn lost(manager: &LeaseManager) -> String {
+async fn lost(manager: &LeaseManager, renewal: Renewal) -> String {
+    // kube-lease-manager renews inside `changed` without reporting it; a call that lasted a
+    // renewal period before it failed had renewed one period before the failure.
+    let mut renewed = tokio::time::Instant::now();
     loop {
+        let called = tokio::time::Instant::now();
         match manager.changed().await {
             Ok(true) => continue,
             Ok(false) => return "another replica holds it".to_owned(),
-            Err(error) => return format!("renewal failed: {error}"),
+            Err(error) => {
+                let now = tokio::time::Instant::now();
+                if now - called >= renewal.period {
+                    renewed = now - renewal.period;
+                }
+                let since_renewed = now - renewed;
+                if renewal.give_up(since_renewed) {
+                    return format!(
+                        "not renewed for {since_renewed:?} (renew deadline {:?}): {error}",
+                        renewal.deadline
+                    );
+                }
+                tracing::warn!(%error, ?since_renewed, "cannot renew the Lease; still acting, retrying");
+                tokio::time::sleep(RENEW_RETRY).await;
+            }
         }
     }
 }
@@ -382,6 +430,21 @@ mod tests {
         assert_eq!(take(Some("other"), "2", at(14)), Take::No);
         assert_eq!(take(Some("other"), "2", at(28)), Take::No);
         assert_eq!(take(Some("other"), "2", at(29)), Take::Expired);
+    }
+
+    #[test]
+    fn renewal_follows_client_go_defaults() {
+        // client-go: 15 s lease, renew deadline 10 s, retry period 2 s.
+        let renewal = Renewal::of(Duration::from_secs(15));
+        assert_eq!(renewal.period, Duration::from_secs(3));
+        assert_eq!(renewal.deadline, Duration::from_secs(10));
+        assert!(!renewal.give_up(Duration::from_secs(8)));
+        assert!(renewal.give_up(Duration::from_secs(9)));
+        // The shortest lease --leader-election-lease-duration accepts.
+        let shortest = Renewal::of(Duration::from_secs(3));
+        assert_eq!(shortest.period, Duration::from_secs(1));
+        assert_eq!(shortest.deadline, Duration::from_secs(2));
+        assert!(shortest.give_up(Duration::from_secs(1)));
     }
 
     #[test]
