@@ -278,13 +278,8 @@ pub fn run(args: Args) -> Result<()> {
 fn print_table(rows: &[Row]) {
     println!();
     println!(
-        "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} | {}",
-        "scenario",
-        "takeover/recovery time",
-        "double actions",
-        "lost work",
-        "failed admissions",
-        "goal met"
+        "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} | goal met",
+        "scenario", "takeover/recovery time", "double actions", "lost work", "failed admissions",
     );
     println!(
         "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} |",
