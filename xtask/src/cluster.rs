@@ -339,14 +339,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     let bin_dir = build_control_plane()?;
     let node_ip = if args.real_node {
         real_node::ensure_packages()?;
-        let missing: Vec<&str> = crate::image::ALL
-            .into_iter()
-            .filter(|name| !crate::image::archive_path(name).exists())
-            .collect();
-        if !missing.is_empty() {
-            eprintln!("==> building the images {}", missing.join(", "));
-            crate::image::build(&missing, true)?;
-        }
+        // Always through cargo (seconds when nothing changed): archives left from an older
+        // checkout would run binaries that reject the charts' newer flags and crash-loop.
+        eprintln!("==> building the images (cargo rebuilds what changed since the last build)");
+        crate::image::build(&crate::image::ALL, true)?;
         Some(real_node::node_ip()?)
     } else {
         None
