@@ -306,12 +306,13 @@ async fn big_reviews_pass_an_over_limit_body_gets_413_and_the_server_stays_up() 
     );
     assert!(response.contains(r#""uid":"big""#), "{response}");
 
-    // The client declares 16 MiB and sends the first 64 KiB: refused on the declared length.
+    // The client declares 16 MiB and sends none of it: refused on the declared length alone.
+    // (Body bytes sent ahead would sit unread when the server closes, and the kernel answers
+    // unread data with a reset that can discard the 413 before the client reads it.)
     let huge = format!(
         "POST /validate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n{}",
+         content-length: {}\r\n\r\n",
         16 * MIB,
-        "[".repeat(64 * 1024)
     );
     let (_, response, _) = {
         let ca = ca.clone();
