@@ -764,7 +764,8 @@ current-context: evictkit
     Ok(())
 }
 
-/// Records evictions and EvictionRequests (who, when, which object, the response code).
+/// Records evictions, EvictionRequests and (lifecycle.k8s.io) Evictions: who, when, which
+/// object, the response code.
 /// Evictions at Request level: the body carries the UID precondition, so tests can count
 /// eviction requests per pod UID. Benchmarks run components as service accounts of namespace
 /// `evictkit-bench`, whose every write is recorded, to count API writes per unit of work.
@@ -780,6 +781,8 @@ rules:
   resources:
   - group: evictkit.io
     resources: [evictionrequests, evictionrequests/status]
+  - group: lifecycle.k8s.io
+    resources: [evictionrequests, evictionrequests/status, evictions, evictions/status]
 - level: Metadata
   userGroups: [\"system:serviceaccounts:evictkit-bench\"]
   verbs: [create, update, patch, delete, deletecollection]

@@ -52,6 +52,9 @@ use crate::target_pod::{ReadError, TargetPods};
 const IMPERATIVE_FIELD_MANAGER: &str = "evictionrequest-controller-imperative-evictor";
 /// "Responders should avoid heartbeats more frequent than 20 seconds."
 const HEARTBEAT_MIN_STEP: SignedDuration = SignedDuration::from_secs(20);
+/// When to look again at an object whose cached state was superseded (a safety net: the
+/// watch event of the newer state wakes it first).
+const STALE_CACHE_RECHECK: Duration = Duration::from_secs(1);
 /// The API's heartbeat deadline: the v1.37 apiserver refuses to let a responder go earlier.
 pub const API_HEARTBEAT_DEADLINE: Duration = Duration::from_secs(20 * 60);
 
@@ -293,7 +296,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                     let ready = ready.clone();
                     async move {
                         ready.await;
-                        reconcile_request(request, context).await
+                        unless_superseded(reconcile_request(request, context).await)
                     }
                 },
                 |request: Arc<EvictionRequest>, error: &Error, _: Arc<Context>| {
@@ -315,7 +318,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                     let ready = ready.clone();
                     async move {
                         ready.await;
-                        reconcile_eviction(eviction, context).await
+                        unless_superseded(reconcile_eviction(eviction, context).await)
                     }
                 },
                 |eviction: Arc<Eviction>, error: &Error, _: Arc<Context>| {
@@ -336,6 +339,9 @@ pub enum Error {
     Eviction(#[from] EvictionError),
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// A write decided from a cached object older than the API's ([`decided_from`]).
+    #[error("{kind} {object} changed since it was cached")]
+    Superseded { kind: &'static str, object: String },
     #[error("cannot {action} {kind} {object}: {source}")]
     Write {
         action: &'static str,
@@ -354,20 +360,56 @@ fn id<K: kube::Resource>(object: &K) -> String {
     )
 }
 
+/// The metadata of a write decided from `object` as cached: its name, with its UID and
+/// resourceVersion as preconditions. The caches lag behind the API (this controller's last
+/// write not seen yet, or the object replaced under the same name), and a decision from an
+/// older state would undo newer fields, e.g. clear a `startTime` that validation keeps
+/// immutable; such a write is answered 409 instead ([`Error::Superseded`]).
+fn decided_from<K: kube::Resource>(object: &K) -> serde_json::Value {
+    json!({
+        "name": object.name_any(),
+        "uid": object.meta().uid,
+        "resourceVersion": object.meta().resource_version,
+    })
+}
+
 fn write_error<K: kube::Resource<DynamicType = ()>>(
     action: &'static str,
     object: &K,
 ) -> impl FnOnce(kube::Error) -> Error {
     let object_id = id(object);
-    move |source| Error::Write {
-        action,
-        kind: if K::kind(&()) == "Eviction" {
-            "Eviction"
-        } else {
-            "EvictionRequest"
+    let kind = if K::kind(&()) == "Eviction" {
+        "Eviction"
+    } else {
+        "EvictionRequest"
+    };
+    move |source| match source {
+        kube::Error::Api(status) if status.code == 409 => Error::Superseded {
+            kind,
+            object: object_id,
         },
-        object: object_id,
-        source: Box::new(source),
+        source => Error::Write {
+            action,
+            kind,
+            object: object_id,
+            source: Box::new(source),
+        },
+    }
+}
+
+/// A reconcile's outcome with [`Error::Superseded`] turned into a quick look again: the watch
+/// event of the newer state is on its way and wakes the object anyway.
+fn unless_superseded(result: Result<Action, Error>) -> Result<Action, Error> {
+    match result {
+        Err(Error::Superseded { kind, object }) => {
+            tracing::debug!(
+                kind,
+                object,
+                "decided from a superseded cache entry; looking again"
+            );
+            Ok(Action::requeue(STALE_CACHE_RECHECK))
+        }
+        result => result,
     }
 }
 
@@ -497,7 +539,7 @@ async fn apply_request_status(
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "EvictionRequest",
-        "metadata": { "name": request.name_any() },
+        "metadata": decided_from(request),
         "status": { "observedGeneration": request.metadata.generation, "conditions": conditions },
     });
     api.patch_status(
@@ -618,7 +660,7 @@ async fn apply_eviction_status(
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",
-        "metadata": { "name": eviction.name_any() },
+        "metadata": decided_from(eviction),
         "status": step.status,
     });
     api.patch_status(
@@ -671,10 +713,13 @@ async fn refresh_metadata(
         &eviction.namespace().unwrap_or_default(),
     );
     let owner_refs: Vec<_> = requests.iter().map(|r| owner_reference(r)).collect();
+    let mut metadata = decided_from(eviction);
+    metadata["labels"] = json!(labels);
+    metadata["ownerReferences"] = json!(owner_refs);
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",
-        "metadata": { "name": eviction.name_any(), "labels": labels, "ownerReferences": owner_refs },
+        "metadata": metadata,
         "spec": { "target": { "pod": eviction.spec.target.pod } },
     });
     api.patch(
@@ -830,7 +875,7 @@ async fn write_own_status(
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",
-        "metadata": { "name": eviction.name_any() },
+        "metadata": decided_from(eviction),
         "status": { "responders": [entry] },
     });
     let written = api

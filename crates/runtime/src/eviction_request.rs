@@ -83,6 +83,14 @@ pub enum EvictionRequestError {
         "the EvictionRequest {request} was refused by the eviction request controller: {message}"
     )]
     Refused { request: String, message: String },
+    /// The requester's request of this name still targets the pod's predecessor of the same
+    /// name (`spec.target` is immutable), and the controller has not finished with it yet.
+    /// Passing: ask again once that request shows its outcome.
+    #[error(
+        "the EvictionRequest {request} still targets the pod's predecessor (UID {uid}), whose \
+         outcome the eviction request controller has not reported yet; ask again later"
+    )]
+    PredecessorPending { request: String, uid: String },
     #[error("watch of EvictionRequests for interceptor {actor} failed: {source}")]
     Watch {
         actor: String,

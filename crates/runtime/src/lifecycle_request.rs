@@ -9,9 +9,9 @@
 use std::collections::BTreeSet;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
-use evictkit_core::lifecycle::{CONDITION_FAILED, REASON_EVICTION_INVALID};
+use evictkit_core::lifecycle::{CONDITION_FAILED, REASON_EVICTION_INVALID, request_settled};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -143,32 +143,87 @@ pub fn refusal(request: &EvictionRequest) -> Option<&str> {
 /// withdrawal it asks again (the controller then starts a new Eviction). A request the
 /// controller refused is final for the pod ([`refusal`]): this returns
 /// [`EvictionRequestError::Refused`] without writing.
+///
+/// Requests are named after the pod, so a successor of the same name (a StatefulSet's pod)
+/// finds its predecessor's request, whose target cannot change: once that one is settled
+/// (TargetEvicted, refused) or withdrawn it is deleted and a new one made; while the controller
+/// is still at work on it, [`EvictionRequestError::PredecessorPending`].
 pub async fn request_eviction(
     client: &Client,
     target: &TargetPod,
     requester: &str,
 ) -> Result<EvictionRequest, EvictionRequestError> {
+    let name = format!(
+        "{}/{}",
+        target.namespace,
+        request_name(&target.name, requester)
+    );
     let refused = |request: &EvictionRequest| {
         refusal(request).map(|message| EvictionRequestError::Refused {
-            request: format!(
-                "{}/{}",
-                target.namespace,
-                request_name(&target.name, requester)
-            ),
+            request: name.clone(),
             message: message.to_owned(),
         })
     };
-    if let Some(error) = get(client, target, requester)
-        .await?
-        .as_ref()
-        .and_then(refused)
-    {
-        return Err(error);
+    match get(client, target, requester).await? {
+        Some(existing) if targets(&existing, target) => {
+            if let Some(error) = refused(&existing) {
+                return Err(error);
+            }
+        }
+        Some(predecessor) => {
+            if !(request_settled(&predecessor) || predecessor.spec.intent == INTENT_WITHDRAWN) {
+                return Err(EvictionRequestError::PredecessorPending {
+                    request: name,
+                    uid: target_uid(&predecessor).unwrap_or_default().to_owned(),
+                });
+            }
+            delete_exactly(client, &predecessor, requester).await?;
+        }
+        None => {}
     }
     let request = set_intent(client, target, requester, INTENT_EVICTION).await?;
     match refused(&request) {
         Some(error) => Err(error),
         None => Ok(request),
+    }
+}
+
+fn target_uid(request: &EvictionRequest) -> Option<&str> {
+    Some(request.spec.target.pod.as_ref()?.uid.as_str())
+}
+
+/// Whether `request` is about `target` itself (not a predecessor of the same name).
+fn targets(request: &EvictionRequest, target: &TargetPod) -> bool {
+    target_uid(request) == Some(target.uid.as_str())
+}
+
+/// Deletes exactly `request` (its UID a precondition); gone already is fine.
+async fn delete_exactly(
+    client: &Client,
+    request: &EvictionRequest,
+    requester: &str,
+) -> Result<(), EvictionRequestError> {
+    let namespace = request.metadata.namespace.clone().unwrap_or_default();
+    let name = request.metadata.name.clone().unwrap_or_default();
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: request.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match Api::<EvictionRequest>::namespaced(client.clone(), &namespace)
+        .delete(&name, &params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => Err(EvictionRequestError::Api {
+            action: "delete",
+            request: format!("{namespace}/{name}"),
+            actor: requester.to_owned(),
+            source: Box::new(source),
+        }),
     }
 }
 
@@ -190,18 +245,17 @@ pub async fn get(
         })
 }
 
-/// Withdraws `requester`'s intent (intent `Withdrawn`); `None` when it never asked.
+/// Withdraws `requester`'s intent for `target` (intent `Withdrawn`); `None` when it never
+/// asked for this pod (a request of the same name for a predecessor is left alone).
 pub async fn withdraw(
     client: &Client,
     target: &TargetPod,
     requester: &str,
 ) -> Result<Option<EvictionRequest>, EvictionRequestError> {
-    let existing = get(client, target, requester).await?;
-    match existing {
+    match get(client, target, requester).await? {
+        Some(request) if !targets(&request, target) => Ok(None),
         Some(request) if request.spec.intent == INTENT_WITHDRAWN => Ok(Some(request)),
-        Some(_) => set_intent(client, target, requester, INTENT_WITHDRAWN)
-            .await
-            .map(Some),
+        Some(request) => withdraw_from(client, &request, requester).await,
         None => Ok(None),
     }
 }

@@ -76,6 +76,35 @@ impl TestEnv {
             .collect())
     }
 
+    /// Fails naming every write in this namespace the apiserver refused as invalid (422), by
+    /// anyone: each component and each test's responder must write only what validation
+    /// accepts (a 422 is, e.g., a status computed from a stale cache that clears a field
+    /// which cannot change once set).
+    pub fn ensure_no_invalid_writes(&self) -> Result<()> {
+        let invalid: Vec<String> = self
+            .audit_events()?
+            .iter()
+            .filter(|event| event.code() == Some(422))
+            .map(|event| {
+                let object = event.object_ref.as_ref();
+                format!(
+                    "{} {} {}/{} by {}",
+                    event.verb,
+                    object.and_then(|o| o.resource.as_deref()).unwrap_or("?"),
+                    object.and_then(|o| o.subresource.as_deref()).unwrap_or(""),
+                    object.and_then(|o| o.name.as_deref()).unwrap_or("?"),
+                    event.user.username
+                )
+            })
+            .collect();
+        anyhow::ensure!(
+            invalid.is_empty(),
+            "{} writes refused as invalid (422): {invalid:#?}",
+            invalid.len()
+        );
+        Ok(())
+    }
+
     /// Eviction calls (any outcome) that named the pod with this UID in their precondition.
     pub fn evictions_of_uid(&self, pod_uid: &str) -> Result<Vec<AuditEvent>> {
         Ok(self

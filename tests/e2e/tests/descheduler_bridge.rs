@@ -553,7 +553,7 @@ async fn background_eviction_through_an_eviction_request() -> Result<()> {
         "one eviction by the descheduler: {:?}",
         t.descheduler_evictions()?
     );
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 /// Pods evicted in background count against `maxNoOfPodsToEvictPerNode` in every later cycle,
@@ -604,7 +604,7 @@ async fn in_progress_pods_count_against_the_node_limit() -> Result<()> {
         .list(&ListParams::default())
         .await?;
     ensure!(requests.items.len() == 1, "one EvictionRequest");
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 /// After `--max-evacuation-request-ttl` the bridge withdraws and clears the mark; the
@@ -667,7 +667,7 @@ async fn ttl_expiry_releases_a_stuck_request() -> Result<()> {
         evictions.len() >= 2 && evictions.iter().all(|name| *name == pod.name_any()),
         "the same pod evicted again after the TTL: {evictions:?}"
     );
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 /// A restarted bridge rebuilds from the API: the TTL runs from the evacuation's start written on
@@ -718,7 +718,7 @@ async fn a_restarted_bridge_keeps_the_evacuation_start() -> Result<()> {
     ensure!(t.evacuations("expired")? == 1.0);
     t.wait_request(pod, "withdrawn", |r| r.spec.requesters.is_empty())
         .await?;
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 /// kubectl-drain-style evictions by another user, and the descheduler's evictions of pods that
@@ -792,7 +792,7 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
     wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
     t.ensure_no_request(plain, "no request for a pod that did not opt in")
         .await?;
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 /// With `--intercept-interceptor-pods`, a pod that names eviction interceptors but lacks
@@ -876,7 +876,7 @@ async fn interceptor_pods_are_evacuated_with_the_flag() -> Result<()> {
         objects::pod_ready(&api.get(&intercepted.name_any()).await?),
         "the interceptor pod is not evicted by the descheduler"
     );
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 fn lifecycle_condition(request: &LifecycleRequest, kind: &str, status: &str) -> bool {
@@ -1023,7 +1023,7 @@ async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
         "one eviction by the descheduler: {:?}",
         t.descheduler_evictions()?
     );
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }
 
 /// On Kubernetes' own API, after `--max-evacuation-request-ttl` the bridge withdraws by intent
@@ -1093,5 +1093,5 @@ async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
         annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
     })
     .await?;
-    Ok(())
+    t.env.ensure_no_invalid_writes()
 }

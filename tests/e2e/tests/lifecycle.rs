@@ -20,7 +20,7 @@ use evictkit_core::lifecycle::{
     REASON_POD_TERMINAL, ROLE_REQUESTER, ROLE_RESPONDER, STATE_ACTIVE, STATE_CANCELED,
     STATE_COMPLETED, STATE_INACTIVE, STATE_INTERRUPTED,
 };
-use evictkit_runtime::eviction_request::TargetPod;
+use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::Component;
@@ -353,7 +353,7 @@ async fn the_imperative_evictor_evicts_a_pod_without_responders() -> Result<()> 
             .contains("serving lifecycle.k8s.io/v1alpha1"),
         "discovery chose the upstream API"
     );
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// KEP walkthrough with responders: the higher priority first, each Active alone with a
@@ -406,7 +406,7 @@ async fn responders_take_turns_by_priority_each_with_its_own_start_time() -> Res
             wait::describe(Some(&eviction))
         );
     }
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// Two requesters: one withdraws and nothing is canceled; both withdraw and the active
@@ -476,7 +476,7 @@ async fn two_requesters_withdraw_one_then_both_then_one_asks_again() -> Result<(
         request_condition(r, CONDITION_FAILED, "False", "AwaitingEviction")
     })
     .await?;
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// The pod deleted by someone else while a responder is active: TargetEvicted on the Eviction
@@ -511,7 +511,7 @@ async fn a_pod_deleted_by_someone_else_is_target_evicted_everywhere() -> Result<
         })
         .await?;
     }
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// A pod of a pod group, and a pod that does not exist: the request fails as invalid and no
@@ -559,7 +559,7 @@ async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
         env.api::<Pod>().get_opt("gang-0").await?.is_some(),
         "the pod-group pod stays"
     );
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// KEP: a pod that reaches a terminal phase while a responder is active is TargetEvicted
@@ -603,7 +603,7 @@ async fn a_terminal_pod_is_target_evicted() -> Result<()> {
         request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_TERMINAL)
     })
     .await?;
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// KEP: "API-initiated eviction of DaemonSet pods and mirror pods is not supported": the
@@ -635,7 +635,7 @@ async fn the_imperative_evictor_does_not_evict_a_mirror_pod() -> Result<()> {
             .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
         "the mirror pod stays"
     );
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// KEP walkthrough with a PodDisruptionBudget: the imperative evictor retries with back-off,
@@ -692,7 +692,7 @@ async fn the_imperative_evictor_backs_off_while_a_budget_blocks() -> Result<()> 
         eviction_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
     })
     .await?;
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// The controller stopped while a responder is active and completes meanwhile: the next
@@ -722,7 +722,7 @@ async fn a_controller_restart_mid_flow_loses_nothing() -> Result<()> {
         "startTime kept across the restart"
     );
     ensure!(state(&eviction, IMPERATIVE).as_deref() == Some(STATE_COMPLETED));
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// The heartbeat deadline: a responder that stops reporting is Interrupted after 20 minutes
@@ -760,7 +760,7 @@ async fn a_silent_responder_is_interrupted_after_the_heartbeat_deadline() -> Res
         next_started.duration_since(owner_started).as_secs() >= 19 * 60,
         "handed over at the deadline with a fresh startTime"
     );
-    Ok(())
+    env.ensure_no_invalid_writes()
 }
 
 /// A request made right after its pod (before the pod's watch event reaches the controller) is
@@ -805,5 +805,82 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
             ));
         }
     }
-    evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
+    evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())?;
+    env.ensure_no_invalid_writes()
+}
+
+/// A StatefulSet's pod comes back under the same name with a new UID. Requests are named after
+/// the pod and requester, and `spec.target` is immutable: the requester library replaces its
+/// request of the predecessor (evicted, or refused as a pod-group pod) with one for the
+/// successor, which is then evicted; withdrawing for a pod never asked for writes nothing.
+#[tokio::test]
+async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
+    let env = TestEnv::new("lc-successor").await?;
+    let _controller = start(&env, "lifecycle").await?;
+    let target = |pod: &Pod| {
+        let mut pod = pod.clone();
+        pod.metadata.namespace = Some(env.namespace.clone());
+        TargetPod::of(&pod)
+    };
+
+    // Evicted, then back.
+    let first = ready_pod(&env, "web-0", &[]).await?;
+    lifecycle_request::request_eviction(&env.client, &target(&first)?, DRAIN).await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "web-0", DEFAULT_TIMEOUT).await?;
+    wait_request(&env, &first, DRAIN, "TargetEvicted", |r| {
+        request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+    })
+    .await?;
+    let second = ready_pod(&env, "web-0", &[]).await?;
+    ensure!(
+        lifecycle_request::withdraw(&env.client, &target(&second)?, DRAIN)
+            .await?
+            .is_none(),
+        "nothing to withdraw for a successor never asked for"
+    );
+    let request = lifecycle_request::request_eviction(&env.client, &target(&second)?, DRAIN)
+        .await
+        .context("requesting the successor")?;
+    ensure!(
+        request.spec.target.pod.as_ref().map(|p| p.uid.clone()) == Some(uid(&second)),
+        "the request targets the successor: {}",
+        wait::describe(Some(&request))
+    );
+    wait::wait_for_deletion(&env.api::<Pod>(), "web-0", DEFAULT_TIMEOUT).await?;
+    wait_request(&env, &second, DRAIN, "TargetEvicted", |r| {
+        r.spec.target.pod.as_ref().map(|p| p.uid.clone()) == Some(uid(&second))
+            && request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+    })
+    .await?;
+
+    // Refused as a pod-group pod, then back without the group.
+    let mut grouped = objects::pod("gang-0", "gang");
+    grouped
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(POD_GROUP_LABEL.into(), "gang".into());
+    let grouped = env.create(&grouped).await?;
+    lifecycle_request::request_eviction(&env.client, &target(&grouped)?, DRAIN).await?;
+    wait_request(&env, &grouped, DRAIN, "refused", |r| {
+        request_condition(r, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
+    })
+    .await?;
+    ensure!(
+        matches!(
+            lifecycle_request::request_eviction(&env.client, &target(&grouped)?, DRAIN).await,
+            Err(EvictionRequestError::Refused { .. })
+        ),
+        "a refusal stays final for the pod it refused"
+    );
+    env.api::<Pod>()
+        .delete("gang-0", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "gang-0", DEFAULT_TIMEOUT).await?;
+    let successor = ready_pod(&env, "gang-0", &[]).await?;
+    lifecycle_request::request_eviction(&env.client, &target(&successor)?, DRAIN)
+        .await
+        .context("requesting the successor of a refused pod")?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "gang-0", DEFAULT_TIMEOUT).await?;
+    env.ensure_no_invalid_writes()
 }
