@@ -208,7 +208,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         parts.push(Box::pin(async move {
             leader
                 .run(
-                    client::build_for_leader_election().await?,
+                    client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
                     |work| async move {

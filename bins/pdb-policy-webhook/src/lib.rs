@@ -132,7 +132,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tasks.spawn(async move {
             election
                 .run(
-                    evictkit_runtime::client::build_for_leader_election().await?,
+                    evictkit_runtime::client::build_for_leader_election(election.duration).await?,
                     metrics,
                     shutdown,
                     |token| status::run(client, caches, token),

@@ -239,7 +239,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Box::pin(async move {
             leader
                 .run(
-                    client::build_for_leader_election().await?,
+                    client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
                     |work| control(client, settings, work),

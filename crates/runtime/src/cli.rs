@@ -9,8 +9,8 @@ use clap::{ArgAction, Args, ValueEnum};
 
 use crate::client::RateLimit;
 
-/// Shortest lease we accept: the holder renews `duration / 3` before expiry, and that margin
-/// must stay at least one whole second for kube-lease-manager.
+/// Shortest lease we accept: renewals come a whole second apart at most often, and the renew
+/// deadline (two thirds of the lease) must leave room for one retry after a failure.
 const MIN_LEASE_DURATION: Duration = Duration::from_secs(3);
 
 /// Common flags: servers, TLS files, leader election, API client limits, logging, dry-run.

@@ -8,6 +8,8 @@
 //! the caller must see it at once to classify it and requeue. Retrying it also hides the
 //! DisruptionBudget cause from the caller for minutes.
 
+use std::time::Duration;
+
 use axum::http::{Method, Request, Response};
 use kube::client::retry::RetryPolicy;
 use kube::client::{Body, ClientBuilder};
@@ -45,8 +47,29 @@ pub async fn build(limit: RateLimit) -> Result<Client, ClientError> {
 /// it would reach the apiserver after the Lease expired, a standby would take over, and both
 /// replicas would act at once. kube-controller-manager gives leader election a client of its
 /// own for the same reason; its traffic is a request every few seconds.
-pub async fn build_for_leader_election() -> Result<Client, ClientError> {
-    build(RateLimit::UNLIMITED).await
+pub async fn build_for_leader_election(lease_duration: Duration) -> Result<Client, ClientError> {
+    let config = Config::infer().await.map_err(ClientError::Infer)?;
+    for_leader_election(config, lease_duration)
+}
+
+/// [`build_for_leader_election`] from an explicit configuration. Every request of it is bounded
+/// by [`crate::leader::renew_request_timeout`]: a renewal that hangs (an apiserver that went
+/// silent rather than refusing) fails in time for the renew deadline to apply, and the leader
+/// stops acting before a standby may take the Lease (kube-controller-manager bounds its
+/// leader-election client's requests by the renew deadline for the same reason).
+pub fn for_leader_election(
+    mut config: Config,
+    lease_duration: Duration,
+) -> Result<Client, ClientError> {
+    let timeout = crate::leader::renew_request_timeout(lease_duration);
+    for bound in [
+        &mut config.connect_timeout,
+        &mut config.read_timeout,
+        &mut config.write_timeout,
+    ] {
+        *bound = Some(bound.map_or(timeout, |set| set.min(timeout)));
+    }
+    from_config(config, RateLimit::UNLIMITED)
 }
 
 /// Builds the client from an explicit configuration (e.g. the test control plane's kubeconfig).

@@ -1,5 +1,5 @@
-//! Leader election on a coordination.k8s.io/v1 Lease (kube-lease-manager), so that two
-//! replicas of a controller never act at once (DESIGN.md). Webhooks do not use it.
+//! Leader election on a coordination.k8s.io/v1 Lease, so that two replicas of a controller
+//! never act at once (DESIGN.md). Webhooks do not use it.
 //!
 //! The work runs only while the Lease is held. The holder renews it every fifth of its duration
 //! and rides out failed renewals (an apiserver restart) for two thirds of it, as client-go does
@@ -10,12 +10,18 @@
 //! win again: a restart is the state that is known to be clean (controller-runtime does the
 //! same).
 //!
-//! Taking the Lease from another holder is ours, not kube-lease-manager's: it judges expiry by
-//! the holder's `renewTime` against this replica's wall clock, so a standby whose clock runs
-//! ahead takes a Lease its leader is still renewing, and two replicas act. Like client-go, a
-//! standby counts the Lease expired only after it has seen no change to it for a whole lease
-//! duration on its own monotonic clock, and writes the takeover with the resourceVersion it
-//! read. kube-lease-manager then only renews a Lease this replica already holds.
+//! The rules are client-go's, written here rather than taken from kube-lease-manager, whose
+//! renewal could not keep them:
+//! - A standby counts a held Lease expired only after it has seen no change to it for a whole
+//!   lease duration on its own monotonic clock (kube-lease-manager compares the holder's
+//!   `renewTime` with the local wall clock, so a standby whose clock runs ahead took a Lease its
+//!   leader was renewing, and two replicas acted).
+//! - Every write (take, renew, release) is a replace at the resourceVersion just read, after
+//!   checking the holder: a replica never renews a Lease someone else took meanwhile.
+//! - Each request is bounded in time ([`renew_request_timeout`], on the client of
+//!   [`crate::client::for_leader_election`]), and only a renewal the apiserver answered counts:
+//!   a leader cut off from a silent apiserver (requests hang, none fails) stops acting by the
+//!   renew deadline, before a standby may take over.
 
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
@@ -26,7 +32,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
-use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -47,12 +52,6 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
-    #[error("cannot use Lease {lease}: {source}")]
-    Lease {
-        lease: String,
-        #[source]
-        source: LeaseManagerError,
-    },
     #[error("lost Lease {lease}: {reason}; stopped acting")]
     Lost { lease: String, reason: String },
 }
@@ -111,9 +110,10 @@ impl LeaderElection {
             return Ok(());
         }
         tracing::info!(lease = %self.lease(), identity = %self.identity, "waiting to acquire the Lease");
-        let Some(manager) = self.acquire(&client, &shutdown).await? else {
+        let leases: Api<Lease> = Api::namespaced(client, &self.namespace);
+        if !self.acquire(&leases, &shutdown).await {
             return Ok(());
-        };
+        }
         tracing::info!(lease = %self.lease(), identity = %self.identity, "acquired the Lease; acting");
         metrics.leader.set(1);
 
@@ -123,7 +123,7 @@ impl LeaderElection {
         let ended = tokio::select! {
             () = &mut work => Ended::Itself,
             () = shutdown.cancelled() => Ended::Shutdown,
-            reason = lost(&manager, Renewal::of(self.duration)) => Ended::Lost(reason),
+            reason = self.hold(&leases) => Ended::Lost(reason),
         };
         if !matches!(ended, Ended::Itself) {
             work_token.cancel();
@@ -142,7 +142,7 @@ impl LeaderElection {
                 })
             }
             Ended::Itself | Ended::Shutdown => {
-                match tokio::time::timeout(RELEASE_TIMEOUT, manager.release()).await {
+                match tokio::time::timeout(RELEASE_TIMEOUT, self.release(&leases)).await {
                     Ok(Ok(())) => tracing::info!(lease = %self.lease(), "released the Lease"),
                     Ok(Err(error)) => {
                         tracing::warn!(lease = %self.lease(), %error, "cannot release the Lease; it expires after its duration")
@@ -156,63 +156,97 @@ impl LeaderElection {
         }
     }
 
-    async fn manager(&self, client: Client) -> Result<LeaseManager, LeaderError> {
-        let duration = self.duration.as_secs();
-        let renewal = Renewal::of(self.duration);
-        LeaseManagerBuilder::new(client, &self.lease_name)
-            .with_namespace(&self.namespace)
-            .with_identity(&self.identity)
-            .with_duration(duration)
-            // kube-lease-manager renews `grace` before expiry: every `renewal.period`.
-            // `CommonArgs::validate` keeps the duration at least 3 s, so this is at least 1 s.
-            .with_grace(duration.saturating_sub(renewal.period.as_secs()).max(1))
-            .build()
-            .await
-            .map_err(|source| LeaderError::Lease {
-                lease: self.lease(),
-                source,
-            })
-    }
-
-    /// Waits until the Lease is ours (`Some`) or shutdown is asked for (`None`): every
+    /// Waits until the Lease is ours (`true`) or shutdown is asked for (`false`): every
     /// `RETRY_INTERVAL` (client-go's retry period) it reads the Lease and takes it when it is
     /// absent, released, or unchanged for a lease duration (see the module docs).
-    async fn acquire(
-        &self,
-        client: &Client,
-        shutdown: &CancellationToken,
-    ) -> Result<Option<LeaseManager>, LeaderError> {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
+    async fn acquire(&self, leases: &Api<Lease>, shutdown: &CancellationToken) -> bool {
         let mut observed: Option<Observation> = None;
         loop {
-            match self.try_take(&leases, &mut observed).await {
-                Ok(true) => {
-                    // Ours now: kube-lease-manager renews it from here on.
-                    let manager = self.manager(client.clone()).await?;
-                    let leading = tokio::select! {
-                        () = shutdown.cancelled() => return Ok(None),
-                        leading = tokio::time::timeout(self.duration, manager.changed()) => leading,
-                    };
-                    match leading {
-                        Ok(Ok(true)) => return Ok(Some(manager)),
-                        Ok(Ok(false)) | Err(_) => {
-                            tracing::info!(lease = %self.lease(), "another replica took the Lease first");
-                        }
-                        Ok(Err(error)) => {
-                            tracing::warn!(lease = %self.lease(), %error, "cannot renew the Lease just taken; retrying");
-                        }
-                    }
-                }
+            match self.try_take(leases, &mut observed).await {
+                Ok(true) => return true,
                 Ok(false) => {}
                 Err(error) => {
                     tracing::warn!(lease = %self.lease(), %error, "cannot read or take the Lease; retrying")
                 }
             }
             tokio::select! {
-                () = shutdown.cancelled() => return Ok(None),
+                () = shutdown.cancelled() => return false,
                 () = tokio::time::sleep(RETRY_INTERVAL) => {}
             }
         }
+    }
+
+    /// Keeps the Lease while it can ([`Renewal`]) and says why it was lost.
+    async fn hold(&self, leases: &Api<Lease>) -> String {
+        let renewal = Renewal::of(self.duration);
+        // The take that made this replica the holder was its first renewal.
+        let mut renewed = Instant::now();
+        let mut wait = renewal.period;
+        loop {
+            tokio::time::sleep(wait).await;
+            // Counted from when the write was sent: the standby's count starts later.
+            let sent = Instant::now();
+            match self.renew(leases).await {
+                Ok(Holder::Us) => {
+                    renewed = sent;
+                    wait = renewal.period;
+                }
+                Ok(Holder::Other(holder)) => {
+                    return format!("another replica holds it ({holder})");
+                }
+                Err(error) => {
+                    let since_renewed = renewed.elapsed();
+                    if renewal.give_up(since_renewed) {
+                        return format!(
+                            "not renewed for {since_renewed:?} (renew deadline {:?}): {error}",
+                            renewal.deadline
+                        );
+                    }
+                    tracing::warn!(lease = %self.lease(), %error, ?since_renewed, "cannot renew the Lease; still acting, retrying");
+                    wait = RENEW_RETRY;
+                }
+            }
+        }
+    }
+
+    /// One renewal: the Lease read, its holder checked, `renewTime` written at the
+    /// resourceVersion read (a concurrent writer makes it fail, not overwrite).
+    async fn renew(&self, leases: &Api<Lease>) -> Result<Holder, kube::Error> {
+        let Some(mut lease) = leases.get_opt(&self.lease_name).await? else {
+            return Ok(Holder::Other("nobody: the Lease was deleted".to_owned()));
+        };
+        let spec = lease.spec.get_or_insert_default();
+        match spec.holder_identity.as_deref() {
+            Some(holder) if holder == self.identity => {}
+            holder => return Ok(Holder::Other(holder.unwrap_or("nobody").to_owned())),
+        }
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        spec.lease_duration_seconds = Some(self.duration_seconds());
+        leases
+            .replace(&self.lease_name, &PostParams::default(), &lease)
+            .await?;
+        Ok(Holder::Us)
+    }
+
+    /// Gives the Lease up if this replica still holds it, so a standby takes it at once.
+    async fn release(&self, leases: &Api<Lease>) -> Result<(), kube::Error> {
+        let Some(mut lease) = leases.get_opt(&self.lease_name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.get_or_insert_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        leases
+            .replace(&self.lease_name, &PostParams::default(), &lease)
+            .await?;
+        Ok(())
+    }
+
+    fn duration_seconds(&self) -> i32 {
+        i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX)
     }
 
     /// Reads the Lease and, if this replica may take it, writes itself as holder (create, or
@@ -225,7 +259,7 @@ impl LeaderElection {
     ) -> Result<bool, kube::Error> {
         let current = leases.get_opt(&self.lease_name).await?;
         let now = Instant::now();
-        let seconds = i32::try_from(self.duration.as_secs()).unwrap_or(i32::MAX);
+        let seconds = self.duration_seconds();
         let taken = |transitions: i32| LeaseSpec {
             holder_identity: Some(self.identity.clone()),
             acquire_time: Some(MicroTime(jiff::Timestamp::now())),
@@ -343,6 +377,12 @@ enum Ended {
     Lost(String),
 }
 
+/// Who holds the Lease, as a renewal found it.
+enum Holder {
+    Us,
+    Other(String),
+}
+
 /// How the holder keeps its Lease, as client-go's leader election does (15 s lease, renewed
 /// every 2 s, given up 10 s after the last renewal): renew every fifth of the duration; when a
 /// renewal fails (the apiserver restarting), keep acting and retry every `RENEW_RETRY` until two
@@ -369,33 +409,15 @@ impl Renewal {
     }
 }
 
-/// Renews the Lease (inside `changed`) until it is lost, and says why.
-async fn lost(manager: &LeaseManager, renewal: Renewal) -> String {
-    // kube-lease-manager renews inside `changed` without reporting it; a call that lasted a
-    // renewal period before it failed had renewed one period before the failure.
-    let mut renewed = tokio::time::Instant::now();
-    loop {
-        let called = tokio::time::Instant::now();
-        match manager.changed().await {
-            Ok(true) => continue,
-            Ok(false) => return "another replica holds it".to_owned(),
-            Err(error) => {
-                let now = tokio::time::Instant::now();
-                if now - called >= renewal.period {
-                    renewed = now - renewal.period;
-                }
-                let since_renewed = now - renewed;
-                if renewal.give_up(since_renewed) {
-                    return format!(
-                        "not renewed for {since_renewed:?} (renew deadline {:?}): {error}",
-                        renewal.deadline
-                    );
-                }
-                tracing::warn!(%error, ?since_renewed, "cannot renew the Lease; still acting, retrying");
-                tokio::time::sleep(RENEW_RETRY).await;
-            }
-        }
-    }
+/// How long one request of leader election may take: a renewal still unanswered then has
+/// failed, early enough that the renew deadline (counted from the renewal before it, a period
+/// earlier) is not overrun.
+pub(crate) fn renew_request_timeout(lease_duration: Duration) -> Duration {
+    let renewal = Renewal::of(lease_duration);
+    renewal
+        .deadline
+        .saturating_sub(renewal.period)
+        .max(Duration::from_secs(1))
 }
 
 fn identity() -> String {
@@ -445,6 +467,20 @@ mod tests {
         assert_eq!(shortest.period, Duration::from_secs(1));
         assert_eq!(shortest.deadline, Duration::from_secs(2));
         assert!(shortest.give_up(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_request_fails_before_the_renew_deadline_passes() {
+        // Issued a period after the last renewal, a hung renewal fails by the deadline.
+        for (lease, timeout) in [(15, 7), (6, 3), (3, 1), (60, 28)] {
+            let renewal = Renewal::of(Duration::from_secs(lease));
+            let bound = renew_request_timeout(Duration::from_secs(lease));
+            assert_eq!(bound, Duration::from_secs(timeout), "lease {lease} s");
+            assert!(
+                renewal.period + bound <= renewal.deadline,
+                "lease {lease} s"
+            );
+        }
     }
 
     #[test]

@@ -340,3 +340,67 @@ async fn a_standby_with_its_clock_ahead_waits_for_the_lease_to_expire() -> Resul
     eprintln!("takeover after the leader's death: {:?}", killed.elapsed());
     Ok(())
 }
+
+/// A leader whose apiserver goes silent (a partition: requests hang, none fails) must stop
+/// acting before a standby may take its Lease, a lease duration after the last renewal: each
+/// renewal is bounded in time (kube-controller-manager's leader-election client times out at
+/// the renew deadline), so a hung one fails and the renew deadline applies as to any failure.
+#[tokio::test]
+async fn a_leader_cut_off_without_errors_stops_acting_before_the_lease_expires() -> Result<()> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+
+    let env = TestEnv::new("leader-hang").await?;
+    let proxy = env.api_proxy().await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(proxy.kubeconfig())?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let duration = Duration::from_secs(6);
+    let election = LeaderElection {
+        duration,
+        ..election(&env, "partitioned")
+    };
+    let client = evictkit_runtime::client::for_leader_election(config, duration)?;
+    let (led, leading) = tokio::sync::oneshot::channel();
+    let stopped = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let recorded = stopped.clone();
+    let running = tokio::spawn(async move {
+        election
+            .run(
+                client,
+                Arc::new(Metrics::new("e2e").unwrap()),
+                CancellationToken::new(),
+                |work| async move {
+                    let _ = led.send(());
+                    work.cancelled().await;
+                    *recorded.lock().unwrap() = Some(Instant::now());
+                },
+            )
+            .await
+    });
+    timeout(Duration::from_secs(30), leading).await??;
+    // A few renewals through the proxy first.
+    sleep(duration / 2).await;
+    let cut = Instant::now();
+    proxy.cut();
+
+    let Ok(ended) = timeout(duration * 4, running).await else {
+        anyhow::bail!(
+            "still acting {:?} after the apiserver went silent (a standby may take the Lease after {duration:?})",
+            duration * 4
+        );
+    };
+    let error = ended?.expect_err("a leader cut off loses the Lease");
+    let stopped_after = stopped
+        .lock()
+        .unwrap()
+        .map(|at| at - cut)
+        .expect("the work was stopped");
+    eprintln!("stopped acting {stopped_after:?} after the cut: {error}");
+    anyhow::ensure!(
+        stopped_after < duration,
+        "stopped acting {stopped_after:?} after the cut, later than a standby may take over ({duration:?})"
+    );
+    Ok(())
+}
