@@ -539,7 +539,19 @@ enum Error {
     },
 }
 
+impl Error {
+    /// A write refused on a precondition: the cached request was replaced or changed meanwhile.
+    fn superseded(&self) -> bool {
+        matches!(self, Error::Write { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 409))
+    }
+}
+
 fn error_policy(request: Arc<EvictionRequest>, error: &Error, context: Arc<Context>) -> Action {
+    if error.superseded() {
+        // The watch event of the newer request wakes it first; this is a safety net.
+        tracing::debug!(request = %id(&request), %error, "decided from a superseded cache entry; looking again");
+        return Action::requeue(STALE_CACHE_RECHECK);
+    }
     context.metrics.queue.retries.inc();
     tracing::warn!(request = %id(&request), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
@@ -811,7 +823,7 @@ async fn apply_labels(
     let body = json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
-        "metadata": { "name": request.name_any(), "labels": labels },
+        "metadata": { "name": request.name_any(), "uid": request.metadata.uid, "labels": labels },
     });
     // Force: "the labels of the target have a preference" over anyone else's.
     let written = api
@@ -841,7 +853,9 @@ async fn apply_status(
     let body = json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
-        "metadata": { "name": request.name_any() },
+        // The UID as a precondition: a request deleted and made again under the same name
+        // (the cache may still hold the old one) gets 409, not the old one's status.
+        "metadata": { "name": request.name_any(), "uid": request.metadata.uid },
         "status": plan.status,
     });
     let written = api
