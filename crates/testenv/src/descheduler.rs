@@ -104,6 +104,13 @@ impl TestEnv {
             .await
             .with_context(|| format!("creating ClusterRoleBinding {binding}"))?;
         self.delete_on_drop::<ClusterRoleBinding>(&binding);
+        self.identity(name).await
+    }
+
+    /// The identity of the existing ServiceAccount `name` of the test's namespace: a kubeconfig
+    /// with a token for it.
+    pub async fn identity(&self, name: &str) -> Result<Identity> {
+        let accounts: Api<ServiceAccount> = self.api();
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
@@ -136,6 +143,69 @@ impl TestEnv {
             username: format!("system:serviceaccount:{}:{name}", self.namespace),
             kubeconfig: path,
         })
+    }
+}
+
+impl TestEnv {
+    /// Applies what `charts/<chart>` grants its component (ServiceAccount, ClusterRole and
+    /// binding, the leader-election Role and binding), rendered by helm as a release named after
+    /// the test's namespace, and returns the component's identity: a test runs the component
+    /// with exactly its chart's permissions. The cluster-scoped objects go with the test.
+    pub async fn chart_identity(&self, chart: &str) -> Result<Identity> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .nth(2)
+            .context("crates/testenv is two levels below the workspace root")?;
+        let release = self.namespace.as_str();
+        let run = |name: &str, args: &[&str], input: Option<&str>| -> Result<String> {
+            use std::io::Write as _;
+            let mut child = Command::new(self.control_plane_bin(name)?)
+                .args(args)
+                .env("KUBECONFIG", self.kubeconfig())
+                .current_dir(root)
+                .stdin(if input.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("running {name}"))?;
+            if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+                stdin.write_all(input.as_bytes())?;
+            }
+            let output = child.wait_with_output()?;
+            if !output.status.success() {
+                bail!(
+                    "{name} {} failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            Ok(String::from_utf8(output.stdout)?)
+        };
+        let chart_path = format!("charts/{chart}");
+        let rendered = run(
+            "helm",
+            &[
+                "template",
+                release,
+                &chart_path,
+                "--namespace",
+                release,
+                "--show-only",
+                "templates/serviceaccount.yaml",
+                "--show-only",
+                "templates/rbac.yaml",
+            ],
+            None,
+        )?;
+        run("kubectl", &["apply", "-f", "-"], Some(&rendered))?;
+        let name = format!("{release}-{chart}");
+        self.delete_on_drop::<k8s_openapi::api::rbac::v1::ClusterRole>(&name);
+        self.delete_on_drop::<ClusterRoleBinding>(&name);
+        self.identity(&name).await
     }
 }
 

@@ -47,9 +47,14 @@ const HELPER: &str = "helper.example.com/checkpoint";
 
 /// Starts the controller for this namespace with `--api api` and waits for its Lease.
 async fn start(env: &TestEnv, api: &str) -> Result<Component> {
+    start_as(env, api, env.kubeconfig()).await
+}
+
+/// [`start`] as the identity of `kubeconfig`.
+async fn start_as(env: &TestEnv, api: &str, kubeconfig: &std::path::Path) -> Result<Component> {
     let ns = env.namespace.as_str();
     let api = format!("--api={api}");
-    let mut component = env.start_component(
+    let mut component = env.start_component_as(
         "evictionrequest-controller",
         &[
             "--roles=controller",
@@ -62,6 +67,7 @@ async fn start(env: &TestEnv, api: &str) -> Result<Component> {
             "--eviction-backoff-initial=200ms",
             "--eviction-backoff-max=1s",
         ],
+        kubeconfig,
     )?;
     component.wait_ready(DEFAULT_TIMEOUT).await?;
     let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
@@ -894,5 +900,47 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
         .await
         .context("requesting the successor of a refused pod")?;
     wait::wait_for_deletion(&env.api::<Pod>(), "gang-0", DEFAULT_TIMEOUT).await?;
+    env.ensure_no_invalid_writes()
+}
+
+/// What the charts grant is what the upstream API needs: the controller runs with exactly the
+/// evictionrequest-controller chart's permissions, a requester with the taint-manager chart's,
+/// through an eviction and a same-name successor (whose predecessor's request the requester
+/// deletes); nothing of theirs is refused.
+#[tokio::test]
+async fn the_charts_grant_what_the_upstream_api_needs() -> Result<()> {
+    let env = TestEnv::new("lc-rbac").await?;
+    let controller_identity = env.chart_identity("evictionrequest-controller").await?;
+    let requester_identity = env.chart_identity("taint-manager").await?;
+    let controller = start_as(&env, "lifecycle", &controller_identity.kubeconfig).await?;
+    let requester = requester_identity.client().await?;
+    let target = |pod: &Pod| {
+        let mut pod = pod.clone();
+        pod.metadata.namespace = Some(env.namespace.clone());
+        TargetPod::of(&pod)
+    };
+    for round in ["first", "successor"] {
+        let pod = ready_pod(&env, "web-0", &[]).await?;
+        lifecycle_request::request_eviction(&requester, &target(&pod)?, DRAIN)
+            .await
+            .with_context(|| format!("{round}: requesting as {}", requester_identity.username))?;
+        wait::wait_for_deletion(&env.api::<Pod>(), "web-0", DEFAULT_TIMEOUT).await?;
+        wait_request(&env, &pod, DRAIN, "TargetEvicted", |r| {
+            r.spec.target.pod.as_ref().map(|p| p.uid.clone()) == Some(uid(&pod))
+                && request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+        })
+        .await?;
+    }
+    let refused: Vec<String> = controller
+        .log_tail(5000)
+        .lines()
+        .filter(|line| line.contains("forbidden") || line.contains("Forbidden"))
+        .map(str::to_owned)
+        .collect();
+    ensure!(
+        refused.is_empty(),
+        "the controller was refused under its chart's RBAC:\n{}",
+        refused.join("\n")
+    );
     env.ensure_no_invalid_writes()
 }
