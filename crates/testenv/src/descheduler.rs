@@ -150,8 +150,9 @@ impl TestEnv {
     /// Applies what `charts/<chart>` grants its component (ServiceAccount, ClusterRole and
     /// binding, the leader-election Role and binding), rendered by helm as a release named after
     /// the test's namespace, and returns the component's identity: a test runs the component
-    /// with exactly its chart's permissions. The cluster-scoped objects go with the test.
-    pub async fn chart_identity(&self, chart: &str) -> Result<Identity> {
+    /// with exactly its chart's permissions. `set` are helm `--set` values (e.g. a mode that
+    /// grants more). The cluster-scoped objects go with the test.
+    pub async fn chart_identity(&self, chart: &str, set: &[&str]) -> Result<Identity> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .ancestors()
             .nth(2)
@@ -186,21 +187,21 @@ impl TestEnv {
             Ok(String::from_utf8(output.stdout)?)
         };
         let chart_path = format!("charts/{chart}");
-        let rendered = run(
-            "helm",
-            &[
-                "template",
-                release,
-                &chart_path,
-                "--namespace",
-                release,
-                "--show-only",
-                "templates/serviceaccount.yaml",
-                "--show-only",
-                "templates/rbac.yaml",
-            ],
-            None,
-        )?;
+        let mut args = vec![
+            "template",
+            release,
+            &chart_path,
+            "--namespace",
+            release,
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ];
+        for value in set {
+            args.extend(["--set", value]);
+        }
+        let rendered = run("helm", &args, None)?;
         run("kubectl", &["apply", "-f", "-"], Some(&rendered))?;
         let name = format!("{release}-{chart}");
         self.delete_on_drop::<k8s_openapi::api::rbac::v1::ClusterRole>(&name);

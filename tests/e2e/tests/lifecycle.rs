@@ -904,32 +904,43 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
 }
 
 /// What the charts grant is what the upstream API needs: the controller runs with exactly the
-/// evictionrequest-controller chart's permissions, a requester with the taint-manager chart's,
-/// through an eviction and a same-name successor (whose predecessor's request the requester
-/// deletes); nothing of theirs is refused.
+/// evictionrequest-controller chart's permissions, and each requester chart's permissions serve
+/// an eviction and a same-name successor (whose predecessor's request the requester deletes);
+/// nothing of theirs is refused.
 #[tokio::test]
 async fn the_charts_grant_what_the_upstream_api_needs() -> Result<()> {
     let env = TestEnv::new("lc-rbac").await?;
-    let controller_identity = env.chart_identity("evictionrequest-controller").await?;
-    let requester_identity = env.chart_identity("taint-manager").await?;
+    let controller_identity = env
+        .chart_identity("evictionrequest-controller", &[])
+        .await?;
     let controller = start_as(&env, "lifecycle", &controller_identity.kubeconfig).await?;
-    let requester = requester_identity.client().await?;
     let target = |pod: &Pod| {
         let mut pod = pod.clone();
         pod.metadata.namespace = Some(env.namespace.clone());
         TargetPod::of(&pod)
     };
-    for round in ["first", "successor"] {
-        let pod = ready_pod(&env, "web-0", &[]).await?;
-        lifecycle_request::request_eviction(&requester, &target(&pod)?, DRAIN)
-            .await
-            .with_context(|| format!("{round}: requesting as {}", requester_identity.username))?;
-        wait::wait_for_deletion(&env.api::<Pod>(), "web-0", DEFAULT_TIMEOUT).await?;
-        wait_request(&env, &pod, DRAIN, "TargetEvicted", |r| {
-            r.spec.target.pod.as_ref().map(|p| p.uid.clone()) == Some(uid(&pod))
-                && request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
-        })
-        .await?;
+    for (chart, set) in [
+        ("taint-manager", &[][..]),
+        ("affinity-evictor", &["mode=eviction-request"][..]),
+        ("descheduler-bridge", &[][..]),
+    ] {
+        let requester_identity = env.chart_identity(chart, set).await?;
+        let requester = requester_identity.client().await?;
+        let name = format!("{chart}-0");
+        for round in ["first", "successor"] {
+            let pod = ready_pod(&env, &name, &[]).await?;
+            lifecycle_request::request_eviction(&requester, &target(&pod)?, DRAIN)
+                .await
+                .with_context(|| {
+                    format!("{round}: requesting as {}", requester_identity.username)
+                })?;
+            wait::wait_for_deletion(&env.api::<Pod>(), &name, DEFAULT_TIMEOUT).await?;
+            wait_request(&env, &pod, DRAIN, "TargetEvicted", |r| {
+                r.spec.target.pod.as_ref().map(|p| p.uid.clone()) == Some(uid(&pod))
+                    && request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+            })
+            .await?;
+        }
     }
     let refused: Vec<String> = controller
         .log_tail(5000)
