@@ -469,9 +469,15 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     let pod_changes = {
         let requests = request_store.clone();
         let metrics = settings.metrics.queue.clone();
+        let deletions = context.pods.clone();
         watcher(pods_api, watcher::Config::default())
             .default_backoff()
             .modify(strip_pod)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    deletions.observe(event);
+                }
+            })
             .reflect(pod_writer)
             .touched_objects()
             .filter_map(move |pod| {
@@ -585,7 +591,7 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     // The version each write replaces: the cached one, then the previous write's.
     let mut base = request.metadata.resource_version.clone();
     if let (Some(labels), false) = (&plan.labels, context.dry_run) {
-        let version = apply_labels(&context.client, &request, labels).await?;
+        let version = apply_labels(&context.client, &request, labels, base.clone()).await?;
         context
             .written
             .replaced(&key, std::mem::replace(&mut base, version));
@@ -615,7 +621,7 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
 
     let finished = State::of_status(Some(&plan.status)).is_finished();
     if controller_status(request.status.as_ref()) != plan.status && !context.dry_run {
-        let version = apply_status(&context.client, &request, &plan).await?;
+        let version = apply_status(&context.client, &request, &plan, base.clone()).await?;
         context
             .written
             .replaced(&key, std::mem::replace(&mut base, version));
@@ -817,13 +823,14 @@ async fn apply_labels(
     client: &Client,
     request: &EvictionRequest,
     labels: &BTreeMap<String, String>,
+    version: Option<String>,
 ) -> Result<Option<String>, Error> {
     let api: Api<EvictionRequest> =
         Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
-        "metadata": { "name": request.name_any(), "uid": request.metadata.uid, "labels": labels },
+        "metadata": { "name": request.name_any(), "resourceVersion": version, "labels": labels },
     });
     // Force: "the labels of the target have a preference" over anyone else's.
     let written = api
@@ -847,15 +854,17 @@ async fn apply_status(
     client: &Client,
     request: &EvictionRequest,
     plan: &Plan,
+    version: Option<String>,
 ) -> Result<Option<String>, Error> {
     let api: Api<EvictionRequest> =
         Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
-        // The UID as a precondition: a request deleted and made again under the same name
-        // (the cache may still hold the old one) gets 409, not the old one's status.
-        "metadata": { "name": request.name_any(), "uid": request.metadata.uid },
+        // The version decided from as a precondition: a request deleted and made again under
+        // the same name (the cache may still hold the old one) gets 409, not the old one's
+        // status.
+        "metadata": { "name": request.name_any(), "resourceVersion": version },
         "status": plan.status,
     });
     let written = api

@@ -35,7 +35,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -246,9 +246,15 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     // A pod's change (or deletion) concerns the Evictions of its UID.
     let pod_changes = {
         let evictions = eviction_store.clone();
+        let deletions = context.pods.clone();
         watcher(api::<Pod>(&client, namespace), watcher::Config::default())
             .default_backoff()
             .modify(strip_pod)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    deletions.observe(event);
+                }
+            })
             .reflect(pod_writer)
             .touched_objects()
             .flat_map(move |pod| {
@@ -360,15 +366,14 @@ fn id<K: kube::Resource>(object: &K) -> String {
     )
 }
 
-/// The metadata of a write decided from `object` as cached: its name, with its UID and
-/// resourceVersion as preconditions. The caches lag behind the API (this controller's last
-/// write not seen yet, or the object replaced under the same name), and a decision from an
-/// older state would undo newer fields, e.g. clear a `startTime` that validation keeps
-/// immutable; such a write is answered 409 instead ([`Error::Superseded`]).
+/// The metadata of a write decided from `object` as cached: its name, with its resourceVersion
+/// as a precondition. The caches lag behind the API (this controller's last write not seen
+/// yet, or the object replaced under the same name, which has another resourceVersion too), and
+/// a decision from an older state would undo newer fields, e.g. clear a `startTime` that
+/// validation keeps immutable; such a write is answered 409 instead ([`Error::Superseded`]).
 fn decided_from<K: kube::Resource>(object: &K) -> serde_json::Value {
     json!({
         "name": object.name_any(),
-        "uid": object.meta().uid,
         "resourceVersion": object.meta().resource_version,
     })
 }
@@ -500,19 +505,23 @@ async fn create_eviction(
     let namespace = request.namespace().unwrap_or_default();
     let api: Api<Eviction> = Api::namespaced(context.client.clone(), &namespace);
     let owners: Vec<_> = requests.iter().map(|r| owner_reference(r)).collect();
-    let body = json!({
+    let eviction: Eviction = serde_json::from_value(json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",
         "metadata": { "name": name, "labels": labels, "ownerReferences": owners },
         "spec": { "target": { "pod": request.spec.target.pod } },
-    });
-    api.patch(
-        name,
-        &PatchParams::apply(COMPONENT).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(write_error("create an Eviction for", request))
+    }))
+    .expect("an Eviction from its own fields");
+    // A create, not an apply: the name comes from the cache, and a name the cache does not
+    // know yet may be taken (409, looked at again once the cache has it), where an apply
+    // would write into the other Eviction.
+    let params = PostParams {
+        field_manager: Some(COMPONENT.to_owned()),
+        ..PostParams::default()
+    };
+    api.create(&params, &eviction)
+        .await
+        .map_err(write_error("create an Eviction for", request))
 }
 
 fn owner_reference(request: &EvictionRequest) -> serde_json::Value {

@@ -6,12 +6,17 @@
 //! the same name while the cache still holds the predecessor's UID. Judged on the cache alone,
 //! such a request would be refused for good ("not found", "UID mismatch") or read as evicted.
 //! A cache miss is confirmed by one GET before any such decision; the GETs are counted in
-//! `evictkit_evictionrequest_pod_live_reads_total{found}`.
+//! `evictkit_evictionrequest_pod_live_reads_total{found}`. A pod whose deletion the watch
+//! reported needs no GET: once evicted, every later look at its requests would otherwise read
+//! it again ([`TargetPods::observe`]).
 
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::IntCounterVec;
 
@@ -21,6 +26,33 @@ pub(crate) struct TargetPods {
     cache: Store<Pod>,
     /// `evictkit_evictionrequest_pod_live_reads_total{found}` ([`crate::metrics::pod_live_reads`]).
     live_reads: IntCounterVec,
+    deleted: Arc<Mutex<Deleted>>,
+}
+
+/// How long a reported deletion is remembered: requests of a deleted pod settle within it.
+const DELETED_MEMORY: Duration = Duration::from_secs(10 * 60);
+
+/// UIDs of pods whose deletion the watch reported, oldest first.
+#[derive(Default)]
+struct Deleted {
+    uids: HashSet<String>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl Deleted {
+    fn insert(&mut self, uid: String, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) < DELETED_MEMORY {
+                break;
+            }
+            if let Some((_, old)) = self.order.pop_front() {
+                self.uids.remove(&old);
+            }
+        }
+        if self.uids.insert(uid.clone()) {
+            self.order.push_back((now, uid));
+        }
+    }
 }
 
 /// A GET past the cache failed.
@@ -38,6 +70,21 @@ impl TargetPods {
             client,
             cache,
             live_reads,
+            deleted: Arc::default(),
+        }
+    }
+
+    /// Notes the deletions the pod watch reports (call it on the watch's events before the
+    /// cache applies them). Deletions missed while the watch was down are not known here:
+    /// their pods are read once more, as before.
+    pub(crate) fn observe(&self, event: &watcher::Event<Pod>) {
+        if let watcher::Event::Delete(pod) = event
+            && let Some(uid) = pod.metadata.uid.clone()
+        {
+            self.deleted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid, Instant::now());
         }
     }
 
@@ -58,6 +105,15 @@ impl TargetPods {
         if cached
             .as_ref()
             .is_some_and(|pod| pod.metadata.uid.as_deref() == Some(uid))
+        {
+            return Ok(cached);
+        }
+        if self
+            .deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .uids
+            .contains(uid)
         {
             return Ok(cached);
         }

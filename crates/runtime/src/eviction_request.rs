@@ -286,7 +286,7 @@ pub async fn withdraw_target(
     }
 }
 
-/// [`withdraw`] from exactly `request`, whose UID is a precondition of the write: nothing is
+/// [`withdraw`] from exactly `request` ([`apply_to_exactly`]): nothing is
 /// withdrawn from a successor of the same name (a canceled request that another requester
 /// replaced meanwhile). Returns the request as it is afterwards, or `None` when `request` is
 /// gone or replaced. Writes nothing when `requester` is not listed.
@@ -308,20 +308,17 @@ pub async fn withdraw_from(
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     };
-    let mut body = requester_apply(&target, None);
-    body["metadata"]["uid"] = json!(request.metadata.uid);
+    let body = requester_apply(&target, None);
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &namespace);
-    match api
-        .patch(&name, &PatchParams::apply(requester), &Patch::Apply(body))
-        .await
-    {
-        Ok(request) => Ok(Some(request)),
-        Err(error) if is_not_found(&error) => Ok(None),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
-        Err(error) => Err(api_error("withdraw from", &namespace, &name, requester)(
-            error,
-        )),
-    }
+    apply_to_exactly(
+        &api,
+        &name,
+        request.metadata.uid.as_deref(),
+        &PatchParams::apply(requester),
+        body,
+    )
+    .await
+    .map_err(api_error("withdraw from", &namespace, &name, requester))
 }
 
 /// The EvictionRequest of `pod`, if any.
@@ -500,6 +497,39 @@ impl InterceptorClient {
             if let Err(error) = handler(request).await {
                 tracing::warn!(request = %id, interceptor = %self.name, %error, "interceptor handler failed");
             }
+        }
+    }
+}
+
+/// Server-side applies `body` (with `params`) to the object `name` only while
+/// it is the object of UID `uid`: read, then written at the resourceVersion read, read again
+/// after a concurrent write. `None` when it is gone or replaced under the same name. (A UID in
+/// the body is no precondition: the apiserver refuses it as an immutable field, 422.)
+pub(crate) async fn apply_to_exactly<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<&str>,
+    params: &PatchParams,
+    mut body: serde_json::Value,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+{
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(current) = api.get_opt(name).await? else {
+            return Ok(None);
+        };
+        if current.meta().uid.as_deref() != uid {
+            return Ok(None);
+        }
+        body["metadata"]["resourceVersion"] = json!(current.meta().resource_version);
+        match api.patch(name, params, &Patch::Apply(&body)).await {
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
+            Err(error) if is_not_found(&error) => return Ok(None),
+            result => return result.map(Some),
         }
     }
 }

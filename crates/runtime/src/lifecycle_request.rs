@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::eviction_request::{EvictionRequestError, TargetPod};
+use crate::eviction_request::{EvictionRequestError, TargetPod, apply_to_exactly};
 
 /// Intents of `spec.intent`.
 pub use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
@@ -79,21 +79,25 @@ pub async fn set_intent(
     requester: &str,
     intent: &str,
 ) -> Result<EvictionRequest, EvictionRequestError> {
-    apply_intent(client, target, requester, intent, None).await
+    let (api, name, body) = intent_apply(client, target, requester, intent);
+    api.patch(
+        &name,
+        &PatchParams::apply(requester).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(intent_error(target, &name, requester, intent))
 }
 
-/// [`set_intent`]; with `uid`, only to the request of that UID (the apiserver answers 409 for
-/// any other, e.g. a successor of the same name).
-async fn apply_intent(
+/// The requester's EvictionRequest of `target`, its name, and the apply stating `intent`.
+fn intent_apply(
     client: &Client,
     target: &TargetPod,
     requester: &str,
     intent: &str,
-    uid: Option<&str>,
-) -> Result<EvictionRequest, EvictionRequestError> {
-    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
+) -> (Api<EvictionRequest>, String, serde_json::Value) {
     let name = request_name(&target.name, requester);
-    let mut body = json!({
+    let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "EvictionRequest",
         "metadata": { "name": name },
@@ -103,25 +107,32 @@ async fn apply_intent(
             "target": { "pod": { "name": target.name, "uid": target.uid } },
         },
     });
-    if let Some(uid) = uid {
-        body["metadata"]["uid"] = json!(uid);
-    }
-    api.patch(
-        &name,
-        &PatchParams::apply(requester).force(),
-        &Patch::Apply(body),
+    (
+        Api::namespaced(client.clone(), &target.namespace),
+        name,
+        body,
     )
-    .await
-    .map_err(|source| EvictionRequestError::Api {
-        action: if intent == INTENT_EVICTION {
-            "apply"
-        } else {
-            "withdraw by"
-        },
-        request: format!("{}/{name}", target.namespace),
-        actor: requester.to_owned(),
+}
+
+fn intent_error(
+    target: &TargetPod,
+    name: &str,
+    requester: &str,
+    intent: &str,
+) -> impl FnOnce(kube::Error) -> EvictionRequestError {
+    let request = format!("{}/{name}", target.namespace);
+    let actor = requester.to_owned();
+    let action = if intent == INTENT_EVICTION {
+        "apply"
+    } else {
+        "withdraw by"
+    };
+    move |source| EvictionRequestError::Api {
+        action,
+        request,
+        actor,
         source: Box::new(source),
-    })
+    }
 }
 
 /// The controller's refusal of `request` (Failed, reason EvictionInvalid: the target is
@@ -260,7 +271,7 @@ pub async fn withdraw(
     }
 }
 
-/// Withdraws from exactly `request` (its UID is a precondition of the write), which must be
+/// Withdraws from exactly `request` ([`apply_to_exactly`]), which must be
 /// `requester`'s: nothing is withdrawn from a successor of the same name. Returns the request
 /// as it is afterwards, or `None` when `request` is gone or replaced. Writes nothing when its
 /// intent is `Withdrawn` already.
@@ -280,14 +291,11 @@ pub async fn withdraw_from(
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     };
-    let uid = request.metadata.uid.as_deref();
-    match apply_intent(client, &target, requester, INTENT_WITHDRAWN, uid).await {
-        Ok(request) => Ok(Some(request)),
-        Err(EvictionRequestError::Api { source, .. }) if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 404 || status.code == 409) => {
-            Ok(None)
-        }
-        Err(error) => Err(error),
-    }
+    let (api, name, body) = intent_apply(client, &target, requester, INTENT_WITHDRAWN);
+    let params = PatchParams::apply(requester).force();
+    apply_to_exactly(&api, &name, request.metadata.uid.as_deref(), &params, body)
+        .await
+        .map_err(intent_error(&target, &name, requester, INTENT_WITHDRAWN))
 }
 
 #[cfg(test)]
