@@ -86,7 +86,6 @@ async fn start_roles_with(
         &env.namespace,
         "--leader-election-namespace",
         &env.namespace,
-        "--leader-election-lease-duration=3s",
         "--webhook-addr",
         &webhook_addr,
         "--tls-cert-file",

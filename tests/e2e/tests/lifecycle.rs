@@ -63,7 +63,6 @@ async fn start_as(env: &TestEnv, api: &str, kubeconfig: &std::path::Path) -> Res
             ns,
             "--leader-election-namespace",
             ns,
-            "--leader-election-lease-duration=3s",
             "--eviction-backoff-initial=200ms",
             "--eviction-backoff-max=1s",
         ],
