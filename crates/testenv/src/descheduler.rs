@@ -153,39 +153,7 @@ impl TestEnv {
     /// with exactly its chart's permissions. `set` are helm `--set` values (e.g. a mode that
     /// grants more). The cluster-scoped objects go with the test.
     pub async fn chart_identity(&self, chart: &str, set: &[&str]) -> Result<Identity> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .nth(2)
-            .context("crates/testenv is two levels below the workspace root")?;
         let release = self.namespace.as_str();
-        let run = |name: &str, args: &[&str], input: Option<&str>| -> Result<String> {
-            use std::io::Write as _;
-            let mut child = Command::new(self.control_plane_bin(name)?)
-                .args(args)
-                .env("KUBECONFIG", self.kubeconfig())
-                .current_dir(root)
-                .stdin(if input.is_some() {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .with_context(|| format!("running {name}"))?;
-            if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-                stdin.write_all(input.as_bytes())?;
-            }
-            let output = child.wait_with_output()?;
-            if !output.status.success() {
-                bail!(
-                    "{name} {} failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            Ok(String::from_utf8(output.stdout)?)
-        };
         let chart_path = format!("charts/{chart}");
         let mut args = vec![
             "template",
@@ -201,8 +169,8 @@ impl TestEnv {
         for value in set {
             args.extend(["--set", value]);
         }
-        let rendered = run("helm", &args, None)?;
-        run("kubectl", &["apply", "-f", "-"], Some(&rendered))?;
+        let rendered = self.control_plane_tool("helm", &args, None)?;
+        self.control_plane_tool("kubectl", &["apply", "-f", "-"], Some(&rendered))?;
         let name = format!("{release}-{chart}");
         self.delete_on_drop::<k8s_openapi::api::rbac::v1::ClusterRole>(&name);
         self.delete_on_drop::<ClusterRoleBinding>(&name);

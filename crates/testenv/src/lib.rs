@@ -128,6 +128,48 @@ impl TestEnv {
         Ok(Path::new(bin_dir).join(name))
     }
 
+    /// Runs the control plane build's `name` (helm, kubectl) against the test cluster from the
+    /// workspace root, with `input` on its stdin; its stdout, or an error with its output.
+    pub fn control_plane_tool(
+        &self,
+        name: &str,
+        args: &[&str],
+        input: Option<&str>,
+    ) -> Result<String> {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .nth(2)
+            .context("crates/testenv is two levels below the workspace root")?;
+        let mut child = Command::new(self.control_plane_bin(name)?)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .current_dir(root)
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running {name}"))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin.write_all(input.as_bytes())?;
+        }
+        let output = child.wait_with_output()?;
+        if !output.status.success() {
+            bail!(
+                "{name} {} failed: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     /// An Api for a namespaced kind in this test's namespace.
     pub fn api<K>(&self) -> Api<K>
     where

@@ -11,13 +11,11 @@
 //! its own stage on a real-node cluster; elsewhere it is ignored (`--ignored` runs it).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{DESCHEDULER_REQUEST_EVICT_ONLY, REQUIRED_DURING_EXECUTION};
 use evictkit_core::eviction_request::State;
@@ -48,55 +46,12 @@ const COMPONENTS: [&str; 5] = [
 /// Pods of a release can take minutes to start on a loaded 2-core machine.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("tests/e2e is two levels below the workspace root")
-        .to_path_buf()
-}
-
-/// helm or kubectl of the control plane's build, against the test cluster.
-fn tool(env: &TestEnv, name: &str, args: &[&str], input: Option<&str>) -> Result<String> {
-    use std::io::Write;
-    let mut child = Command::new(env.control_plane_bin(name)?)
-        .args(args)
-        .env("KUBECONFIG", env.kubeconfig())
-        .current_dir(workspace_root())
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {name}"))?;
-    if let Some(input) = input {
-        child
-            .stdin
-            .take()
-            .expect("stdin is piped")
-            .write_all(input.as_bytes())?;
-    }
-    let output = child.wait_with_output()?;
-    if !output.status.success() {
-        bail!(
-            "{name} {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
 fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {
-    tool(env, "helm", args, None)
+    env.control_plane_tool("helm", args, None)
 }
 
 fn kubectl_apply(env: &TestEnv, manifest: &str) -> Result<String> {
-    tool(env, "kubectl", &["apply", "-f", "-"], Some(manifest))
+    env.control_plane_tool("kubectl", &["apply", "-f", "-"], Some(manifest))
 }
 
 fn install_args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -454,8 +409,7 @@ data:
         .split("\n---")
         .filter(|document| !document.contains("\nkind: CustomResourceDefinition\n"))
         .collect();
-    tool(
-        env,
+    env.control_plane_tool(
         "kubectl",
         &["delete", "--wait", "-f", "-"],
         Some(&without_crds.join("\n---")),
@@ -721,8 +675,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         &env,
         &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
     )?;
-    tool(
-        &env,
+    env.control_plane_tool(
         "kubectl",
         &[
             "get",
@@ -734,8 +687,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         None,
     )
     .context("a CRD went with helm uninstall")?;
-    tool(
-        &env,
+    env.control_plane_tool(
         "kubectl",
         &["get", "poddisruptionbudgetpolicy", &policy],
         None,

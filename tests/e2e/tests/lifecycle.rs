@@ -128,6 +128,16 @@ fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// A pod of pod group `group` (which the controller refuses to evict alone).
+fn pod_group_member(name: &str, group: &str) -> Pod {
+    let mut pod = objects::pod(name, group);
+    pod.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(POD_GROUP_LABEL.into(), group.into());
+    pod
+}
+
 /// Waits until the pod's (newest) Eviction satisfies `condition`.
 async fn wait_eviction(
     env: &TestEnv,
@@ -525,13 +535,7 @@ async fn a_pod_deleted_by_someone_else_is_target_evicted_everywhere() -> Result<
 async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
     let env = TestEnv::new("lc-refused").await?;
     let _controller = start(&env, "lifecycle").await?;
-    let mut grouped = objects::pod("gang-0", "gang");
-    grouped
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .insert(POD_GROUP_LABEL.into(), "gang".into());
-    let grouped = env.create(&grouped).await?;
+    let grouped = env.create(&pod_group_member("gang-0", "gang")).await?;
     request(&env, &grouped, DRAIN, INTENT_EVICTION).await?;
     let refused = wait_request(&env, &grouped, DRAIN, "refused", |r| {
         request_condition(r, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
@@ -871,13 +875,7 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
     .await?;
 
     // Refused as a pod-group pod, then back without the group.
-    let mut grouped = objects::pod("gang-0", "gang");
-    grouped
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .insert(POD_GROUP_LABEL.into(), "gang".into());
-    let grouped = env.create(&grouped).await?;
+    let grouped = env.create(&pod_group_member("gang-0", "gang")).await?;
     lifecycle_request::request_eviction(&env.client, &target(&grouped)?, DRAIN).await?;
     wait_request(&env, &grouped, DRAIN, "refused", |r| {
         request_condition(r, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
