@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use evictkit_api::EvictionRequest;
-use evictkit_api::conditions::EVICTION_REQUEST_EVICTED;
 use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_core::eviction_request::State;
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -482,22 +482,11 @@ impl Action {
     }
 }
 
-/// The completed requests of `users` in the audit log that may concern namespace `ns`.
+/// The completed requests of `users` in the audit log that concern namespace `ns`.
 fn audit(users: &[String], ns: &str) -> Result<Vec<serde_json::Value>> {
-    let path = cluster::state_dir().join("audit.log");
-    let log =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let quoted = format!("\"{ns}\"");
-    Ok(log
-        .lines()
-        // Cheap filters first: the log holds every run's calls.
-        .filter(|line| line.contains("ResponseComplete") && line.contains(&quoted))
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| {
-            event["stage"] == "ResponseComplete"
-                && event["objectRef"]["namespace"] == ns
-                && users.iter().any(|user| event["user"]["username"] == **user)
-        })
+    Ok(support::audit_events(users)?
+        .into_iter()
+        .filter(|event| event["objectRef"]["namespace"] == ns)
         .collect())
 }
 
@@ -555,14 +544,7 @@ fn lease_writes(users: &[String], ns: &str, since: Timestamp) -> Result<Option<T
 }
 
 async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
-    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("type=kwok"))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|node| node.metadata.name)
-        .collect();
-    nodes.sort();
+    let nodes = support::kwok_nodes(client).await?;
     if nodes.is_empty() {
         bail!("the cluster has no kwok nodes");
     }
@@ -570,31 +552,23 @@ async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
 }
 
 async fn label_nodes(client: &Client, nodes: &[String], labels: serde_json::Value) -> Result<()> {
-    let api: Api<Node> = Api::all(client.clone());
-    for node in nodes {
-        api.patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
-        .await
-        .with_context(|| format!("labelling node {node}"))?;
-    }
-    Ok(())
+    support::patch_nodes(
+        client,
+        nodes,
+        &json!({"metadata": {"labels": labels}}),
+        "labelling node",
+    )
+    .await
 }
 
 async fn taint_nodes(client: &Client, nodes: &[String], taints: serde_json::Value) -> Result<()> {
-    let api: Api<Node> = Api::all(client.clone());
-    for node in nodes {
-        api.patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": taints}})),
-        )
-        .await
-        .with_context(|| format!("setting the taints of node {node}"))?;
-    }
-    Ok(())
+    support::patch_nodes(
+        client,
+        nodes,
+        &json!({"spec": {"taints": taints}}),
+        "setting the taints of node",
+    )
+    .await
 }
 
 async fn create_pods(
@@ -699,13 +673,7 @@ async fn work_left(client: &Client, workload: Workload, ns: &str) -> Result<usiz
             .await?
             .items
             .iter()
-            .filter(|request| {
-                request.status.as_ref().is_some_and(|status| {
-                    status.conditions.iter().any(|condition| {
-                        condition.type_ == EVICTION_REQUEST_EVICTED && condition.status == "True"
-                    })
-                })
-            })
+            .filter(|request| State::of(request) == State::Evicted)
             .count();
         return Ok(workload.pods().saturating_sub(evicted));
     }

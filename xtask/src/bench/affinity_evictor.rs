@@ -17,7 +17,7 @@ use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -266,15 +266,13 @@ async fn create_pods(
 }
 
 async fn label(client: &Client, node: &str, labels: serde_json::Value) -> Result<()> {
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
-        .await
-        .with_context(|| format!("labelling node {node}"))?;
-    Ok(())
+    support::patch_nodes(
+        client,
+        &[node.to_owned()],
+        &json!({"metadata": {"labels": labels}}),
+        "labelling node",
+    )
+    .await
 }
 
 /// Nothing runs the bench's pods, so they go with grace period 0; then the namespace and nodes.

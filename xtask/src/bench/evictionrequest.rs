@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use evictkit_api::EvictionRequest;
-use evictkit_api::conditions::EVICTION_REQUEST_EVICTED;
+use evictkit_core::eviction_request::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -311,13 +311,7 @@ async fn wait_all_evicted(client: &Client, count: usize, started: Instant) -> Re
             .await?
             .items
             .iter()
-            .filter(|request| {
-                request.status.as_ref().is_some_and(|status| {
-                    status.conditions.iter().any(|condition| {
-                        condition.type_ == EVICTION_REQUEST_EVICTED && condition.status == "True"
-                    })
-                })
-            })
+            .filter(|request| State::of(request) == State::Evicted)
             .count())
     })
     .await

@@ -215,17 +215,27 @@ pub async fn service_account(
     ))
 }
 
-/// The completed requests of `user` in the cluster's audit log (its writes, for a benchmark's
-/// service account), as the apiserver wrote them: `verb`, `objectRef`, `responseStatus`,
-/// `requestReceivedTimestamp` (microseconds) and so on.
-pub fn audit_events(user: &str) -> Result<Vec<serde_json::Value>> {
+/// The completed requests of `users` in the cluster's audit log (their writes, for a
+/// benchmark's service accounts), as the apiserver wrote them: `verb`, `objectRef`,
+/// `responseStatus`, `requestReceivedTimestamp` (microseconds) and so on.
+pub fn audit_events<S: AsRef<str>>(users: &[S]) -> Result<Vec<serde_json::Value>> {
     let path = cluster::state_dir().join("audit.log");
     let log =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(log
         .lines()
+        // Cheap filters first: the log holds every run's calls.
+        .filter(|line| {
+            line.contains("ResponseComplete")
+                && users.iter().any(|user| line.contains(user.as_ref()))
+        })
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event["stage"] == "ResponseComplete" && event["user"]["username"] == user)
+        .filter(|event| {
+            event["stage"] == "ResponseComplete"
+                && users
+                    .iter()
+                    .any(|user| event["user"]["username"] == user.as_ref())
+        })
         .collect())
 }
 
@@ -246,7 +256,7 @@ pub fn audited_calls(
 )> {
     let mut first = std::collections::BTreeMap::new();
     let mut calls = 0;
-    for event in audit_events(user)? {
+    for event in audit_events(&[user])? {
         let object = &event["objectRef"];
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
         if event["verb"] != verb
@@ -277,7 +287,7 @@ pub fn audited_calls(
 /// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
 pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {
     let mut writes = std::collections::BTreeMap::new();
-    for event in audit_events(user)? {
+    for event in audit_events(&[user])? {
         let verb = event["verb"].as_str().unwrap_or_default();
         if !matches!(
             verb,
@@ -499,6 +509,43 @@ pub fn install_crd(cluster: &Cluster, name: &str) -> Result<()> {
 }
 
 /// Creates the benchmark's namespace; one left over from a failed run is an error that says so.
+/// The kwok nodes of the cluster, in the order of their numbers (kwok-node-0, kwok-node-1, ...).
+pub async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
+    let mut nodes: Vec<String> = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&kube::api::ListParams::default().labels("type=kwok"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|node| node.metadata.name)
+        .collect();
+    nodes.sort_by_key(|name| {
+        name.rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+    });
+    Ok(nodes)
+}
+
+/// Merge-patches each of `nodes` with `patch`; errors say `<what> <node>`.
+pub async fn patch_nodes(
+    client: &Client,
+    nodes: &[String],
+    patch: &serde_json::Value,
+    what: &str,
+) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for node in nodes {
+        api.patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .with_context(|| format!("{what} {node}"))?;
+    }
+    Ok(())
+}
+
 pub async fn create_namespace(client: &Client, namespace: &str) -> Result<()> {
     let body = serde_json::json!({"metadata": {"name": namespace}});
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())

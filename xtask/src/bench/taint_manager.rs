@@ -30,7 +30,7 @@ use anyhow::{Context, Result, bail, ensure};
 use futures::{StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -200,19 +200,8 @@ struct Run {
 async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
     let client = support::client(cluster).await?;
     support::install_crd(cluster, "taintevictionpolicies.evictkit.io")?;
-    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels("type=kwok"))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|node| node.metadata.name)
-        .collect();
     // kwok-node-0, kwok-node-1, ...: the tainted nodes spread over the zones.
-    nodes.sort_by_key(|name| {
-        name.rsplit('-')
-            .next()
-            .and_then(|n| n.parse::<usize>().ok())
-    });
+    let nodes = support::kwok_nodes(&client).await?;
     if args.sequences {
         return sequences::bench(
             cluster,

@@ -339,16 +339,13 @@ fn manifest(name: &str, node: &str, sequence: &Sequence) -> Result<Pod> {
 
 /// The taints go and the namespace with them.
 async fn cleanup(client: &Client, nodes: &[String], ns: &str) -> Result<()> {
-    let api: Api<Node> = Api::all(client.clone());
-    for node in nodes {
-        api.patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": null}})),
-        )
-        .await
-        .with_context(|| format!("untainting node {node}"))?;
-    }
+    support::patch_nodes(
+        client,
+        nodes,
+        &json!({"spec": {"taints": null}}),
+        "untainting node",
+    )
+    .await?;
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     namespaces
         .delete(ns, &DeleteParams::background())
