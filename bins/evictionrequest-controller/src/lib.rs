@@ -60,8 +60,8 @@ use crate::target_pod::{ReadError, TargetPods};
 /// `component` label of shared metrics.
 pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
 const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
-/// When a request's cache still predates our own write, look again this soon if no watch event
-/// has woken it by then.
+/// When an object's cache still predates our own write (or a write decided from it was refused
+/// as superseded), look again this soon if no watch event has woken it by then. Both APIs.
 const STALE_CACHE_RECHECK: Duration = Duration::from_secs(1);
 
 type Key = ObjectRef<EvictionRequest>;

@@ -43,18 +43,15 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
-use crate::COMPONENT;
 use crate::retries::{Backoff, NextAttempt, Retries};
 use crate::target_pod::{ReadError, TargetPods};
+use crate::{COMPONENT, STALE_CACHE_RECHECK};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
 /// controller's, so the controller's applies never touch the responder's fields).
 const IMPERATIVE_FIELD_MANAGER: &str = "evictionrequest-controller-imperative-evictor";
 /// "Responders should avoid heartbeats more frequent than 20 seconds."
 const HEARTBEAT_MIN_STEP: SignedDuration = SignedDuration::from_secs(20);
-/// When to look again at an object whose cached state was superseded (a safety net: the
-/// watch event of the newer state wakes it first).
-const STALE_CACHE_RECHECK: Duration = Duration::from_secs(1);
 /// The API's heartbeat deadline: the v1.37 apiserver refuses to let a responder go earlier.
 pub const API_HEARTBEAT_DEADLINE: Duration = Duration::from_secs(20 * 60);
 
