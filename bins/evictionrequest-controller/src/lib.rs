@@ -412,6 +412,8 @@ fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
         labels: metadata.labels,
         owner_references: metadata.owner_references,
         deletion_timestamp: metadata.deletion_timestamp,
+        // The imperative eviction's precondition: a decision from a stale entry gets 409.
+        resource_version: metadata.resource_version,
         annotations: (!annotations.is_empty()).then_some(annotations),
         ..ObjectMeta::default()
     };
@@ -714,9 +716,13 @@ async fn imperative_eviction(
             return Ok(Some(delay));
         }
         EvictionOutcome::Gone => return Ok(None),
-        EvictionOutcome::BlockedByBudget { message } | EvictionOutcome::Conflict { message } => {
-            message.clone()
+        // Not an attempt: the cached pod is behind (deleted, changed or replaced since); the
+        // watch event brings it up to date, and the decision is made again then.
+        EvictionOutcome::Conflict { message } => {
+            tracing::debug!(request = %id(request), pod = %format!("{namespace}/{pod_name}"), %message, "evicted from a stale cache entry; looking again");
+            return Ok(Some(STALE_CACHE_RECHECK));
         }
+        EvictionOutcome::BlockedByBudget { message } => message.clone(),
         EvictionOutcome::Other { status } => status.message.clone(),
     };
     let NextAttempt { failures, delay } = context.retries.schedule_retry(key, &previous);

@@ -815,9 +815,12 @@ async fn imperative_evictor(
             return Ok((written, Some(delay)));
         }
         EvictionOutcome::Gone => return Ok((None, None)),
-        EvictionOutcome::BlockedByBudget { message } | EvictionOutcome::Conflict { message } => {
-            message.clone()
+        // Not an attempt: the cached pod is behind (as in the CRD mode).
+        EvictionOutcome::Conflict { message } => {
+            tracing::debug!(eviction = %eviction.name_any(), pod = %pod_id, %message, "evicted from a stale cache entry; looking again");
+            return Ok((None, Some(STALE_CACHE_RECHECK)));
         }
+        EvictionOutcome::BlockedByBudget { message } => message.clone(),
         EvictionOutcome::Other { status } => status.message.clone(),
     };
     let NextAttempt { failures, delay } = context.retries.schedule_retry(&uid, &previous);

@@ -1,6 +1,10 @@
 //! THE eviction client (DESIGN.md, "Shared runtime contracts"): a `policy/v1` Eviction of one
 //! pod, with a UID precondition so that a same-named successor (a StatefulSet's next `web-0`)
 //! is never evicted in place of the pod the caller decided about, and its answer classified.
+//! When the caller's pod carries a resourceVersion (its cache keeps it), that is a precondition
+//! too: a decision made from a cache that has not yet seen the pod's deletion or change (after
+//! a watch was cut, e.g. an etcd restart) is answered Conflict instead of evicting a
+//! terminating pod a second time, which the apiserver would otherwise answer 201 again.
 //!
 //! Why not `kube::Api::evict`: kube 5 serialises `EvictParams::delete_options` under the JSON
 //! key `delete_options`, not the Eviction's `deleteOptions`, so the apiserver drops the
@@ -134,8 +138,14 @@ fn budget_causes(status: &Status) -> Option<String> {
     }
 }
 
-/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other.
-fn eviction_of(namespace: &str, name: &str, uid: &str) -> Eviction {
+/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other; with
+/// `resource_version`, of that version of it only.
+fn eviction_of(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    resource_version: Option<String>,
+) -> Eviction {
     Eviction {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -145,7 +155,7 @@ fn eviction_of(namespace: &str, name: &str, uid: &str) -> Eviction {
         delete_options: Some(DeleteOptions {
             preconditions: Some(Preconditions {
                 uid: Some(uid.to_owned()),
-                resource_version: None,
+                resource_version,
             }),
             ..DeleteOptions::default()
         }),
@@ -191,7 +201,9 @@ impl EvictionClient {
     }
 
     /// Evicts exactly this pod (namespace, name and UID from `pod`'s metadata; any projection
-    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry).
+    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry), and, if
+    /// `pod` has a resourceVersion, only while the pod is still at that version
+    /// ([`EvictionOutcome::Conflict`] otherwise: decide again from a fresher read).
     pub async fn evict<K: Resource<DynamicType = ()>>(
         &self,
         pod: &K,
@@ -209,7 +221,7 @@ impl EvictionClient {
         let name = metadata.name.as_deref().ok_or_else(|| incomplete("name"))?;
         let uid = metadata.uid.clone().ok_or_else(|| incomplete("uid"))?;
 
-        let eviction = eviction_of(namespace, name, &uid);
+        let eviction = eviction_of(namespace, name, &uid, metadata.resource_version.clone());
         let params = PostParams {
             dry_run: self.dry_run,
             field_manager: None,
@@ -354,7 +366,7 @@ mod tests {
     #[test]
     fn body_is_a_policy_v1_eviction_with_uid_precondition() {
         // Guards the reason this module exists: `deleteOptions`, camelCase, with the UID.
-        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234")).unwrap();
+        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234", None)).unwrap();
         assert_eq!(json["apiVersion"], "policy/v1");
         assert_eq!(json["kind"], "Eviction");
         assert_eq!(json["metadata"]["name"], "web-0");

@@ -106,6 +106,49 @@ async fn blocked_by_budget_then_evicted_when_the_budget_allows() -> Result<()> {
     Ok(())
 }
 
+/// A caller that decided from a stale read (a cache that has not seen the pod's deletion, as
+/// after an etcd restart) does not evict the pod a second time: the eviction carries the read's
+/// resourceVersion, and the apiserver answers Conflict instead of "evicting" a pod that is
+/// already terminating.
+#[tokio::test]
+async fn a_pod_read_before_its_eviction_is_not_evicted_again() -> Result<()> {
+    const FINALIZER: &str = "e2e.evictkit.io/hold";
+    let env = TestEnv::new("evict-stale").await?;
+    let mut pod = objects::pod("held", "held");
+    pod.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    env.create(&pod).await?;
+    let read = env.wait_for_ready_pods("app=held", 1).await?.remove(0);
+    let (evictions, metrics) = client(&env)?;
+
+    assert_eq!(evictions.evict(&read).await?, EvictionOutcome::Evicted);
+    let terminating = wait::wait_for(
+        &env.api::<Pod>(),
+        "held",
+        DEFAULT_TIMEOUT,
+        "terminating",
+        |pod| pod.metadata.deletion_timestamp.is_some(),
+    )
+    .await?;
+    let again = evictions.evict(&read).await?;
+    // Let the pod go before asserting, so a failure leaves nothing behind.
+    env.api::<Pod>()
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    assert!(
+        matches!(again, EvictionOutcome::Conflict { .. }),
+        "a second eviction from the read before the first (resourceVersion {:?}; the pod is at {:?} and terminating) was answered {again:?}",
+        read.metadata.resource_version,
+        terminating.metadata.resource_version
+    );
+    assert_eq!(evictions_counted(&metrics, "evicted")?, 1.0);
+    assert_eq!(evictions_counted(&metrics, "conflict")?, 1.0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn gone_when_the_pod_does_not_exist() -> Result<()> {
     let env = TestEnv::new("evict-gone").await?;
