@@ -161,7 +161,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let settings = Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone())
                 .dry_run(args.common.dry_run),
-            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
             metrics: own_metrics,
             enabled: args.enabled,
             dry_run: args.common.dry_run,

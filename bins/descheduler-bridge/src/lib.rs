@@ -200,7 +200,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             metrics: bridge_metrics.clone(),
             manager,
             dry_run: args.common.dry_run,
-            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
         });
         let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());

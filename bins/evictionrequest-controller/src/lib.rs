@@ -222,7 +222,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let settings = Arc::new(lifecycle::Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone())
                 .dry_run(args.common.dry_run),
-            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
             metrics: lifecycle::LifecycleMetrics::register(&metrics)?,
             pod_live_reads: metrics::pod_live_reads(&metrics)?,
             config: evictkit_core::lifecycle::Config {
@@ -255,7 +255,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let settings = Arc::new(Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone())
                 .dry_run(args.common.dry_run),
-            recorder: EventRecorder::new(client.clone(), COMPONENT),
+            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
             metrics: RequestMetrics::register(&metrics)?,
             pod_live_reads: metrics::pod_live_reads(&metrics)?,
             config: core::Config { heartbeat_timeout },

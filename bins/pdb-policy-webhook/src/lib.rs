@@ -27,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs};
+use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::metrics::Metrics;
@@ -123,6 +124,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     if args.roles.runs(Role::Controller) {
         let election = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
+        let recorder = EventRecorder::new(args.common.rate_limit(), COMPONENT).await?;
         let (client, caches, metrics, shutdown) = (
             client.clone(),
             caches.clone(),
@@ -135,7 +137,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     evictkit_runtime::client::build_for_leader_election(election.duration).await?,
                     metrics,
                     shutdown,
-                    |token| status::run(client, caches, token),
+                    |token| status::run(client, recorder, caches, token),
                 )
                 .await
                 .map_err(anyhow::Error::from)

@@ -22,8 +22,12 @@ use crate::cache::Caches;
 /// this is a resync rather than a reaction to policy events.
 const RESYNC: Duration = Duration::from_secs(5);
 
-pub async fn run(client: Client, caches: Caches, shutdown: CancellationToken) {
-    let recorder = EventRecorder::new(client.clone(), crate::COMPONENT);
+pub async fn run(
+    client: Client,
+    recorder: EventRecorder,
+    caches: Caches,
+    shutdown: CancellationToken,
+) {
     let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
     loop {
         if caches.is_synced() {

@@ -209,7 +209,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         access,
         evictions: EvictionClient::new(client.clone(), metrics.clone())
             .dry_run(args.common.dry_run),
-        recorder: EventRecorder::new(client.clone(), EVENT_REPORTER),
+        recorder: EventRecorder::new(args.common.rate_limit(), EVENT_REPORTER).await?,
         metrics: own_metrics,
         dry_run: args.common.dry_run,
         backoff: (args.retry_backoff_base, args.retry_backoff_max),

@@ -1,8 +1,17 @@
 //! Kubernetes Events (events.k8s.io/v1) about a user's objects, one for every action
 //! (DESIGN.md), reported under the component's name so `kubectl describe` says who acted.
+//!
+//! Events go through a client of their own, with a budget of their own (the same
+//! `--kube-api-qps`/`--kube-api-burst` as the work's): an Event never takes the rate budget of
+//! the action it reports. With one shared budget, a batch of pods due at once queued its
+//! Events ahead of its removals and nothing was removed until every Event had gone out.
+//! kube-controller-manager's controllers have the same separation: each its own client, the
+//! event broadcaster another.
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
+
+use crate::client::{self, ClientError, RateLimit};
 
 /// The apiserver rejects an Event whose note is longer than 1 kB; a cut note beats no Event.
 const MAX_NOTE_BYTES: usize = 1024;
@@ -26,10 +35,11 @@ pub struct EventRecorder {
 }
 
 impl EventRecorder {
-    pub fn new(client: Client, component: &str) -> Self {
-        Self {
-            recorder: Recorder::new(client, Reporter::from(component)),
-        }
+    /// A recorder with a client of its own (see the module docs), limited to `limit`.
+    pub async fn new(limit: RateLimit, component: &str) -> Result<Self, ClientError> {
+        Ok(Self {
+            recorder: Recorder::new(client::build(limit).await?, Reporter::from(component)),
+        })
     }
 
     /// A `Normal` event: `reason` is PascalCase (e.g. `TaintManagerEviction`), `action` what was

@@ -281,6 +281,62 @@ async fn untolerated_taint_deletes_at_once_and_terminating_pods_are_not_deleted_
     release(&env).await
 }
 
+/// Issue 19's finding: with many pods due at once and a small client budget, the "Marking for
+/// deletion" Events queued for the whole batch ahead of the removals, so no pod was removed
+/// until every Event had been sent. Events have a budget of their own (as each of
+/// kube-controller-manager's controllers has a client apart from its event broadcaster's): the
+/// first removal waits for the work's own requests only, not for the batch's Events.
+#[tokio::test]
+async fn removals_do_not_wait_behind_their_events() -> Result<()> {
+    const PODS: usize = 20;
+    const QPS: f64 = 2.0;
+    let _shared = EXCLUSIVE.read().await;
+    let env = TestEnv::new("tm-budget").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    for index in 0..PODS {
+        env.create(&pod_on(&format!("due-{index}"), &node, vec![]))
+            .await?;
+    }
+    let _manager = start(
+        &env,
+        &[&format!("--kube-api-qps={QPS}"), "--kube-api-burst=1"],
+    )
+    .await?;
+
+    let tainted = tokio::time::Instant::now();
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    // All due at once, every pod's condition patch comes before the first delete: PODS
+    // requests of the work's own. With one budget for both, the batch's PODS Events came
+    // before it as well (25 s here); with a budget of their own, about 15 s.
+    let bound = Duration::from_secs_f64(2.0 * PODS as f64 / QPS);
+    let first_removal = loop {
+        let removed = env
+            .api::<Pod>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|pod| pod.metadata.deletion_timestamp.is_some());
+        if removed {
+            break tainted.elapsed();
+        }
+        ensure!(
+            tainted.elapsed() < DEFAULT_TIMEOUT,
+            "no pod removed {DEFAULT_TIMEOUT:?} after the taint"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    release(&env).await?;
+    ensure!(
+        first_removal < bound,
+        "the first of {PODS} due pods was removed {first_removal:?} after the taint with --kube-api-qps={QPS} (bound {bound:?}): removals waited behind the batch's Events"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn toleration_seconds_are_honoured_within_a_second() -> Result<()> {
     let _shared = EXCLUSIVE.read().await;
