@@ -158,7 +158,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
     }
     if args.roles.runs(Role::Controller) {
-        let settings = Settings {
+        let settings = Arc::new(Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone())
                 .dry_run(args.common.dry_run),
             recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
@@ -183,7 +183,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 ),
             },
             controller: args.controller.config(),
-        };
+        });
         if !args.enabled {
             tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
         }
@@ -195,10 +195,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
-                    |work| control(client, settings, work),
+                    |term| control(client.clone(), settings.clone(), term),
                 )
-                .await
-                .context("leader election")
+                .await;
+            Ok(())
         }));
     }
     let token = shutdown.clone();
@@ -228,11 +228,11 @@ struct Settings {
 }
 
 /// What reconcile needs; per-pod retry state lives here because kube-runtime keeps no
-/// per-object backoff (DESIGN.md). It is rebuilt from the API after a restart: a pod still
+/// per-object backoff (DESIGN.md). It is rebuilt from the API each term: a pod still
 /// violating is simply tried again.
 struct Context {
     client: Client,
-    settings: Settings,
+    settings: Arc<Settings>,
     nodes: Store<Node>,
     pods: Mutex<PodStates>,
     rounds: Arc<Mutex<Rounds>>,
@@ -300,8 +300,8 @@ impl Context {
     }
 }
 
-/// The watches and the controller, run while holding the Lease.
-async fn control(client: Client, settings: Settings, token: CancellationToken) {
+/// The watches and the controller of one term as leader, built afresh from the API.
+async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let (node_store, node_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
     let rounds = Arc::new(Mutex::new(Rounds::default()));

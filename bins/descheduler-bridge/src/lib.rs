@@ -211,16 +211,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
-                    |work| async move {
-                        if lifecycle {
-                            controller::control::<LifecycleRequest>(client, settings, work).await;
-                        } else {
-                            controller::control::<EvictionRequest>(client, settings, work).await;
+                    |term| {
+                        let (client, settings) = (client.clone(), settings.clone());
+                        async move {
+                            if lifecycle {
+                                controller::control::<LifecycleRequest>(client, settings, term)
+                                    .await;
+                            } else {
+                                controller::control::<EvictionRequest>(client, settings, term)
+                                    .await;
+                            }
                         }
                     },
                 )
-                .await
-                .context("leader election")
+                .await;
+            Ok(())
         }));
     }
     let token = shutdown.clone();

@@ -245,10 +245,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
-                    |work| lifecycle::control(client, settings, work),
+                    |term| lifecycle::control(client.clone(), settings.clone(), term),
                 )
-                .await
-                .context("leader election")
+                .await;
+            Ok(())
         }));
     } else if args.roles.runs(Role::Controller) {
         tracing::info!(requested = ?args.api, "serving evictionrequests.evictkit.io");
@@ -276,10 +276,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
-                    |work| control(client, settings, work),
+                    |term| control(client.clone(), settings.clone(), term),
                 )
-                .await
-                .context("leader election")
+                .await;
+            Ok(())
         }));
     }
     let token = shutdown.clone();

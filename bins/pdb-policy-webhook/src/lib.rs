@@ -137,10 +137,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     evictkit_runtime::client::build_for_leader_election(election.duration).await?,
                     metrics,
                     shutdown,
-                    |token| status::run(client, recorder, caches, token),
+                    |term| status::run(client.clone(), recorder.clone(), caches.clone(), term),
                 )
-                .await
-                .map_err(anyhow::Error::from)
+                .await;
+            Ok(())
         });
     }
 

@@ -66,7 +66,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::{HealthServer, Readiness};
-use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::leader::{LeaderElection, spawn_in_term};
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::requester::{Requester, RequesterNames};
@@ -205,7 +205,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
 
     let access = Arc::new(access::Access::new(readiness.clone()));
-    let settings = Settings {
+    let settings = Arc::new(Settings {
         access,
         evictions: EvictionClient::new(client.clone(), metrics.clone())
             .dry_run(args.common.dry_run),
@@ -232,7 +232,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pacer: Pacer::new(args.max_evictions_per_second),
         namespace: args.namespace.clone(),
         policy_selector: args.policy_selector.clone(),
-    };
+    });
     let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
     let controller: future::BoxFuture<'static, anyhow::Result<()>> = {
         let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
@@ -242,10 +242,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     client::build_for_leader_election(leader.duration).await?,
                     metrics,
                     token,
-                    |work| control(client, settings, work),
+                    |term| control(client.clone(), settings.clone(), term),
                 )
-                .await
-                .context("leader election")
+                .await;
+            Ok(())
         })
     };
     let token = shutdown.clone();
@@ -281,7 +281,9 @@ struct Settings {
 /// What reconcile needs: the flags, the caches, and the per-pod bookkeeping ([`pod_state`]).
 struct Context {
     client: Client,
-    settings: Settings,
+    settings: Arc<Settings>,
+    /// Cancelled when this term as leader ends: what it spawns ends with it.
+    term: CancellationToken,
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
     policies: Store<TaintEvictionPolicy>,
@@ -335,8 +337,8 @@ impl Context {
     }
 }
 
-/// The watches and the controller, run while holding the Lease.
-async fn control(client: Client, settings: Settings, token: CancellationToken) {
+/// The watches and the controller of one term as leader, built afresh from the API.
+async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let (node_store, node_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
@@ -350,6 +352,7 @@ async fn control(client: Client, settings: Settings, token: CancellationToken) {
         policies_installed,
         client: client.clone(),
         settings,
+        term: token.clone(),
         nodes: node_store.clone(),
         namespaces: namespace_store,
         policies: policy_store.clone(),
@@ -561,7 +564,7 @@ fn name_of(pod: &Pod) -> String {
 /// removal itself.
 fn record_in_background(context: &Context, pod: &Pod, action: &'static str, note: String) {
     let (recorder, pod) = (context.recorder.clone(), pod.clone());
-    tokio::spawn(async move {
+    spawn_in_term(context.term.clone(), async move {
         if let Err(error) = recorder.normal(&pod, EVENT_REASON, action, &note).await {
             tracing::warn!(%error, "cannot record event");
         }

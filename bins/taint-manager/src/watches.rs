@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
+use evictkit_runtime::leader::spawn_in_term;
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -50,7 +51,7 @@ pub fn pods(
 fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
     if context.forget(&key) {
         let context = context.clone();
-        tokio::spawn(async move {
+        spawn_in_term(context.term.clone(), async move {
             let mut pod = Pod::default();
             pod.metadata.name = Some(key.name.clone());
             pod.metadata.namespace = key.namespace.clone();

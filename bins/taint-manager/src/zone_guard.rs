@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
+use evictkit_runtime::leader::spawn_in_term;
+
 use crate::Context;
 use crate::cache::{PodsByNode, node_ready};
 
@@ -133,7 +135,7 @@ pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<Obje
                 .min_by_key(|n| n.name_any());
             if let Some(node) = first {
                 let (context, node) = (context.clone(), Node::clone(node));
-                tokio::spawn(async move {
+                spawn_in_term(context.term.clone(), async move {
                     let result = if pausing {
                         context
                             .recorder

@@ -1,14 +1,17 @@
 //! Leader election on a coordination.k8s.io/v1 Lease, so that two replicas of a controller
 //! never act at once (DESIGN.md). Webhooks do not use it.
 //!
-//! The work runs only while the Lease is held. The holder renews it every fifth of its duration
-//! and rides out failed renewals (an apiserver restart) for two thirds of it, as client-go does
-//! ([`Renewal`]). When it is lost — another replica holds it, or no renewal succeeded by that
-//! deadline — the work's token is cancelled and [`LeaderElection::run`] returns
-//! [`LeaderError::Lost`]; the binary then exits and Kubernetes restarts it, and it rebuilds its
-//! state from the API like any level-triggered controller. Why not keep running and wait to
-//! win again: a restart is the state that is known to be clean (controller-runtime does the
-//! same).
+//! The work runs only while the Lease is held, one term at a time. The holder renews it every
+//! fifth of its duration and rides out failed renewals (an apiserver restart) for two thirds of
+//! it, as client-go does ([`Renewal`]). When it is lost — another replica holds it, or no
+//! renewal succeeded by that deadline — the term's token is cancelled, the work is given
+//! [`STOP_GRACE`] to stop and is dropped after that, and the replica campaigns again in the same
+//! process, as a standby: an apiserver restart longer than the renew deadline costs a term, not
+//! a restart of the component. When it wins the Lease again, [`LeaderElection::run`] calls the
+//! work anew: a new term builds its caches and watches from the API, level-triggered, and keeps
+//! nothing of the term before (whose view of the cluster may be stale). Everything a term
+//! spawns must end with its token ([`spawn_in_term`]), so nothing of a lost term writes after
+//! the stop. `run` returns only on shutdown or when the work ends by itself.
 //!
 //! The rules are client-go's, written here rather than taken from kube-lease-manager, whose
 //! renewal could not keep them:
@@ -50,12 +53,6 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// unreachable), it expires after its duration and a standby takes it then.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, thiserror::Error)]
-pub enum LeaderError {
-    #[error("lost Lease {lease}: {reason}; stopped acting")]
-    Lost { lease: String, reason: String },
-}
-
 /// Where the Lease lives and how long it lasts; `enabled: false` runs the work directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElection {
@@ -88,72 +85,88 @@ impl LeaderElection {
         format!("{}/{}", self.namespace, self.lease_name)
     }
 
-    /// Runs `work` while this replica holds the Lease. `work` gets a token cancelled on
-    /// shutdown or when the Lease is lost, and must return soon after. `client` is the Lease's
-    /// own ([`crate::client::build_for_leader_election`]): no rate limit shared with `work`. Returns `Ok` after
-    /// shutdown or when `work` ends by itself (the Lease is released then, so a standby takes
-    /// over at once rather than after the lease duration).
+    /// Runs `work` while this replica holds the Lease, once per term: each call gets a token
+    /// cancelled on shutdown or when the Lease is lost, and must return soon after; after a lost
+    /// Lease the replica campaigns again and calls `work` again when it wins. `client` is the
+    /// Lease's own ([`crate::client::build_for_leader_election`]): no rate limit shared with
+    /// `work`. Returns after shutdown or when a term's `work` ends by itself (the Lease is
+    /// released then, so a standby takes over at once rather than after the lease duration).
     pub async fn run<F, Fut>(
         &self,
         client: Client,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-        work: F,
-    ) -> Result<(), LeaderError>
-    where
-        F: FnOnce(CancellationToken) -> Fut,
+        mut work: F,
+    ) where
+        F: FnMut(CancellationToken) -> Fut,
         Fut: Future<Output = ()>,
     {
         if !self.enabled {
             tracing::info!("leader election disabled; acting without a Lease");
             work(shutdown.child_token()).await;
-            return Ok(());
+            return;
         }
-        tracing::info!(lease = %self.lease(), identity = %self.identity, "waiting to acquire the Lease");
         let leases: Api<Lease> = Api::namespaced(client, &self.namespace);
-        if !self.acquire(&leases, &shutdown).await {
-            return Ok(());
+        loop {
+            tracing::info!(lease = %self.lease(), identity = %self.identity, "waiting to acquire the Lease");
+            if !self.acquire(&leases, &shutdown).await {
+                return;
+            }
+            tracing::info!(lease = %self.lease(), identity = %self.identity, "acquired the Lease; acting");
+            metrics.leader.set(1);
+            let ended = self.term(&leases, &shutdown, &mut work).await;
+            metrics.leader.set(0);
+            match ended {
+                Ended::Lost(reason) => {
+                    metrics.leader_terms_lost.inc();
+                    tracing::error!(lease = %self.lease(), %reason, "lost the Lease; stopped acting; campaigning again");
+                }
+                Ended::Itself | Ended::Shutdown => {
+                    match tokio::time::timeout(RELEASE_TIMEOUT, self.release(&leases)).await {
+                        Ok(Ok(())) => tracing::info!(lease = %self.lease(), "released the Lease"),
+                        Ok(Err(error)) => {
+                            tracing::warn!(lease = %self.lease(), %error, "cannot release the Lease; it expires after its duration")
+                        }
+                        Err(_) => {
+                            tracing::warn!(lease = %self.lease(), timeout = ?RELEASE_TIMEOUT, "the Lease was not released in time; it expires after its duration")
+                        }
+                    }
+                    return;
+                }
+            }
         }
-        tracing::info!(lease = %self.lease(), identity = %self.identity, "acquired the Lease; acting");
-        metrics.leader.set(1);
+    }
 
-        let work_token = shutdown.child_token();
-        let work = work(work_token.clone());
+    /// One term: the work runs until it ends, shutdown, or the Lease is lost; then its token is
+    /// cancelled and it gets `STOP_GRACE` to stop. Whatever is still in flight is dropped on
+    /// return, before the replica may campaign again.
+    async fn term<F, Fut>(
+        &self,
+        leases: &Api<Lease>,
+        shutdown: &CancellationToken,
+        work: &mut F,
+    ) -> Ended
+    where
+        F: FnMut(CancellationToken) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let token = shutdown.child_token();
+        let work = work(token.clone());
         tokio::pin!(work);
         let ended = tokio::select! {
             () = &mut work => Ended::Itself,
             () = shutdown.cancelled() => Ended::Shutdown,
-            reason = self.hold(&leases) => Ended::Lost(reason),
+            reason = self.hold(leases) => Ended::Lost(reason),
         };
+        // Also when the work ended by itself: what it spawned ends with it.
+        token.cancel();
         if !matches!(ended, Ended::Itself) {
-            work_token.cancel();
             let grace = STOP_GRACE.min(self.duration);
             if tokio::time::timeout(grace, &mut work).await.is_err() {
                 tracing::warn!(lease = %self.lease(), ?grace, "work in flight did not stop in time; abandoned");
             }
         }
-        metrics.leader.set(0);
-        match ended {
-            Ended::Lost(reason) => {
-                tracing::error!(lease = %self.lease(), %reason, "lost the Lease; stopped acting");
-                Err(LeaderError::Lost {
-                    lease: self.lease(),
-                    reason,
-                })
-            }
-            Ended::Itself | Ended::Shutdown => {
-                match tokio::time::timeout(RELEASE_TIMEOUT, self.release(&leases)).await {
-                    Ok(Ok(())) => tracing::info!(lease = %self.lease(), "released the Lease"),
-                    Ok(Err(error)) => {
-                        tracing::warn!(lease = %self.lease(), %error, "cannot release the Lease; it expires after its duration")
-                    }
-                    Err(_) => {
-                        tracing::warn!(lease = %self.lease(), timeout = ?RELEASE_TIMEOUT, "the Lease was not released in time; it expires after its duration")
-                    }
-                }
-                Ok(())
-            }
-        }
+        ended
     }
 
     /// Waits until the Lease is ours (`true`) or shutdown is asked for (`false`): every
@@ -287,7 +300,8 @@ impl LeaderElection {
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.filter(|holder| !holder.is_empty());
         let record = lease.resource_version().unwrap_or_default();
-        match may_take(
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder.is_some());
+        let spec = match may_take(
             holder.as_deref(),
             &self.identity,
             &record,
@@ -296,17 +310,27 @@ impl LeaderElection {
             now,
         ) {
             Take::No => return Ok(false),
-            Take::Yours => return Ok(true),
-            Take::Vacant => {}
-            Take::Expired => tracing::info!(
-                lease = %self.lease(),
-                holder = holder.as_deref().unwrap_or_default(),
-                duration = ?self.duration,
-                "the Lease went unrenewed for its duration; taking it over"
-            ),
-        }
-        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder.is_some());
-        lease.spec = Some(taken(transitions));
+            // Still ours from a term whose renewals failed: written back at the resourceVersion
+            // read, as a renewal, never taken back unwritten: a standby that saw it unchanged for
+            // a duration may take it at any moment, and only a write makes one of the two fail.
+            Take::Yours => LeaseSpec {
+                holder_identity: holder,
+                renew_time: Some(MicroTime(jiff::Timestamp::now())),
+                lease_duration_seconds: Some(seconds),
+                ..spec
+            },
+            Take::Vacant => taken(transitions),
+            Take::Expired => {
+                tracing::info!(
+                    lease = %self.lease(),
+                    holder = holder.as_deref().unwrap_or_default(),
+                    duration = ?self.duration,
+                    "the Lease went unrenewed for its duration; taking it over"
+                );
+                taken(transitions)
+            }
+        };
+        lease.spec = Some(spec);
         match leases
             .replace(&self.lease_name, &PostParams::default(), &lease)
             .await
@@ -418,6 +442,16 @@ pub(crate) fn renew_request_timeout(lease_duration: Duration) -> Duration {
         .deadline
         .saturating_sub(renewal.period)
         .max(Duration::from_secs(1))
+}
+
+/// Spawns a task of the current term (an Event sent off the reconcile's path, a background
+/// write): it is dropped when `term`, the token the term's work was given, is cancelled, so
+/// nothing a lost term started still writes after the replica stopped acting.
+pub fn spawn_in_term<F>(term: CancellationToken, task: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(term.run_until_cancelled_owned(task));
 }
 
 fn identity() -> String {

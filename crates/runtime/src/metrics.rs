@@ -4,7 +4,7 @@
 //! `component` label, so dashboards can sum them across binaries.
 
 use prometheus::core::Collector;
-use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -25,6 +25,8 @@ pub struct Metrics {
     pub(crate) admission_reviews: IntCounterVec,
     /// `evictkit_leader`: 1 while this replica holds the Lease.
     pub(crate) leader: IntGauge,
+    /// `evictkit_leader_terms_lost_total`: terms as leader that ended because the Lease was lost.
+    pub(crate) leader_terms_lost: IntCounter,
     /// `evictkit_webhook_certificate_reloads_total{component, result}`.
     pub(crate) certificate_reloads: IntCounterVec,
 }
@@ -53,6 +55,12 @@ impl Metrics {
             "1 while this replica holds the leader-election Lease, else 0.",
         ))
         .map_err(MetricsError::Register)?;
+        let leader_terms_lost = IntCounter::with_opts(opts(
+            "evictkit_leader_terms_lost_total",
+            "Terms as leader ended by a lost Lease (taken by another replica, or not renewed by \
+             the renew deadline); the replica then campaigns again.",
+        ))
+        .map_err(MetricsError::Register)?;
         let certificate_reloads = IntCounterVec::new(
             opts(
                 "evictkit_webhook_certificate_reloads_total",
@@ -66,11 +74,13 @@ impl Metrics {
             evictions,
             admission_reviews,
             leader,
+            leader_terms_lost,
             certificate_reloads,
         };
         metrics.register(metrics.evictions.clone())?;
         metrics.register(metrics.admission_reviews.clone())?;
         metrics.register(metrics.leader.clone())?;
+        metrics.register(metrics.leader_terms_lost.clone())?;
         metrics.register(metrics.certificate_reloads.clone())?;
         Ok(metrics)
     }

@@ -66,6 +66,12 @@ impl ApiProxy {
     pub fn cut(&self) {
         let _ = self.cut.send(true);
     }
+
+    /// The partition heals: new connections pass again; those cut stay silent, as TCP
+    /// connections through a healed partition often do until the client gives up on them.
+    pub fn restore(&self) {
+        let _ = self.cut.send(false);
+    }
 }
 
 impl Drop for ApiProxy {

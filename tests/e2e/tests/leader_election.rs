@@ -42,11 +42,14 @@ async fn one_replica_acts_and_the_standby_takes_over_when_the_lease_is_released(
                     client,
                     Arc::new(Metrics::new("e2e").unwrap()),
                     token,
-                    |work_token| async move {
-                        let now = acting.fetch_add(1, Ordering::SeqCst) + 1;
-                        most.fetch_max(now, Ordering::SeqCst);
-                        work_token.cancelled().await;
-                        acting.fetch_sub(1, Ordering::SeqCst);
+                    move |work_token: CancellationToken| {
+                        let (acting, most) = (acting.clone(), most.clone());
+                        async move {
+                            let now = acting.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(now, Ordering::SeqCst);
+                            work_token.cancelled().await;
+                            acting.fetch_sub(1, Ordering::SeqCst);
+                        }
                     },
                 )
                 .await
@@ -87,7 +90,7 @@ async fn one_replica_acts_and_the_standby_takes_over_when_the_lease_is_released(
     let (_, shutdown, handle) = replicas.remove(leader);
     let released_at = Instant::now();
     shutdown.cancel();
-    timeout(Duration::from_secs(10), handle).await???;
+    timeout(Duration::from_secs(10), handle).await??;
 
     let (standby, standby_shutdown, standby_handle) = replicas.remove(0);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -105,7 +108,7 @@ async fn one_replica_acts_and_the_standby_takes_over_when_the_lease_is_released(
     // Released, not expired: the take-over is much faster than the 15 s lease duration.
     assert!(released_at.elapsed() < Duration::from_secs(10));
     standby_shutdown.cancel();
-    timeout(Duration::from_secs(10), standby_handle).await???;
+    timeout(Duration::from_secs(10), standby_handle).await??;
     assert_eq!(
         most_acting_at_once.load(Ordering::SeqCst),
         1,
@@ -365,19 +368,29 @@ async fn a_leader_cut_off_without_errors_stops_acting_before_the_lease_expires()
     let (led, leading) = tokio::sync::oneshot::channel();
     let stopped = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let recorded = stopped.clone();
-    let running = tokio::spawn(async move {
-        election
-            .run(
-                client,
-                Arc::new(Metrics::new("e2e").unwrap()),
-                CancellationToken::new(),
-                |work| async move {
-                    let _ = led.send(());
-                    work.cancelled().await;
-                    *recorded.lock().unwrap() = Some(Instant::now());
-                },
-            )
-            .await
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        let mut led = Some(led);
+        async move {
+            election
+                .run(
+                    client,
+                    Arc::new(Metrics::new("e2e").unwrap()),
+                    shutdown,
+                    move |work: CancellationToken| {
+                        let (led, recorded) = (led.take(), recorded.clone());
+                        async move {
+                            if let Some(led) = led {
+                                let _ = led.send(());
+                            }
+                            work.cancelled().await;
+                            recorded.lock().unwrap().get_or_insert(Instant::now());
+                        }
+                    },
+                )
+                .await
+        }
     });
     timeout(Duration::from_secs(30), leading).await??;
     // A few renewals through the proxy first.
@@ -385,22 +398,211 @@ async fn a_leader_cut_off_without_errors_stops_acting_before_the_lease_expires()
     let cut = Instant::now();
     proxy.cut();
 
-    let Ok(ended) = timeout(duration * 4, running).await else {
-        anyhow::bail!(
+    let stopped_after = loop {
+        if let Some(at) = *stopped.lock().unwrap() {
+            break at - cut;
+        }
+        anyhow::ensure!(
+            cut.elapsed() < duration * 4,
             "still acting {:?} after the apiserver went silent (a standby may take the Lease after {duration:?})",
             duration * 4
         );
+        sleep(Duration::from_millis(50)).await;
     };
-    let error = ended?.expect_err("a leader cut off loses the Lease");
-    let stopped_after = stopped
-        .lock()
-        .unwrap()
-        .map(|at| at - cut)
-        .expect("the work was stopped");
-    eprintln!("stopped acting {stopped_after:?} after the cut: {error}");
+    eprintln!("stopped acting {stopped_after:?} after the cut");
     anyhow::ensure!(
         stopped_after < duration,
         "stopped acting {stopped_after:?} after the cut, later than a standby may take over ({duration:?})"
     );
+    // Campaigning again meanwhile; shutdown still ends it at once.
+    shutdown.cancel();
+    timeout(Duration::from_secs(10), running).await??;
+    Ok(())
+}
+
+/// One replica running [`LeaderElection::run`] as a binary does, counting its terms.
+struct Replica {
+    shutdown: CancellationToken,
+    running: tokio::task::JoinHandle<()>,
+    terms: Arc<AtomicUsize>,
+    acting: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Replica {
+    /// Starts it; `acting` and `most` count the replicas acting at once, across replicas.
+    fn start(
+        election: LeaderElection,
+        client: kube::Client,
+        acting_now: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+    ) -> Self {
+        let shutdown = CancellationToken::new();
+        let terms = Arc::new(AtomicUsize::new(0));
+        let acting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = tokio::spawn({
+            let (shutdown, terms, acting) = (shutdown.clone(), terms.clone(), acting.clone());
+            async move {
+                election
+                    .run(
+                        client,
+                        Arc::new(Metrics::new("e2e").unwrap()),
+                        shutdown,
+                        move |work: CancellationToken| {
+                            let (acting_now, most) = (acting_now.clone(), most.clone());
+                            let (terms, acting) = (terms.clone(), acting.clone());
+                            async move {
+                                let now = acting_now.fetch_add(1, Ordering::SeqCst) + 1;
+                                most.fetch_max(now, Ordering::SeqCst);
+                                acting.store(true, Ordering::SeqCst);
+                                terms.fetch_add(1, Ordering::SeqCst);
+                                work.cancelled().await;
+                                acting.store(false, Ordering::SeqCst);
+                                acting_now.fetch_sub(1, Ordering::SeqCst);
+                            }
+                        },
+                    )
+                    .await
+            }
+        });
+        Self {
+            shutdown,
+            running,
+            terms,
+            acting,
+        }
+    }
+
+    fn acting(&self) -> bool {
+        self.acting.load(Ordering::SeqCst)
+    }
+
+    fn terms(&self) -> usize {
+        self.terms.load(Ordering::SeqCst)
+    }
+
+    /// Fails the test if the replica's `run` returned: it must live on as a standby.
+    async fn alive(&mut self, name: &str) -> Result<()> {
+        if self.running.is_finished() {
+            (&mut self.running).await?;
+            anyhow::bail!("{name} ended instead of campaigning again (the process would exit)");
+        }
+        Ok(())
+    }
+
+    async fn stop(self) -> Result<()> {
+        self.shutdown.cancel();
+        timeout(Duration::from_secs(10), self.running).await??;
+        Ok(())
+    }
+}
+
+/// Issue 17 (kube-apiserver restarted): a leader that cannot renew its Lease for longer than
+/// the renew deadline stops acting by then, as before, but stays up: it campaigns again and,
+/// once it holds the Lease again, starts a new term, with no second replica acting meanwhile.
+/// Alone, it takes its own Lease back when the apiserver answers again; with a standby that
+/// took the Lease meanwhile, it stays a standby until that one leaves.
+#[tokio::test]
+async fn a_leader_cut_off_past_the_renew_deadline_campaigns_again_without_exiting() -> Result<()> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+
+    let env = TestEnv::new("recampaign").await?;
+    let proxy = env.api_proxy().await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(proxy.kubeconfig())?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let duration = Duration::from_secs(6);
+    let (acting_now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut cut_off = Replica::start(
+        LeaderElection {
+            duration,
+            ..election(&env, "cut-off")
+        },
+        evictkit_runtime::client::for_leader_election(config, duration)?,
+        acting_now.clone(),
+        most.clone(),
+    );
+    let leases = env.api::<Lease>();
+    let holder = || async {
+        leases
+            .get_opt("evictkit-e2e")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|lease| lease.spec?.holder_identity)
+    };
+    // Waits for `done`, failing if the cut-off replica's run ends meanwhile.
+    macro_rules! wait_for {
+        ($done:expr, $within:expr, $what:expr) => {{
+            let deadline = Instant::now() + $within;
+            loop {
+                cut_off.alive("the cut-off replica").await?;
+                if $done {
+                    break;
+                }
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{} within {:?} (Lease holder {:?})",
+                    $what,
+                    $within,
+                    holder().await
+                );
+                sleep(Duration::from_millis(100)).await;
+            }
+        }};
+    }
+    wait_for!(cut_off.acting(), Duration::from_secs(30), "no first term");
+
+    // Alone: cut off past the renew deadline, then back.
+    sleep(duration / 2).await;
+    proxy.cut();
+    let cut = Instant::now();
+    wait_for!(!cut_off.acting(), duration * 4, "still acting");
+    let stopped_after = cut.elapsed();
+    anyhow::ensure!(
+        stopped_after < duration,
+        "stopped acting {stopped_after:?} after the cut, later than a standby may take over ({duration:?})"
+    );
+    proxy.restore();
+    wait_for!(
+        cut_off.terms() == 2 && cut_off.acting(),
+        Duration::from_secs(30),
+        "no second term once the apiserver answered again"
+    );
+
+    // With a standby, which takes the Lease while the leader is cut off.
+    let standby = Replica::start(
+        LeaderElection {
+            duration,
+            ..election(&env, "standby")
+        },
+        env.client.clone(),
+        acting_now.clone(),
+        most.clone(),
+    );
+    sleep(duration / 2).await;
+    proxy.cut();
+    wait_for!(
+        standby.acting() && !cut_off.acting(),
+        duration * 5,
+        "the standby did not take over"
+    );
+    proxy.restore();
+    // Back in touch, the former leader stays a standby while the Lease is renewed.
+    let watch_until = Instant::now() + duration * 2;
+    wait_for!(Instant::now() >= watch_until, duration * 3, "(not reached)");
+    anyhow::ensure!(
+        !cut_off.acting() && standby.acting(),
+        "the former leader took the Lease of a standby that renews it"
+    );
+    standby.stop().await?;
+    wait_for!(
+        cut_off.terms() == 3 && cut_off.acting(),
+        Duration::from_secs(15),
+        "the former leader did not take the released Lease"
+    );
+    cut_off.stop().await?;
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two replicas acted at once");
     Ok(())
 }
