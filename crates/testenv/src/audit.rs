@@ -31,6 +31,8 @@ pub struct User {
 #[derive(Deserialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
+    /// Empty for the core group.
+    pub api_group: Option<String>,
     pub resource: Option<String>,
     pub subresource: Option<String>,
     pub namespace: Option<String>,

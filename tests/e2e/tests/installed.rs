@@ -17,15 +17,20 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_api::keys::{DESCHEDULER_REQUEST_EVICT_ONLY, REQUIRED_DURING_EXECUTION};
+use evictkit_api::keys::{
+    DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
+};
 use evictkit_core::eviction_request::State;
-use evictkit_runtime::eviction_request::request_eviction;
+use evictkit_core::lifecycle::CONDITION_TARGET_EVICTED;
+use evictkit_runtime::lifecycle_request::{self, ApiMode};
+use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::descheduler::Identity;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
@@ -223,21 +228,60 @@ async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str) -> Result
         .context("taint-manager did not delete the intolerant pod")
 }
 
-/// evictionrequest-controller: a request for a pod ends Evicted (by the Eviction API).
-async fn eviction_request_evicts(env: &TestEnv) -> Result<()> {
-    env.create(&objects::pod("requested", "requested")).await?;
-    let pod = env.wait_for_ready_pods("app=requested", 1).await?.remove(0);
-    let request = request_eviction(&env.client, &pod, "installed.evictkit.io").await?;
-    wait::wait_for(
-        &env.api::<EvictionRequest>(),
-        &request.name_any(),
-        DEFAULT_TIMEOUT,
-        "Evicted",
-        |request| State::of(request) == State::Evicted,
-    )
-    .await
-    .map(drop)
-    .context("the EvictionRequest was not Evicted")
+/// Our requester's names in the suite, on either EvictionRequest API.
+const INSTALLED_REQUESTER: RequesterNames = RequesterNames {
+    crd: "installed.evictkit.io",
+    lifecycle: "evictkit.io/installed",
+};
+
+/// evictionrequest-controller: a request for a pod, on the API `api` the installed controller
+/// serves, ends with the pod evicted and the request saying so (`Evicted` on the CRD,
+/// `TargetEvicted` upstream).
+async fn eviction_request_evicts(env: &TestEnv, api: ApiMode, name: &str) -> Result<()> {
+    env.create(&objects::pod(name, name)).await?;
+    let pod = env
+        .wait_for_ready_pods(&format!("app={name}"), 1)
+        .await?
+        .remove(0);
+    let requester = Requester::new(env.client.clone(), api, INSTALLED_REQUESTER).await?;
+    let request = requester
+        .request_eviction(&pod)
+        .await
+        .with_context(|| format!("requesting the eviction of {name} on {api:?}"))?;
+    match api {
+        ApiMode::Lifecycle => wait::wait_for(
+            &env.api::<lifecycle::EvictionRequest>(),
+            &request,
+            DEFAULT_TIMEOUT,
+            "TargetEvicted",
+            |request| {
+                request
+                    .status
+                    .as_ref()
+                    .and_then(|status| status.conditions.as_ref())
+                    .is_some_and(|conditions| {
+                        conditions
+                            .iter()
+                            .any(|c| c.type_ == CONDITION_TARGET_EVICTED && c.status == "True")
+                    })
+            },
+        )
+        .await
+        .map(drop),
+        _ => wait::wait_for(
+            &env.api::<EvictionRequest>(),
+            &request,
+            DEFAULT_TIMEOUT,
+            "Evicted",
+            |request| State::of(request) == State::Evicted,
+        )
+        .await
+        .map(drop),
+    }
+    .with_context(|| format!("the EvictionRequest {request} ({api:?}) did not end evicted"))?;
+    wait::wait_for_deletion(&env.api::<Pod>(), name, DEFAULT_TIMEOUT)
+        .await
+        .with_context(|| format!("{name} was not evicted"))
 }
 
 /// affinity-evictor: a node label change evicts a pod whose required-during-execution selector
@@ -418,13 +462,15 @@ data:
 }
 
 /// descheduler-bridge: the real descheduler (PodLifeTime, this namespace, in-background
-/// evictions on) evicts a `request-evict-only` pod; the bridge's webhook turns the eviction into
-/// an EvictionRequest with the descheduler's requester instead.
+/// evictions on) evicts a `request-evict-only` pod of Deployment `name`; the bridge's webhook
+/// turns the eviction into an EvictionRequest on `api` with the descheduler's requester instead.
 async fn descheduler_eviction_becomes_a_request(
     env: &TestEnv,
     descheduler: &Identity,
+    api: ApiMode,
+    name: &str,
 ) -> Result<()> {
-    let mut deployment = objects::deployment("descheduled", 1);
+    let mut deployment = objects::deployment(name, 1);
     deployment
         .spec
         .template
@@ -433,7 +479,7 @@ async fn descheduler_eviction_becomes_a_request(
         .annotations = Some([(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new())].into());
     env.create(&deployment).await?;
     let pod = env
-        .wait_for_ready_pods("app=descheduled", 1)
+        .wait_for_ready_pods(&format!("app={name}"), 1)
         .await?
         .remove(0);
     let policy = json!({
@@ -446,18 +492,24 @@ async fn descheduler_eviction_becomes_a_request(
                 "args": {
                     "maxPodLifeTimeSeconds": 1,
                     "namespaces": {"include": [env.namespace]},
-                    "labelSelector": {"matchLabels": {"app": "descheduled"}},
+                    "labelSelector": {"matchLabels": {"app": name}},
                 },
             }],
             "plugins": {"deschedule": {"enabled": ["PodLifeTime"]}},
         }],
     });
     let running = env.start_descheduler(descheduler, &policy.to_string(), "1s")?;
-    let uid = pod.uid().unwrap_or_default();
     // The audit log, not the request: with no interceptor the pod is evicted within
     // milliseconds and the bridge withdraws from the ended request, so a poll of the request
-    // can miss its requester entirely. The bridge's own write of the request (named by the
-    // pod's UID) under its chart's ServiceAccount is the proof.
+    // can miss its requester entirely. The bridge's own write of the request under its chart's
+    // ServiceAccount is the proof.
+    let (group, request) = match api {
+        ApiMode::Lifecycle => (
+            "lifecycle.k8s.io",
+            lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY),
+        ),
+        _ => ("evictkit.io", pod.uid().unwrap_or_default()),
+    };
     let bridge_account = format!("system:serviceaccount:{NAMESPACE}:");
     let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
     loop {
@@ -468,7 +520,8 @@ async fn descheduler_eviction_becomes_a_request(
                 && event.code().is_some_and(|code| (200..300).contains(&code))
                 && event.object_ref.as_ref().is_some_and(|object| {
                     object.resource.as_deref() == Some("evictionrequests")
-                        && object.name.as_deref() == Some(uid.as_str())
+                        && object.api_group.as_deref() == Some(group)
+                        && object.name.as_deref() == Some(request.as_str())
                 })
         });
         if requested {
@@ -476,7 +529,7 @@ async fn descheduler_eviction_becomes_a_request(
         }
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "no EvictionRequest {uid} written by descheduler-bridge's ServiceAccount after the descheduler's eviction; descheduler log:\n{}",
+            "no EvictionRequest {group}/{request} written by descheduler-bridge's ServiceAccount after the descheduler's eviction; descheduler log:\n{}",
             running.log_tail(30)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -544,13 +597,19 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         );
     }
 
-    // One real action per component, under the chart's RBAC.
+    // One real action per component, under the chart's RBAC. The EvictionRequest API is the
+    // charts' default (auto): this cluster serves lifecycle.k8s.io, so upstream's API.
+    ensure!(
+        ApiMode::Auto.resolve(&env.client).await? == ApiMode::Lifecycle,
+        "the test cluster does not serve lifecycle.k8s.io/v1alpha1, which the charts' default (api: auto) would pick"
+    );
     taint_evicts_an_intolerant_pod(&env, "intolerant").await?;
-    eviction_request_evicts(&env).await?;
+    eviction_request_evicts(&env, ApiMode::Lifecycle, "requested").await?;
     label_change_evicts(&env).await?;
     let policy = apply_policy(&env)?;
     policy_defaults_a_pdb(&env, &policy, "budget").await?;
-    descheduler_eviction_becomes_a_request(&env, &descheduler).await?;
+    descheduler_eviction_becomes_a_request(&env, &descheduler, ApiMode::Lifecycle, "descheduled")
+        .await?;
 
     let forbidden = forbidden_lines(&env).await?;
     ensure!(
@@ -648,9 +707,22 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     ]
     .map(|block| format!("{block}.podAnnotations.rolled=yes"))
     .join(",");
+    // The upgrade also moves the EvictionRequest users to the evictkit.io CRD, which clusters
+    // without upstream's API run, so both APIs run installed.
+    let to_crd = "evictionrequestController.api=crd,deschedulerBridge.evictionRequestApi=crd";
     helm(
         &env,
-        &install_args("upgrade", &["--set", &descheduler_values, "--set", &rolled]),
+        &install_args(
+            "upgrade",
+            &[
+                "--set",
+                &descheduler_values,
+                "--set",
+                &rolled,
+                "--set",
+                to_crd,
+            ],
+        ),
     )
     .context("helm upgrade")?;
     for component in COMPONENTS {
@@ -668,6 +740,17 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     ensure!(
         failed_after == failed_before,
         "webhook calls failed (or failed open) during helm upgrade: {failed_before:?} -> {failed_after:?}"
+    );
+
+    // After the upgrade: the controller and the bridge on the CRD, under the same RBAC.
+    eviction_request_evicts(&env, ApiMode::Crd, "requested-crd").await?;
+    descheduler_eviction_becomes_a_request(&env, &descheduler, ApiMode::Crd, "descheduled-crd")
+        .await?;
+    let forbidden = forbidden_lines(&env).await?;
+    ensure!(
+        forbidden.is_empty(),
+        "components were refused by their chart's RBAC after the upgrade:\n{}",
+        forbidden.join("\n")
     );
 
     // helm uninstall keeps the CRDs and the users' objects.
