@@ -22,7 +22,11 @@
 //! `/readyz` -> first successful delete or eviction), double actions (pods with more than one
 //! successful delete or eviction, either replica), lost work (pods never acted on, or requests
 //! not Evicted, once the run ends), and replicas that exited when they should not have (a
-//! component must reconnect to a restarted apiserver without a restart of its own).
+//! component must reconnect to a restarted apiserver without a restart of its own). The
+//! api-throttled fault also reports the replicas' writes answered 429 while API priority and
+//! fairness rejected their work (more than 0, or the fault did not take place) and the busier
+//! replica's CPU over that window (they must back off, not spin); recovery is counted from the
+//! end of the throttling.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -34,6 +38,7 @@ use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
 use evictkit_core::eviction_request::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -60,6 +65,12 @@ const PATIENCE: Duration = Duration::from_secs(300);
 /// Quiet time after the last action, in which a late double action would show.
 const SETTLE: Duration = Duration::from_secs(4);
 const CONCURRENCY: usize = 16;
+/// How long the api-throttled fault answers the work 429.
+const THROTTLE_FOR: Duration = Duration::from_secs(30);
+/// Goal while throttled: each replica backs off, using at most this share of a core.
+const THROTTLED_CPU_GOAL: f64 = 0.25;
+/// The FlowSchema and PriorityLevelConfiguration of the api-throttled fault.
+const THROTTLED: &str = "chaos-throttled";
 const KWOK_NODES: usize = 5;
 
 #[derive(clap::Args)]
@@ -80,6 +91,10 @@ enum Fault {
     ApiserverRestarted,
     /// etcd stopped and started again with its data, mid-burst.
     EtcdRestarted,
+    /// API priority and fairness answers every work request of the replicas 429 for
+    /// [`THROTTLE_FOR`] (a priority level of no seats that rejects; their Leases still pass),
+    /// mid-burst.
+    ApiThrottled,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -95,6 +110,7 @@ impl Fault {
             Fault::LeaderKilled => "leader-killed",
             Fault::ApiserverRestarted => "apiserver-restarted",
             Fault::EtcdRestarted => "etcd-restarted",
+            Fault::ApiThrottled => "api-throttled",
         }
     }
 }
@@ -189,7 +205,24 @@ struct Row {
     unexpected: usize,
     /// Replicas that exited though nothing killed them.
     exited: Vec<String>,
+    /// api-throttled: what the replicas did while answered 429.
+    throttled: Option<Throttled>,
     detail: String,
+}
+
+/// The replicas while API priority and fairness rejected their work.
+struct Throttled {
+    /// Requests answered 429.
+    rejected: usize,
+    /// The busier replica's CPU, in cores, over the throttled window.
+    cpu_cores: f64,
+}
+
+impl Throttled {
+    /// The fault took place (the apiserver rejected requests) and the replicas backed off.
+    fn met(&self) -> bool {
+        self.rejected > 0 && self.cpu_cores <= THROTTLED_CPU_GOAL
+    }
 }
 
 impl Row {
@@ -199,6 +232,7 @@ impl Row {
             && self.lost == 0
             && self.unexpected == 0
             && self.exited.is_empty()
+            && self.throttled.as_ref().is_none_or(Throttled::met)
     }
 }
 
@@ -214,6 +248,7 @@ pub fn run(args: Args) -> Result<()> {
             Fault::LeaderKilled,
             Fault::ApiserverRestarted,
             Fault::EtcdRestarted,
+            Fault::ApiThrottled,
         ],
     };
     let workloads = match args.component {
@@ -300,6 +335,12 @@ fn print_table(rows: &[Row]) {
         if !row.exited.is_empty() {
             met.push_str(&format!(" (exited: {})", row.exited.join(", ")));
         }
+        if let Some(throttled) = &row.throttled {
+            met.push_str(&format!(
+                " ({} requests answered 429; CPU {:.2} cores while throttled, goal <= {THROTTLED_CPU_GOAL})",
+                throttled.rejected, throttled.cpu_cores
+            ));
+        }
         println!(
             "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} | {met}",
             row.scenario, time, row.double, row.lost, "-"
@@ -368,6 +409,7 @@ async fn scenario(
         "    {before_fault} pods acted on {:.0} s after the burst started; injecting the fault",
         Timestamp::now().duration_since(since).as_secs_f64()
     );
+    let mut throttled_window = None;
     let (fault_over, survivors) = match fault {
         Fault::LeaderKilled => {
             // The Lease may have changed hands since the start (that alone is a finding).
@@ -387,6 +429,29 @@ async fn scenario(
                 "    {process} restarted; /readyz again after {:.1} s",
                 stopped.elapsed().as_secs_f64()
             );
+            (Timestamp::now(), vec![0, 1])
+        }
+        Fault::ApiThrottled => {
+            let cpu = |replicas: &[(Component, u16)]| -> Result<Vec<f64>> {
+                replicas.iter().map(|(c, _)| c.cpu_seconds()).collect()
+            };
+            let cpu_before = cpu(&replicas)?;
+            let started = (Instant::now(), Timestamp::now());
+            throttle(client, &users).await?;
+            tokio::time::sleep(THROTTLE_FOR).await;
+            let cpu_after = cpu(&replicas)?;
+            let window = started.0.elapsed();
+            unthrottle(client).await?;
+            eprintln!(
+                "    work of the replicas answered 429 for {:.1} s",
+                window.as_secs_f64()
+            );
+            let cpu_cores = cpu_before
+                .iter()
+                .zip(&cpu_after)
+                .map(|(before, after)| (after - before) / window.as_secs_f64())
+                .fold(0.0, f64::max);
+            throttled_window = Some((started.1, Timestamp::now(), cpu_cores));
             (Timestamp::now(), vec![0, 1])
         }
     };
@@ -442,6 +507,14 @@ async fn scenario(
     let seconds = |time: Option<Duration>| {
         time.map_or("none".to_owned(), |t| format!("{:.1} s", t.as_secs_f64()))
     };
+    let throttled = throttled_window
+        .map(|(from, to, cpu_cores)| {
+            anyhow::Ok(Throttled {
+                rejected: rejected(&users, from, to)?,
+                cpu_cores,
+            })
+        })
+        .transpose()?;
     let row = Row {
         scenario: name.clone(),
         time,
@@ -452,6 +525,7 @@ async fn scenario(
             .filter(|pod| !expected_names.contains(*pod))
             .count(),
         exited,
+        throttled,
         detail: format!(
             "  {name}: {expected} pods, {before_fault} acted on before the fault; {} successful \
              {} calls on {} pods; first by {} after the fault: {}; Lease written by them after: \
@@ -541,6 +615,88 @@ fn lease_writes(users: &[String], ns: &str, since: Timestamp) -> Result<Option<T
         }
     }
     Ok(first)
+}
+
+/// Requests of `users` (any namespace) that the apiserver answered 429 between `from` and `to`.
+fn rejected(users: &[String], from: Timestamp, to: Timestamp) -> Result<usize> {
+    let mut count = 0;
+    for event in support::audit_events(users)? {
+        if event["responseStatus"]["code"].as_u64() == Some(429) {
+            let at = received(&event)?;
+            count += usize::from(at >= from && at <= to);
+        }
+    }
+    Ok(count)
+}
+
+/// API priority and fairness rejects (429) every request of `users` (service accounts) in the
+/// groups of the work; coordination.k8s.io is left out, so their Leases still pass and the
+/// fault is throttling, not a lost leadership.
+async fn throttle(client: &Client, users: &[String]) -> Result<()> {
+    let subjects: Vec<serde_json::Value> = users
+        .iter()
+        .map(|user| {
+            let account = user
+                .strip_prefix("system:serviceaccount:")
+                .and_then(|rest| rest.split_once(':'))
+                .with_context(|| format!("{user} is not a service account"))?;
+            anyhow::Ok(json!({"kind": "ServiceAccount",
+                "serviceAccount": {"namespace": account.0, "name": account.1}}))
+        })
+        .collect::<Result<_>>()?;
+    let level: PriorityLevelConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": THROTTLED},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}},
+    }))?;
+    let schema: FlowSchema = serde_json::from_value(json!({
+        "metadata": {"name": THROTTLED},
+        "spec": {
+            "priorityLevelConfiguration": {"name": THROTTLED},
+            "matchingPrecedence": 100,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{
+                "subjects": subjects,
+                "resourceRules": [{
+                    "verbs": ["*"],
+                    "apiGroups": ["", "events.k8s.io", "policy", "evictkit.io", "lifecycle.k8s.io"],
+                    "resources": ["*"],
+                    "clusterScope": true,
+                    "namespaces": ["*"],
+                }],
+            }],
+        },
+    }))?;
+    Api::<PriorityLevelConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &level)
+        .await
+        .context("creating the throttled PriorityLevelConfiguration")?;
+    Api::<FlowSchema>::all(client.clone())
+        .create(&PostParams::default(), &schema)
+        .await
+        .context("creating the throttled FlowSchema")?;
+    Ok(())
+}
+
+async fn unthrottle(client: &Client) -> Result<()> {
+    for result in [
+        Api::<FlowSchema>::all(client.clone())
+            .delete(THROTTLED, &DeleteParams::default())
+            .await
+            .map(drop),
+        Api::<PriorityLevelConfiguration>::all(client.clone())
+            .delete(THROTTLED, &DeleteParams::default())
+            .await
+            .map(drop),
+    ] {
+        match result {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error).context("removing the throttling"),
+            Ok(()) => {}
+        }
+    }
+    Ok(())
 }
 
 async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {

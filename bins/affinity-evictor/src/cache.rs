@@ -28,8 +28,9 @@ use crate::rounds::Rounds;
 #[resource(inherit = Pod)]
 #[serde(from = "Pod")]
 pub struct CachedPod {
-    /// Name, namespace and UID; the resourceVersion only until the watcher has read it
-    /// ([`forget_resource_version`]).
+    /// Name, namespace, UID and resourceVersion (the eviction's precondition: a decision from a
+    /// stale entry, e.g. before our own eviction's watch event, gets 409 rather than a second
+    /// eviction).
     pub metadata: ObjectMeta,
     pub node_name: String,
     pub facts: PodFacts,
@@ -91,11 +92,6 @@ impl CachedPod {
         self.metadata.name == other.metadata.name
             && self.metadata.namespace == other.metadata.namespace
     }
-}
-
-/// The watcher reads the resourceVersion of each object it yields; nothing after it does.
-pub fn forget_resource_version(pod: &mut CachedPod) {
-    pod.metadata.resource_version = None;
 }
 
 /// One parse per distinct [`AffinitySource`] among live pods: a Deployment's thousand pods

@@ -31,7 +31,9 @@ use evictkit_core::affinity_eviction::{
 };
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
+use evictkit_runtime::eviction::{
+    EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
+};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::{HealthServer, Readiness};
 use evictkit_runtime::leader::LeaderElection;
@@ -51,7 +53,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::cache::{CachedPod, LabelRounds, PodsByNode, forget_resource_version, strip_node};
+use crate::cache::{CachedPod, LabelRounds, PodsByNode, strip_node};
 use crate::metrics::AffinityMetrics;
 pub use crate::metrics::METRIC_DAEMONSET_PODS_NOT_EVICTED;
 use crate::rounds::{Rounds, Step};
@@ -324,7 +326,6 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         let store = pod_store.clone();
         watcher(api, watcher::Config::default().fields("spec.nodeName!="))
             .default_backoff()
-            .modify(forget_resource_version)
             .reflect(pod_writer)
             .inspect(move |event| {
                 if let Ok(event) = event {
@@ -589,14 +590,21 @@ async fn violation(
             context.forget(key);
             Ok(Action::await_change())
         }
+        // Not a failed attempt: the cached pod is behind (e.g. our own eviction's watch event
+        // has not arrived, or a successor took the name); decide again from the newer pod.
+        EvictionOutcome::Conflict { message } => {
+            tracing::debug!(pod = %name, %message, "evicted from a stale cache entry; looking again");
+            Ok(Action::requeue(STALE_CACHE_RECHECK))
+        }
         failed => {
             let delay = context.failed(key, name);
             let why = match &failed {
                 EvictionOutcome::BlockedByBudget { message }
-                | EvictionOutcome::InBackground { message }
-                | EvictionOutcome::Conflict { message } => message.clone(),
+                | EvictionOutcome::InBackground { message } => message.clone(),
                 EvictionOutcome::Other { status } => status.message.clone(),
-                EvictionOutcome::Evicted | EvictionOutcome::Gone => String::new(),
+                EvictionOutcome::Evicted
+                | EvictionOutcome::Gone
+                | EvictionOutcome::Conflict { .. } => String::new(),
             };
             // The KEP asks for minimal failure logs: names only, at debug.
             tracing::debug!(pod = %name, outcome = failed.label(), "eviction failed; retrying");

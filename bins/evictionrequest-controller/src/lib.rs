@@ -60,9 +60,9 @@ use crate::target_pod::{ReadError, TargetPods};
 /// `component` label of shared metrics.
 pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
 const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
-/// When an object's cache still predates our own write (or a write decided from it was refused
-/// as superseded), look again this soon if no watch event has woken it by then. Both APIs.
-const STALE_CACHE_RECHECK: Duration = Duration::from_secs(1);
+// When an object's cache still predates our own write (or a write decided from it was refused
+// as superseded), look again as soon as after an eviction's conflict; both APIs.
+use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
 
 type Key = ObjectRef<EvictionRequest>;
 

@@ -27,7 +27,9 @@ use evictkit_core::lifecycle::{
     self as core, Progress, Target, imperative_evictor_active, own_status,
 };
 use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
+use evictkit_runtime::eviction::{
+    EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
+};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
@@ -43,9 +45,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
+use crate::COMPONENT;
 use crate::retries::{Backoff, NextAttempt, Retries};
 use crate::target_pod::{ReadError, TargetPods};
-use crate::{COMPONENT, STALE_CACHE_RECHECK};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
 /// controller's, so the controller's applies never touch the responder's fields).

@@ -28,6 +28,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::metrics::Metrics;
 
+/// When a decision made from a cached object was refused as made from a stale entry (409:
+/// the object changed, began terminating or was replaced since), look again this soon if no
+/// watch event has woken it by then: the newer object is on its way.
+pub const STALE_CACHE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `policyv1.DisruptionBudgetCause`, the cause type the apiserver attaches when a
 /// PodDisruptionBudget blocks an eviction.
 const DISRUPTION_BUDGET_CAUSE: &str = "DisruptionBudget";
