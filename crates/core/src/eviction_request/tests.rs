@@ -663,6 +663,21 @@ fn interceptor_annotation() {
     assert!(!is_fqdn(&format!("{}.com", "a".repeat(64))));
 }
 
+/// A hostile annotation as big as the apiserver allows (256 KiB) listing 25k names: the count is
+/// the error, found without checking every entry against every other (a quadratic duplicate
+/// check took seconds per pod, on every reconcile and every pod admission).
+#[test]
+fn a_huge_interceptor_list_is_refused_as_too_many_before_its_entries_are_checked() {
+    let mut names: Vec<String> = (0..25_000).map(|i| format!("i{i}.io")).collect();
+    names.push("Not-A-Name".to_owned());
+    let value = names.join(",");
+    assert!(value.len() <= 256 * 1024, "{} bytes", value.len());
+    assert_eq!(
+        PodInterceptors::parse(&value),
+        Err(InterceptorsError::TooMany { count: 25_001 })
+    );
+}
+
 #[test]
 fn eviction_backoff_is_capped_near_15_minutes() {
     let initial = std::time::Duration::from_secs(1);
