@@ -8,10 +8,15 @@ FROM rust:${RUST_VERSION}-bookworm AS build
 ARG COMPONENT
 WORKDIR /src
 COPY . .
-# The same flags as xtask/src/image.rs: a static glibc binary without symbols.
+# The same flags and the same build as xtask/src/image.rs (its test
+# the_dockerfile_builds_what_xtask_image_builds keeps them equal): a static glibc binary without
+# symbols, built together with every image's binary, so dependency features unify as there and
+# the component's binary is the same.
 ENV RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols"
 RUN test -n "${COMPONENT}" && \
-    cargo build --release --locked --target x86_64-unknown-linux-gnu --package "${COMPONENT}" && \
+    cargo build --release --locked --target x86_64-unknown-linux-gnu \
+      --package affinity-evictor --package taint-manager --package pdb-policy-webhook \
+      --package evictionrequest-controller --package descheduler-bridge --package evictkit-pause && \
     cp "target/x86_64-unknown-linux-gnu/release/${COMPONENT}" /manager
 
 FROM scratch

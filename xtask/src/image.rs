@@ -367,6 +367,49 @@ mod tests {
         assert_eq!(entry.header().uid().unwrap(), 0);
     }
 
+    /// The Dockerfile is for users with Docker; both must give the same binary and image.
+    #[test]
+    fn the_dockerfile_builds_what_xtask_image_builds() {
+        let dockerfile = fs::read_to_string(crate::workspace_root().join("Dockerfile")).unwrap();
+        let joined = dockerfile.replace("\\\n", " ");
+        let build_line = joined
+            .lines()
+            .find(|line| line.contains("cargo build"))
+            .expect("the Dockerfile runs cargo build");
+        let words: Vec<&str> = build_line
+            .split("cargo build")
+            .nth(1)
+            .unwrap()
+            .split("&&")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        let command = static_build(Path::new("."));
+        let expected: Vec<&str> = command
+            .get_args()
+            .skip(1)
+            .map(|arg| arg.to_str().unwrap())
+            .collect();
+        assert_eq!(words, expected, "the Dockerfile's cargo build differs");
+        assert!(
+            dockerfile.contains(&format!("ENV RUSTFLAGS=\"{RUSTFLAGS}\"")),
+            "the Dockerfile's RUSTFLAGS differ from {RUSTFLAGS:?}"
+        );
+        assert!(dockerfile.contains(&format!("USER {USER}")));
+        assert!(dockerfile.contains(&format!("ENTRYPOINT [\"/{COMPONENT_PATH}\"]")));
+        assert!(dockerfile.contains(&format!(
+            "COPY --from=build --chmod=0755 /{COMPONENT_PATH} /{COMPONENT_PATH}"
+        )));
+        for label in ["source", "version", "revision", "created", "title"] {
+            assert!(
+                dockerfile.contains(&format!("org.opencontainers.image.{label}=")),
+                "the Dockerfile lacks the label {label}"
+            );
+        }
+        assert!(dockerfile.contains(&format!("org.opencontainers.image.source=\"{SOURCE}\"")));
+    }
+
     #[test]
     fn references_match_the_charts_default_image() {
         assert_eq!(

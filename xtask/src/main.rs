@@ -6,6 +6,7 @@ mod charts;
 mod cluster;
 mod crds;
 mod demo;
+mod fuzz;
 mod image;
 mod test;
 
@@ -45,6 +46,10 @@ enum Command {
     /// the controllers and print a table of takeover/recovery times, double actions and lost
     /// work; fails if a row misses its goal (starts its own cluster: set EVICTKIT_CLUSTER_DIR).
     Chaos(chaos::Args),
+    /// Run the libFuzzer targets in fuzz/ (annotations, policy specs, every webhook's
+    /// AdmissionReview), each for a bounded time (nightly toolchain and cargo-fuzz, installed
+    /// when missing).
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Image(args) => image::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
     }
 }
 

@@ -36,7 +36,10 @@ pub fn run(args: Args) -> Result<()> {
     let root = crate::workspace_root();
     disk_check(&root);
     let with_installed = !args.unit_only && !args.no_installed && args.e2e_args.is_empty();
-    let early_images = with_installed.then(EarlyImageBuild::start).transpose()?;
+    let early_images = with_installed.then(BackgroundBuild::images).transpose()?;
+    let fuzz_targets = (!args.unit_only && args.e2e_args.is_empty())
+        .then(BackgroundBuild::fuzz_targets)
+        .transpose()?;
     step("cargo fmt --check", cargo(&["fmt", "--all", "--check"]))?;
     step(
         "cargo clippy",
@@ -91,15 +94,26 @@ pub fn run(args: Args) -> Result<()> {
         cluster::down()?;
     }
     result?;
+    if let Some(build) = fuzz_targets {
+        step("build of the fuzz targets (started early)", build.finish())?;
+        step(
+            "fuzz targets",
+            crate::fuzz::fuzz(&root, &crate::fuzz::TARGETS, FUZZ_SECONDS_PER_TARGET),
+        )?;
+    }
     match early_images {
         Some(early) => installed(args.keep_cluster, Some(early)),
         None => Ok(()),
     }
 }
 
+/// CI's bounded fuzzing: every target, every run, seeded by the committed corpus
+/// (`cargo xtask fuzz --seconds N` for longer runs).
+const FUZZ_SECONDS_PER_TARGET: u32 = 30;
+
 /// The installed stage: the component images, a cluster with a real node, and
 /// tests/e2e/tests/installed.rs, which helm-installs the umbrella chart there.
-fn installed(keep_cluster: bool, early_images: Option<EarlyImageBuild>) -> Result<()> {
+fn installed(keep_cluster: bool, early_images: Option<BackgroundBuild>) -> Result<()> {
     let started = Instant::now();
     if let Some(early) = early_images {
         step("static release build (started early)", early.finish())?;
@@ -150,30 +164,30 @@ fn installed(keep_cluster: bool, early_images: Option<EarlyImageBuild>) -> Resul
     result
 }
 
-/// One kube and one k8s-openapi in the build (DESIGN.md), and a `crates/core` that links no
-/// client, no async runtime and no HTTP stack, so its decisions stay pure.
-/// The images' static release build, started with the run at the lowest CPU priority: it takes
-/// only the CPU the checks and end-to-end tests leave idle (they mostly wait on the cluster), so
-/// the images stage finds most of it done. Its output goes to a log, shown if it fails.
-struct EarlyImageBuild {
+/// A build started with the run at the lowest CPU priority: it takes only the CPU the checks
+/// and end-to-end tests leave idle (they mostly wait on the cluster), so the stage that needs
+/// it finds most of it done. Its output goes to a log, shown if it fails.
+struct BackgroundBuild {
+    what: &'static str,
     child: Child,
     log: PathBuf,
     started: Instant,
 }
 
-impl EarlyImageBuild {
-    fn start() -> Result<Self> {
-        let root = crate::workspace_root();
-        let build = crate::image::static_build(&root);
+impl BackgroundBuild {
+    fn start(what: &'static str, build: Command, log: PathBuf) -> Result<Self> {
         let mut command = Command::new("nice");
         command.args(["-n", "19"]).arg(build.get_program());
-        command.args(build.get_args()).current_dir(&root);
-        for (key, value) in build.get_envs() {
-            if let Some(value) = value {
-                command.env(key, value);
-            }
+        command.args(build.get_args());
+        if let Some(dir) = build.get_current_dir() {
+            command.current_dir(dir);
         }
-        let log = root.join("target/images/static-build.log");
+        for (key, value) in build.get_envs() {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
         std::fs::create_dir_all(log.parent().expect("a log has a folder"))?;
         let output = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         command
@@ -182,16 +196,41 @@ impl EarlyImageBuild {
             .stdin(std::process::Stdio::null());
         let child = command
             .spawn()
-            .context("starting the static release build (nice cargo build)")?;
+            .with_context(|| format!("starting the {what} (nice {:?})", build.get_program()))?;
         eprintln!(
-            "==> static release build of the images started in the background at nice 19 (log: {})",
+            "==> {what} started in the background at nice 19 (log: {})",
             log.display()
         );
         Ok(Self {
+            what,
             child,
             log,
             started: Instant::now(),
         })
+    }
+
+    /// The images' static release build.
+    fn images() -> Result<Self> {
+        let root = crate::workspace_root();
+        let log = root.join("target/images/static-build.log");
+        Self::start(
+            "static release build of the images",
+            crate::image::static_build(&root),
+            log,
+        )
+    }
+
+    /// The fuzz targets, with the nightly toolchain and cargo-fuzz installed first when
+    /// missing (`cargo xtask fuzz --build-only`, this same binary).
+    fn fuzz_targets() -> Result<Self> {
+        let root = crate::workspace_root();
+        let mut build = Command::new(std::env::current_exe().context("the xtask binary")?);
+        build.args(["fuzz", "--build-only"]).current_dir(&root);
+        Self::start(
+            "build of the fuzz targets",
+            build,
+            root.join("target/fuzz-build.log"),
+        )
     }
 
     fn finish(mut self) -> Result<()> {
@@ -199,9 +238,10 @@ impl EarlyImageBuild {
         let status = self
             .child
             .wait()
-            .context("waiting for the static release build")?;
+            .with_context(|| format!("waiting for the {}", self.what))?;
         eprintln!(
-            "==> static release build: done {:.0}s after its start, {:.0}s of it waited for here",
+            "==> {}: done {:.0}s after its start, {:.0}s of it waited for here",
+            self.what,
             self.started.elapsed().as_secs_f64(),
             waiting.elapsed().as_secs_f64()
         );
@@ -212,7 +252,8 @@ impl EarlyImageBuild {
                 eprintln!("{line}");
             }
             bail!(
-                "the static release build failed ({status}); full log: {}",
+                "the {} failed ({status}); full log: {}",
+                self.what,
                 self.log.display()
             );
         }
@@ -220,8 +261,8 @@ impl EarlyImageBuild {
     }
 }
 
-impl Drop for EarlyImageBuild {
-    /// A run that fails before the images stage stops the build it started.
+impl Drop for BackgroundBuild {
+    /// A run that fails before the stage that needs the build stops it.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
@@ -266,6 +307,8 @@ fn disk_check(root: &std::path::Path) {
 /// margin. See `disk_check`.
 const CLEAN_RUN_DISK_GIB: u64 = 20;
 
+/// One kube and one k8s-openapi in the build (DESIGN.md), and a `crates/core` that links no
+/// client, no async runtime and no HTTP stack, so its decisions stay pure.
 fn dependency_rules() -> Result<()> {
     const SINGLE: [&str; 5] = [
         "kube",

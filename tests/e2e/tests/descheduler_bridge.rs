@@ -556,6 +556,81 @@ async fn background_eviction_through_an_eviction_request() -> Result<()> {
     t.env.ensure_no_invalid_writes()
 }
 
+/// Issue 14 item 1: a pod whose EvictionRequest was Canceled by validation (here a malformed
+/// interceptor annotation) is not requested again every descheduler cycle: the bridge answers
+/// later cycles' evictions 403 with the reason, the request stays the one that was refused (not
+/// deleted and made again), and the pod stays unmarked and running.
+#[tokio::test]
+async fn a_refused_pod_is_not_requested_again_every_cycle() -> Result<()> {
+    let t = setup("desched-refused", "1h", &[]).await?;
+    let pods = t.workload("web", 1).await?;
+    let pod = &pods[0];
+    // No pod webhook runs here, so the typo reaches the controller as it would on a cluster
+    // where the pod was written before the webhook was installed.
+    t.env
+        .api::<Pod>()
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {EVICTION_INTERCEPTORS: "Not_A_Name"}}}),
+            ),
+        )
+        .await?;
+    t.target(pod).await?;
+    let descheduler = t.descheduler(json!({}))?;
+    let refused = t
+        .wait_request(pod, "Canceled by validation", |r| {
+            State::of(r) == State::Canceled
+        })
+        .await?;
+    // Two more cycles' evictions after the refusal (the descheduler runs every second).
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while t.evacuations("refused")? < 2.0 {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the bridge refused {} evictions, not 2; descheduler log:\n{}\nbridge log:\n{}",
+            t.evacuations("refused")?,
+            descheduler.log_tail(30),
+            t.bridge.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let now = t
+        .env
+        .api::<EvictionRequest>()
+        .get(&uid(pod))
+        .await
+        .context("the refused request is kept")?;
+    ensure!(
+        now.metadata.uid == refused.metadata.uid && State::of(&now) == State::Canceled,
+        "the refused request was made again ({:?} -> {:?}, {:?})",
+        refused.metadata.uid,
+        now.metadata.uid,
+        State::of(&now)
+    );
+    ensure!(
+        t.evacuations("requested")? == 1.0,
+        "requested {} times",
+        t.evacuations("requested")?
+    );
+    let (code, message) = evict(&t.descheduler.client().await?, pod, false)
+        .await?
+        .err()
+        .context("the descheduler's eviction of a refused pod must not pass")?;
+    ensure!(
+        code == 403 && message.contains("Not_A_Name"),
+        "answered {code}: {message}"
+    );
+    let current = t.env.api::<Pod>().get(&pod.name_any()).await?;
+    ensure!(
+        annotation(&current, DESCHEDULER_EVICTION_IN_PROGRESS).is_none(),
+        "the pod is still marked in progress: {:?}",
+        current.metadata.annotations
+    );
+    t.env.ensure_no_invalid_writes()
+}
+
 /// Pods evicted in background count against `maxNoOfPodsToEvictPerNode` in every later cycle,
 /// and after a descheduler restart (rebuilt from the in-progress mark): the second pod is never
 /// evicted, the first never twice.

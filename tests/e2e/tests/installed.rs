@@ -18,7 +18,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
-    DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
+    DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER_KEY, EVICTION_INTERCEPTORS,
+    REQUIRED_DURING_EXECUTION,
 };
 use evictkit_core::eviction_request::State;
 use evictkit_core::lifecycle::CONDITION_TARGET_EVICTED;
@@ -233,6 +234,36 @@ const INSTALLED_REQUESTER: RequesterNames = RequesterNames {
     crd: "installed.evictkit.io",
     lifecycle: "evictkit.io/installed",
 };
+
+/// An EvictionRequest on the CRD that the installed controller has taken up and handed to the
+/// pod's own interceptor, which never answers: in progress for the heartbeat timeout.
+async fn request_held_by_an_interceptor(env: &TestEnv, name: &str) -> Result<EvictionRequest> {
+    let mut pod = objects::pod(name, name);
+    pod.metadata.annotations = Some(BTreeMap::from([(
+        EVICTION_INTERCEPTORS.to_owned(),
+        "hold.example.com".to_owned(),
+    )]));
+    env.create(&pod).await?;
+    let pod = env
+        .wait_for_ready_pods(&format!("app={name}"), 1)
+        .await?
+        .remove(0);
+    let requester = Requester::new(env.client.clone(), ApiMode::Crd, INSTALLED_REQUESTER).await?;
+    let request = requester.request_eviction(&pod).await?;
+    wait::wait_for(
+        &env.api::<EvictionRequest>(),
+        &request,
+        DEFAULT_TIMEOUT,
+        "its interceptor active",
+        |request| {
+            request
+                .status
+                .as_ref()
+                .is_some_and(|status| status.active_interceptors == ["hold.example.com"])
+        },
+    )
+    .await
+}
 
 /// evictionrequest-controller: a request for a pod, on the API `api` the installed controller
 /// serves, ends with the pod evicted and the request saying so (`Evicted` on the CRD,
@@ -753,7 +784,8 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         forbidden.join("\n")
     );
 
-    // helm uninstall keeps the CRDs and the users' objects.
+    // helm uninstall keeps the CRDs and the users' objects, an EvictionRequest in progress too.
+    let held = request_held_by_an_interceptor(&env, "held-crd").await?;
     helm(
         &env,
         &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
@@ -776,6 +808,17 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         None,
     )
     .context("the user's PodDisruptionBudgetPolicy went with helm uninstall")?;
+    let kept = env
+        .api::<EvictionRequest>()
+        .get_opt(&held.name_any())
+        .await?
+        .context("the EvictionRequest in progress went with helm uninstall")?;
+    ensure!(
+        kept.metadata.uid == held.metadata.uid && State::of(&kept) == State::of(&held),
+        "the EvictionRequest in progress changed with helm uninstall: {:?} -> {:?}",
+        State::of(&held),
+        State::of(&kept)
+    );
 
     lookup_free_render_serves_the_webhook(&env, &policy).await
 }
