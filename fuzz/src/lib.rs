@@ -55,13 +55,21 @@ async fn build_webhooks() -> Vec<Webhook> {
     let client = stand_in_apiserver();
     let metrics = |component: &str| Arc::new(Metrics::new(component).expect("fresh registry"));
     let mut all = Vec::new();
+    // Each path of a binary's router, in the order the fuzz inputs' first byte picks them.
+    let mut serve = |component: &'static str, router: Router, paths: &[&'static str]| {
+        all.extend(paths.iter().map(|&path| Webhook {
+            component,
+            path,
+            router: router.clone(),
+        }));
+    };
 
     let affinity = metrics("affinity-evictor");
-    all.push(Webhook {
-        component: "affinity-evictor",
-        path: affinity_evictor::webhook::PATH,
-        router: affinity_evictor::webhook::webhooks(affinity).into_router(),
-    });
+    serve(
+        "affinity-evictor",
+        affinity_evictor::webhook::webhooks(affinity).into_router(),
+        &[affinity_evictor::webhook::PATH],
+    );
 
     let bridge = metrics("descheduler-bridge");
     let context = descheduler_bridge::webhook::Context {
@@ -84,12 +92,11 @@ async fn build_webhooks() -> Vec<Webhook> {
         manager: "descheduler-bridge".to_owned(),
         dry_run: false,
     };
-    let router = descheduler_bridge::webhook::webhooks(Arc::new(context), bridge).into_router();
-    all.push(Webhook {
-        component: "descheduler-bridge",
-        path: descheduler_bridge::webhook::PATH,
-        router,
-    });
+    serve(
+        "descheduler-bridge",
+        descheduler_bridge::webhook::webhooks(Arc::new(context), bridge).into_router(),
+        &[descheduler_bridge::webhook::PATH],
+    );
 
     let controller = metrics("evictionrequest-controller");
     let identity = ControllerIdentity {
@@ -103,16 +110,14 @@ async fn build_webhooks() -> Vec<Webhook> {
         identity,
     )
     .into_router();
-    for path in [
-        evictionrequest_controller::webhook::PATH,
-        evictionrequest_controller::webhook::POD_PATH,
-    ] {
-        all.push(Webhook {
-            component: "evictionrequest-controller",
-            path,
-            router: router.clone(),
-        });
-    }
+    serve(
+        "evictionrequest-controller",
+        router,
+        &[
+            evictionrequest_controller::webhook::PATH,
+            evictionrequest_controller::webhook::POD_PATH,
+        ],
+    );
 
     let pdb = metrics("pdb-policy-webhook");
     let context = pdb_policy_webhook::admission::Context {
@@ -126,18 +131,15 @@ async fn build_webhooks() -> Vec<Webhook> {
             .expect("fresh registry"),
         live: Arc::new(client),
     };
-    let router = pdb_policy_webhook::admission::webhooks(Arc::new(context), pdb).into_router();
-    for path in [
-        pdb_policy_webhook::admission::MUTATE_PDB_PATH,
-        pdb_policy_webhook::admission::VALIDATE_PDB_PATH,
-        pdb_policy_webhook::admission::VALIDATE_EVICTION_PATH,
-    ] {
-        all.push(Webhook {
-            component: "pdb-policy-webhook",
-            path,
-            router: router.clone(),
-        });
-    }
+    serve(
+        "pdb-policy-webhook",
+        pdb_policy_webhook::admission::webhooks(Arc::new(context), pdb).into_router(),
+        &[
+            pdb_policy_webhook::admission::MUTATE_PDB_PATH,
+            pdb_policy_webhook::admission::VALIDATE_PDB_PATH,
+            pdb_policy_webhook::admission::VALIDATE_EVICTION_PATH,
+        ],
+    );
     all
 }
 

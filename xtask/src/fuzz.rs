@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use crate::test::run_command;
+
 /// The fuzz targets, as named in fuzz/Cargo.toml.
 pub const TARGETS: [&str; 5] = [
     "required_during_execution",
@@ -22,7 +24,7 @@ pub const TARGETS: [&str; 5] = [
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// A slower input is a finding: an annotation or review that takes this long would hold a
-/// webhook call or a reconcile (10.8 s per parse was found this way).
+/// webhook call or a reconcile (a long interceptor list once took 10.8 s per parse).
 const INPUT_TIMEOUT_SECS: u32 = 5;
 
 #[derive(clap::Args)]
@@ -41,12 +43,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let root = crate::workspace_root();
     ensure_tools()?;
-    let status = build_command(&root)
-        .status()
-        .context("running cargo fuzz build")?;
-    if !status.success() {
-        bail!("cargo fuzz build exited with {status}");
-    }
+    run_command(&mut build_command(&root))?;
     if args.build_only {
         return Ok(());
     }
@@ -78,8 +75,8 @@ pub fn fuzz(root: &Path, targets: &[&str], seconds: u32) -> Result<()> {
             .arg(format!("-max_total_time={seconds}"))
             .arg(format!("-timeout={INPUT_TIMEOUT_SECS}"))
             .arg("-rss_limit_mb=2048")
-            // Reviews of a few hundred KiB: big enough for huge lists and deep nesting, small
-            // enough to keep thousands of runs a second.
+            // Inputs of up to a few hundred KiB: big enough for huge lists and deep nesting,
+            // small enough to keep hundreds of whole reviews a second.
             .arg(format!("-max_len={}", max_len(target)))
             .arg("-print_final_stats=1");
         let output = command
@@ -161,7 +158,7 @@ fn ensure_tools() -> Result<()> {
     };
     if !has("rustup", &["run", "nightly", "rustc", "--version"]) {
         eprintln!("==> installing the nightly toolchain (libFuzzer's instrumentation needs it)");
-        install(Command::new("rustup").args([
+        run_command(Command::new("rustup").args([
             "toolchain",
             "install",
             "nightly",
@@ -171,23 +168,13 @@ fn ensure_tools() -> Result<()> {
     }
     if !has("cargo", &["+nightly", "fuzz", "--version"]) {
         eprintln!("==> installing cargo-fuzz {CARGO_FUZZ_VERSION}");
-        install(Command::new("cargo").args([
+        run_command(Command::new("cargo").args([
             "install",
             "cargo-fuzz",
             "--locked",
             "--version",
             CARGO_FUZZ_VERSION,
         ]))?;
-    }
-    Ok(())
-}
-
-fn install(command: &mut Command) -> Result<()> {
-    let status = command
-        .status()
-        .with_context(|| format!("running {command:?}"))?;
-    if !status.success() {
-        bail!("{command:?} exited with {status}");
     }
     Ok(())
 }

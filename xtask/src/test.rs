@@ -413,7 +413,7 @@ fn cargo(args: &[&str]) -> Result<()> {
     )
 }
 
-fn run_command(command: &mut Command) -> Result<()> {
+pub fn run_command(command: &mut Command) -> Result<()> {
     eprintln!("--> {command:?}");
     let status = command
         .status()

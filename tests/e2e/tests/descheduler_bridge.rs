@@ -223,6 +223,20 @@ impl Bridge {
             .await
     }
 
+    /// Merges `annotations` into `pod`'s (a null value removes one).
+    async fn annotate(&self, pod: &Pod, annotations: serde_json::Value) -> Result<()> {
+        self.env
+            .api::<Pod>()
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+            )
+            .await
+            .with_context(|| format!("annotating pod {}", pod.name_any()))?;
+        Ok(())
+    }
+
     /// Labels `pod` for the descheduler's policy.
     async fn target(&self, pod: &Pod) -> Result<()> {
         self.env
@@ -567,15 +581,7 @@ async fn a_refused_pod_is_not_requested_again_every_cycle() -> Result<()> {
     let pod = &pods[0];
     // No pod webhook runs here, so the typo reaches the controller as it would on a cluster
     // where the pod was written before the webhook was installed.
-    t.env
-        .api::<Pod>()
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {EVICTION_INTERCEPTORS: "Not_A_Name"}}}),
-            ),
-        )
+    t.annotate(pod, json!({EVICTION_INTERCEPTORS: "Not_A_Name"}))
         .await?;
     t.target(pod).await?;
     let descheduler = t.descheduler(json!({}))?;
@@ -853,15 +859,7 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
 
     // The descheduler's eviction of a pod without request-evict-only: evicted at once.
     let plain = &pods[2];
-    t.env
-        .api::<Pod>()
-        .patch(
-            &plain.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {DESCHEDULER_REQUEST_EVICT_ONLY: null}}}),
-            ),
-        )
+    t.annotate(plain, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
         .await?;
     ensure!(evict(&as_descheduler, plain, false).await? == Ok(()));
     wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
