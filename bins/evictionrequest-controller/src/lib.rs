@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use evictkit_api::conditions::REASON_VALIDATION_FAILED;
-use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
 use evictkit_core::affinity_eviction::MIRROR_POD_ANNOTATION;
 use evictkit_core::eviction_request::admission::ControllerIdentity;
@@ -590,17 +590,19 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     for transition in &plan.transitions {
         record(&context, &request, transition).await;
     }
-    // The version each write replaces: the cached one, then the previous write's.
-    let mut base = request.metadata.resource_version.clone();
+    let mut last = LastWrite {
+        version: request.metadata.resource_version.clone(),
+        status: controller_status(request.status.as_ref()),
+    };
     if let (Some(labels), false) = (&plan.labels, context.dry_run) {
-        let version = apply_labels(&context.client, &request, labels, base.clone()).await?;
-        context
-            .written
-            .replaced(&key, std::mem::replace(&mut base, version));
+        let version = apply_labels(&context.client, &request, labels, last.version.clone()).await?;
+        last.replaced(&context, &key, version);
     }
     match (plan.imperative.clone(), pod.as_deref()) {
         (Some(Imperative::Evict), Some(pod)) => {
-            let wait = imperative_eviction(&request, &key, pod, &mut plan, now, &context).await?;
+            let wait =
+                imperative_eviction(&request, &key, pod, &mut plan, &mut last, now, &context)
+                    .await?;
             requeue = min_some(requeue, wait);
         }
         (Some(Imperative::Unsupported(message)), _) => {
@@ -622,12 +624,7 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
     }
 
     let finished = State::of_status(Some(&plan.status)).is_finished();
-    if controller_status(request.status.as_ref()) != plan.status && !context.dry_run {
-        let version = apply_status(&context.client, &request, &plan, base.clone()).await?;
-        context
-            .written
-            .replaced(&key, std::mem::replace(&mut base, version));
-    }
+    last.write_status(&context, &request, &key, &plan).await?;
     let mut observed = request.as_ref().clone();
     observed.status = Some(plan.status.clone());
     context.metrics.observe(&observed, finished);
@@ -637,14 +634,43 @@ async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Resu
             core::owner_to_add(&request, pod.as_deref(), &plan.status),
             context.dry_run,
         ) {
-            let version = add_owner(&context.client, &request, owner, base.clone()).await?;
-            context
-                .written
-                .replaced(&key, std::mem::replace(&mut base, version));
+            let version = add_owner(&context.client, &request, owner, last.version.clone()).await?;
+            last.replaced(&context, &key, version);
         }
         requeue = min_some(requeue, expire(&request, &plan, now, &context).await?);
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// What the controller last wrote of one request in this reconcile (before its first write:
+/// what it read): the version the next write replaces, and its part of the status.
+struct LastWrite {
+    version: Option<String>,
+    status: EvictionRequestStatus,
+}
+
+impl LastWrite {
+    fn replaced(&mut self, context: &Context, key: &Key, version: Option<String>) {
+        let replaced = std::mem::replace(&mut self.version, version);
+        context.written.replaced(key, replaced);
+    }
+
+    /// Writes the plan's status unless it is what was last written (or `--dry-run`).
+    async fn write_status(
+        &mut self,
+        context: &Context,
+        request: &EvictionRequest,
+        key: &Key,
+        plan: &Plan,
+    ) -> Result<(), Error> {
+        if self.status == plan.status || context.dry_run {
+            return Ok(());
+        }
+        let version = apply_status(&context.client, request, plan, self.version.clone()).await?;
+        self.replaced(context, key, version);
+        self.status = plan.status.clone();
+        Ok(())
+    }
 }
 
 fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
@@ -657,11 +683,17 @@ fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 /// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
 /// its status message and the next attempt waits (exponential backoff, capped). Returns the
 /// wait before the next attempt, if one is due.
+///
+/// The first attempt comes only after a status saying the request was validated (its
+/// targetInterceptors) is written: a request first seen with its pod gone is canceled as "Target
+/// Pod was not found" (KEP, Validation), so an eviction whose status write was lost (the leader
+/// killed, the apiserver gone in between) would have ended Canceled instead of Evicted.
 async fn imperative_eviction(
     request: &EvictionRequest,
     key: &Key,
     pod: &Pod,
     plan: &mut Plan,
+    last: &mut LastWrite,
     now: Timestamp,
     context: &Context,
 ) -> Result<Option<Duration>, Error> {
@@ -676,6 +708,11 @@ async fn imperative_eviction(
     }
     let namespace = key.namespace.as_deref().unwrap_or_default();
     let pod_name = pod.name_any();
+    let evicting = format!("Evicting pod {namespace}/{pod_name} through the Eviction API.");
+    if last.status.target_interceptors.is_empty() {
+        plan.record_imperative(&evicting, now);
+        last.write_status(context, request, key, plan).await?;
+    }
     let outcome = context.evictions.evict(pod).await?;
     let result = match &outcome {
         EvictionOutcome::Evicted => Some(metrics::EVICTED),
@@ -693,8 +730,10 @@ async fn imperative_eviction(
     }
     let failure = match &outcome {
         EvictionOutcome::Evicted => {
+            // The status says "Evicting" (written before the attempt, or now after failed
+            // ones) until the pod is gone and the request Evicted.
+            plan.record_imperative(&evicting, now);
             let message = format!("Evicted pod {namespace}/{pod_name} through the Eviction API.");
-            plan.record_imperative(&message, now);
             normal(context, request, "Evicting", "Evict", &message).await;
             context.retries.forget(key);
             return Ok(None);

@@ -24,6 +24,9 @@ use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -341,6 +344,123 @@ async fn malformed_interceptors_cancel_naming_the_entry() -> Result<()> {
     Ok(())
 }
 
+/// The status saying a request was validated is written before its pod is evicted. Before, the
+/// controller evicted first and wrote the status after; when that write was lost (the leader
+/// killed, the apiserver restarted in between), the next reconcile found the pod gone and no
+/// status, and canceled the request as "Target Pod was not found" although the controller had
+/// evicted it (`cargo xtask chaos`: 57 of 500 requests after a leader kill, 8 after an
+/// apiserver restart). Here a ValidatingAdmissionPolicy refuses the request's status writes
+/// while the controller works: the pod must stay until one goes through, and the request must
+/// end Evicted.
+#[tokio::test]
+async fn a_pod_is_evicted_only_once_its_request_says_it_was_validated() -> Result<()> {
+    let env = env("evr-validated").await?;
+    let pod = ready_pod(&env, "p-1", None).await?;
+    let request = request_eviction(&env.client, &pod, DRAIN).await?;
+    let refusal = refuse_status_writes(&env, &request).await?;
+    let refused = || -> Result<usize> {
+        Ok(env
+            .audit_events()?
+            .iter()
+            .filter(|event| {
+                let object = event.object_ref.as_ref();
+                object.and_then(|o| o.subresource.as_deref()) == Some("status")
+                    && object.and_then(|o| o.name.as_deref()) == Some(uid(&pod).as_str())
+                    && event.user.username == "admin"
+                    && event.code() == Some(403)
+            })
+            .count())
+    };
+    // The probe's refusals, then the controller's.
+    let probes = refused()?;
+    let _controller = start(&env, "4s").await?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while refused()? < probes + 2 {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the controller wrote no status of {} in {DEFAULT_TIMEOUT:?}",
+            uid(&pod)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pod_now = env.api::<Pod>().get_opt("p-1").await?;
+    ensure!(
+        pod_now.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "pod p-1 was evicted while its request's status could not be written"
+    );
+
+    Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
+        .delete(&refusal, &DeleteParams::default())
+        .await?;
+    let request = wait_request(&env, &pod, "finished", |r| State::of(r).is_finished()).await?;
+    assert_eq!(
+        condition(&request, "Evicted").map(|c| c.0),
+        Some("TargetDeleted".into()),
+        "{:?}",
+        request.status
+    );
+    Ok(())
+}
+
+/// Refuses (403) every status write of `request` with a ValidatingAdmissionPolicy; returns the
+/// binding's name once the apiserver enforces it (a dry-run status write is refused).
+async fn refuse_status_writes(env: &TestEnv, request: &EvictionRequest) -> Result<String> {
+    let name = format!("{}-refuse-status", env.namespace);
+    let policy = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["evictkit.io"], "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["evictionrequests/status"],
+            }]},
+            "validations": [{"expression": "false", "reason": "Forbidden",
+                "message": "status writes refused by the test"}],
+        },
+    }))?;
+    let binding = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels":
+                {"kubernetes.io/metadata.name": env.namespace}}},
+        },
+    }))?;
+    let post = PostParams::default();
+    Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
+        .create(&post, &policy)
+        .await?;
+    env.delete_on_drop::<ValidatingAdmissionPolicy>(&name);
+    Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
+        .create(&post, &binding)
+        .await?;
+    env.delete_on_drop::<ValidatingAdmissionPolicyBinding>(&name);
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let probe = Patch::Merge(json!({"status": {"observedGeneration": 1}}));
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while env
+        .api::<EvictionRequest>()
+        .patch_status(&request.name_any(), &dry_run, &probe)
+        .await
+        .is_ok()
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the ValidatingAdmissionPolicy {name} is not enforced"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(name)
+}
+
 /// KEP: with no interceptor the default one evicts the pod; labels are synchronised; the
 /// request ends Evicted; its metric series go with it.
 #[tokio::test]
@@ -370,7 +490,7 @@ async fn no_interceptor_evicts_through_the_eviction_api() -> Result<()> {
         "labels synchronised"
     );
     assert!(
-        imperative_message(&request).is_some_and(|m| m.starts_with("Evicted pod")),
+        imperative_message(&request).is_some_and(|m| m.starts_with("Evicting pod")),
         "{request:?}"
     );
     wait::wait_for_deletion(&env.api::<Pod>(), "p-1", DEFAULT_TIMEOUT).await?;
