@@ -35,14 +35,10 @@ use evictkit_runtime::eviction::{
     EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
 };
 use evictkit_runtime::eviction_request::EvictionRequestError;
-use evictkit_runtime::http::{HealthServer, Readiness};
-use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::manager::Manager;
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::tls::ReloadingCertResolver;
-use evictkit_runtime::{client, logging, shutdown, tls};
 use futures::{StreamExt, future, stream};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -133,37 +129,24 @@ pub enum Mode {
 /// Starts the health server, the webhook (all replicas) and the controller (the Lease
 /// holder), and runs until SIGTERM or until one of them fails.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    logging::init(args.common.log_format)?;
-    args.common.validate(args.roles.runs(Role::Webhook))?;
     anyhow::ensure!(
         args.retry_backoff_base <= args.retry_backoff_max,
         "--retry-backoff-base ({:?}) must not exceed --retry-backoff-max ({:?})",
         args.retry_backoff_base,
         args.retry_backoff_max
     );
-    tls::install_crypto_provider();
-    let shutdown = shutdown::on_signal()?;
-    let client = client::build(args.common.rate_limit()).await?;
-    let metrics = Arc::new(Metrics::new(COMPONENT)?);
-    let own_metrics = AffinityMetrics::register(&metrics)?;
-    let readiness = Readiness::default();
-    let health =
-        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
-
-    let mut parts: Vec<future::BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    let mut manager =
+        Manager::start(COMPONENT, &args.common, args.roles.runs(Role::Webhook)).await?;
+    let own_metrics = AffinityMetrics::register(manager.metrics())?;
     if args.roles.runs(Role::Webhook) {
-        let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
-        let server =
-            webhook::webhooks(metrics.clone()).bind(args.common.webhook_addr, certificates)?;
-        tracing::info!(addr = %server.local_addr()?, "serving the mutating webhook");
-        let token = shutdown.clone();
-        parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
+        let webhooks = webhook::webhooks(manager.metrics().clone());
+        manager.serve_webhooks(webhooks, "the mutating webhook")?;
     }
     if args.roles.runs(Role::Controller) {
+        let client = manager.client().clone();
         let settings = Arc::new(Settings {
-            evictions: EvictionClient::new(client.clone(), metrics.clone())
-                .dry_run(args.common.dry_run),
-            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
+            evictions: manager.evictions(),
+            recorder: manager.recorder(COMPONENT).await?,
             metrics: own_metrics,
             enabled: args.enabled,
             dry_run: args.common.dry_run,
@@ -189,29 +172,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         if !args.enabled {
             tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
         }
-        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
-        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
-        parts.push(Box::pin(async move {
-            leader
-                .run(
-                    client::build_for_leader_election(leader.duration).await?,
-                    metrics,
-                    token,
-                    |term| control(client.clone(), settings.clone(), term),
-                )
-                .await;
-            Ok(())
-        }));
+        manager.lead(LEASE_NAME, move |term| {
+            control(client.clone(), settings.clone(), term)
+        });
     }
-    let token = shutdown.clone();
-    parts.push(Box::pin(async move { Ok(health.serve(token).await?) }));
-    readiness.set_ready(true);
-
-    // The first part to end (an error, or all of them at shutdown) stops the others.
-    let (result, _, rest) = future::select_all(parts).await;
-    shutdown.cancel();
-    future::join_all(rest).await;
-    result
+    Ok(manager.run().await?)
 }
 
 /// What the flags decide, handed to each term of leadership.

@@ -166,6 +166,10 @@ pub struct Settings {
     pub dry_run: bool,
     /// Events on the EvictionRequest when the bridge lets an evacuation go.
     pub recorder: EventRecorder,
+    /// `--concurrent-syncs`: unbounded, every due request's withdrawal queued for the QPS
+    /// budget before any pod's mark was cleared (a new leader with 158 due cleared its first
+    /// mark 20 s after taking the Lease).
+    pub controller: kube::runtime::controller::Config,
 }
 
 struct Context {
@@ -282,6 +286,7 @@ pub async fn control<R: Request>(
     let controller = {
         let ready = ready.clone();
         Controller::for_stream(requests, request_store.clone())
+            .with_config(settings.controller.clone())
             .reconcile_on(pod_changes)
             .graceful_shutdown_on(token.clone().cancelled_owned())
             .run(

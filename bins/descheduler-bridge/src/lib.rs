@@ -34,16 +34,10 @@ use clap::Parser;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{DESCHEDULER_ASSUMED_TTL, OptIn, Ttls};
-use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs, parse_duration};
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::http::{HealthServer, Readiness};
-use evictkit_runtime::leader::LeaderElection;
+use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::manager::Manager;
 use evictkit_runtime::requester::{Requester, RequesterNames};
-use evictkit_runtime::tls::ReloadingCertResolver;
-use evictkit_runtime::{client, logging, shutdown, tls};
-use futures::future;
 use jiff::SignedDuration;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::api::PatchParams;
@@ -87,6 +81,8 @@ pub struct Args {
     pub common: CommonArgs,
     #[command(flatten)]
     pub roles: RoleArgs,
+    #[command(flatten)]
+    pub controller: ControllerArgs,
     /// Usernames whose evictions are intercepted (comma-separated or repeated): the
     /// descheduler's identity. Never the evictionrequest-controller's: its fallback eviction
     /// would be turned into the request it carries out, and loop.
@@ -129,8 +125,6 @@ pub(crate) fn patch_params(manager: &str) -> PatchParams {
 /// Starts the health server, the webhook (all replicas) and the controller (the Lease
 /// holder), and runs until SIGTERM or until one of them fails.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    logging::init(args.common.log_format)?;
-    args.common.validate(args.roles.runs(Role::Webhook))?;
     let users: BTreeSet<String> = args
         .intercept_user
         .iter()
@@ -147,9 +141,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ttl.is_positive(),
         "--max-evacuation-request-ttl must be positive"
     );
-    tls::install_crypto_provider();
-    let shutdown = shutdown::on_signal()?;
-    let client = client::build(args.common.rate_limit()).await?;
+    let mut manager =
+        Manager::start(COMPONENT, &args.common, args.roles.runs(Role::Webhook)).await?;
+    let client = manager.client().clone();
     let requester = Requester::new(
         client.clone(),
         args.eviction_request_api,
@@ -160,17 +154,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await
     .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?;
-    let metrics = Arc::new(Metrics::new(COMPONENT)?);
-    let bridge_metrics = BridgeMetrics::register(&metrics)?;
-    let readiness = Readiness::default();
-    let health =
-        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
+    let bridge_metrics = BridgeMetrics::register(manager.metrics())?;
     // --dry-run: the webhook answers as it would, and nothing is written.
-    let manager = COMPONENT.to_owned();
-
-    let mut parts: Vec<future::BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    let field_manager = COMPONENT.to_owned();
     if args.roles.runs(Role::Webhook) {
-        let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
+        tracing::info!(users = ?users, "intercepting the evictions of these users");
         let context = Arc::new(webhook::Context {
             client: client.clone(),
             requester: requester.clone(),
@@ -181,14 +169,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 OptIn::RequestEvictOnly
             },
             metrics: bridge_metrics.clone(),
-            manager: manager.clone(),
+            manager: field_manager.clone(),
             dry_run: args.common.dry_run,
         });
-        let server = webhook::webhooks(context, metrics.clone())
-            .bind(args.common.webhook_addr, certificates)?;
-        tracing::info!(addr = %server.local_addr()?, users = ?users, "serving the pods/eviction webhook");
-        let token = shutdown.clone();
-        parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
+        let webhooks = webhook::webhooks(context, manager.metrics().clone());
+        manager.serve_webhooks(webhooks, "the pods/eviction webhook")?;
     }
     if args.roles.runs(Role::Controller) {
         let settings = Arc::new(controller::Settings {
@@ -198,43 +183,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
             namespace: args.namespace.clone(),
             metrics: bridge_metrics.clone(),
-            manager,
+            manager: field_manager,
             dry_run: args.common.dry_run,
-            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
+            recorder: manager.recorder(COMPONENT).await?,
+            controller: args.controller.config(),
         });
-        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
-        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
         let lifecycle = requester.api() == ApiMode::Lifecycle;
-        parts.push(Box::pin(async move {
-            leader
-                .run(
-                    client::build_for_leader_election(leader.duration).await?,
-                    metrics,
-                    token,
-                    |term| {
-                        let (client, settings) = (client.clone(), settings.clone());
-                        async move {
-                            if lifecycle {
-                                controller::control::<LifecycleRequest>(client, settings, term)
-                                    .await;
-                            } else {
-                                controller::control::<EvictionRequest>(client, settings, term)
-                                    .await;
-                            }
-                        }
-                    },
-                )
-                .await;
-            Ok(())
-        }));
+        manager.lead(LEASE_NAME, move |term| {
+            let (client, settings) = (client.clone(), settings.clone());
+            async move {
+                if lifecycle {
+                    controller::control::<LifecycleRequest>(client, settings, term).await;
+                } else {
+                    controller::control::<EvictionRequest>(client, settings, term).await;
+                }
+            }
+        });
     }
-    let token = shutdown.clone();
-    parts.push(Box::pin(async move { Ok(health.serve(token).await?) }));
-    readiness.set_ready(true);
-
-    // The first part to end (an error, or all of them at shutdown) stops the others.
-    let (result, _, rest) = future::select_all(parts).await;
-    shutdown.cancel();
-    future::join_all(rest).await;
-    result
+    Ok(manager.run().await?)
 }

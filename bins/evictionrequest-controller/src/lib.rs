@@ -34,13 +34,9 @@ use evictkit_core::eviction_request::{
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
-use evictkit_runtime::http::{HealthServer, Readiness};
-use evictkit_runtime::leader::LeaderElection;
 pub use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::manager::Manager;
 use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::tls::ReloadingCertResolver;
-use evictkit_runtime::{client, logging, shutdown, tls};
 use futures::{StreamExt, future};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
@@ -158,8 +154,6 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
 /// Starts the health server, the webhook (all replicas) and the controller (the Lease
 /// holder), and runs until SIGTERM or until one of them fails.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    logging::init(args.common.log_format)?;
-    args.common.validate(args.roles.runs(Role::Webhook))?;
     anyhow::ensure!(
         args.eviction_backoff_initial <= args.eviction_backoff_max,
         "--eviction-backoff-initial ({:?}) must not exceed --eviction-backoff-max ({:?})",
@@ -176,33 +170,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             || !args.controller_groups.is_empty(),
         "the webhook needs the controller's identity: --controller-username (e.g. system:serviceaccount:evictkit:evictionrequest-controller) or --controller-group"
     );
-    tls::install_crypto_provider();
-    let shutdown = shutdown::on_signal()?;
-    let client = client::build(args.common.rate_limit()).await?;
-    let metrics = Arc::new(Metrics::new(COMPONENT)?);
-    let readiness = Readiness::default();
-    let health =
-        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
     let heartbeat_timeout = SignedDuration::try_from(args.heartbeat_timeout)
         .context("--heartbeat-timeout is too long")?;
-
-    let mut parts: Vec<future::BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    let mut manager =
+        Manager::start(COMPONENT, &args.common, args.roles.runs(Role::Webhook)).await?;
+    let client = manager.client().clone();
     if args.roles.runs(Role::Webhook) {
-        let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
         let controller = ControllerIdentity {
             usernames: args.controller_usernames.clone(),
             groups: args.controller_groups.clone(),
         };
-        let server = webhook::webhooks(
+        let webhooks = webhook::webhooks(
             client.clone(),
-            metrics.clone(),
+            manager.metrics().clone(),
             heartbeat_timeout,
             controller,
-        )
-        .bind(args.common.webhook_addr, certificates)?;
-        tracing::info!(addr = %server.local_addr()?, "serving the validating webhook");
-        let token = shutdown.clone();
-        parts.push(Box::pin(async move { Ok(server.serve(token).await?) }));
+        );
+        manager.serve_webhooks(webhooks, "the validating webhook")?;
     }
     let api = if args.roles.runs(Role::Controller) {
         args.api
@@ -220,11 +204,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.heartbeat_timeout
         );
         let settings = Arc::new(lifecycle::Settings {
-            evictions: EvictionClient::new(client.clone(), metrics.clone())
-                .dry_run(args.common.dry_run),
-            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
-            metrics: lifecycle::LifecycleMetrics::register(&metrics)?,
-            pod_live_reads: metrics::pod_live_reads(&metrics)?,
+            evictions: manager.evictions(),
+            recorder: manager.recorder(COMPONENT).await?,
+            metrics: lifecycle::LifecycleMetrics::register(manager.metrics())?,
+            pod_live_reads: metrics::pod_live_reads(manager.metrics())?,
             config: evictkit_core::lifecycle::Config {
                 heartbeat_timeout,
                 ..evictkit_core::lifecycle::Config::default()
@@ -237,27 +220,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             namespace: args.namespace.clone(),
             controller: args.controller.config(),
         });
-        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
-        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
-        parts.push(Box::pin(async move {
-            leader
-                .run(
-                    client::build_for_leader_election(leader.duration).await?,
-                    metrics,
-                    token,
-                    |term| lifecycle::control(client.clone(), settings.clone(), term),
-                )
-                .await;
-            Ok(())
-        }));
+        manager.lead(LEASE_NAME, move |term| {
+            lifecycle::control(client.clone(), settings.clone(), term)
+        });
     } else if args.roles.runs(Role::Controller) {
         tracing::info!(requested = ?args.api, "serving evictionrequests.evictkit.io");
         let settings = Arc::new(Settings {
-            evictions: EvictionClient::new(client.clone(), metrics.clone())
-                .dry_run(args.common.dry_run),
-            recorder: EventRecorder::new(args.common.rate_limit(), COMPONENT).await?,
-            metrics: RequestMetrics::register(&metrics)?,
-            pod_live_reads: metrics::pod_live_reads(&metrics)?,
+            evictions: manager.evictions(),
+            recorder: manager.recorder(COMPONENT).await?,
+            metrics: RequestMetrics::register(manager.metrics())?,
+            pod_live_reads: metrics::pod_live_reads(manager.metrics())?,
             config: core::Config { heartbeat_timeout },
             backoff: Backoff {
                 initial: args.eviction_backoff_initial,
@@ -268,29 +240,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             namespace: args.namespace.clone(),
             controller: args.controller.config(),
         });
-        let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
-        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
-        parts.push(Box::pin(async move {
-            leader
-                .run(
-                    client::build_for_leader_election(leader.duration).await?,
-                    metrics,
-                    token,
-                    |term| control(client.clone(), settings.clone(), term),
-                )
-                .await;
-            Ok(())
-        }));
+        manager.lead(LEASE_NAME, move |term| {
+            control(client.clone(), settings.clone(), term)
+        });
     }
-    let token = shutdown.clone();
-    parts.push(Box::pin(async move { Ok(health.serve(token).await?) }));
-    readiness.set_ready(true);
-
-    // The first part to end (an error, or all of them at shutdown) stops the others.
-    let (result, _, rest) = future::select_all(parts).await;
-    shutdown.cancel();
-    future::join_all(rest).await;
-    result
+    Ok(manager.run().await?)
 }
 
 /// What the flags decide, shared by every term of leadership.

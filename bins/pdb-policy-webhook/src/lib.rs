@@ -27,11 +27,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs};
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::http::{HealthServer, Readiness};
-use evictkit_runtime::leader::LeaderElection;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::tls::{ReloadingCertResolver, install_crypto_provider};
+use evictkit_runtime::manager::Manager;
+use evictkit_runtime::tls::install_crypto_provider;
 
 use crate::admission::Context;
 use crate::cache::Caches;
@@ -88,82 +85,31 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
 /// Watches, webhooks, status; until SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let serves_webhook = args.roles.runs(Role::Webhook);
-    args.common.validate(serves_webhook)?;
-    evictkit_runtime::logging::init(args.common.log_format)?;
-    install_crypto_provider();
-    let shutdown = evictkit_runtime::shutdown::on_signal()?;
-    let client = evictkit_runtime::client::build(args.common.rate_limit()).await?;
-    let metrics = Arc::new(Metrics::new(COMPONENT)?);
-    let own_metrics = metrics::WebhookMetrics::register(&metrics)?;
-    let readiness = Readiness::default();
-
-    let caches = Caches::start(&client, &shutdown);
-    let health =
-        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        async move { health.serve(shutdown).await.map_err(anyhow::Error::from) }
-    });
-
+    let mut manager = Manager::start(COMPONENT, &args.common, serves_webhook).await?;
+    let client = manager.client().clone();
+    let own_metrics = metrics::WebhookMetrics::register(manager.metrics())?;
+    let caches = Caches::start(&client, manager.shutdown());
     if serves_webhook {
         let ctx = Arc::new(Context {
             caches: caches.clone(),
             metrics: own_metrics,
             live: Arc::new(client.clone()),
         });
-        let webhooks = admission::webhooks(ctx, metrics.clone());
-        let certificates = ReloadingCertResolver::load(args.common.tls_files()?)?;
-        let server = webhooks.bind(args.common.webhook_addr, certificates)?;
-        tracing::info!(addr = %server.local_addr()?, "serving admission webhooks");
-        tasks.spawn({
-            let shutdown = shutdown.clone();
-            async move { server.serve(shutdown).await.map_err(anyhow::Error::from) }
-        });
+        let webhooks = admission::webhooks(ctx, manager.metrics().clone());
+        manager.serve_webhooks(webhooks, "admission webhooks")?;
     }
-
     if args.roles.runs(Role::Controller) {
-        let election = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
-        let recorder = EventRecorder::new(args.common.rate_limit(), COMPONENT).await?;
-        let (client, caches, metrics, shutdown) = (
-            client.clone(),
-            caches.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        tasks.spawn(async move {
-            election
-                .run(
-                    evictkit_runtime::client::build_for_leader_election(election.duration).await?,
-                    metrics,
-                    shutdown,
-                    |term| status::run(client.clone(), recorder.clone(), caches.clone(), term),
-                )
-                .await;
-            Ok(())
+        let recorder = manager.recorder(COMPONENT).await?;
+        let caches = caches.clone();
+        manager.lead(LEASE_NAME, move |term| {
+            status::run(client.clone(), recorder.clone(), caches.clone(), term)
         });
     }
-
     // Ready once every cache has listed: before that a review would miss PDBs and pods.
-    while !caches.is_synced() {
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+    manager.ready_when(async move {
+        while !caches.is_synced() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-    readiness.set_ready(true);
-    tracing::info!("caches synced; ready");
-
-    let mut result = Ok(());
-    while let Some(joined) = tasks.join_next().await {
-        let outcome = joined.context("a task panicked").and_then(|r| r);
-        if let Err(error) = outcome {
-            tracing::error!(error = %format!("{error:#}"), "stopping");
-            shutdown.cancel();
-            if result.is_ok() {
-                result = Err(error);
-            }
-        }
-    }
-    result
+    });
+    Ok(manager.run().await?)
 }

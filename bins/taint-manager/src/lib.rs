@@ -65,13 +65,11 @@ use evictkit_runtime::cli::{CommonArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
-use evictkit_runtime::http::{HealthServer, Readiness};
-use evictkit_runtime::leader::{LeaderElection, spawn_in_term};
+use evictkit_runtime::leader::spawn_in_term;
 use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::manager::Manager;
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::{client, logging, shutdown};
 use futures::{FutureExt, StreamExt, future, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
@@ -166,8 +164,6 @@ pub struct Args {
 
 /// Starts the health server and the controller (the Lease holder), and runs until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    logging::init(args.common.log_format)?;
-    args.common.validate(false)?;
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.unhealthy_zone_threshold),
         "--unhealthy-zone-threshold ({}) must be between 0 and 1",
@@ -196,20 +192,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.retry_backoff_base,
         args.retry_backoff_max
     );
-    let shutdown = shutdown::on_signal()?;
-    let client = client::build(args.common.rate_limit()).await?;
-    let metrics = Arc::new(Metrics::new(COMPONENT)?);
-    let own_metrics = TaintMetrics::register(&metrics)?;
-    let readiness = Readiness::default();
-    let health =
-        HealthServer::bind(args.common.metrics_addr, metrics.clone(), readiness.clone()).await?;
-
-    let access = Arc::new(access::Access::new(readiness.clone()));
+    let mut manager = Manager::start(COMPONENT, &args.common, false).await?;
+    let client = manager.client().clone();
+    let own_metrics = TaintMetrics::register(manager.metrics())?;
+    let access = Arc::new(access::Access::new(manager.readiness().clone()));
     let settings = Arc::new(Settings {
         access,
-        evictions: EvictionClient::new(client.clone(), metrics.clone())
-            .dry_run(args.common.dry_run),
-        recorder: EventRecorder::new(args.common.rate_limit(), EVENT_REPORTER).await?,
+        evictions: manager.evictions(),
+        recorder: manager.recorder(EVENT_REPORTER).await?,
         metrics: own_metrics,
         dry_run: args.common.dry_run,
         backoff: (args.retry_backoff_base, args.retry_backoff_max),
@@ -233,31 +223,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         policy_selector: args.policy_selector.clone(),
     });
-    let leader = LeaderElection::from_args(&args.common, &client, LEASE_NAME);
-    let controller: future::BoxFuture<'static, anyhow::Result<()>> = {
-        let (client, metrics, token) = (client.clone(), metrics.clone(), shutdown.clone());
-        Box::pin(async move {
-            leader
-                .run(
-                    client::build_for_leader_election(leader.duration).await?,
-                    metrics,
-                    token,
-                    |term| control(client.clone(), settings.clone(), term),
-                )
-                .await;
-            Ok(())
-        })
-    };
-    let token = shutdown.clone();
-    let health: future::BoxFuture<'static, anyhow::Result<()>> =
-        Box::pin(async move { Ok(health.serve(token).await?) });
-    readiness.set_ready(true);
-
-    // The first part to end (an error, or both at shutdown) stops the other.
-    let (result, _, rest) = future::select_all([controller, health]).await;
-    shutdown.cancel();
-    future::join_all(rest).await;
-    result
+    manager.lead(LEASE_NAME, move |term| {
+        control(client.clone(), settings.clone(), term)
+    });
+    Ok(manager.run().await?)
 }
 
 /// What the flags decide, handed to each term of leadership.

@@ -13,7 +13,8 @@
 //! - [`lifecycle_request`]: the same as a requester of Kubernetes' own `lifecycle.k8s.io` API;
 //! - [`requester`]: one requester over either API, whichever the cluster serves;
 //! - [`events`]: Kubernetes Events under the component's name;
-//! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate.
+//! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate;
+//! - [`manager`]: all of the above put together as each binary runs them.
 //!
 //! Nothing here decides anything about pods: decisions live in `evictkit-core`.
 
@@ -26,6 +27,7 @@ pub mod http;
 pub mod leader;
 pub mod lifecycle_request;
 pub mod logging;
+pub mod manager;
 pub mod metrics;
 mod ratelimit;
 pub mod requester;
