@@ -9,7 +9,12 @@
 //! - taint-manager: 500 pods on the kwok nodes tolerating a NoExecute taint for 5 to 24 s, so
 //!   that they come due over the run once the nodes are tainted;
 //! - evictionrequest-controller (`--api crd`): 500 EvictionRequests, created while it works;
-//! - affinity-evictor: 200 pods whose execution-time affinity a node label change breaks.
+//! - affinity-evictor: 200 pods whose execution-time affinity a node label change breaks;
+//! - descheduler-bridge (`--eviction-request-api crd`): 200 evacuations in progress (pods
+//!   marked `eviction-in-progress` by the bridge, each with its EvictionRequest naming the
+//!   bridge as requester, no evictionrequest-controller to end them) that reach
+//!   `--max-evacuation-request-ttl` over 20 s: the controller withdraws and clears each mark
+//!   once, its one pod write per evacuation.
 //!
 //! Every pod carries a finalizer that this command removes 3 s after the pod's deletion
 //! started, as a kubelet ends a container after its grace period: a terminating pod stays
@@ -27,6 +32,12 @@
 //! fairness rejected their work (more than 0, or the fault did not take place) and the busier
 //! replica's CPU over that window (they must back off, not spin); recovery is counted from the
 //! end of the throttling.
+//!
+//! The webhook-killed fault runs the webhooks as the charts run them, installed on the real
+//! node, and counts failed admission calls (see `chaos/webhook.rs`); the cluster gets the real
+//! node only when that fault is selected.
+
+mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -34,14 +45,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use evictkit_api::EvictionRequest;
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_api::keys::{
+    DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS, DESCHEDULER_REQUESTER,
+    REQUIRED_DURING_EXECUTION,
+};
 use evictkit_core::eviction_request::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::bench::support::{self, Component};
@@ -72,6 +86,8 @@ const THROTTLED_CPU_GOAL: f64 = 0.25;
 /// The FlowSchema and PriorityLevelConfiguration of the api-throttled fault.
 const THROTTLED: &str = "chaos-throttled";
 const KWOK_NODES: usize = 5;
+/// The descheduler-bridge workload's `--max-evacuation-request-ttl`.
+const EVACUATION_TTL: Duration = Duration::from_secs(60);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -81,6 +97,9 @@ pub struct Args {
     /// Only this controller (default: every one).
     #[arg(long, value_enum)]
     component: Option<Workload>,
+    /// webhook-killed: only this webhook (default: both).
+    #[arg(long, value_enum)]
+    webhook: Option<webhook::Webhook>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -95,6 +114,9 @@ enum Fault {
     /// [`THROTTLE_FOR`] (a priority level of no seats that rejects; their Leases still pass),
     /// mid-burst.
     ApiThrottled,
+    /// SIGKILL of one of a webhook's two replicas (installed by its chart on the real node)
+    /// while the apiserver calls it 200 times a second.
+    WebhookKilled,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -102,6 +124,7 @@ enum Workload {
     TaintManager,
     EvictionrequestController,
     AffinityEvictor,
+    DeschedulerBridge,
 }
 
 impl Fault {
@@ -111,6 +134,7 @@ impl Fault {
             Fault::ApiserverRestarted => "apiserver-restarted",
             Fault::EtcdRestarted => "etcd-restarted",
             Fault::ApiThrottled => "api-throttled",
+            Fault::WebhookKilled => "webhook-killed",
         }
     }
 }
@@ -127,13 +151,14 @@ impl Workload {
             Workload::TaintManager => "taint-manager",
             Workload::EvictionrequestController => "evictionrequest-controller",
             Workload::AffinityEvictor => "affinity-evictor",
+            Workload::DeschedulerBridge => "descheduler-bridge",
         }
     }
 
     fn pods(self) -> usize {
         match self {
             Workload::TaintManager | Workload::EvictionrequestController => 500,
-            Workload::AffinityEvictor => 200,
+            Workload::AffinityEvictor | Workload::DeschedulerBridge => 200,
         }
     }
 
@@ -146,6 +171,12 @@ impl Workload {
             Workload::EvictionrequestController | Workload::AffinityEvictor => Action {
                 verb: "create",
                 subresource: Some("eviction"),
+            },
+            // The pods carry complete marks and no request-evict-only: the bridge neither
+            // marks nor refreshes them, so its only pod write is the clearing of the marks.
+            Workload::DeschedulerBridge => Action {
+                verb: "patch",
+                subresource: None,
             },
         }
     }
@@ -163,6 +194,11 @@ impl Workload {
             Workload::AffinityEvictor => {
                 args.extend(["--roles=controller".into(), "--mode=eviction".into()]);
             }
+            Workload::DeschedulerBridge => args.extend([
+                "--roles=controller".into(),
+                "--eviction-request-api=crd".into(),
+                format!("--max-evacuation-request-ttl={}s", EVACUATION_TTL.as_secs()),
+            ]),
         }
         args
     }
@@ -183,6 +219,17 @@ impl Workload {
                     "effect": "NoExecute", "tolerationSeconds": 5 + index % 20}]);
             }
             Workload::EvictionrequestController => {}
+            Workload::DeschedulerBridge => {
+                // Started so that the evacuations reach the TTL 30 to 49 s after the pods'
+                // creation, one after another: after the replicas are up (pods Running,
+                // requests made), so the leader works through a stream, not a backlog.
+                let offset = (index % 20) as i64 + 30 - EVACUATION_TTL.as_secs() as i64;
+                let started = Timestamp::now() + SignedDuration::from_secs(offset);
+                pod["metadata"]["annotations"] = json!({
+                    DESCHEDULER_EVICTION_IN_PROGRESS: "chaos",
+                    DESCHEDULER_BRIDGE_EVACUATION_STARTED: started.to_string(),
+                });
+            }
             Workload::AffinityEvictor => {
                 let affinity = json!({"nodeSelectorTerms": [{"matchExpressions": [
                     {"key": POOL, "operator": "In", "values": ["a"]}]}]});
@@ -207,6 +254,8 @@ struct Row {
     exited: Vec<String>,
     /// api-throttled: what the replicas did while answered 429.
     throttled: Option<Throttled>,
+    /// webhook-killed: the admission calls while a replica was killed.
+    admissions: Option<webhook::Admissions>,
     detail: String,
 }
 
@@ -233,6 +282,10 @@ impl Row {
             && self.unexpected == 0
             && self.exited.is_empty()
             && self.throttled.as_ref().is_none_or(Throttled::met)
+            && self
+                .admissions
+                .as_ref()
+                .is_none_or(webhook::Admissions::met)
     }
 }
 
@@ -249,7 +302,17 @@ pub fn run(args: Args) -> Result<()> {
             Fault::ApiserverRestarted,
             Fault::EtcdRestarted,
             Fault::ApiThrottled,
+            Fault::WebhookKilled,
         ],
+    };
+    let webhook_killed = faults.contains(&Fault::WebhookKilled);
+    let faults: Vec<Fault> = faults
+        .into_iter()
+        .filter(|fault| *fault != Fault::WebhookKilled)
+        .collect();
+    let webhooks = match args.webhook {
+        Some(webhook) => vec![webhook],
+        None => webhook::Webhook::ALL.to_vec(),
     };
     let workloads = match args.component {
         Some(workload) => vec![workload],
@@ -257,16 +320,20 @@ pub fn run(args: Args) -> Result<()> {
             Workload::TaintManager,
             Workload::EvictionrequestController,
             Workload::AffinityEvictor,
+            Workload::DeschedulerBridge,
         ],
     };
     // One build of every binary, as `cargo xtask test` builds them (building each package on
-    // its own resolves other features and rebuilds the dependencies each time).
-    let status = Command::new("cargo")
-        .args(["build", "--bins"])
-        .current_dir(crate::workspace_root())
-        .status()?;
-    if !status.success() {
-        bail!("cargo build --bins failed");
+    // its own resolves other features and rebuilds the dependencies each time). The webhooks
+    // run from their images, which `cluster::up` builds for the real node.
+    if !faults.is_empty() {
+        let status = Command::new("cargo")
+            .args(["build", "--bins"])
+            .current_dir(crate::workspace_root())
+            .status()?;
+        if !status.success() {
+            bail!("cargo build --bins failed");
+        }
     }
     let binaries: BTreeMap<&str, std::path::PathBuf> = workloads
         .iter()
@@ -282,7 +349,7 @@ pub fn run(args: Args) -> Result<()> {
         nodes: KWOK_NODES,
         kcm_controllers: "*,-taint-eviction-controller".into(),
         feature_gates: String::new(),
-        real_node: false,
+        real_node: webhook_killed,
     })?;
     let rows = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -299,6 +366,9 @@ pub fn run(args: Args) -> Result<()> {
                     println!("{}", row.detail);
                     rows.push(row);
                 }
+            }
+            if webhook_killed {
+                rows.extend(webhook::rows(&cluster, &client, &webhooks).await?);
             }
             anyhow::Ok(rows)
         })?;
@@ -322,7 +392,7 @@ fn print_table(rows: &[Row]) {
         format!("<= {} s", TIME_GOAL.as_secs()),
         "0",
         "0",
-        "n/a"
+        "0"
     );
     for row in rows {
         let time = row
@@ -335,15 +405,34 @@ fn print_table(rows: &[Row]) {
         if !row.exited.is_empty() {
             met.push_str(&format!(" (exited: {})", row.exited.join(", ")));
         }
+        if let Some(admissions) = &row.admissions {
+            met.push_str(&format!(
+                " (p99 {:.0} ms before the kill, {:.0} ms in the 10 s after it",
+                admissions.p99_before, admissions.p99_after_kill
+            ));
+            if !admissions.other.is_empty() {
+                met.push_str(&format!("; unexpected answers: {:?}", admissions.other));
+            }
+            met.push(')');
+        }
         if let Some(throttled) = &row.throttled {
             met.push_str(&format!(
                 " ({} requests answered 429; CPU {:.2} cores while throttled, goal <= {THROTTLED_CPU_GOAL})",
                 throttled.rejected, throttled.cpu_cores
             ));
         }
+        // A webhook acts on nothing and owes no work: its row has admissions instead.
+        let (double, lost, failed) = match &row.admissions {
+            Some(admissions) => (
+                "-".to_owned(),
+                "-".to_owned(),
+                admissions.failed.to_string(),
+            ),
+            None => (row.double.to_string(), row.lost.to_string(), "-".to_owned()),
+        };
         println!(
             "{:<48} | {:>24} | {:>14} | {:>10} | {:>17} | {met}",
-            row.scenario, time, row.double, row.lost, "-"
+            row.scenario, time, double, lost, failed
         );
     }
 }
@@ -366,6 +455,11 @@ async fn scenario(
         label_nodes(client, &nodes, json!({POOL: "a"})).await?;
     }
     let pods = create_pods(client, workload, &ns, &nodes).await?;
+    if workload == Workload::DeschedulerBridge {
+        // The requests of the evacuations in progress, there before the bridge starts (its
+        // sweep clears the marks of pods without one).
+        request_evictions(client.clone(), pods.clone(), DESCHEDULER_REQUESTER).await?;
+    }
     eprintln!("    pods Running; starting two replicas");
 
     let mut replicas = Vec::new();
@@ -454,6 +548,7 @@ async fn scenario(
             throttled_window = Some((started.1, Timestamp::now(), cpu_cores));
             (Timestamp::now(), vec![0, 1])
         }
+        Fault::WebhookKilled => bail!("webhook-killed is a scenario of its own (chaos/webhook.rs)"),
     };
     if let Some(burst) = burst {
         burst.await.context("the burst's task")??;
@@ -526,6 +621,7 @@ async fn scenario(
             .count(),
         exited,
         throttled,
+        admissions: None,
         detail: format!(
             "  {name}: {expected} pods, {before_fault} acted on before the fault; {} successful \
              {} calls on {} pods; first by {} after the fault: {}; Lease written by them after: \
@@ -794,34 +890,38 @@ async fn start_burst(
         Workload::EvictionrequestController => {
             let client = client.clone();
             Ok(Some(tokio::spawn(async move {
-                stream::iter(pods)
-                    .map(|pod| {
-                        let client = client.clone();
-                        async move {
-                            evictkit_runtime::eviction_request::request_eviction(
-                                &client,
-                                &pod,
-                                "chaos.evictkit.io",
-                            )
-                            .await
-                            .map(drop)
-                        }
-                    })
-                    .buffer_unordered(CONCURRENCY)
-                    .try_collect::<Vec<()>>()
-                    .await
-                    .context("requesting the evictions")?;
-                Ok(())
+                request_evictions(client, pods, "chaos.evictkit.io").await
             })))
         }
         Workload::AffinityEvictor => {
             label_nodes(client, nodes, json!({POOL: null})).await?;
             Ok(None)
         }
+        // The evacuations' TTL, started with the pods, is what brings the work.
+        Workload::DeschedulerBridge => Ok(None),
     }
 }
 
-/// Pods still there, or (EvictionRequests) requests not Evicted.
+/// One EvictionRequest per pod with `requester` among its requesters.
+async fn request_evictions(client: Client, pods: Vec<Pod>, requester: &'static str) -> Result<()> {
+    stream::iter(pods)
+        .map(|pod| {
+            let client = client.clone();
+            async move {
+                evictkit_runtime::eviction_request::request_eviction(&client, &pod, requester)
+                    .await
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await
+        .with_context(|| format!("requesting the evictions as {requester}"))?;
+    Ok(())
+}
+
+/// Pods still there, (EvictionRequests) requests not Evicted, or (descheduler-bridge) pods
+/// still marked `eviction-in-progress`.
 async fn work_left(client: &Client, workload: Workload, ns: &str) -> Result<usize> {
     if workload == Workload::EvictionrequestController {
         let evicted = Api::<EvictionRequest>::namespaced(client.clone(), ns)
@@ -833,11 +933,20 @@ async fn work_left(client: &Client, workload: Workload, ns: &str) -> Result<usiz
             .count();
         return Ok(workload.pods().saturating_sub(evicted));
     }
-    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list_metadata(&ListParams::default())
         .await?
-        .items
-        .len())
+        .items;
+    if workload == Workload::DeschedulerBridge {
+        return Ok(pods
+            .iter()
+            .filter(|pod| {
+                pod.annotations()
+                    .contains_key(DESCHEDULER_EVICTION_IN_PROGRESS)
+            })
+            .count());
+    }
+    Ok(pods.len())
 }
 
 /// Plays the kubelet's part: a pod whose deletion started [`TERMINATING_FOR`] ago loses the
@@ -875,7 +984,7 @@ async fn clean_up(client: &Client, workload: Workload, ns: &str, nodes: &[String
     match workload {
         Workload::TaintManager => taint_nodes(client, nodes, json!(null)).await?,
         Workload::AffinityEvictor => label_nodes(client, nodes, json!({POOL: null})).await?,
-        Workload::EvictionrequestController => {}
+        Workload::EvictionrequestController | Workload::DeschedulerBridge => {}
     }
     delete_namespace(client, ns).await
 }
