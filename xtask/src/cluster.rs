@@ -769,6 +769,9 @@ current-context: evictkit
 /// Evictions at Request level: the body carries the UID precondition, so tests can count
 /// eviction requests per pod UID. Benchmarks run components as service accounts of namespace
 /// `evictkit-bench`, whose every write is recorded, to count API writes per unit of work.
+/// The installed suite's components (service accounts of `evictkit-system`) have every request
+/// recorded, reads and watches too, and their SubjectAccessReviews with the body (whom they
+/// asked about): the suite compares those calls with what the charts grant.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -786,6 +789,13 @@ rules:
 - level: Metadata
   userGroups: [\"system:serviceaccounts:evictkit-bench\"]
   verbs: [create, update, patch, delete, deletecollection]
+- level: Request
+  userGroups: [\"system:serviceaccounts:evictkit-system\"]
+  resources:
+  - group: authorization.k8s.io
+    resources: [subjectaccessreviews]
+- level: Metadata
+  userGroups: [\"system:serviceaccounts:evictkit-system\"]
 - level: None
 ";
 

@@ -7,7 +7,8 @@
 //!
 //! One install serves the whole file (an install takes a minute on a loaded machine), so the
 //! steps run in order in one test: pods and Leases, one real action per component, logs free of
-//! 403s, a leader deleted, `helm upgrade`, `helm uninstall`. `cargo xtask test` runs this file in
+//! 403s, a leader deleted, `helm upgrade`, each chart's RBAC against the calls its component made
+//! (least privilege, from the audit log), `helm uninstall`. `cargo xtask test` runs this file in
 //! its own stage on a real-node cluster; elsewhere it is ignored (`--ignored` runs it).
 
 use std::collections::BTreeMap;
@@ -16,10 +17,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use evictkit_api::conditions::PDB_POLICY_VALID;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
     DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER_KEY, EVICTION_INTERCEPTORS,
     REQUIRED_DURING_EXECUTION,
+};
+use evictkit_api::pod_disruption_budget_policy::PodDisruptionBudgetPolicy;
+use evictkit_api::taint_eviction_policy::{
+    TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec, TaintSelector,
 };
 use evictkit_core::eviction_request::State;
 use evictkit_core::lifecycle::CONDITION_TARGET_EVICTED;
@@ -33,10 +39,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
+
+#[path = "installed/least_privilege.rs"]
+mod least_privilege;
 
 const RELEASE: &str = "evictkit";
 const NAMESPACE: &str = "evictkit-system";
@@ -202,8 +212,9 @@ fn refused(line: &str) -> bool {
             .any(|word| word == "403")
 }
 
-/// taint-manager: a NoExecute taint on a node deletes the intolerant pod there.
-async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str) -> Result<()> {
+/// taint-manager: a NoExecute taint `key` on a node removes the intolerant pod there (deletes
+/// it, unless a TaintEvictionPolicy says otherwise).
+async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str, key: &str) -> Result<()> {
     let node = env
         .create_node(objects::node(&format!("taint-{pod_name}"), &[], vec![]))
         .await?;
@@ -213,7 +224,7 @@ async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str) -> Result
     env.wait_for_ready_pods(&format!("app={pod_name}"), 1)
         .await?;
     let taint = Taint {
-        key: "evictkit.io/installed".into(),
+        key: key.into(),
         effect: "NoExecute".into(),
         ..Default::default()
     };
@@ -227,6 +238,52 @@ async fn taint_evicts_an_intolerant_pod(env: &TestEnv, pod_name: &str) -> Result
     wait::wait_for_deletion(&env.api::<Pod>(), pod_name, DEFAULT_TIMEOUT)
         .await
         .context("taint-manager did not delete the intolerant pod")
+}
+
+/// taint-manager: a TaintEvictionPolicy with `action` for a taint of its own in the test's
+/// namespace; the pod there is removed that way (evicted, or evicted through its
+/// EvictionRequest), and the policy's status written.
+async fn taint_policy_removes(
+    env: &TestEnv,
+    action: TaintEvictionAction,
+    pod_name: &str,
+) -> Result<()> {
+    let key = format!("evictkit.io/installed-{}", action.as_str().to_lowercase());
+    let policies: Api<TaintEvictionPolicy> = Api::all(env.client.clone());
+    let policy = TaintEvictionPolicy::new(
+        &format!("{}-{pod_name}", env.namespace),
+        TaintEvictionPolicySpec {
+            taints: vec![TaintSelector {
+                key: key.clone(),
+                value: None,
+            }],
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(
+                    [(
+                        "kubernetes.io/metadata.name".to_owned(),
+                        env.namespace.clone(),
+                    )]
+                    .into(),
+                ),
+                ..LabelSelector::default()
+            }),
+            action,
+            ..TaintEvictionPolicySpec::default()
+        },
+    );
+    policies.create(&PostParams::default(), &policy).await?;
+    env.delete_on_drop::<TaintEvictionPolicy>(&policy.name_any());
+    wait::wait_for(
+        &policies,
+        &policy.name_any(),
+        DEFAULT_TIMEOUT,
+        "a status from the taint-manager",
+        |policy| policy.status.is_some(),
+    )
+    .await?;
+    taint_evicts_an_intolerant_pod(env, pod_name, &key)
+        .await
+        .with_context(|| format!("TaintEvictionPolicy action {}", action.as_str()))
 }
 
 /// Our requester's names in the suite, on either EvictionRequest API.
@@ -366,10 +423,49 @@ spec:
             namespace = env.namespace
         ),
     )?;
-    env.delete_on_drop::<evictkit_api::pod_disruption_budget_policy::PodDisruptionBudgetPolicy>(
-        &policy,
-    );
+    env.delete_on_drop::<PodDisruptionBudgetPolicy>(&policy);
     Ok(policy)
+}
+
+/// pdb-policy-webhook: a PodDisruptionBudgetPolicy the CRD accepts but the webhook cannot use
+/// (a condition type that is no qualified name) gets Valid=False and a Warning Event.
+async fn invalid_policy_is_reported(env: &TestEnv) -> Result<()> {
+    let policy = format!("{}-invalid", env.namespace);
+    kubectl_apply(
+        env,
+        &format!(
+            "apiVersion: evictkit.io/v1alpha1
+kind: PodDisruptionBudgetPolicy
+metadata:
+  name: {policy}
+spec:
+  namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {namespace}
+  unhealthyPodEvictionPolicy: AlwaysAllow
+  eviction:
+    requiredPodConditions: [\"not a condition type\"]
+",
+            namespace = env.namespace
+        ),
+    )?;
+    env.delete_on_drop::<PodDisruptionBudgetPolicy>(&policy);
+    wait::wait_for(
+        &Api::<PodDisruptionBudgetPolicy>::all(env.client.clone()),
+        &policy,
+        DEFAULT_TIMEOUT,
+        "Valid=False",
+        |policy| {
+            policy.status.as_ref().is_some_and(|status| {
+                status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == PDB_POLICY_VALID && c.status == "False")
+            })
+        },
+    )
+    .await
+    .map(drop)
 }
 
 /// pdb-policy-webhook: a PDB created in the namespace the policy selects gets its
@@ -581,6 +677,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
             .is_empty(),
         "the cluster has no real node: start it with `cargo xtask cluster up --real-node`"
     );
+    let audit_offset = least_privilege::audit_log_end(&env)?;
     // The descheduler's identity, named in the chart as the one whose evictions are bridged.
     let descheduler = env.service_account("descheduler", "cluster-admin").await?;
     let descheduler_values = format!(
@@ -634,11 +731,19 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         ApiMode::Auto.resolve(&env.client).await? == ApiMode::Lifecycle,
         "the test cluster does not serve lifecycle.k8s.io/v1alpha1, which the charts' default (api: auto) would pick"
     );
-    taint_evicts_an_intolerant_pod(&env, "intolerant").await?;
+    taint_evicts_an_intolerant_pod(&env, "intolerant", "evictkit.io/installed").await?;
+    taint_policy_removes(&env, TaintEvictionAction::Evict, "evicted-by-policy").await?;
+    taint_policy_removes(
+        &env,
+        TaintEvictionAction::EvictionRequest,
+        "requested-by-policy",
+    )
+    .await?;
     eviction_request_evicts(&env, ApiMode::Lifecycle, "requested").await?;
     label_change_evicts(&env).await?;
     let policy = apply_policy(&env)?;
     policy_defaults_a_pdb(&env, &policy, "budget").await?;
+    invalid_policy_is_reported(&env).await?;
     descheduler_eviction_becomes_a_request(&env, &descheduler, ApiMode::Lifecycle, "descheduled")
         .await?;
 
@@ -682,7 +787,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         lease_holder(&env, "taint-manager", &standby)
             .await
             .context("the standby did not take over the Lease")?;
-        taint_evicts_an_intolerant_pod(&env, "after-takeover").await
+        taint_evicts_an_intolerant_pod(&env, "after-takeover", "evictkit.io/installed").await
     }
     .await;
     cordon(false).await?;
@@ -786,6 +891,8 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
 
     // helm uninstall keeps the CRDs and the users' objects, an EvictionRequest in progress too.
     let held = request_held_by_an_interceptor(&env, "held-crd").await?;
+    // Every call of the components so far against their charts' RBAC, while it is installed.
+    least_privilege::check(&env, audit_offset)?;
     helm(
         &env,
         &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
