@@ -87,7 +87,9 @@ const THROTTLED_CPU_GOAL: f64 = 0.25;
 const THROTTLED: &str = "chaos-throttled";
 const KWOK_NODES: usize = 5;
 /// The descheduler-bridge workload's `--max-evacuation-request-ttl`.
-const EVACUATION_TTL: Duration = Duration::from_secs(60);
+const EVACUATION_TTL: Duration = Duration::from_secs(120);
+/// When its first evacuations reach the TTL, after their pods' creations began.
+const EVACUATION_DUE_AFTER: Duration = Duration::from_secs(90);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -110,8 +112,10 @@ enum Fault {
     ApiserverRestarted,
     /// etcd stopped and started again with its data, mid-burst.
     EtcdRestarted,
-    /// API priority and fairness answers every work request of the replicas 429 for
-    /// [`THROTTLE_FOR`] (a priority level of no seats that rejects; their Leases still pass),
+    /// API priority and fairness answers the replicas' work 429 for [`THROTTLE_FOR`] (a
+    /// priority level of no nominal seats that neither lends nor borrows and rejects rather
+    /// than queues: the apiserver still runs one request of it at a time, so what it rejects
+    /// is every request that overlaps another; their Leases still pass),
     /// mid-burst.
     ApiThrottled,
     /// SIGKILL of one of a webhook's two replicas (installed by its chart on the real node)
@@ -203,7 +207,8 @@ impl Workload {
         args
     }
 
-    fn pod(self, index: usize, node: &str) -> Result<Pod> {
+    /// Pod `index` of the workload on `node`, made at `created` (the start of the creations).
+    fn pod(self, index: usize, node: &str, created: Timestamp) -> Result<Pod> {
         let mut pod = json!({
             "metadata": {"name": format!("pod-{index}"), "finalizers": [FINALIZER]},
             "spec": {
@@ -220,11 +225,13 @@ impl Workload {
             }
             Workload::EvictionrequestController => {}
             Workload::DeschedulerBridge => {
-                // Started so that the evacuations reach the TTL 30 to 49 s after the pods'
-                // creation, one after another: after the replicas are up (pods Running,
-                // requests made), so the leader works through a stream, not a backlog.
-                let offset = (index % 20) as i64 + 30 - EVACUATION_TTL.as_secs() as i64;
-                let started = Timestamp::now() + SignedDuration::from_secs(offset);
+                // Started so that the evacuations reach the TTL 90 to 109 s after the creations
+                // began, ten a second: after the replicas are up (pods Running, requests made),
+                // so the leader works through a stream, not a backlog, and at the rate of the
+                // other workloads (the api-throttled fault needs its calls to overlap).
+                let offset = ((index % 20) as u64 + EVACUATION_DUE_AFTER.as_secs()) as i64
+                    - EVACUATION_TTL.as_secs() as i64;
+                let started = created + SignedDuration::from_secs(offset);
                 pod["metadata"]["annotations"] = json!({
                     DESCHEDULER_EVICTION_IN_PROGRESS: "chaos",
                     DESCHEDULER_BRIDGE_EVACUATION_STARTED: started.to_string(),
@@ -830,12 +837,13 @@ async fn create_pods(
     nodes: &[String],
 ) -> Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let created = Timestamp::now();
     let pods = stream::iter(0..workload.pods())
         .map(|i| {
             let api = api.clone();
             let node = &nodes[i % nodes.len()];
             async move {
-                api.create(&PostParams::default(), &workload.pod(i, node)?)
+                api.create(&PostParams::default(), &workload.pod(i, node, created)?)
                     .await
                     .with_context(|| format!("creating pod {ns}/pod-{i}"))
             }

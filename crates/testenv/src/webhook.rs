@@ -8,8 +8,9 @@ use anyhow::{Context, Result};
 use base64::prelude::{BASE64_STANDARD, Engine as _};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingWebhook, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::Api;
@@ -230,5 +231,47 @@ impl TestEnv {
             ca_pem: cert.ca_pem,
             shutdown,
         })
+    }
+}
+
+impl TestEnv {
+    /// Creates the ValidatingAdmissionPolicy `name` with `spec` and a binding that denies what it
+    /// refuses among `match_resources` (the binding's `matchResources`); both go with the test.
+    /// The apiserver enforces it a moment later: wait for a refusal before relying on it.
+    pub async fn deny_by_admission_policy(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+        match_resources: serde_json::Value,
+    ) -> Result<()> {
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))?;
+        let binding: ValidatingAdmissionPolicyBinding =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": name},
+                "spec": {
+                    "policyName": name,
+                    "validationActions": ["Deny"],
+                    "matchResources": match_resources,
+                },
+            }))?;
+        let post = PostParams::default();
+        Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .create(&post, &policy)
+            .await
+            .with_context(|| format!("creating ValidatingAdmissionPolicy {name}"))?;
+        self.delete_on_drop::<ValidatingAdmissionPolicy>(name);
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .create(&post, &binding)
+            .await
+            .with_context(|| format!("creating ValidatingAdmissionPolicyBinding {name}"))?;
+        self.delete_on_drop::<ValidatingAdmissionPolicyBinding>(name);
+        Ok(())
     }
 }

@@ -25,9 +25,6 @@ use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
@@ -514,41 +511,22 @@ fn agent_daemonset(env: &TestEnv, affinity: Option<serde_json::Value>) -> Result
 /// the apiserver enforces it.
 async fn protect_from_deletion(env: &TestEnv) -> Result<()> {
     let name = format!("{}-protect", env.namespace);
-    let policy = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
+    env.deny_by_admission_policy(
+        &name,
+        json!({
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [""], "apiVersions": ["v1"],
                 "operations": ["DELETE"], "resources": ["pods"],
             }]},
             "validations": [{"expression": "false", "message": "protected by the test"}],
-        },
-    }))?;
-    let binding = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.namespace}},
-                "objectSelector": {"matchLabels": {PROTECTED: "true"}},
-            },
-        },
-    }))?;
-    let post = kube::api::PostParams::default();
-    Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
-        .create(&post, &policy)
-        .await?;
-    env.delete_on_drop::<ValidatingAdmissionPolicy>(&name);
-    Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
-        .create(&post, &binding)
-        .await?;
-    env.delete_on_drop::<ValidatingAdmissionPolicyBinding>(&name);
+        }),
+        json!({
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.namespace}},
+            "objectSelector": {"matchLabels": {PROTECTED: "true"}},
+        }),
+    )
+    .await?;
     // A protected probe pod: its dry-run deletion is refused once the policy is in force.
     let mut probe = objects::pod("probe", "probe");
     probe

@@ -24,9 +24,7 @@ use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -406,11 +404,9 @@ async fn a_pod_is_evicted_only_once_its_request_says_it_was_validated() -> Resul
 /// binding's name once the apiserver enforces it (a dry-run status write is refused).
 async fn refuse_status_writes(env: &TestEnv, request: &EvictionRequest) -> Result<String> {
     let name = format!("{}-refuse-status", env.namespace);
-    let policy = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
+    env.deny_by_admission_policy(
+        &name,
+        json!({
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": ["evictkit.io"], "apiVersions": ["*"],
@@ -418,28 +414,11 @@ async fn refuse_status_writes(env: &TestEnv, request: &EvictionRequest) -> Resul
             }]},
             "validations": [{"expression": "false", "reason": "Forbidden",
                 "message": "status writes refused by the test"}],
-        },
-    }))?;
-    let binding = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": {"matchLabels":
-                {"kubernetes.io/metadata.name": env.namespace}}},
-        },
-    }))?;
-    let post = PostParams::default();
-    Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
-        .create(&post, &policy)
-        .await?;
-    env.delete_on_drop::<ValidatingAdmissionPolicy>(&name);
-    Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
-        .create(&post, &binding)
-        .await?;
-    env.delete_on_drop::<ValidatingAdmissionPolicyBinding>(&name);
+        }),
+        json!({"namespaceSelector": {"matchLabels":
+            {"kubernetes.io/metadata.name": env.namespace}}}),
+    )
+    .await?;
     let dry_run = PatchParams {
         dry_run: true,
         ..PatchParams::default()
