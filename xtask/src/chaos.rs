@@ -37,6 +37,7 @@
 //! node, and counts failed admission calls (see `chaos/webhook.rs`); the cluster gets the real
 //! node only when that fault is selected.
 
+mod seats;
 mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,8 +80,9 @@ const PATIENCE: Duration = Duration::from_secs(300);
 /// Quiet time after the last action, in which a late double action would show.
 const SETTLE: Duration = Duration::from_secs(4);
 const CONCURRENCY: usize = 16;
-/// How long the api-throttled fault answers the work 429.
-const THROTTLE_FOR: Duration = Duration::from_secs(30);
+/// How long the api-throttled fault answers the work 429: within the 30 s the apiserver lets
+/// a webhook stall a request (the seat holders', see `chaos/seats.rs`).
+const THROTTLE_FOR: Duration = Duration::from_secs(28);
 /// Goal while throttled: each replica backs off, using at most this share of a core.
 const THROTTLED_CPU_GOAL: f64 = 0.25;
 /// The FlowSchema and PriorityLevelConfiguration of the api-throttled fault.
@@ -114,9 +116,8 @@ enum Fault {
     EtcdRestarted,
     /// API priority and fairness answers the replicas' work 429 for [`THROTTLE_FOR`] (a
     /// priority level of no nominal seats that neither lends nor borrows and rejects rather
-    /// than queues: the apiserver still runs one request of it at a time, so what it rejects
-    /// is every request that overlaps another; their Leases still pass),
-    /// mid-burst.
+    /// than queues, its seats held by requests stalled in a webhook, see `chaos/seats.rs`;
+    /// their Leases still pass), mid-burst.
     ApiThrottled,
     /// SIGKILL of one of a webhook's two replicas (installed by its chart on the real node)
     /// while the apiserver calls it 200 times a second.
@@ -536,13 +537,14 @@ async fn scenario(
             let cpu = |replicas: &[(Component, u16)]| -> Result<Vec<f64>> {
                 replicas.iter().map(|(c, _)| c.cpu_seconds()).collect()
             };
+            let holders = throttle(cluster, client, &users).await?;
             let cpu_before = cpu(&replicas)?;
             let started = (Instant::now(), Timestamp::now());
-            throttle(client, &users).await?;
             tokio::time::sleep(THROTTLE_FOR).await;
             let cpu_after = cpu(&replicas)?;
             let window = started.0.elapsed();
             unthrottle(client).await?;
+            holders.release().await?;
             eprintln!(
                 "    work of the replicas answered 429 for {:.1} s",
                 window.as_secs_f64()
@@ -735,9 +737,15 @@ fn rejected(users: &[String], from: Timestamp, to: Timestamp) -> Result<usize> {
 /// API priority and fairness rejects (429) every request of `users` (service accounts) in the
 /// groups of the work; coordination.k8s.io is left out, so their Leases still pass and the
 /// fault is throttling, not a lost leadership.
-async fn throttle(client: &Client, users: &[String]) -> Result<()> {
+async fn throttle(
+    cluster: &Cluster,
+    client: &Client,
+    users: &[String],
+) -> Result<seats::SeatHolders> {
+    let (holder_kubeconfig, holder) = seats::identity(cluster, client).await?;
     let subjects: Vec<serde_json::Value> = users
         .iter()
+        .chain([&holder])
         .map(|user| {
             let account = user
                 .strip_prefix("system:serviceaccount:")
@@ -779,7 +787,9 @@ async fn throttle(client: &Client, users: &[String]) -> Result<()> {
         .create(&PostParams::default(), &schema)
         .await
         .context("creating the throttled FlowSchema")?;
-    Ok(())
+    // The apiserver's priority and fairness picks the configuration up from its informer.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    seats::hold(client, &crate::cluster::state_dir(), &holder_kubeconfig).await
 }
 
 async fn unthrottle(client: &Client) -> Result<()> {
