@@ -130,6 +130,21 @@ fn condition_true(
         .any(|condition| condition.type_ == kind && condition.status == "True")
 }
 
+/// Selects namespace `namespace` alone (by its `kubernetes.io/metadata.name` label), e.g. a
+/// policy's or a webhook's `namespaceSelector` confined to a test's namespace.
+pub fn namespace_selector(namespace: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(
+            [(
+                "kubernetes.io/metadata.name".to_owned(),
+                namespace.to_owned(),
+            )]
+            .into(),
+        ),
+        ..LabelSelector::default()
+    }
+}
+
 pub fn pod_ready(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
     pod.metadata.deletion_timestamp.is_none()

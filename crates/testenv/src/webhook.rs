@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, ValidatingWebhook, ValidatingWebhookConfiguration,
     WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
@@ -101,20 +101,6 @@ impl TestEnv {
         }
     }
 
-    /// Only this test's namespace: parallel tests never see each other's webhooks.
-    fn own_namespace(&self) -> LabelSelector {
-        LabelSelector {
-            match_labels: Some(
-                [(
-                    "kubernetes.io/metadata.name".to_string(),
-                    self.namespace.clone(),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        }
-    }
-
     /// The webhook both kinds of configuration carry (a mutating webhook has the same fields
     /// plus reinvocationPolicy, which stays unset).
     fn webhook(&self, registration: &Registration, ca_pem: &str) -> ValidatingWebhook {
@@ -123,7 +109,8 @@ impl TestEnv {
             client_config: self.client_config(registration, ca_pem),
             rules: Some(registration.rules.clone()),
             failure_policy: Some(registration.failure_policy.clone()),
-            namespace_selector: Some(self.own_namespace()),
+            // Only this test's namespace: parallel tests never see each other's webhooks.
+            namespace_selector: Some(crate::objects::namespace_selector(&self.namespace)),
             side_effects: "None".into(),
             admission_review_versions: vec!["v1".into()],
             timeout_seconds: Some(10),

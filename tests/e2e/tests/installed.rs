@@ -39,7 +39,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -257,16 +256,7 @@ async fn taint_policy_removes(
                 key: key.clone(),
                 value: None,
             }],
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some(
-                    [(
-                        "kubernetes.io/metadata.name".to_owned(),
-                        env.namespace.clone(),
-                    )]
-                    .into(),
-                ),
-                ..LabelSelector::default()
-            }),
+            namespace_selector: Some(objects::namespace_selector(&env.namespace)),
             action,
             ..TaintEvictionPolicySpec::default()
         },
@@ -406,7 +396,13 @@ async fn label_change_evicts(env: &TestEnv) -> Result<()> {
 
 /// pdb-policy-webhook: a PodDisruptionBudgetPolicy selecting the test's namespace; its name.
 fn apply_policy(env: &TestEnv) -> Result<String> {
-    let policy = format!("{}-installed", env.namespace);
+    apply_policy_named(env, "installed", "")
+}
+
+/// A PodDisruptionBudgetPolicy `<namespace>-<name>` selecting the test's namespace, with
+/// `AlwaysAllow` and `more_spec` (YAML lines of `spec`, indented by two); its name.
+fn apply_policy_named(env: &TestEnv, name: &str, more_spec: &str) -> Result<String> {
+    let policy = format!("{}-{name}", env.namespace);
     kubectl_apply(
         env,
         &format!(
@@ -419,7 +415,7 @@ spec:
     matchLabels:
       kubernetes.io/metadata.name: {namespace}
   unhealthyPodEvictionPolicy: AlwaysAllow
-",
+{more_spec}",
             namespace = env.namespace
         ),
     )?;
@@ -430,26 +426,11 @@ spec:
 /// pdb-policy-webhook: a PodDisruptionBudgetPolicy the CRD accepts but the webhook cannot use
 /// (a condition type that is no qualified name) gets Valid=False and a Warning Event.
 async fn invalid_policy_is_reported(env: &TestEnv) -> Result<()> {
-    let policy = format!("{}-invalid", env.namespace);
-    kubectl_apply(
+    let policy = apply_policy_named(
         env,
-        &format!(
-            "apiVersion: evictkit.io/v1alpha1
-kind: PodDisruptionBudgetPolicy
-metadata:
-  name: {policy}
-spec:
-  namespaceSelector:
-    matchLabels:
-      kubernetes.io/metadata.name: {namespace}
-  unhealthyPodEvictionPolicy: AlwaysAllow
-  eviction:
-    requiredPodConditions: [\"not a condition type\"]
-",
-            namespace = env.namespace
-        ),
+        "invalid",
+        "  eviction:\n    requiredPodConditions: [\"not a condition type\"]\n",
     )?;
-    env.delete_on_drop::<PodDisruptionBudgetPolicy>(&policy);
     wait::wait_for(
         &Api::<PodDisruptionBudgetPolicy>::all(env.client.clone()),
         &policy,

@@ -32,7 +32,7 @@ use evictkit_testenv::webhook::{Registration, rule};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
@@ -62,7 +62,7 @@ impl Policy {
     ) -> Result<Self> {
         let name = format!("{}-{suffix}", env.namespace);
         let mut spec = spec;
-        spec.namespace_selector = Some(only_namespace(&env.namespace));
+        spec.namespace_selector = Some(objects::namespace_selector(&env.namespace));
         let policy = PodDisruptionBudgetPolicy::new(&name, spec);
         Api::<PodDisruptionBudgetPolicy>::all(env.client.clone())
             .create(&PostParams::default(), &policy)
@@ -89,19 +89,6 @@ impl Policy {
             .await
             .with_context(|| format!("patching PodDisruptionBudgetPolicy {}", self.name))
             .map(drop)
-    }
-}
-
-fn only_namespace(namespace: &str) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(
-            [(
-                "kubernetes.io/metadata.name".to_owned(),
-                namespace.to_owned(),
-            )]
-            .into(),
-        ),
-        ..Default::default()
     }
 }
 

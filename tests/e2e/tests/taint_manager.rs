@@ -449,16 +449,7 @@ fn policy(
         TaintEvictionPolicySpec {
             precedence,
             action,
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some(
-                    [(
-                        "kubernetes.io/metadata.name".to_owned(),
-                        env.namespace.clone(),
-                    )]
-                    .into(),
-                ),
-                ..LabelSelector::default()
-            }),
+            namespace_selector: Some(objects::namespace_selector(&env.namespace)),
             ..TaintEvictionPolicySpec::default()
         },
     );
