@@ -335,13 +335,11 @@ pub fn run(args: Args) -> Result<()> {
     // its own resolves other features and rebuilds the dependencies each time). The webhooks
     // run from their images, which `cluster::up` builds for the real node.
     if !faults.is_empty() {
-        let status = Command::new("cargo")
-            .args(["build", "--bins"])
-            .current_dir(crate::workspace_root())
-            .status()?;
-        if !status.success() {
-            bail!("cargo build --bins failed");
-        }
+        crate::test::run_command(
+            Command::new("cargo")
+                .args(["build", "--bins"])
+                .current_dir(crate::workspace_root()),
+        )?;
     }
     let binaries: BTreeMap<&str, std::path::PathBuf> = workloads
         .iter()

@@ -3,7 +3,6 @@
 //! (the umbrella chart with every component enabled).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
@@ -147,20 +146,8 @@ fn enable_all_components(chart: &Path) -> Result<String> {
 }
 
 fn helm(cluster: &Cluster, args: &[&str], chart: &Path) -> Result<String> {
-    let output = Command::new(cluster.bin("helm"))
-        .args(args)
-        .arg(chart)
-        .stderr(Stdio::piped())
-        .output()
-        .context("running helm")?;
-    if !output.status.success() {
-        bail!(
-            "helm {} {} failed:\n{}{}",
-            args.join(" "),
-            chart.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    let chart = chart
+        .to_str()
+        .with_context(|| format!("chart path {} is not UTF-8", chart.display()))?;
+    cluster.helm(&[args, &[chart]].concat())
 }

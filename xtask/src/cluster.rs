@@ -218,6 +218,26 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// helm against this cluster, run from the workspace root (so `charts/...` paths work);
+    /// its stdout, or an error with everything it printed.
+    pub fn helm(&self, args: &[&str]) -> Result<String> {
+        let output = Command::new(self.bin("helm"))
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .current_dir(crate::workspace_root())
+            .output()
+            .context("running helm")?;
+        if !output.status.success() {
+            bail!(
+                "helm {} failed:\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     fn log_path(&self, name: &str) -> PathBuf {
         self.dir.join("logs").join(format!("{name}.log"))
     }

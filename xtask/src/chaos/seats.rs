@@ -104,7 +104,8 @@ pub async fn hold(client: &Client, cluster_dir: &Path, kubeconfig: &Path) -> Res
 }
 
 impl SeatHolders {
-    /// Answers the stalled requests, waits for them, removes the webhook and its namespace.
+    /// Answers the stalled requests, waits for them and removes the webhook (its namespace stays
+    /// for the next run).
     pub async fn release(mut self) -> Result<()> {
         self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}

@@ -135,10 +135,7 @@ pub async fn rows(cluster: &Cluster, admin: &Client, webhooks: &[Webhook]) -> Re
         rows.push(row);
     }
     super::delete_namespace(admin, WORKLOAD).await?;
-    helm(
-        cluster,
-        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
-    )?;
+    cluster.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])?;
     Ok(rows)
 }
 
@@ -146,19 +143,15 @@ pub async fn rows(cluster: &Cluster, admin: &Client, webhooks: &[Webhook]) -> Re
 /// installed suite installs it, the bridge intercepting the descheduler's ServiceAccount.
 fn install(cluster: &Cluster) -> Result<()> {
     eprintln!("==> webhook-killed: installing pdb-policy-webhook and descheduler-bridge (helm)");
-    helm(
-        cluster,
-        &["dependency", "build", "--skip-refresh", "charts/evictkit"],
-    )?;
+    cluster.helm(&["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
     let values = format!(
         "affinityEvictor.enabled=false,taintManager.enabled=false,\
          evictionrequestController.enabled=false,\
          deschedulerBridge.descheduler.serviceAccount.namespace={BENCH_NAMESPACE},\
          deschedulerBridge.descheduler.serviceAccount.name={DESCHEDULER}"
     );
-    helm(
-        cluster,
-        &[
+    cluster
+        .helm(&[
             "upgrade",
             "--install",
             RELEASE,
@@ -173,28 +166,9 @@ fn install(cluster: &Cluster) -> Result<()> {
             "--wait",
             "--timeout",
             "5m",
-        ],
-    )
-    .context("helm install of the umbrella chart")?;
+        ])
+        .context("helm install of the umbrella chart")?;
     Ok(())
-}
-
-fn helm(cluster: &Cluster, args: &[&str]) -> Result<String> {
-    let output = Command::new(cluster.bin("helm"))
-        .args(args)
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .current_dir(crate::workspace_root())
-        .output()
-        .context("running helm")?;
-    if !output.status.success() {
-        bail!(
-            "helm {} failed:\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Running, Ready pods annotated request-evict-only that nobody schedules, so nothing but the
