@@ -1,6 +1,7 @@
-//! `cargo xtask check-charts`: every chart builds its dependencies, lints strictly, renders,
-//! and its output passes a server-side dry-run apply against the running control plane
-//! (the umbrella chart with every component enabled).
+//! `cargo xtask check-charts`: every chart's generated README.md and values.schema.json are
+//! current; every chart builds its dependencies, lints strictly, renders, refuses a value of
+//! the wrong type and an unknown key (its schema), and its output passes a server-side dry-run
+//! apply against the running control plane (the umbrella chart with every component enabled).
 
 use std::path::Path;
 
@@ -14,6 +15,7 @@ const UMBRELLA: &str = "evictkit";
 const LIBRARY: &str = "evictkit-lib";
 
 pub fn check(cluster: &Cluster) -> Result<()> {
+    crate::chart_docs::check()?;
     let charts_dir = crate::workspace_root().join("charts");
     let mut charts: Vec<String> = std::fs::read_dir(&charts_dir)?
         .filter_map(|entry| entry.ok())
@@ -43,6 +45,7 @@ pub fn check(cluster: &Cluster) -> Result<()> {
             template.extend(["--set", enable_all.as_str()]);
         }
         let rendered = helm(cluster, &template, &path)?;
+        refuses_bad_values(cluster, chart, &path, &enable_all)?;
         if rendered.trim().is_empty() {
             if chart == UMBRELLA {
                 eprintln!("    chart {chart}: renders nothing (no component subchart yet)");
@@ -64,15 +67,48 @@ pub fn check(cluster: &Cluster) -> Result<()> {
     Ok(())
 }
 
+/// Helm's words when values fail a chart's values.schema.json.
+const SCHEMA_REFUSAL: &str = "values don't meet the specifications of the schema";
+
+/// Values the chart's schema must refuse: a wrong type and an unknown key, in a component's
+/// block (through the umbrella, with every component on, so each subchart's schema applies).
+fn refuses_bad_values(cluster: &Cluster, chart: &str, path: &Path, enable_all: &str) -> Result<()> {
+    let bad = if chart == UMBRELLA {
+        [
+            format!("{enable_all},taintManager.replicas=two"),
+            format!("{enable_all},taintManager.replicaCount=2"),
+        ]
+    } else {
+        ["replicas=two".to_owned(), "replicaCount=2".to_owned()]
+    };
+    for values in &bad {
+        let args = [
+            "template",
+            "evictkit",
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            values,
+        ];
+        match helm(cluster, &args, path) {
+            Ok(_) => bail!("chart {chart}: its schema accepts --set {values}"),
+            Err(error) if format!("{error:#}").contains(SCHEMA_REFUSAL) => {}
+            Err(error) => {
+                return Err(error.context(format!(
+                    "chart {chart}: --set {values} failed, but not on the schema"
+                )));
+            }
+        }
+    }
+    eprintln!("    chart {chart}: the schema refuses replicas=two and an unknown key");
+    Ok(())
+}
+
 /// With `webhook.certificate.certManager.enabled` every webhook component renders a
 /// cert-manager Certificate into its serving Secret and no Secret of its own, and every webhook
 /// configuration asks cert-manager's cainjector for its CA instead of carrying a caBundle.
 fn check_cert_manager_mode(cluster: &Cluster, umbrella: &Path, enable_all: &str) -> Result<()> {
-    let blocks: Vec<&str> = enable_all
-        .split(',')
-        .filter_map(|switch| switch.strip_suffix(".enabled=true"))
-        .collect();
-    let cert_manager: Vec<String> = blocks
+    let cert_manager: Vec<String> = webhook_blocks(umbrella)?
         .iter()
         .map(|block| format!("{block}.webhook.certificate.certManager.enabled=true"))
         .collect();
@@ -143,6 +179,34 @@ fn enable_all_components(chart: &Path) -> Result<String> {
         .map(|(name, _)| format!("{name}.enabled=true"))
         .collect();
     Ok(keys.join(","))
+}
+
+/// The umbrella's blocks of the components that serve webhooks: each subchart dependency's
+/// `condition: <block>.enabled` (other blocks with a switch, such as the dashboard's, are no
+/// component) whose subchart has `webhook.certificate` values.
+fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
+    let chart = read_yaml(&umbrella.join("Chart.yaml"))?;
+    let mut blocks = Vec::new();
+    for dependency in chart["dependencies"].as_array().into_iter().flatten() {
+        let Some(block) = dependency["condition"]
+            .as_str()
+            .and_then(|condition| condition.strip_suffix(".enabled"))
+        else {
+            continue;
+        };
+        let name = dependency["name"].as_str().unwrap_or_default();
+        let values = read_yaml(&umbrella.join("..").join(name).join("values.yaml"))?;
+        if !values["webhook"]["certificate"].is_null() {
+            blocks.push(block.to_owned());
+        }
+    }
+    Ok(blocks)
+}
+
+fn read_yaml(path: &Path) -> Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 fn helm(cluster: &Cluster, args: &[&str], chart: &Path) -> Result<String> {

@@ -2,6 +2,7 @@
 
 mod bench;
 mod chaos;
+mod chart_docs;
 mod charts;
 mod cluster;
 mod crds;
@@ -27,9 +28,13 @@ enum Command {
     GenCrds,
     /// Fail if crds/ or the chart copies differ from what gen-crds would write.
     CheckCrds,
-    /// Build, lint and render every chart, and server-side dry-run apply the output against the
-    /// running control plane (start it with `cargo xtask cluster up`).
+    /// Build, lint and render every chart, check that each chart's schema refuses bad values
+    /// and that its generated README.md and values.schema.json are current, and server-side
+    /// dry-run apply the output against the running control plane (start it with
+    /// `cargo xtask cluster up`).
     CheckCharts,
+    /// Write each chart's README.md and values.schema.json from its values.yaml.
+    ChartDocs,
     /// Start, stop or inspect the local control plane (etcd, kube-apiserver,
     /// kube-controller-manager, kube-scheduler, kwok).
     Cluster(cluster::Args),
@@ -57,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::GenCrds => crds::generate(),
         Command::CheckCrds => crds::check(),
         Command::CheckCharts => charts::check(&cluster::running()?),
+        Command::ChartDocs => chart_docs::generate(),
         Command::Cluster(args) => cluster::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),

@@ -4,11 +4,18 @@ CommonArgs): --metrics-addr, --leader-elect, --log-format, and with webhooks --w
 --tls-cert-file, --tls-key-file; probes on /healthz and /readyz of the metrics port; a
 non-root, read-only container.
 
+The one way a chart adds its component's flags: a list built from its own values, passed
+beside the root context,
+  {{ include "evictkit.deployment" (dict "context" . "flags" $flags) }}
+They go after the common flags and before the user's `args`; a chart flag whose name also
+appears in `args` is left out, so `args` overrides any of them (the binaries refuse a flag
+given twice).
+
 Values:
   replicas: 1
   image: {registry, repository (default evictkit/<component>), tag (default appVersion), pullPolicy}
   imagePullSecrets: []
-  args: []                        component flags, appended after the common ones
+  args: []                        extra flags, after the chart's own
   env: []
   leaderElection: {enabled: true} false only with exactly one replica
   logFormat: json                 text | json
@@ -19,11 +26,20 @@ Values:
   podSecurityContext: {}          merged over runAsNonRoot/seccompProfile defaults
   securityContext: {}             merged over the container defaults below
   nodeSelector: {}, tolerations: [], affinity: {}, priorityClassName: ""
+  topologySpreadConstraints: []   an entry without labelSelector selects the component's pods
   shutdownDelaySeconds: 5         a stopping pod keeps serving this long (preStop sleep) while
                                   its endpoint leaves every kube-proxy, so no webhook call
                                   meets a closed port during a rollout; 0: none
 */}}
 {{- define "evictkit.deployment" -}}
+{{- $flags := .flags | default list -}}
+{{- $root := .context -}}
+{{- with $root -}}
+{{- $args := .Values.args | default list -}}
+{{- $overridden := list -}}
+{{- range $args }}{{ $overridden = append $overridden (regexReplaceAll "=.*" (toString .) "") }}{{ end -}}
+{{- $own := list -}}
+{{- range $flags }}{{ if not (has (regexReplaceAll "=.*" . "") $overridden) }}{{ $own = append $own . }}{{ end }}{{ end -}}
 {{- $webhook := .Values.webhook | default dict -}}
 {{- $leaderElection := .Values.leaderElection | default dict -}}
 {{- $image := .Values.image | default dict -}}
@@ -77,7 +93,7 @@ spec:
             - --tls-cert-file=/etc/evictkit/tls/tls.crt
             - --tls-key-file=/etc/evictkit/tls/tls.key
             {{- end }}
-            {{- range .Values.args }}
+            {{- range (concat $own $args) }}
             - {{ . | quote }}
             {{- end }}
           {{- with .Values.env }}
@@ -138,4 +154,12 @@ spec:
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+      {{- with .Values.topologySpreadConstraints }}
+      topologySpreadConstraints:
+        {{- $selector := dict "matchLabels" (include "evictkit.selectorLabels" $root | fromYaml) }}
+        {{- range . }}
+        - {{ toYaml (merge (deepCopy .) (dict "labelSelector" $selector)) | indent 10 | trim }}
+        {{- end }}
+      {{- end }}
+{{- end -}}
 {{- end -}}

@@ -826,7 +826,8 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     .join(",");
     // The upgrade also moves the EvictionRequest users to the evictkit.io CRD, which clusters
     // without upstream's API run, so both APIs run installed.
-    let to_crd = "evictionrequestController.api=crd,deschedulerBridge.evictionRequestApi=crd";
+    let to_crd =
+        "evictionrequestController.evictionRequestApi=crd,deschedulerBridge.evictionRequestApi=crd";
     helm(
         &env,
         &install_args(
