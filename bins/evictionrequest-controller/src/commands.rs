@@ -2,9 +2,9 @@
 
 use anyhow::Context as _;
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::eviction_request::describe;
 use evictkit_runtime::client::{self, RateLimit};
 use evictkit_runtime::eviction_request::{TargetPod, request_eviction, withdraw_target};
+use evictkit_runtime::lifecycle_request::served;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
@@ -33,7 +33,8 @@ pub struct DescribeArgs {
     /// The pod, as NAMESPACE/POD (it may be gone already).
     #[arg(value_name = "NAMESPACE/POD", value_parser = parse_pod)]
     pub pod: (String, String),
-    /// The API to read: lifecycle.k8s.io when discovery shows it (auto), or as chosen.
+    /// The API to read: both (auto: lifecycle.k8s.io where served, evictkit.io's CRD where
+    /// installed), or the one chosen.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
 }
@@ -49,78 +50,97 @@ fn parse_pod(value: &str) -> Result<(String, String), String> {
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
     let client = client::build(RateLimit::UNLIMITED).await?;
-    let api = match &command {
-        Command::Request(args) | Command::Withdraw(args) => args.api,
-        Command::Describe(args) => args.api,
-    };
-    if api.resolve(&client).await? == ApiMode::Lifecycle {
-        return match command {
-            Command::Request(args) => {
-                let (namespace, name) = &args.pod;
-                lifecycle::request(&client, namespace, name, &args.requester).await
-            }
-            Command::Withdraw(args) => {
-                let (namespace, name) = &args.pod;
-                lifecycle::withdraw_request(&client, namespace, name, &args.requester).await
-            }
-            Command::Describe(args) => {
-                let (namespace, name) = &args.pod;
-                lifecycle::describe_pod(&client, namespace, name).await
-            }
-        };
-    }
     match command {
-        Command::Request(args) => {
-            let (namespace, name) = &args.pod;
-            let pod = Api::<Pod>::namespaced(client.clone(), namespace)
-                .get(name)
-                .await
-                .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
-            let request = request_eviction(&client, &pod, &args.requester).await?;
-            println!(
-                "EvictionRequest {namespace}/{} requests the eviction of pod {namespace}/{name} as {}.",
-                request.metadata.name.unwrap_or_default(),
-                args.requester
-            );
-        }
-        Command::Withdraw(args) => {
-            let (namespace, name) = &args.pod;
-            let Some(request) = find(&client, namespace, name).await? else {
-                println!("Pod {namespace}/{name} has no EvictionRequest.");
-                return Ok(());
-            };
-            let target = TargetPod {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                uid: request.metadata.name.clone().unwrap_or_default(),
-            };
-            match withdraw_target(&client, &target, &args.requester).await? {
-                Some(request) if request.spec.requesters.is_empty() => println!(
-                    "{} withdrew; no requester is left, so the request will be canceled.",
-                    args.requester
-                ),
-                Some(_) => println!("{} withdrew; other requesters remain.", args.requester),
-                None => println!("Pod {namespace}/{name} has no EvictionRequest."),
-            }
-        }
-        Command::Describe(args) => {
-            let (namespace, name) = &args.pod;
-            match find(&client, namespace, name).await? {
-                Some(request) => {
-                    for line in describe(&request, Timestamp::now()) {
-                        println!("{line}");
-                    }
-                }
-                None => println!("Pod {namespace}/{name} has no EvictionRequest."),
-            }
-        }
+        Command::Request(args) => request(&client, &args).await,
+        Command::Withdraw(args) => withdraw(&client, &args).await,
+        Command::Describe(args) => describe(&client, &args).await,
+    }
+}
+
+async fn request(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
+    let (namespace, name) = &args.pod;
+    if args.api.resolve(client).await? == ApiMode::Lifecycle {
+        return lifecycle::request(client, namespace, name, &args.requester).await;
+    }
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+    let request = request_eviction(client, &pod, &args.requester).await?;
+    println!(
+        "EvictionRequest {namespace}/{} requests the eviction of pod {namespace}/{name} as {}.",
+        request.metadata.name.unwrap_or_default(),
+        args.requester
+    );
+    Ok(())
+}
+
+async fn withdraw(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
+    let (namespace, name) = &args.pod;
+    if args.api.resolve(client).await? == ApiMode::Lifecycle {
+        return lifecycle::withdraw_request(client, namespace, name, &args.requester).await;
+    }
+    let Some(request) = find(client, namespace, name).await? else {
+        println!("Pod {namespace}/{name} has no EvictionRequest.");
+        return Ok(());
+    };
+    let target = TargetPod {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        uid: request.metadata.name.clone().unwrap_or_default(),
+    };
+    match withdraw_target(client, &target, &args.requester).await? {
+        Some(request) if request.spec.requesters.is_empty() => println!(
+            "{} withdrew; no requester is left, so the request will be canceled.",
+            args.requester
+        ),
+        Some(_) => println!("{} withdrew; other requesters remain.", args.requester),
+        None => println!("Pod {namespace}/{name} has no EvictionRequest."),
     }
     Ok(())
 }
 
+/// Prints a pod's request in words (also the text of `kubectl evictkit describe`). `auto` reads
+/// both APIs a cluster may hold requests in: lifecycle.k8s.io where it is served, and
+/// evictkit.io's CRD where it is installed (a v1.37 cluster may have both).
+pub async fn describe(client: &Client, args: &DescribeArgs) -> anyhow::Result<()> {
+    let (namespace, name) = &args.pod;
+    let lifecycle = match args.api {
+        ApiMode::Lifecycle => true,
+        ApiMode::Crd => false,
+        ApiMode::Auto => served(client).await?,
+    };
+    let mut found = lifecycle && lifecycle::describe_pod(client, namespace, name).await?;
+    if args.api != ApiMode::Lifecycle {
+        let request = match find(client, namespace, name).await {
+            Ok(request) => request,
+            // auto: a cluster without the CRD simply has no such requests.
+            Err(error) if args.api == ApiMode::Auto && crd_missing(&error) => None,
+            Err(error) => return Err(error),
+        };
+        if let Some(request) = request {
+            for line in evictkit_core::eviction_request::describe(&request, Timestamp::now()) {
+                println!("{line}");
+            }
+            found = true;
+        }
+    }
+    if !found {
+        println!("Pod {namespace}/{name} has no EvictionRequest.");
+    }
+    Ok(())
+}
+
+/// Whether reading EvictionRequests failed because evictkit.io's CRD is not installed.
+fn crd_missing(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(cause.downcast_ref::<kube::Error>(), Some(kube::Error::Api(status)) if status.code == 404)
+    })
+}
+
 /// The request of the pod named `name`: the one named after the current pod's UID, or else
 /// (the pod is gone) the newest one that targets a pod of that name.
-async fn find(
+pub async fn find(
     client: &Client,
     namespace: &str,
     name: &str,

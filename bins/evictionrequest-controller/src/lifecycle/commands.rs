@@ -87,8 +87,8 @@ pub async fn withdraw_request(
 }
 
 /// Every Eviction of pods named `name` (oldest first) with its responders' timeline, then
-/// every EvictionRequest with its intent and conditions.
-pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+/// every EvictionRequest with its intent and conditions; whether the pod has any.
+pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyhow::Result<bool> {
     let targets = |pod: Option<&str>| pod == Some(name);
     let mut evictions: Vec<Eviction> = Api::<Eviction>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
@@ -109,8 +109,7 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyho
             .filter(|r| targets(r.spec.target.pod.as_ref().map(|p| p.name.as_str())))
             .collect();
     if evictions.is_empty() && requests.is_empty() {
-        println!("Pod {namespace}/{name} has no Eviction and no EvictionRequest.");
-        return Ok(());
+        return Ok(false);
     }
     let now = Timestamp::now();
     for eviction in &evictions {
@@ -141,5 +140,5 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyho
             }
         );
     }
-    Ok(())
+    Ok(true)
 }

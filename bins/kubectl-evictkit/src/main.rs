@@ -1,0 +1,410 @@
+//! `kubectl evictkit`: kubectl runs `kubectl-evictkit` from PATH for `kubectl evictkit ...`.
+//! One binary over the components' own subcommands: pdb-policy-webhook's `explain` (a pod,
+//! or every pod of a node), evictionrequest-controller's `describe`, and a listing of the
+//! EvictionRequests of both APIs. Exit codes tell a refused eviction from an error, so a
+//! script can gate a drain on `kubectl evictkit drain-preview NODE`.
+
+mod connection;
+mod requests;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use evictionrequest_controller::ApiMode;
+use evictionrequest_controller::commands::{self as controller, DescribeArgs};
+use evictkit_core::pdb_policy::Explanation;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+use pdb_policy_webhook::explain::{self, EVICTION_WEBHOOK_NAME, ExplainArgs};
+use serde::Serialize;
+
+use crate::connection::Connection;
+use crate::requests::Scope;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  done; for explain and drain-preview: every eviction would be allowed; for describe also
+     when the pod has no request
+  1  error: the cluster cannot be reached, or the pod, node or namespace does not exist
+  2  bad usage (unknown flag, missing argument)
+  3  explain and drain-preview: at least one eviction would be refused";
+
+/// Why pods will or will not evict, and the EvictionRequests in flight (evictkit).
+#[derive(Debug, Parser)]
+#[command(name = "kubectl evictkit", bin_name = "kubectl evictkit", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
+    /// The namespace of POD and of `requests` (default: the context's namespace).
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// Output format: a table (describe: text) for people, or the objects or report as JSON or YAML.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
+    output: Format,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// The formats that print data rather than text for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Structured {
+    Json,
+    Yaml,
+}
+
+impl Format {
+    fn structured(self) -> Option<Structured> {
+        match self {
+            Self::Table => None,
+            Self::Json => Some(Structured::Json),
+            Self::Yaml => Some(Structured::Yaml),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// What an eviction of POD would get from the apiserver and evictkit's stricter rules, why,
+    /// and what would change it. -o json|yaml: the explanation report.
+    #[command(after_help = EXIT_CODES)]
+    Explain {
+        /// The pod, as NAMESPACE/POD or POD (in -n's namespace).
+        #[arg(value_name = "[NAMESPACE/]POD")]
+        pod: String,
+        #[command(flatten)]
+        webhook: EvictionWebhook,
+    },
+    /// explain for every pod on NODE, as `kubectl drain NODE` would evict them (DaemonSet and
+    /// mirror pods included). -o json|yaml: the explanation reports.
+    #[command(after_help = EXIT_CODES)]
+    DrainPreview {
+        #[arg(value_name = "NODE")]
+        node: String,
+        #[command(flatten)]
+        webhook: EvictionWebhook,
+    },
+    /// The EvictionRequests of the namespace (or of all with -A), evictkit.io's and, when the
+    /// cluster serves it, lifecycle.k8s.io's. -o json|yaml: the objects, as a List.
+    Requests {
+        /// List the requests of every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+    /// A pod's EvictionRequest in words: requesters, interceptors and their timeline,
+    /// conditions. -o json|yaml: the pod's EvictionRequests (and lifecycle.k8s.io Evictions).
+    Describe {
+        /// The pod, as NAMESPACE/POD or POD (in -n's namespace); it may be gone already.
+        #[arg(value_name = "[NAMESPACE/]POD")]
+        pod: String,
+        /// The API to read: lifecycle.k8s.io when discovery shows it (auto), or as chosen.
+        #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
+        api: ApiMode,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct EvictionWebhook {
+    /// The name of pdb-policy-webhook's eviction webhook (the chart's default): the apiserver
+    /// quotes it in the message of a denial by a stricter rule.
+    #[arg(long, value_name = "NAME", default_value = EVICTION_WEBHOOK_NAME)]
+    eviction_webhook_name: String,
+}
+
+/// What a command found, beyond "it ran": only explain and drain-preview predict a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Done,
+    WouldBeBlocked,
+}
+
+impl Answer {
+    fn of(explanations: &[Explanation]) -> Self {
+        if explanations.iter().all(Explanation::allowed) {
+            Self::Done
+        } else {
+            Self::WouldBeBlocked
+        }
+    }
+
+    fn exit_code(result: &Result<Self>) -> u8 {
+        match result {
+            Ok(Self::Done) => 0,
+            Err(_) => 1,
+            Ok(Self::WouldBeBlocked) => 3,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = run(cli).await;
+    if let Err(error) = &result {
+        eprintln!("error: {}", error_message(error));
+    }
+    ExitCode::from(Answer::exit_code(&result))
+}
+
+async fn run(cli: Cli) -> Result<Answer> {
+    let Connection {
+        client,
+        namespace: context_namespace,
+    } = connection::connect(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
+    let namespace = cli.namespace.unwrap_or(context_namespace);
+    match cli.command {
+        Command::Explain { pod, webhook } => {
+            let (namespace, name) = qualify(&pod, &namespace)?;
+            let args = explain_args(Some(format!("{namespace}/{name}")), None, webhook);
+            explain(&client, &args, cli.output).await
+        }
+        Command::DrainPreview { node, webhook } => {
+            // Listing by spec.nodeName finds no pod on a node that does not exist: say so.
+            Api::<Node>::all(client.clone())
+                .get(&node)
+                .await
+                .with_context(|| format!("reading node {node}"))?;
+            let args = explain_args(None, Some(node), webhook);
+            explain(&client, &args, cli.output).await
+        }
+        Command::Requests { all_namespaces } => {
+            let scope = if all_namespaces {
+                Scope::All
+            } else {
+                Scope::Namespace(namespace)
+            };
+            let listing = requests::list(&client, &scope).await?;
+            let rows = listing.rows();
+            match cli.output.structured() {
+                // As kubectl get: the empty answer on stderr, so stdout stays a table or nothing.
+                None if rows.is_empty() => eprintln!("No EvictionRequests found in {scope}."),
+                None => print(&requests::table(&rows, Timestamp::now()))?,
+                Some(format) => print_as(format, &listing.to_list()?)?,
+            }
+            Ok(Answer::Done)
+        }
+        Command::Describe { pod, api } => {
+            let (namespace, name) = qualify(&pod, &namespace)?;
+            match cli.output.structured() {
+                None => {
+                    let args = DescribeArgs {
+                        pod: (namespace, name),
+                        api,
+                    };
+                    controller::describe(&client, &args).await?;
+                }
+                Some(format) => {
+                    let listing = describe_objects(&client, &namespace, &name, api).await?;
+                    print_as(format, &listing.to_list()?)?;
+                }
+            }
+            Ok(Answer::Done)
+        }
+    }
+}
+
+fn explain_args(
+    pod: Option<String>,
+    node: Option<String>,
+    webhook: EvictionWebhook,
+) -> ExplainArgs {
+    ExplainArgs {
+        pod,
+        node,
+        // The format is ours (-o); explain's own flag is not read by `explain::explain`.
+        output: explain::Output::Table,
+        eviction_webhook_name: webhook.eviction_webhook_name,
+    }
+}
+
+async fn explain(client: &Client, args: &ExplainArgs, format: Format) -> Result<Answer> {
+    let explanations = explain::explain(client.clone(), args).await?;
+    match format.structured() {
+        None => print(&explain::table(&explanations))?,
+        Some(format) => print_as(format, &explanations)?,
+    }
+    Ok(Answer::of(&explanations))
+}
+
+/// The objects `describe` reads, from the API it reads them from (auto: both).
+async fn describe_objects(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    api: ApiMode,
+) -> Result<requests::Listing> {
+    if api == ApiMode::Crd {
+        return Ok(requests::Listing {
+            crd: controller::find(client, namespace, name)
+                .await?
+                .into_iter()
+                .collect(),
+            ..requests::Listing::default()
+        });
+    }
+    let scope = Scope::Namespace(namespace.to_owned());
+    let mut listing = requests::list(client, &scope).await?.of_pod(name);
+    if api == ApiMode::Lifecycle {
+        listing.crd.clear();
+    }
+    Ok(listing)
+}
+
+/// The error's chain, ending at the apiserver's own message where there is one: kube's
+/// display of an API error repeats the whole Status object.
+fn error_message(error: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in error.chain() {
+        if let Some(kube::Error::Api(status)) = cause.downcast_ref::<kube::Error>() {
+            parts.push(status.message.clone());
+            break;
+        }
+        parts.push(cause.to_string());
+    }
+    parts.join(": ")
+}
+
+/// `NAMESPACE/POD` as it is, or `POD` in `namespace`.
+fn qualify(pod: &str, namespace: &str) -> Result<(String, String)> {
+    match pod.split_once('/') {
+        None if !pod.is_empty() => Ok((namespace.to_owned(), pod.to_owned())),
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
+            Ok((namespace.to_owned(), name.to_owned()))
+        }
+        _ => bail!("{pod:?} is not POD or NAMESPACE/POD, e.g. web-0 or shop/web-0"),
+    }
+}
+
+fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+fn print_as(format: Structured, value: &impl Serialize) -> Result<()> {
+    let text = match format {
+        Structured::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
+        Structured::Yaml => serde_saphyr::to_string(value)?,
+    };
+    print(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evictkit_core::pdb_policy;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use serde_json::json;
+
+    /// web-0 (Ready) under a PDB with `disruptions_allowed`, as explain sees it.
+    fn explanation(disruptions_allowed: i32) -> Explanation {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "shop", "labels": {"app": "web"}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "generation": 1},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 1, "currentHealthy": 2 + disruptions_allowed,
+                       "desiredHealthy": 2, "disruptionsAllowed": disruptions_allowed, "expectedPods": 2 + disruptions_allowed},
+        }))
+        .unwrap();
+        pdb_policy::explain(
+            &pod,
+            &[pdb],
+            std::slice::from_ref(&pod),
+            None,
+            &pdb_policy::Circumstances::at(Timestamp::now()),
+        )
+    }
+
+    #[test]
+    fn a_refused_eviction_has_its_own_exit_code() {
+        let allowed = explanation(1);
+        let blocked = explanation(0);
+        let code = |explanations: &[Explanation]| Answer::exit_code(&Ok(Answer::of(explanations)));
+        assert_eq!(code(std::slice::from_ref(&allowed)), 0);
+        assert_eq!(code(&[allowed.clone(), blocked.clone()]), 3);
+        assert_eq!(code(&[blocked]), 3);
+        // A node without pods: nothing would be refused.
+        assert_eq!(code(&[]), 0);
+        assert_eq!(Answer::exit_code(&Err(anyhow::anyhow!("pod not found"))), 1);
+    }
+
+    #[test]
+    fn api_errors_end_with_the_apiservers_message() {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "code": 404, "reason": "NotFound", "message": "pods \"ghost\" not found",
+        }))
+        .unwrap();
+        let error = anyhow::Error::new(kube::Error::Api(Box::new(status)))
+            .context("reading pod shop/ghost");
+        assert_eq!(
+            error_message(&error),
+            "reading pod shop/ghost: pods \"ghost\" not found"
+        );
+        let error = anyhow::anyhow!("no route").context("listing EvictionRequests");
+        assert_eq!(error_message(&error), "listing EvictionRequests: no route");
+    }
+
+    #[test]
+    fn pods_are_named_with_or_without_their_namespace() {
+        let ok = |pod: &str| qualify(pod, "default").unwrap();
+        assert_eq!(ok("web-0"), ("default".into(), "web-0".into()));
+        assert_eq!(ok("shop/web-0"), ("shop".into(), "web-0".into()));
+        for bad in ["", "/web-0", "shop/", "a/b/c"] {
+            assert!(qualify(bad, "default").is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_exit_with_clap_code_2_and_help_lists_the_exit_codes() {
+        let error = Cli::try_parse_from(["kubectl-evictkit", "explain"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        let error =
+            Cli::try_parse_from(["kubectl-evictkit", "requests", "-o", "wide"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        let help = Cli::try_parse_from(["kubectl-evictkit", "--help"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            help.contains("3  explain and drain-preview: at least one eviction would be refused"),
+            "{help}"
+        );
+        let cli = Cli::try_parse_from([
+            "kubectl-evictkit",
+            "describe",
+            "web-0",
+            "-n",
+            "shop",
+            "--context",
+            "dev",
+            "-o",
+            "yaml",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.namespace.as_deref(), cli.context.as_deref(), cli.output),
+            (Some("shop"), Some("dev"), Format::Yaml)
+        );
+    }
+}
