@@ -33,9 +33,9 @@
 //! replica's CPU over that window (they must back off, not spin); recovery is counted from the
 //! end of the throttling.
 //!
-//! The webhook-killed fault runs the webhooks as the charts run them, installed on the real
-//! node, and counts failed admission calls (see `chaos/webhook.rs`); the cluster gets the real
-//! node only when that fault is selected.
+//! The webhook-killed and webhook-deleted faults run the webhooks as the charts run them,
+//! installed on the real node, and count failed admission calls (see `chaos/webhook.rs`); the
+//! cluster gets the real node only when one of them is selected.
 
 mod seats;
 mod webhook;
@@ -101,7 +101,7 @@ pub struct Args {
     /// Only this controller (default: every one).
     #[arg(long, value_enum)]
     component: Option<Workload>,
-    /// webhook-killed: only this webhook (default: both).
+    /// webhook-killed and webhook-deleted: only this webhook (default: both).
     #[arg(long, value_enum)]
     webhook: Option<webhook::Webhook>,
 }
@@ -122,6 +122,9 @@ enum Fault {
     /// SIGKILL of one of a webhook's two replicas (installed by its chart on the real node)
     /// while the apiserver calls it 200 times a second.
     WebhookKilled,
+    /// One of a webhook's two replicas deleted (graceful: the chart's preStop delay, SIGTERM),
+    /// as a rollout or a drain does, while the apiserver calls it 200 times a second.
+    WebhookDeleted,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -140,6 +143,7 @@ impl Fault {
             Fault::EtcdRestarted => "etcd-restarted",
             Fault::ApiThrottled => "api-throttled",
             Fault::WebhookKilled => "webhook-killed",
+            Fault::WebhookDeleted => "webhook-deleted",
         }
     }
 }
@@ -262,7 +266,7 @@ struct Row {
     exited: Vec<String>,
     /// api-throttled: what the replicas did while answered 429.
     throttled: Option<Throttled>,
-    /// webhook-killed: the admission calls while a replica was killed.
+    /// webhook-killed and webhook-deleted: the admission calls while a replica stopped.
     admissions: Option<webhook::Admissions>,
     detail: String,
 }
@@ -311,12 +315,20 @@ pub fn run(args: Args) -> Result<()> {
             Fault::EtcdRestarted,
             Fault::ApiThrottled,
             Fault::WebhookKilled,
+            Fault::WebhookDeleted,
         ],
     };
-    let webhook_killed = faults.contains(&Fault::WebhookKilled);
+    let stops: Vec<webhook::Stop> = faults
+        .iter()
+        .filter_map(|fault| match fault {
+            Fault::WebhookKilled => Some(webhook::Stop::Killed),
+            Fault::WebhookDeleted => Some(webhook::Stop::Deleted),
+            _ => None,
+        })
+        .collect();
     let faults: Vec<Fault> = faults
         .into_iter()
-        .filter(|fault| *fault != Fault::WebhookKilled)
+        .filter(|fault| !matches!(fault, Fault::WebhookKilled | Fault::WebhookDeleted))
         .collect();
     let webhooks = match args.webhook {
         Some(webhook) => vec![webhook],
@@ -355,7 +367,7 @@ pub fn run(args: Args) -> Result<()> {
         nodes: KWOK_NODES,
         kcm_controllers: "*,-taint-eviction-controller".into(),
         feature_gates: String::new(),
-        real_node: webhook_killed,
+        real_node: !stops.is_empty(),
     })?;
     let rows = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -373,8 +385,8 @@ pub fn run(args: Args) -> Result<()> {
                     rows.push(row);
                 }
             }
-            if webhook_killed {
-                rows.extend(webhook::rows(&cluster, &client, &webhooks).await?);
+            if !stops.is_empty() {
+                rows.extend(webhook::rows(&cluster, &client, &stops, &webhooks).await?);
             }
             anyhow::Ok(rows)
         })?;
@@ -413,8 +425,8 @@ fn print_table(rows: &[Row]) {
         }
         if let Some(admissions) = &row.admissions {
             met.push_str(&format!(
-                " (p99 {:.0} ms before the kill, {:.0} ms in the 10 s after it",
-                admissions.p99_before, admissions.p99_after_kill
+                " (p99 {:.0} ms before the stop, {:.0} ms in the 10 s after it",
+                admissions.p99_before, admissions.p99_after_stop
             ));
             if !admissions.other.is_empty() {
                 met.push_str(&format!("; unexpected answers: {:?}", admissions.other));
@@ -555,7 +567,12 @@ async fn scenario(
             throttled_window = Some((started.1, Timestamp::now(), cpu_cores));
             (Timestamp::now(), vec![0, 1])
         }
-        Fault::WebhookKilled => bail!("webhook-killed is a scenario of its own (chaos/webhook.rs)"),
+        Fault::WebhookKilled | Fault::WebhookDeleted => {
+            bail!(
+                "{} is a scenario of its own (chaos/webhook.rs)",
+                fault.name()
+            )
+        }
     };
     if let Some(burst) = burst {
         burst.await.context("the burst's task")??;

@@ -6,7 +6,7 @@
 //! projected as it is deserialized, so not even a list page holds whole Pods. Pods of one
 //! workload share one parsed affinity. A Node keeps its name and labels.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use evictkit_api::conditions::STATUS_TRUE;
@@ -14,6 +14,7 @@ use evictkit_core::affinity_eviction::{
     AffinitySource, CONDITION_TYPE, Execution, ExecutionAffinity, PodFacts, changed_label_keys,
     skip,
 };
+use evictkit_runtime::index::Grouped;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -87,11 +88,6 @@ impl CachedPod {
     pub fn affinity(&self) -> Option<&ExecutionAffinity> {
         self.facts.execution.affinity()
     }
-
-    fn is_same_pod(&self, other: &CachedPod) -> bool {
-        self.metadata.name == other.metadata.name
-            && self.metadata.namespace == other.metadata.namespace
-    }
 }
 
 /// One parse per distinct [`AffinitySource`] among live pods: a Deployment's thousand pods
@@ -150,97 +146,27 @@ pub fn strip_node(node: &mut Node) {
 }
 
 /// Opted-in pods by node, so a node's label change costs work proportional to that node's
-/// pods, never to all pods. The entries are the pod cache's own (shared), not copies.
-#[derive(Default)]
-pub struct PodsByNode {
-    nodes: HashMap<String, Vec<Arc<CachedPod>>>,
+/// pods, never to all pods.
+pub type PodsByNode = Grouped<CachedPod>;
+
+pub fn pods_by_node() -> PodsByNode {
+    Grouped::new(
+        |pod| Some(pod.node_name.clone()).filter(|node| !node.is_empty()),
+        |pod| pod.affinity().is_some(),
+    )
 }
 
-impl PodsByNode {
-    /// Applies one event of the pod watch, after the pod cache `store` has; returns the pods
-    /// that went away or stopped opting in, whose per-pod state and metrics must go with them.
-    pub fn apply(
-        &mut self,
-        event: &watcher::Event<CachedPod>,
-        store: &Store<CachedPod>,
-    ) -> Vec<ObjectRef<CachedPod>> {
-        match event {
-            watcher::Event::Apply(pod) => {
-                let was_indexed = self.remove(pod);
-                let cached = store.get(&ObjectRef::from_obj(pod));
-                match cached.filter(|cached| cached.affinity().is_some()) {
-                    Some(cached) => {
-                        self.nodes
-                            .entry(cached.node_name.clone())
-                            .or_default()
-                            .push(cached);
-                        Vec::new()
-                    }
-                    None if was_indexed => vec![ObjectRef::from_obj(pod)],
-                    None => Vec::new(),
-                }
-            }
-            watcher::Event::Delete(pod) => {
-                self.remove(pod);
-                vec![ObjectRef::from_obj(pod)]
-            }
-            // The store swaps in the relisted pods at `InitDone`; the index follows it then.
-            watcher::Event::Init | watcher::Event::InitApply(_) => Vec::new(),
-            watcher::Event::InitDone => {
-                let before: Vec<ObjectRef<CachedPod>> = self
-                    .nodes
-                    .values()
-                    .flatten()
-                    .map(|pod| ObjectRef::from_obj(pod.as_ref()))
-                    .collect();
-                self.nodes.clear();
-                for pod in store.state() {
-                    if pod.affinity().is_some() {
-                        self.nodes
-                            .entry(pod.node_name.clone())
-                            .or_default()
-                            .push(pod);
-                    }
-                }
-                let kept: HashSet<ObjectRef<CachedPod>> = self
-                    .nodes
-                    .values()
-                    .flatten()
-                    .map(|pod| ObjectRef::from_obj(pod.as_ref()))
-                    .collect();
-                before
-                    .into_iter()
-                    .filter(|pod| !kept.contains(pod))
-                    .collect()
-            }
-        }
-    }
-
-    /// Opted-in pods on `node` whose affinity reads one of the `changed` label keys.
-    pub fn affected(&self, node: &str, changed: &BTreeSet<String>) -> Vec<ObjectRef<CachedPod>> {
-        self.nodes
-            .get(node)
-            .into_iter()
-            .flatten()
-            .filter(|pod| pod.affinity().is_some_and(|a| a.reads_any(changed)))
-            .map(|pod| ObjectRef::from_obj(pod.as_ref()))
-            .collect()
-    }
-
-    /// Removes `pod` from its node's list (a pod never changes node); whether it was there.
-    /// A linear scan: a node holds at most a few hundred pods.
-    fn remove(&mut self, pod: &CachedPod) -> bool {
-        let Some(pods) = self.nodes.get_mut(&pod.node_name) else {
-            return false;
-        };
-        let before = pods.len();
-        pods.retain(|indexed| !indexed.is_same_pod(pod));
-        let removed = pods.len() < before;
-        if pods.is_empty() {
-            self.nodes.remove(&pod.node_name);
-        }
-        removed
-    }
+/// Opted-in pods on `node` whose affinity reads one of the `changed` label keys.
+pub fn affected(
+    pods: &PodsByNode,
+    node: &str,
+    changed: &BTreeSet<String>,
+) -> Vec<ObjectRef<CachedPod>> {
+    pods.group(node)
+        .iter()
+        .filter(|pod| pod.affinity().is_some_and(|a| a.reads_any(changed)))
+        .map(|pod| ObjectRef::from_obj(pod.as_ref()))
+        .collect()
 }
 
 /// KEP-4328's "eviction round": a node label update re-checks the pods on that node, here only
@@ -275,7 +201,7 @@ impl LabelRounds {
                 if changed.is_empty() {
                     return Vec::new();
                 }
-                let affected = pods.affected(&name, &changed);
+                let affected = affected(pods, &name, &changed);
                 if !affected.is_empty() {
                     self.rounds
                         .lock()
@@ -304,8 +230,9 @@ impl LabelRounds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use evictkit_api::keys::MIRROR_POD_ANNOTATION;
     use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
-    use evictkit_core::affinity_eviction::{MIRROR_POD_ANNOTATION, Skip};
+    use evictkit_core::affinity_eviction::Skip;
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
     use kube::runtime::reflector;
 
@@ -436,9 +363,7 @@ mod tests {
         }
 
         fn affected(&self, node: &str, key: &str) -> Vec<String> {
-            let mut names: Vec<String> = self
-                .index
-                .affected(node, &[key.to_owned()].into())
+            let mut names: Vec<String> = affected(&self.index, node, &[key.to_owned()].into())
                 .into_iter()
                 .map(|pod| pod.name)
                 .collect();
@@ -453,7 +378,7 @@ mod tests {
         let mut cache = Cache {
             store,
             writer,
-            index: PodsByNode::default(),
+            index: pods_by_node(),
         };
         let cached =
             |name: &str, node: &str, annotation| CachedPod::from(pod(name, node, annotation));

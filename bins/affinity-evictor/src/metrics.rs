@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use evictkit_runtime::reconcile::Reconciles;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 
 /// DaemonSet pods left alone although they violate: their DaemonSet's template would recreate
@@ -26,6 +27,8 @@ pub struct AffinityMetrics {
     /// Pods violating their execution-time affinity right now; with `--enabled=false` this is
     /// what would be evicted.
     pub violating: IntGauge,
+    /// The pod controller's reconciles (`evictkit_reconcile*{controller="pod"}`).
+    pub reconciles: Reconciles,
 }
 
 impl AffinityMetrics {
@@ -57,6 +60,7 @@ impl AffinityMetrics {
                 "evictkit_affinity_evictor_violating_pods",
                 "Running pods whose node no longer matches their required-during-execution node affinity.",
             ))?,
+            reconciles: Reconciles::new(metrics, "pod"),
         };
         metrics.register(own.evictions.clone())?;
         metrics.register(own.failed.clone())?;

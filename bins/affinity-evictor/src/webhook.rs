@@ -38,7 +38,11 @@ pub const PATH: &str = "/mutate";
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 
 pub fn webhooks(metrics: Arc<Metrics>) -> Webhooks {
-    Webhooks::new(metrics).route(PATH, |request| async move { mutate(&request) })
+    // Pods and the pod templates of several workload kinds: one route of any kind.
+    Webhooks::new(metrics).route(
+        PATH,
+        |request: AdmissionRequest<DynamicObject>| async move { mutate(&request) },
+    )
 }
 
 /// Where the pod template sits in each kind we mutate.

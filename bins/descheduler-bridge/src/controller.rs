@@ -294,7 +294,8 @@ pub async fn control<R: Request>(
                     let ready = ready.clone();
                     async move {
                         ready.await;
-                        reconcile(request, context).await
+                        let reconciles = context.settings.metrics.reconciles.clone();
+                        reconciles.wrap(reconcile)(request, context).await
                     }
                 },
                 error_policy,
@@ -433,7 +434,7 @@ async fn reconcile<R: Request>(cached: Arc<R>, context: Arc<Context>) -> Result<
             }
             metrics.count(ended.label());
             let recorder = &context.settings.recorder;
-            let recorded = if ended == Ended::Expired {
+            if ended == Ended::Expired {
                 tracing::warn!(pod = %pod_id, request = %id(&request), ttl = %context.settings.ttls.evacuation, "evacuation abandoned after --max-evacuation-request-ttl; the descheduler may ask again");
                 let note = format!(
                     "Evacuation of pod {pod_id} not finished within --max-evacuation-request-ttl {:#}: withdrew {} and cleared eviction-in-progress, so the descheduler may ask again",
@@ -442,7 +443,7 @@ async fn reconcile<R: Request>(cached: Arc<R>, context: Arc<Context>) -> Result<
                 );
                 recorder
                     .warning(&request, "EvacuationExpired", "Withdraw", &note)
-                    .await
+                    .await;
             } else {
                 tracing::info!(pod = %pod_id, request = %id(&request), ended = ended.label(), "evacuation ended");
                 let note = format!(
@@ -451,10 +452,7 @@ async fn reconcile<R: Request>(cached: Arc<R>, context: Arc<Context>) -> Result<
                 );
                 recorder
                     .normal(&request, "EvacuationEnded", "Release", &note)
-                    .await
-            };
-            if let Err(error) = recorded {
-                tracing::warn!(%error, request = %id(&request), "cannot record event");
+                    .await;
             }
             Ok(Action::await_change())
         }

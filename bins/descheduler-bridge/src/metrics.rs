@@ -9,7 +9,9 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use evictkit_core::descheduler_bridge::Ended;
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use evictkit_runtime::reconcile::Reconciles;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, Opts};
@@ -30,6 +32,9 @@ pub struct BridgeMetrics {
     pub evacuations: IntCounterVec,
     /// `descheduler_bridge_pod_evacuations_in_progress`.
     in_progress: InProgress,
+    /// The EvictionRequest controller's reconciles
+    /// (`evictkit_reconcile*{controller="evictionrequest"}`).
+    pub reconciles: Reconciles,
 }
 
 /// EvictionRequests the bridge takes part in that have not ended, as the controller last saw
@@ -77,9 +82,23 @@ impl BridgeMetrics {
         };
         metrics.register(evacuations.clone())?;
         metrics.register(in_progress.clone())?;
+        // Every result's series from the start, so alerts on rate() see 0 rather than nothing.
+        let ended = [
+            Ended::Evicted,
+            Ended::Canceled,
+            Ended::Expired,
+            Ended::Withdrawn,
+        ];
+        for result in [REQUESTED, REPEATED, FAILED, REFUSED]
+            .into_iter()
+            .chain(ended.map(Ended::label))
+        {
+            evacuations.with_label_values(&[result]);
+        }
         Ok(Self {
             evacuations,
             in_progress,
+            reconciles: Reconciles::new(metrics, "evictionrequest"),
         })
     }
 

@@ -25,8 +25,8 @@ use evictkit_runtime::requester::Requester;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
 use kube::api::Patch;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{Api, Client};
 use serde_json::json;
@@ -53,19 +53,23 @@ pub struct Context {
 }
 
 pub fn webhooks(context: Arc<Context>, metrics: Arc<Metrics>) -> Webhooks {
-    Webhooks::new(metrics).route(PATH, move |request| review(context.clone(), request))
+    Webhooks::new(metrics).route(PATH, move |request: AdmissionRequest<Eviction>| {
+        review(context.clone(), request)
+    })
 }
 
 /// The UID precondition of an Eviction (`deleteOptions.preconditions.uid`), if any.
-fn precondition_uid(eviction: Option<&DynamicObject>) -> Option<String> {
+fn precondition_uid(eviction: Option<&Eviction>) -> Option<String> {
     eviction?
-        .data
-        .pointer("/deleteOptions/preconditions/uid")?
-        .as_str()
-        .map(str::to_owned)
+        .delete_options
+        .as_ref()?
+        .preconditions
+        .as_ref()?
+        .uid
+        .clone()
 }
 
-async fn review(context: Arc<Context>, request: AdmissionRequest<DynamicObject>) -> Admission {
+async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> Admission {
     let is_eviction = request.operation == Operation::Create
         && request.sub_resource.as_deref() == Some("eviction");
     let user = request.user_info.username.as_deref().unwrap_or_default();
@@ -186,7 +190,7 @@ mod tests {
 
     #[test]
     fn precondition_is_read_from_the_eviction() {
-        let eviction: DynamicObject = serde_json::from_value(json!({
+        let eviction: Eviction = serde_json::from_value(json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": "p", "namespace": "ns"},
@@ -194,7 +198,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(precondition_uid(Some(&eviction)).as_deref(), Some("uid-1"));
-        let bare: DynamicObject = serde_json::from_value(json!({
+        let bare: Eviction = serde_json::from_value(json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": "p", "namespace": "ns"}

@@ -4,53 +4,44 @@
 //! pod's UID; interceptors (the pod's owners, from its `evictkit.io/eviction-interceptors`
 //! annotation) get the request in order; the last, default interceptor
 //! `imperative-eviction.k8s.io` is this controller, which evicts the pod through the Eviction
-//! API (PDBs respected) with backoff. Reads top to bottom: flags, wiring, the watches
-//! (EvictionRequests, and Pods mapped to their request), `reconcile` of one request, and the
-//! actions it takes. The decisions are in [`evictkit_core::eviction_request`]; the validating
-//! webhook is in [`webhook`], the commands for people in [`commands`].
+//! API (PDBs respected) with backoff. This file has the flags and the wiring; the controller of
+//! evictionrequests.evictkit.io (its watches and `reconcile` of one request) is in
+//! `request_controller`, the API calls it makes in `actions`, the controller and responder of
+//! Kubernetes' own lifecycle.k8s.io API in [`lifecycle`]. The decisions are in
+//! [`evictkit_core::eviction_request`]; the validating webhook is in [`webhook`], the commands
+//! for people in [`commands`].
 
+mod actions;
 pub mod commands;
 pub mod lifecycle;
 mod metrics;
-mod retries;
+mod request_controller;
 mod target_pod;
 pub mod webhook;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use evictkit_api::conditions::REASON_VALIDATION_FAILED;
-use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
-use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
-use evictkit_core::affinity_eviction::MIRROR_POD_ANNOTATION;
+use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_core::eviction_request::admission::ControllerIdentity;
-use evictkit_core::eviction_request::{
-    self as core, HandOverCause, Imperative, Plan, State, Transition, controller_status,
-    interceptor_status, message_eviction_failed, retries_in_message,
-};
+use evictkit_core::eviction_request::{self as core};
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError, EvictionOutcome};
 pub use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::shutdown::CancellationToken;
-use futures::{StreamExt, future};
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use crate::metrics::RequestMetrics;
-use crate::retries::{Backoff, NextAttempt, Retries};
-use crate::target_pod::{ReadError, TargetPods};
+
+use crate::request_controller::{Settings, control};
+use evictkit_runtime::backoff::Backoff;
 
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
@@ -58,7 +49,6 @@ pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
 const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
 // When an object's cache still predates our own write (or a write decided from it was refused
 // as superseded), look again as soon as after an eviction's conflict; both APIs.
-use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
 
 type Key = ObjectRef<EvictionRequest>;
 
@@ -247,108 +237,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(manager.run().await?)
 }
 
-/// What the flags decide, shared by every term of leadership.
-struct Settings {
-    evictions: EvictionClient,
-    recorder: EventRecorder,
-    metrics: RequestMetrics,
-    /// `evictkit_evictionrequest_pod_live_reads_total` ([`target_pod`]).
-    pod_live_reads: prometheus::IntCounterVec,
-    config: core::Config,
-    backoff: Backoff,
-    finished_ttl: Option<Duration>,
-    dry_run: bool,
-    namespace: Option<String>,
-    controller: controller::Config,
-}
-
-/// What reconcile needs, with the per-request eviction back-off.
-struct Context {
-    client: Client,
-    settings: Arc<Settings>,
-    pods: TargetPods,
-    retries: Retries<Key>,
-    written: OwnWrites,
-}
-
-/// Per request, the resourceVersions this controller's own writes have replaced. While the
-/// cache still shows one of them, a reconcile (e.g. woken by the evicted pod's deletion, or by
-/// the label write just before the status write) would decide from a state older than its own
-/// write, such as a pod gone but no targetInterceptors yet, and cancel a request it has just
-/// carried out. (Versions are compared for equality only: the API makes no promise of order.)
-#[derive(Default)]
-struct OwnWrites(Mutex<HashMap<Key, HashSet<String>>>);
-
-impl OwnWrites {
-    /// Whether the cached `request` predates this controller's last write of it.
-    fn predate(&self, key: &Key, request: &EvictionRequest) -> bool {
-        let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(replaced) = written.get(key) else {
-            return false;
-        };
-        if request
-            .metadata
-            .resource_version
-            .as_ref()
-            .is_some_and(|version| replaced.contains(version))
-        {
-            return true;
-        }
-        written.remove(key);
-        false
-    }
-
-    /// Notes that a write of ours replaced `version` of the request.
-    fn replaced(&self, key: &Key, version: Option<String>) {
-        if let Some(version) = version {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(key.clone())
-                .or_default()
-                .insert(version);
-        }
-    }
-
-    fn forget(&self, key: &Key) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-    }
-}
-
-impl std::ops::Deref for Context {
-    type Target = Settings;
-    fn deref(&self) -> &Settings {
-        &self.settings
-    }
-}
-
-impl Context {
-    fn forget(&self, key: &Key) {
-        self.retries.forget(key);
-        self.written.forget(key);
-        self.metrics.forget(key);
-    }
-
-    /// The request's target pod for the decisions: the cached one; for a request in progress
-    /// whose pod the cache lacks (or holds with another UID), the API's ([`target_pod`]).
-    async fn pod(&self, request: &EvictionRequest) -> Result<Option<Arc<Pod>>, ReadError> {
-        let Some(target) = request.spec.target.pod.as_ref() else {
-            return Ok(None);
-        };
-        let namespace = request.namespace().unwrap_or_default();
-        if State::of(request).is_finished() {
-            return Ok(self.pods.cached(&namespace, &target.name));
-        }
-        self.pods.get(&namespace, &target.name, &target.uid).await
-    }
-}
-
-/// The pod fields the decisions read; everything else is dropped from the cache.
-fn strip_pod(pod: &mut Pod) {
-    strip_pod_but_spec(pod, &[EVICTION_INTERCEPTORS, MIRROR_POD_ANNOTATION]);
-    pod.spec = None;
-}
-
 /// What both modes' pod caches keep of a pod's metadata and status: identity, labels, owners,
 /// deletion, phase, and the annotations in `kept`. Each mode keeps its own part of the spec.
 fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
@@ -377,627 +265,32 @@ fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
     });
 }
 
-/// The watches and the controller, run while holding the Lease.
-async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
-    let (request_store, request_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
-    let context = Arc::new(Context {
-        client: client.clone(),
-        settings: settings.clone(),
-        pods: TargetPods::new(
-            client.clone(),
-            pod_store.clone(),
-            settings.pod_live_reads.clone(),
-        ),
-        retries: Retries::new(settings.backoff),
-        written: OwnWrites::default(),
-    });
-    let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
-        Some(namespace) => (
-            Api::namespaced(client.clone(), namespace),
-            Api::namespaced(client.clone(), namespace),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-
-    let requests = {
-        let context = context.clone();
-        watcher(requests_api, watcher::Config::default())
-            .default_backoff()
-            .inspect(move |event| {
-                if let Ok(watcher::Event::Delete(request)) = event {
-                    context.forget(&ObjectRef::from_obj(request));
-                }
-            })
-            .reflect(request_writer)
-            .applied_objects()
-            .inspect({
-                let metrics = settings.metrics.queue.clone();
-                move |request| {
-                    if let Ok(request) = request {
-                        metrics.added(&ObjectRef::from_obj(request));
-                    }
-                }
-            })
-    };
-
-    // A pod's change (or deletion) concerns the request named after its UID, if there is one.
-    let pod_changes = {
-        let requests = request_store.clone();
-        let metrics = settings.metrics.queue.clone();
-        let deletions = context.pods.clone();
-        watcher(pods_api, watcher::Config::default())
-            .default_backoff()
-            .modify(strip_pod)
-            .inspect(move |event| {
-                if let Ok(event) = event {
-                    deletions.observe(event);
-                }
-            })
-            .reflect(pod_writer)
-            .touched_objects()
-            .filter_map(move |pod| {
-                let key = pod.ok().and_then(|pod| {
-                    let key = Key::new(pod.metadata.uid.as_deref()?)
-                        .within(&pod.namespace().unwrap_or_default());
-                    requests.get(&key).is_some().then_some(key)
-                });
-                if let Some(key) = &key {
-                    metrics.added(key);
-                }
-                future::ready(key)
-            })
-    };
-
-    // Both caches complete before the first decision: a pod missing from a half-filled cache
-    // would otherwise cancel its request as "not found".
-    let stores = {
-        let (requests, pods) = (request_store.clone(), pod_store.clone());
-        async move {
-            let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
-        }
-    };
-    Controller::for_stream(requests, request_store)
-        .with_config(settings.controller.clone())
-        .reconcile_on(pod_changes)
-        .graceful_shutdown_on(token.cancelled_owned())
-        .run(reconcile_when_ready(stores), error_policy, context)
-        .for_each(|result| {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile ended with an error");
-            }
-            future::ready(())
-        })
-        .await;
-}
-
-/// `reconcile`, once both caches have been filled.
-fn reconcile_when_ready(
-    stores: impl Future<Output = ()> + Send + 'static,
-) -> impl FnMut(Arc<EvictionRequest>, Arc<Context>) -> future::BoxFuture<'static, Result<Action, Error>>
-{
-    let ready = futures::FutureExt::shared(Box::pin(stores));
-    move |request, context| {
-        let ready = ready.clone();
-        Box::pin(async move {
-            ready.await;
-            reconcile(request, context).await
-        })
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-enum Error {
-    #[error(transparent)]
-    Eviction(#[from] EvictionError),
-    #[error(transparent)]
-    Read(#[from] ReadError),
-    #[error("cannot {action} EvictionRequest {request}: {source}")]
-    Write {
-        action: &'static str,
-        request: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-}
-
-impl Error {
-    /// A write refused on a precondition: the cached request was replaced or changed meanwhile.
-    fn superseded(&self) -> bool {
-        matches!(self, Error::Write { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 409))
-    }
-}
-
-fn error_policy(request: Arc<EvictionRequest>, error: &Error, context: Arc<Context>) -> Action {
-    if error.superseded() {
-        // The watch event of the newer request wakes it first; this is a safety net.
-        tracing::debug!(request = %id(&request), %error, "decided from a superseded cache entry; looking again");
-        return Action::requeue(STALE_CACHE_RECHECK);
-    }
-    context.metrics.queue.retries.inc();
-    tracing::warn!(request = %id(&request), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
-}
-
-fn id(request: &EvictionRequest) -> String {
+fn id<K: Resource>(object: &K) -> String {
     format!(
         "{}/{}",
-        request.namespace().unwrap_or_default(),
-        request.name_any()
+        object.namespace().unwrap_or_default(),
+        object.name_any()
     )
 }
 
-/// One EvictionRequest: the state machine's step, then its writes, eviction and Events.
-async fn reconcile(request: Arc<EvictionRequest>, context: Arc<Context>) -> Result<Action, Error> {
-    let key = ObjectRef::from_obj(request.as_ref());
-    if context.written.predate(&key, &request) {
-        // The watch event of the write wakes this request again; the requeue is a safety net.
-        return Ok(Action::requeue(STALE_CACHE_RECHECK));
-    }
-    let _timer = context.metrics.queue.started(&key);
-    let pod = context.pod(&request).await?;
-    let now = Timestamp::now();
-    let mut plan = core::reconcile(&request, pod.as_deref(), now, &context.config);
-    let mut requeue = plan.requeue_after.map(|d| d.unsigned_abs());
-
-    // Events in the order things happened: the hand-over before the eviction it leads to.
-    for transition in &plan.transitions {
-        record(&context, &request, transition).await;
-    }
-    let mut last = LastWrite {
-        version: request.metadata.resource_version.clone(),
-        status: controller_status(request.status.as_ref()),
-    };
-    if let (Some(labels), false) = (&plan.labels, context.dry_run) {
-        let version = apply_labels(&context.client, &request, labels, last.version.clone()).await?;
-        last.replaced(&context, &key, version);
-    }
-    match (plan.imperative.clone(), pod.as_deref()) {
-        (Some(Imperative::Evict), Some(pod)) => {
-            let wait =
-                imperative_eviction(&request, &key, pod, &mut plan, &mut last, now, &context)
-                    .await?;
-            requeue = min_some(requeue, wait);
-        }
-        (Some(Imperative::Unsupported(message)), _) => {
-            let current =
-                interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR);
-            if current.is_none_or(|c| c.message != message) {
-                plan.record_imperative(&message, now);
-                warn(
-                    &context,
-                    &request,
-                    "EvictionNotSupported",
-                    "Evict",
-                    &message,
-                )
-                .await;
-            }
-        }
-        _ => {}
-    }
-
-    let finished = State::of_status(Some(&plan.status)).is_finished();
-    last.write_status(&context, &request, &key, &plan).await?;
-    let mut observed = request.as_ref().clone();
-    observed.status = Some(plan.status.clone());
-    context.metrics.observe(&observed, finished);
-    if finished {
-        context.retries.forget(&key);
-        if let (Some(owner), false) = (
-            core::owner_to_add(&request, pod.as_deref(), &plan.status),
-            context.dry_run,
-        ) {
-            let version = add_owner(&context.client, &request, owner, last.version.clone()).await?;
-            last.replaced(&context, &key, version);
-        }
-        requeue = min_some(requeue, expire(&request, &plan, now, &context).await?);
-    }
-    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
-}
-
-/// What the controller last wrote of one request in this reconcile (before its first write:
-/// what it read): the version the next write replaces, and its part of the status.
-struct LastWrite {
-    version: Option<String>,
-    status: EvictionRequestStatus,
-}
-
-impl LastWrite {
-    fn replaced(&mut self, context: &Context, key: &Key, version: Option<String>) {
-        let replaced = std::mem::replace(&mut self.version, version);
-        context.written.replaced(key, replaced);
-    }
-
-    /// Writes the plan's status unless it is what was last written (or `--dry-run`).
-    async fn write_status(
-        &mut self,
-        context: &Context,
-        request: &EvictionRequest,
-        key: &Key,
-        plan: &Plan,
-    ) -> Result<(), Error> {
-        if self.status == plan.status || context.dry_run {
-            return Ok(());
-        }
-        let version = apply_status(&context.client, request, plan, self.version.clone()).await?;
-        self.replaced(context, key, version);
-        self.status = plan.status.clone();
-        Ok(())
-    }
-}
-
-fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
-/// its status message and the next attempt waits (exponential backoff, capped). Returns the
-/// wait before the next attempt, if one is due.
-///
-/// The first attempt comes only after a status saying the request was validated (its
-/// targetInterceptors) is written: a request first seen with its pod gone is canceled as "Target
-/// Pod was not found" (KEP, Validation), so an eviction whose status write was lost (the leader
-/// killed, the apiserver gone in between) would have ended Canceled instead of Evicted.
-async fn imperative_eviction(
-    request: &EvictionRequest,
-    key: &Key,
-    pod: &Pod,
-    plan: &mut Plan,
-    last: &mut LastWrite,
-    now: Timestamp,
-    context: &Context,
-) -> Result<Option<Duration>, Error> {
-    let previous = context.retries.current(key, || {
-        interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR)
-            .and_then(|e| retries_in_message(&e.message))
-            .unwrap_or(0)
-    });
-    let wait = previous.wait();
-    if !wait.is_zero() {
-        return Ok(Some(wait));
-    }
-    let namespace = key.namespace.as_deref().unwrap_or_default();
-    let pod_name = pod.name_any();
-    let evicting = format!("Evicting pod {namespace}/{pod_name} through the Eviction API.");
-    if last.status.target_interceptors.is_empty() {
-        plan.record_imperative(&evicting, now);
-        last.write_status(context, request, key, plan).await?;
-    }
-    let outcome = context.evictions.evict(pod).await?;
-    let result = match &outcome {
-        EvictionOutcome::Evicted => Some(metrics::EVICTED),
-        EvictionOutcome::InBackground { .. } => Some(metrics::IN_BACKGROUND),
-        // No attempt was made of a pod that is no longer there.
-        EvictionOutcome::Gone => None,
-        _ => Some(metrics::FAILED),
-    };
-    if let Some(result) = result {
-        context
-            .metrics
-            .imperative_evictions
-            .with_label_values(&[namespace, &key.name, &pod_name, result])
-            .inc();
-    }
-    let failure = match &outcome {
-        EvictionOutcome::Evicted => {
-            // The status says "Evicting" (written before the attempt, or now after failed
-            // ones) until the pod is gone and the request Evicted.
-            plan.record_imperative(&evicting, now);
-            let message = format!("Evicted pod {namespace}/{pod_name} through the Eviction API.");
-            normal(context, request, "Evicting", "Evict", &message).await;
-            context.retries.forget(key);
-            return Ok(None);
-        }
-        // Accepted, but a 429 like any other: if the background eviction stalls, the pod stays
-        // and the request would hang, so the next attempt comes after the backoff (an attempt
-        // while the background eviction runs is answered 429 again and changes nothing).
-        EvictionOutcome::InBackground { message } => {
-            let NextAttempt { delay, .. } = context.retries.schedule_retry(key, &previous);
-            let message = format!(
-                "The Eviction API accepted the eviction of pod {namespace}/{pod_name}, which proceeds in the background: {message}"
-            );
-            if interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR)
-                .is_none_or(|e| e.message != message)
-            {
-                plan.record_imperative(&message, now);
-                normal(context, request, "EvictingInBackground", "Evict", &message).await;
-            }
-            return Ok(Some(delay));
-        }
-        EvictionOutcome::Gone => return Ok(None),
-        // Not an attempt: the cached pod is behind (deleted, changed or replaced since); the
-        // watch event brings it up to date, and the decision is made again then.
-        EvictionOutcome::Conflict { message } => {
-            tracing::debug!(request = %id(request), pod = %format!("{namespace}/{pod_name}"), %message, "evicted from a stale cache entry; looking again");
-            return Ok(Some(STALE_CACHE_RECHECK));
-        }
-        EvictionOutcome::BlockedByBudget { message } => message.clone(),
-        EvictionOutcome::Other { status } => status.message.clone(),
-    };
-    let NextAttempt { failures, delay } = context.retries.schedule_retry(key, &previous);
-    plan.record_imperative(&message_eviction_failed(failures), now);
-    let note = format!(
-        "Cannot evict pod {namespace}/{pod_name} ({}), retry {failures} in {delay:?}: {failure}",
-        outcome.label()
-    );
-    warn(context, request, "EvictionFailed", "Evict", &note).await;
-    Ok(Some(delay))
-}
-
-/// `--finished-ttl`: a finished request is deleted once its condition is old enough.
-async fn expire(
-    request: &EvictionRequest,
-    plan: &Plan,
-    now: Timestamp,
-    context: &Context,
-) -> Result<Option<Duration>, Error> {
-    let Some(ttl) = context.finished_ttl else {
-        return Ok(None);
-    };
-    if !core::expires(request, &plan.status) {
-        return Ok(None);
-    }
-    let Some(finished_at) = plan
-        .status
-        .conditions
-        .iter()
-        .filter(|c| c.status == "True")
-        .map(|c| c.last_transition_time.0)
-        .min()
-    else {
-        return Ok(None);
-    };
-    let age = now.duration_since(finished_at).unsigned_abs();
-    if now > finished_at && age >= ttl {
-        let api: Api<EvictionRequest> = Api::namespaced(
-            context.client.clone(),
-            &request.namespace().unwrap_or_default(),
-        );
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: request.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            dry_run: context.dry_run,
-            ..DeleteParams::default()
-        };
-        match api.delete(&request.name_any(), &params).await {
-            Ok(_) => {
-                tracing::info!(request = %id(request), "deleted: finished longer than --finished-ttl")
-            }
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => {
-                return Err(Error::Write {
-                    action: "delete",
-                    request: id(request),
-                    source: Box::new(source),
-                });
-            }
-        }
-        return Ok(None);
-    }
-    Ok(Some(ttl.saturating_sub(age)))
-}
-
-/// The finished request's ownerReference to its pod ([`core::owner_to_add`]), appended to the
-/// ones it has; `version` (the request as last read or written) guards against a lost update.
-async fn add_owner(
-    client: &Client,
-    request: &EvictionRequest,
-    owner: OwnerReference,
-    version: Option<String>,
-) -> Result<Option<String>, Error> {
-    let api: Api<EvictionRequest> =
-        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
-    let mut owners = request
-        .metadata
-        .owner_references
-        .clone()
-        .unwrap_or_default();
-    owners.push(owner);
-    let body = json!({
-        "metadata": { "ownerReferences": owners, "resourceVersion": version },
-    });
-    let written = api
-        .patch(
-            &request.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(body),
-        )
-        .await
-        .map_err(|source| Error::Write {
-            action: "add the pod's ownerReference to",
-            request: id(request),
-            source: Box::new(source),
-        })?;
-    Ok(written.metadata.resource_version)
-}
-
-/// KEP (Label Synchronization): the pod's labels onto the request, owned by the controller.
-async fn apply_labels(
-    client: &Client,
-    request: &EvictionRequest,
-    labels: &BTreeMap<String, String>,
-    version: Option<String>,
-) -> Result<Option<String>, Error> {
-    let api: Api<EvictionRequest> =
-        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
-    let body = json!({
-        "apiVersion": API_VERSION,
-        "kind": "EvictionRequest",
-        "metadata": { "name": request.name_any(), "resourceVersion": version, "labels": labels },
-    });
-    // Force: "the labels of the target have a preference" over anyone else's.
-    let written = api
-        .patch(
-            &request.name_any(),
-            &PatchParams::apply(COMPONENT).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(|source| Error::Write {
-            action: "synchronise the labels of",
-            request: id(request),
-            source: Box::new(source),
-        })?;
-    Ok(written.metadata.resource_version)
-}
-
-/// The controller's part of the status, by server-side apply: interceptors' own entries
-/// belong to their field managers and are left alone.
-async fn apply_status(
-    client: &Client,
-    request: &EvictionRequest,
-    plan: &Plan,
-    version: Option<String>,
-) -> Result<Option<String>, Error> {
-    let api: Api<EvictionRequest> =
-        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
-    let body = json!({
-        "apiVersion": API_VERSION,
-        "kind": "EvictionRequest",
-        // The version decided from as a precondition: a request deleted and made again under
-        // the same name (the cache may still hold the old one) gets 409, not the old one's
-        // status.
-        "metadata": { "name": request.name_any(), "resourceVersion": version },
-        "status": plan.status,
-    });
-    let written = api
-        .patch_status(
-            &request.name_any(),
-            &PatchParams::apply(COMPONENT).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(|source| Error::Write {
-            action: "update the status of",
-            request: id(request),
-            source: Box::new(source),
-        })?;
-    Ok(written.metadata.resource_version)
-}
-
-/// One Event per transition, on the EvictionRequest (KEP: involvedObject is the request).
-async fn record(context: &Context, request: &EvictionRequest, transition: &Transition) {
-    let timeout = context.config.heartbeat_timeout;
-    match transition {
-        Transition::Activated { interceptor } => {
-            let note = format!("Interceptor {interceptor} is active.");
-            normal(context, request, "InterceptorActivated", "Select", &note).await;
-        }
-        Transition::HandedOver { from, to, cause } => {
-            // One reason per cause: kube's recorder folds Events of one reason on one object
-            // into a series, so the cause must not hide in the note alone.
-            let (reason, why) = match cause {
-                HandOverCause::Completed => (
-                    "InterceptorCompleted",
-                    format!("Interceptor {from} completed"),
-                ),
-                HandOverCause::HeartbeatTimeout => (
-                    "InterceptorTimedOut",
-                    format!("Interceptor {from} sent no heartbeat for {timeout:#}"),
-                ),
-            };
-            let note = format!("{why}; interceptor {to} is active.");
-            normal(context, request, reason, "Select", &note).await;
-        }
-        Transition::Canceled { reason, message } => {
-            if *reason == REASON_VALIDATION_FAILED {
-                if message.contains(EVICTION_INTERCEPTORS) {
-                    context.metrics.invalid_interceptors.inc();
-                }
-                warn(context, request, "Canceled", "Cancel", message).await;
-            } else {
-                normal(context, request, "Canceled", "Cancel", message).await;
-            }
-        }
-        Transition::Evicted { message, .. } => {
-            normal(context, request, "Evicted", "Complete", message).await;
-        }
-    }
-}
-
-async fn normal(
-    context: &Context,
-    request: &EvictionRequest,
+async fn normal<K: Resource<DynamicType = ()>>(
+    recorder: &EventRecorder,
+    object: &K,
     reason: &str,
     action: &str,
     note: &str,
 ) {
-    tracing::info!(request = %id(request), reason, "{note}");
-    if let Err(error) = context.recorder.normal(request, reason, action, note).await {
-        tracing::warn!(%error, "cannot record event");
-    }
+    tracing::info!(object = %id(object), reason, "{note}");
+    recorder.normal(object, reason, action, note).await;
 }
 
-async fn warn(
-    context: &Context,
-    request: &EvictionRequest,
+async fn warn<K: Resource<DynamicType = ()>>(
+    recorder: &EventRecorder,
+    object: &K,
     reason: &str,
     action: &str,
     note: &str,
 ) {
-    tracing::warn!(request = %id(request), reason, "{note}");
-    if let Err(error) = context
-        .recorder
-        .warning(request, reason, action, note)
-        .await
-    {
-        tracing::warn!(%error, "cannot record event");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request_at(version: &str) -> EvictionRequest {
-        let mut request: EvictionRequest = serde_json::from_value(json!({
-            "apiVersion": API_VERSION, "kind": "EvictionRequest",
-            "metadata": {"name": "uid-1", "namespace": "ns"},
-            "spec": {"target": {"pod": {"name": "web-0", "uid": "uid-1"}}, "requesters": [{"name": "a.example.com"}]},
-        }))
-        .expect("a valid EvictionRequest");
-        request.metadata.resource_version = Some(version.into());
-        request
-    }
-
-    #[test]
-    fn a_cache_older_than_our_own_write_is_not_acted_on() {
-        let written = OwnWrites::default();
-        let key = ObjectRef::from_obj(&request_at("5"));
-        assert!(
-            !written.predate(&key, &request_at("5")),
-            "nothing written yet"
-        );
-        // The labels (5 -> 6), then the status (6 -> 7).
-        written.replaced(&key, Some("5".into()));
-        written.replaced(&key, Some("6".into()));
-        assert!(
-            written.predate(&key, &request_at("5")),
-            "the cache still shows 5"
-        );
-        assert!(
-            written.predate(&key, &request_at("6")),
-            "the label write only"
-        );
-        assert!(
-            !written.predate(&key, &request_at("7")),
-            "the cache caught up"
-        );
-        assert!(
-            !written.predate(&key, &request_at("5")),
-            "caught up once is enough"
-        );
-        written.replaced(&key, Some("7".into()));
-        written.forget(&key);
-        assert!(
-            !written.predate(&key, &request_at("7")),
-            "a deleted request is forgotten"
-        );
-    }
+    tracing::warn!(object = %id(object), reason, "{note}");
+    recorder.warning(object, reason, action, note).await;
 }

@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
-use evictkit_core::affinity_eviction::MIRROR_POD_ANNOTATION;
+use evictkit_api::keys::{
+    IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION, MIRROR_POD_ANNOTATION,
+};
 use evictkit_core::eviction_request::{
     Imperative, imperative, message_eviction_failed, retries_in_message, whole_seconds,
 };
@@ -45,9 +46,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
-use crate::COMPONENT;
-use crate::retries::{Backoff, NextAttempt, Retries};
 use crate::target_pod::{ReadError, TargetPods};
+use crate::{COMPONENT, id, normal, warn};
+use evictkit_runtime::backoff::{Backoff, NextAttempt, PerObject};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
 /// controller's, so the controller's applies never touch the responder's fields).
@@ -78,7 +79,7 @@ struct Context {
     requests: Store<EvictionRequest>,
     eviction_store: Store<Eviction>,
     /// Per Eviction UID, the imperative evictor's back-off.
-    retries: Retries<String>,
+    retries: PerObject<String>,
 }
 
 impl std::ops::Deref for Context {
@@ -181,7 +182,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         ),
         requests: request_store.clone(),
         eviction_store: eviction_store.clone(),
-        retries: Retries::new(settings.backoff),
+        retries: PerObject::new(settings.backoff),
     });
     let namespace = settings.namespace.as_deref();
     // Changes of one kind wake the reconciler of the other through these.
@@ -301,7 +302,8 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                     let ready = ready.clone();
                     async move {
                         ready.await;
-                        unless_superseded(reconcile_request(request, context).await)
+                        let reconciles = context.metrics.request_reconciles.clone();
+                        unless_superseded(reconciles.wrap(reconcile_request)(request, context).await)
                     }
                 },
                 |request: Arc<EvictionRequest>, error: &Error, _: Arc<Context>| {
@@ -323,7 +325,8 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                     let ready = ready.clone();
                     async move {
                         ready.await;
-                        unless_superseded(reconcile_eviction(eviction, context).await)
+                        let reconciles = context.metrics.eviction_reconciles.clone();
+                        unless_superseded(reconciles.wrap(reconcile_eviction)(eviction, context).await)
                     }
                 },
                 |eviction: Arc<Eviction>, error: &Error, _: Arc<Context>| {
@@ -355,14 +358,6 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
-}
-
-fn id<K: kube::Resource>(object: &K) -> String {
-    format!(
-        "{}/{}",
-        object.namespace().unwrap_or_default(),
-        object.name_any()
-    )
 }
 
 /// The metadata of a write decided from `object` as cached: its name, with its resourceVersion
@@ -444,7 +439,7 @@ async fn reconcile_request(
     if let Some(message) = core::request_invalid(&request, pod.as_deref(), !evictions.is_empty()) {
         let conditions = core::invalid_conditions(existing, &message, now);
         warn(
-            &context,
+            &context.recorder,
             request.as_ref(),
             "EvictionInvalid",
             "Validate",
@@ -475,7 +470,7 @@ async fn reconcile_request(
         let labels = core::participant_labels(&request_refs, &responders);
         created = create_eviction(&context, &request, &request_refs, &name, &labels).await?;
         normal(
-            &context,
+            &context.recorder,
             request.as_ref(),
             "EvictionCreated",
             "Create",
@@ -599,7 +594,7 @@ async fn reconcile_eviction(
                 transition.responder, transition.from, transition.to
             );
             normal(
-                &context,
+                &context.recorder,
                 &current,
                 &format!("Responder{}", transition.to),
                 "Select",
@@ -777,7 +772,14 @@ async fn imperative_evictor(
             if own.message.as_deref() == Some(message.as_str()) {
                 return Ok((None, None));
             }
-            warn(context, eviction, "EvictionNotSupported", "Evict", &message).await;
+            warn(
+                &context.recorder,
+                eviction,
+                "EvictionNotSupported",
+                "Evict",
+                &message,
+            )
+            .await;
             let written = write_own_status(context, eviction, &own, &message, now, false).await?;
             return Ok((written, None));
         }
@@ -799,19 +801,26 @@ async fn imperative_evictor(
         EvictionOutcome::Evicted => {
             context.retries.forget(&uid);
             let message = format!("Evicted pod {pod_id} through the Eviction API.");
-            normal(context, eviction, "Evicting", "Evict", &message).await;
+            normal(&context.recorder, eviction, "Evicting", "Evict", &message).await;
             let written = write_own_status(context, eviction, &own, &message, now, false).await?;
             return Ok((written, None));
         }
         // Accepted, but a 429 like any other (as in the CRD mode): if the background eviction
         // stalls, the pod stays, so the next attempt comes after the back-off.
         EvictionOutcome::InBackground { message } => {
-            let NextAttempt { delay, .. } = context.retries.schedule_retry(&uid, &previous);
+            let NextAttempt { delay, .. } = context.retries.failed_after(&uid, previous.failures);
             let message = format!(
                 "The Eviction API accepted the eviction of pod {pod_id}, which proceeds in the background: {message}"
             );
             if own.message.as_deref() != Some(message.as_str()) {
-                normal(context, eviction, "EvictingInBackground", "Evict", &message).await;
+                normal(
+                    &context.recorder,
+                    eviction,
+                    "EvictingInBackground",
+                    "Evict",
+                    &message,
+                )
+                .await;
             }
             let written = write_own_status(context, eviction, &own, &message, now, false).await?;
             return Ok((written, Some(delay)));
@@ -825,13 +834,20 @@ async fn imperative_evictor(
         EvictionOutcome::BlockedByBudget { message } => message.clone(),
         EvictionOutcome::Other { status } => status.message.clone(),
     };
-    let NextAttempt { failures, delay } = context.retries.schedule_retry(&uid, &previous);
+    let NextAttempt { failures, delay } = context.retries.failed_after(&uid, previous.failures);
     context.metrics.failed_evictions.inc();
     let note = format!(
         "Cannot evict pod {pod_id} ({}), retry {failures} in {delay:?}: {failure}",
         outcome.label()
     );
-    warn(context, eviction, "EvictionFailed", "Evict", &note).await;
+    warn(
+        &context.recorder,
+        eviction,
+        "EvictionFailed",
+        "Evict",
+        &note,
+    )
+    .await;
     let written = write_own_status(
         context,
         eviction,
@@ -901,30 +917,4 @@ async fn write_own_status(
             eviction,
         ))?;
     Ok(Some(written))
-}
-
-async fn normal<K: kube::Resource<DynamicType = ()>>(
-    context: &Context,
-    object: &K,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    tracing::info!(object = %id(object), reason, "{note}");
-    if let Err(error) = context.recorder.normal(object, reason, action, note).await {
-        tracing::warn!(%error, "cannot record event");
-    }
-}
-
-async fn warn<K: kube::Resource<DynamicType = ()>>(
-    context: &Context,
-    object: &K,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    tracing::warn!(object = %id(object), reason, "{note}");
-    if let Err(error) = context.recorder.warning(object, reason, action, note).await {
-        tracing::warn!(%error, "cannot record event");
-    }
 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use evictkit_runtime::reconcile::Reconciles;
 use kube::runtime::reflector::ObjectRef;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -61,6 +62,9 @@ pub struct RequestMetrics {
     /// Malformed interceptor annotations seen (bad input is counted, DESIGN.md).
     pub invalid_interceptors: IntCounter,
     pub queue: QueueMetrics,
+    /// The EvictionRequest controller's reconciles
+    /// (`evictkit_reconcile*{controller="evictionrequest"}`).
+    pub reconciles: Reconciles,
     /// The label sets published per request, to remove those that no longer apply.
     published: Arc<Mutex<HashMap<Key, Published>>>,
 }
@@ -210,6 +214,7 @@ impl RequestMetrics {
                 )?,
                 waiting: Arc::default(),
             },
+            reconciles: Reconciles::new(metrics, "evictionrequest"),
             published: Arc::default(),
         })
     }

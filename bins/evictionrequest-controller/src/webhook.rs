@@ -20,14 +20,13 @@ use evictkit_core::eviction_request::admission::{
     validate_writer,
 };
 use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks, decode};
+use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{Api, Client};
 
@@ -53,24 +52,18 @@ pub fn webhooks(
                 controller.clone(),
             )
         })
-        .route(POD_PATH, |request| async move { validate_pod(request) })
+        .route(POD_PATH, |request: AdmissionRequest<Pod>| async move {
+            validate_pod(request)
+        })
 }
 
-fn validate_pod(request: AdmissionRequest<DynamicObject>) -> Admission {
-    let parse = |object: Option<&DynamicObject>| object.map(decode::<Pod>).transpose();
-    let (new, old) = match (
-        parse(request.object.as_ref()),
-        parse(request.old_object.as_ref()),
-    ) {
-        (Ok(new), Ok(old)) => (new, old),
-        (Err(error), _) | (_, Err(error)) => {
-            return Admission::deny(400, format!("not a Pod: {error}"));
-        }
-    };
-    let Some(new) = new else {
+fn validate_pod(request: AdmissionRequest<Pod>) -> Admission {
+    let Some(new) = request.object else {
         return Admission::allow();
     };
-    let old = old.filter(|_| request.operation == Operation::Update);
+    let old = request
+        .old_object
+        .filter(|_| request.operation == Operation::Update);
     match validate_pod_annotation(old.as_ref(), &new) {
         Ok(()) => Admission::allow(),
         Err(rule) => Admission::deny(
@@ -88,26 +81,13 @@ fn validate_pod(request: AdmissionRequest<DynamicObject>) -> Admission {
     }
 }
 
-fn parse(object: Option<&DynamicObject>) -> Result<Option<EvictionRequest>, String> {
-    object
-        .map(decode)
-        .transpose()
-        .map_err(|error| format!("not an EvictionRequest: {error}"))
-}
-
 async fn validate(
     client: Client,
-    request: AdmissionRequest<DynamicObject>,
+    request: AdmissionRequest<EvictionRequest>,
     timeout: SignedDuration,
     controller: Arc<ControllerIdentity>,
 ) -> Admission {
-    let (new, old) = match (
-        parse(request.object.as_ref()),
-        parse(request.old_object.as_ref()),
-    ) {
-        (Ok(new), Ok(old)) => (new, old),
-        (Err(error), _) | (_, Err(error)) => return Admission::deny(400, error),
-    };
+    let (new, old) = (request.object.clone(), request.old_object.clone());
     let user = &request.user_info;
     let username = user.username.clone().unwrap_or_default();
     let writes = matches!(request.operation, Operation::Create | Operation::Update);
@@ -178,55 +158,5 @@ async fn validate(
                 ),
             )
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::core::admission::AdmissionReview;
-    use serde_json::{Value, json};
-
-    fn request(object: Value) -> AdmissionRequest<DynamicObject> {
-        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "name": "p", "namespace": "ns", "operation": "CREATE", "userInfo": {},
-                "object": object, "dryRun": false,
-            }
-        }))
-        .unwrap();
-        review.try_into().unwrap()
-    }
-
-    #[test]
-    fn a_malformed_eviction_request_is_refused_naming_the_field() {
-        let object = request(json!({
-            "apiVersion": "evictkit.io/v1alpha1", "kind": "EvictionRequest",
-            "metadata": {"name": "r", "namespace": "ns"},
-            "spec": {"target": {"pod": {"name": 5}}, "requesters": [{"name": "a.example.com"}]}
-        }))
-        .object;
-        let error = parse(object.as_ref()).unwrap_err();
-        assert!(error.contains("spec.target.pod.name"), "{error}");
-    }
-
-    #[test]
-    fn a_malformed_pod_is_refused_naming_the_field() {
-        let request = request(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "ns"},
-            "spec": {"containers": [{"name": "c", "ports": [{"containerPort": "http"}]}]}
-        }));
-        let response = validate_pod(request.clone()).into_response(&request);
-        assert!(!response.allowed);
-        let message = &response.result.message;
-        assert!(
-            message.contains("spec.containers[0].ports[0].containerPort"),
-            "{message}"
-        );
     }
 }

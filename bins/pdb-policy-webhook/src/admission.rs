@@ -9,10 +9,10 @@ use std::time::Instant;
 use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
 use evictkit_core::{eviction, pdb_policy};
 use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks, decode, json_patch};
+use evictkit_runtime::webhook::{Admission, Webhooks, json_patch};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::core::DynamicObject;
+use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
+use kube::Resource;
 use kube::core::admission::AdmissionRequest;
 
 use crate::cache::Caches;
@@ -48,28 +48,43 @@ impl Reviewed {
 
 /// The three webhooks at their paths, as `serve` runs them (the fuzz targets post to these).
 pub fn webhooks(ctx: Arc<Context>, metrics: Arc<Metrics>) -> Webhooks {
-    let route = |webhook: &'static str| {
-        let ctx = ctx.clone();
-        move |request| review(ctx.clone(), webhook, request)
-    };
+    let (mutate, validate, evict) = (ctx.clone(), ctx.clone(), ctx);
     Webhooks::new(metrics)
-        .route(MUTATE_PDB_PATH, route("mutate-pdb"))
-        .route(VALIDATE_PDB_PATH, route("validate-pdb"))
-        .route(VALIDATE_EVICTION_PATH, route("validate-eviction"))
+        .route(
+            MUTATE_PDB_PATH,
+            move |request: AdmissionRequest<PodDisruptionBudget>| {
+                let ctx = mutate.clone();
+                async move { timed(&ctx, "mutate-pdb", async { mutate_pdb(&ctx, &request) }).await }
+            },
+        )
+        .route(
+            VALIDATE_PDB_PATH,
+            move |request: AdmissionRequest<PodDisruptionBudget>| {
+                let ctx = validate.clone();
+                async move {
+                    timed(&ctx, "validate-pdb", async { validate_pdb(&ctx, &request) }).await
+                }
+            },
+        )
+        .route(
+            VALIDATE_EVICTION_PATH,
+            move |request: AdmissionRequest<Eviction>| {
+                let ctx = evict.clone();
+                async move {
+                    timed(&ctx, "validate-eviction", validate_eviction(&ctx, &request)).await
+                }
+            },
+        )
 }
 
 /// Times and counts one review of `webhook`.
-pub async fn review(
-    ctx: Arc<Context>,
+async fn timed(
+    ctx: &Context,
     webhook: &'static str,
-    request: AdmissionRequest<DynamicObject>,
+    review: impl Future<Output = Reviewed>,
 ) -> Admission {
     let started = Instant::now();
-    let reviewed = match webhook {
-        "mutate-pdb" => mutate_pdb(&ctx, &request),
-        "validate-pdb" => validate_pdb(&ctx, &request),
-        _ => validate_eviction(&ctx, &request).await,
-    };
+    let reviewed = review.await;
     ctx.metrics
         .duration
         .with_label_values(&[webhook])
@@ -81,32 +96,23 @@ pub async fn review(
     reviewed.admission
 }
 
-/// The PDB of a PDB review; `None` (and a log line naming it) when it does not parse, which
-/// the apiserver's own validation will refuse anyway.
-fn pdb_of(request: &AdmissionRequest<DynamicObject>) -> Option<PodDisruptionBudget> {
-    let object = request.object.as_ref()?;
-    match decode::<PodDisruptionBudget>(object) {
-        Ok(mut pdb) => {
-            pdb.metadata.namespace = request.namespace.clone();
-            Some(pdb)
-        }
-        Err(error) => {
-            tracing::warn!(pdb = %format!("{}/{}", request.namespace.as_deref().unwrap_or(""), request.name), %error, "unreadable PodDisruptionBudget in review");
-            None
-        }
-    }
+/// The PDB of a PDB review, in the request's namespace (the apiserver may send it without).
+fn pdb_of(request: &AdmissionRequest<PodDisruptionBudget>) -> Option<PodDisruptionBudget> {
+    let mut pdb = request.object.clone()?;
+    pdb.metadata.namespace = request.namespace.clone();
+    Some(pdb)
 }
 
-fn policy_for(
+fn policy_for<K: Resource>(
     ctx: &Context,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &AdmissionRequest<K>,
 ) -> Option<Arc<PodDisruptionBudgetPolicy>> {
     ctx.caches.policy_for(request.namespace.as_deref()?)
 }
 
 /// Mutating, PDB CREATE/UPDATE: sets `spec.unhealthyPodEvictionPolicy` as the policy in force
 /// says (Default: only when unset; Enforce: always).
-fn mutate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+fn mutate_pdb(ctx: &Context, request: &AdmissionRequest<PodDisruptionBudget>) -> Reviewed {
     let (Some(pdb), Some(policy)) = (pdb_of(request), policy_for(ctx, request)) else {
         return Reviewed::allowed();
     };
@@ -146,7 +152,7 @@ fn mutate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Revie
 
 /// Validating, PDB CREATE/UPDATE: the overlap, never-allows-disruption and selects-nothing
 /// checks, each denied, warned about or allowed as the policy says.
-fn validate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+fn validate_pdb(ctx: &Context, request: &AdmissionRequest<PodDisruptionBudget>) -> Reviewed {
     let (Some(pdb), Some(policy)) = (pdb_of(request), policy_for(ctx, request)) else {
         return Reviewed::allowed();
     };
@@ -205,7 +211,7 @@ fn validate_pdb(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Rev
 /// or hold a readiness or a `disruptedPods` a moment old. The other pods of the namespace, which
 /// the stricter count reads, come from the cache. When a read fails the webhook cannot decide
 /// and answers 429 too: the evictor retries, and nothing is evicted on a guess.
-async fn validate_eviction(ctx: &Context, request: &AdmissionRequest<DynamicObject>) -> Reviewed {
+async fn validate_eviction(ctx: &Context, request: &AdmissionRequest<Eviction>) -> Reviewed {
     let Some(namespace) = request.namespace.as_deref() else {
         return Reviewed::allowed();
     };

@@ -8,139 +8,85 @@
 //! allow, so a stale cache can delay an eviction by one retry, never let through one the
 //! apiserver refuses.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use futures::{Stream, StreamExt};
+use evictkit_runtime::index::Grouped;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, HostPathVolumeSource, Namespace, Pod, PodCondition, PodSpec, PodStatus,
     Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher::Config};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher::{self, Config, Event};
+use kube::runtime::{WatchStreamExt, reflector::Lookup};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use evictkit_api::PodDisruptionBudgetPolicy;
 
-/// Objects of one kind by namespace and name ("" for cluster-scoped kinds).
-pub struct Index<K> {
+/// One kind's watch cache: kube-runtime's reflector store of the objects as the projection
+/// keeps them, with (for kinds a review reads per namespace) the index by namespace.
+pub struct Cache<K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static> {
     kind: &'static str,
-    objects: RwLock<HashMap<String, BTreeMap<String, Arc<K>>>>,
+    store: Store<K>,
+    by_namespace: Option<RwLock<Grouped<K>>>,
     synced: AtomicBool,
 }
 
-impl<K: Resource> Index<K> {
-    fn new(kind: &'static str) -> Arc<Self> {
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+{
+    fn new(kind: &'static str, store: Store<K>, namespaced: bool) -> Arc<Self> {
         Arc::new(Self {
             kind,
-            objects: RwLock::default(),
+            store,
+            by_namespace: namespaced
+                .then(|| RwLock::new(Grouped::new(|k: &K| k.meta().namespace.clone(), |_| true))),
             synced: AtomicBool::new(false),
         })
     }
 
-    /// The objects of `namespace`, in name order.
+    /// The objects of `namespace`, in name order (kinds indexed by namespace only).
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
-        self.read()
-            .get(namespace)
-            .map(|objects| objects.values().cloned().collect())
-            .unwrap_or_default()
+        self.by_namespace.as_ref().map_or_else(Vec::new, |index| {
+            index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .group(namespace)
+                .to_vec()
+        })
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.read().get(namespace)?.get(name).cloned()
+    /// A cluster-scoped object by name.
+    pub fn get(&self, name: &str) -> Option<Arc<K>> {
+        self.store.get(&ObjectRef::new(name))
     }
 
-    /// Every object of every namespace.
+    /// Every object.
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.read()
-            .values()
-            .flat_map(|m| m.values().cloned())
-            .collect()
+        self.store.state()
     }
 
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, BTreeMap<String, Arc<K>>>> {
-        // A writer never panics while holding the lock (only map inserts and removes).
-        self.objects.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, BTreeMap<String, Arc<K>>>> {
-        self.objects.write().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn key(object: &K) -> (String, String) {
-        let meta = object.meta();
-        (
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
-        )
-    }
-
-    fn apply(&self, object: K) {
-        let (namespace, name) = Self::key(&object);
-        self.write()
-            .entry(namespace)
-            .or_default()
-            .insert(name, Arc::new(object));
-    }
-
-    fn delete(&self, object: &K) {
-        let (namespace, name) = Self::key(object);
-        let mut objects = self.write();
-        if let Some(names) = objects.get_mut(&namespace) {
-            names.remove(&name);
-            if names.is_empty() {
-                objects.remove(&namespace);
-            }
+    /// Follows one event the reflector has applied to the store.
+    fn follow(&self, event: &Event<K>) {
+        if let Some(index) = &self.by_namespace {
+            index
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .apply(event, &self.store);
         }
-    }
-
-    fn replace(&self, objects: Vec<K>) {
-        let mut fresh: HashMap<String, BTreeMap<String, Arc<K>>> = HashMap::new();
-        for object in objects {
-            let (namespace, name) = Self::key(&object);
-            fresh
-                .entry(namespace)
-                .or_default()
-                .insert(name, Arc::new(object));
-        }
-        *self.write() = fresh;
-        self.synced.store(true, Ordering::Relaxed);
-    }
-
-    /// Applies watch events until `shutdown`; a watch error is logged and the watcher retries
-    /// with backoff (the index keeps serving its last state meanwhile).
-    async fn follow(
-        self: Arc<Self>,
-        events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
-        shutdown: CancellationToken,
-    ) {
-        let mut events = std::pin::pin!(events);
-        let mut relisted = Vec::new();
-        loop {
-            let event = tokio::select! {
-                () = shutdown.cancelled() => return,
-                event = events.next() => event,
-            };
-            match event {
-                None => return,
-                Some(Ok(Event::Apply(object))) => self.apply(object),
-                Some(Ok(Event::Delete(object))) => self.delete(&object),
-                Some(Ok(Event::Init)) => relisted.clear(),
-                Some(Ok(Event::InitApply(object))) => relisted.push(object),
-                Some(Ok(Event::InitDone)) => self.replace(std::mem::take(&mut relisted)),
-                Some(Err(error)) => {
-                    tracing::warn!(kind = self.kind, %error, "watch failed; retrying");
-                }
-            }
+        if matches!(event, Event::InitDone) {
+            self.synced.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -148,26 +94,21 @@ impl<K: Resource> Index<K> {
 /// All the caches of the webhook.
 #[derive(Clone)]
 pub struct Caches {
-    pub pods: Arc<Index<Pod>>,
-    pub pdbs: Arc<Index<PodDisruptionBudget>>,
-    pub namespaces: Arc<Index<Namespace>>,
-    pub policies: Arc<Index<PodDisruptionBudgetPolicy>>,
+    pub pods: Arc<Cache<Pod>>,
+    pub pdbs: Arc<Cache<PodDisruptionBudget>>,
+    pub namespaces: Arc<Cache<Namespace>>,
+    pub policies: Arc<Cache<PodDisruptionBudgetPolicy>>,
 }
 
 impl Caches {
     /// Starts the watches; they stop with `shutdown`.
     pub fn start(client: &Client, shutdown: &CancellationToken) -> Self {
-        let caches = Self {
-            pods: Index::new("Pod"),
-            pdbs: Index::new("PodDisruptionBudget"),
-            namespaces: Index::new("Namespace"),
-            policies: Index::new("PodDisruptionBudgetPolicy"),
-        };
-        spawn(client, &caches.pods, project_pod, shutdown);
-        spawn(client, &caches.pdbs, project_pdb, shutdown);
-        spawn(client, &caches.namespaces, project_namespace, shutdown);
-        spawn(client, &caches.policies, |p| p, shutdown);
-        caches
+        Self {
+            pods: watch(client, "Pod", true, project_pod, shutdown),
+            pdbs: watch(client, "PodDisruptionBudget", true, project_pdb, shutdown),
+            namespaces: watch(client, "Namespace", false, project_namespace, shutdown),
+            policies: watch(client, "PodDisruptionBudgetPolicy", false, |_| {}, shutdown),
+        }
     }
 
     pub fn is_synced(&self) -> bool {
@@ -180,7 +121,7 @@ impl Caches {
     /// The labels of `namespace`, empty when it is not (yet) known.
     pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
         self.namespaces
-            .get("", namespace)
+            .get(namespace)
             .and_then(|ns| ns.metadata.labels.clone())
             .unwrap_or_default()
     }
@@ -208,15 +149,36 @@ impl Caches {
             pods.iter().map(|p| p.as_ref().clone()).collect(),
         )
     }
+
+    /// Caches holding exactly these objects, as after a first list (tests and fuzz targets).
+    pub fn of(
+        pods: Vec<Pod>,
+        pdbs: Vec<PodDisruptionBudget>,
+        namespaces: Vec<Namespace>,
+        policies: Vec<PodDisruptionBudgetPolicy>,
+    ) -> Self {
+        Self {
+            pods: listed("Pod", true, project_pod, pods),
+            pdbs: listed("PodDisruptionBudget", true, project_pdb, pdbs),
+            namespaces: listed("Namespace", false, project_namespace, namespaces),
+            policies: listed("PodDisruptionBudgetPolicy", false, |_| {}, policies),
+        }
+    }
 }
 
-fn spawn<K>(
+/// Starts the watch of one kind: reflected into its store (as `project` keeps it), then
+/// followed by the cache. A watch error is logged and the watcher retries with backoff (the
+/// cache keeps serving its last state meanwhile).
+fn watch<K>(
     client: &Client,
-    index: &Arc<Index<K>>,
-    project: fn(K) -> K,
+    kind: &'static str,
+    namespaced: bool,
+    project: fn(&mut K),
     shutdown: &CancellationToken,
-) where
+) -> Arc<Cache<K>>
+where
     K: Resource<DynamicType = ()>
+        + Lookup<DynamicType = ()>
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
@@ -224,32 +186,64 @@ fn spawn<K>(
         + Sync
         + 'static,
 {
-    let api: Api<K> = Api::all(client.clone());
-    let events = watcher::watcher(api, Config::default().any_semantic())
-        .default_backoff()
-        .map(move |event| event.map(|e| e.mapped(project)));
-    tokio::spawn(index.clone().follow(events, shutdown.clone()));
-}
-
-trait Mapped<K> {
-    fn mapped(self, f: fn(K) -> K) -> Self;
-}
-
-impl<K> Mapped<K> for Event<K> {
-    fn mapped(self, f: fn(K) -> K) -> Self {
-        match self {
-            Event::Apply(k) => Event::Apply(f(k)),
-            Event::Delete(k) => Event::Delete(f(k)),
-            Event::InitApply(k) => Event::InitApply(f(k)),
-            Event::Init => Event::Init,
-            Event::InitDone => Event::InitDone,
+    let (store, writer) = reflector::store();
+    let cache = Cache::new(kind, store, namespaced);
+    let events = watcher::watcher(
+        Api::<K>::all(client.clone()),
+        Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .modify(project)
+    .reflect(writer);
+    let (following, shutdown) = (cache.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = events.next() => event,
+            };
+            match event {
+                None => return,
+                Some(Ok(event)) => following.follow(&event),
+                Some(Err(error)) => {
+                    tracing::warn!(kind = following.kind, %error, "watch failed; retrying");
+                }
+            }
         }
+    });
+    cache
+}
+
+/// A cache that listed `objects` once.
+fn listed<K>(
+    kind: &'static str,
+    namespaced: bool,
+    project: fn(&mut K),
+    objects: Vec<K>,
+) -> Arc<Cache<K>>
+where
+    K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+{
+    let mut writer = Writer::default();
+    let cache = Cache::new(kind, writer.as_reader(), namespaced);
+    let mut events = vec![Event::Init];
+    events.extend(objects.into_iter().map(|mut object| {
+        project(&mut object);
+        Event::InitApply(object)
+    }));
+    events.push(Event::InitDone);
+    for event in &events {
+        writer.apply_watcher_event(event);
+        cache.follow(event);
     }
+    cache
 }
 
 /// What of a Pod the decisions read: identity, labels, deletionTimestamp, phase, conditions
 /// (type and status), and whether a volume keeps data on the node.
-pub fn project_pod(pod: Pod) -> Pod {
+pub fn project_pod(projected: &mut Pod) {
+    let pod = std::mem::take(projected);
     let volumes = pod.spec.and_then(|s| s.volumes).map(|volumes| {
         volumes
             .into_iter()
@@ -279,7 +273,7 @@ pub fn project_pod(pod: Pod) -> Pod {
         }),
         ..Default::default()
     });
-    Pod {
+    *projected = Pod {
         metadata: ObjectMeta {
             name: pod.metadata.name,
             namespace: pod.metadata.namespace,
@@ -294,46 +288,22 @@ pub fn project_pod(pod: Pod) -> Pod {
             ..Default::default()
         }),
         status,
-    }
+    };
 }
 
-fn project_pdb(mut pdb: PodDisruptionBudget) -> PodDisruptionBudget {
+fn project_pdb(pdb: &mut PodDisruptionBudget) {
     pdb.metadata.managed_fields = None;
     pdb.metadata.annotations = None;
-    pdb
 }
 
-fn project_namespace(namespace: Namespace) -> Namespace {
-    Namespace {
+fn project_namespace(namespace: &mut Namespace) {
+    let metadata = std::mem::take(&mut namespace.metadata);
+    *namespace = Namespace {
         metadata: ObjectMeta {
-            name: namespace.metadata.name,
-            labels: namespace.metadata.labels,
+            name: metadata.name,
+            labels: metadata.labels,
             ..Default::default()
         },
         ..Default::default()
-    }
-}
-
-impl Caches {
-    /// Caches holding exactly these objects, as after a first list (tests and fuzz targets).
-    pub fn of(
-        pods: Vec<Pod>,
-        pdbs: Vec<PodDisruptionBudget>,
-        namespaces: Vec<Namespace>,
-        policies: Vec<PodDisruptionBudgetPolicy>,
-    ) -> Self {
-        let caches = Self {
-            pods: Index::new("Pod"),
-            pdbs: Index::new("PodDisruptionBudget"),
-            namespaces: Index::new("Namespace"),
-            policies: Index::new("PodDisruptionBudgetPolicy"),
-        };
-        caches
-            .pods
-            .replace(pods.into_iter().map(project_pod).collect());
-        caches.pdbs.replace(pdbs);
-        caches.namespaces.replace(namespaces);
-        caches.policies.replace(policies);
-        caches
-    }
+    };
 }

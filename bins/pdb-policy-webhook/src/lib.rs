@@ -89,6 +89,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client = manager.client().clone();
     let own_metrics = metrics::WebhookMetrics::register(manager.metrics())?;
     let caches = Caches::start(&client, manager.shutdown());
+    let reconciles = own_metrics.reconciles.clone();
     if serves_webhook {
         let ctx = Arc::new(Context {
             caches: caches.clone(),
@@ -102,7 +103,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let recorder = manager.recorder(COMPONENT).await?;
         let caches = caches.clone();
         manager.lead(LEASE_NAME, move |term| {
-            status::run(client.clone(), recorder.clone(), caches.clone(), term)
+            status::run(
+                client.clone(),
+                recorder.clone(),
+                caches.clone(),
+                reconciles.clone(),
+                term,
+            )
         });
     }
     // Ready once every cache has listed: before that a review would miss PDBs and pods.

@@ -6,7 +6,11 @@
 use std::sync::Arc;
 
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use evictkit_runtime::reconcile::Reconciles;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+
+/// The `webhook` label values: the three webhooks `admission::review` serves.
+const WEBHOOKS: [&str; 3] = ["mutate-pdb", "validate-pdb", "validate-eviction"];
 
 pub struct WebhookMetrics {
     /// `pdb_policy_webhook_admission_requests_total{webhook, result}`; result is `allowed`,
@@ -22,6 +26,9 @@ pub struct WebhookMetrics {
     pub warnings: IntCounterVec,
     /// `pdb_policy_webhook_denials_total{rule}`.
     pub denials: IntCounterVec,
+    /// The controller role's status reconciles
+    /// (`evictkit_reconcile*{controller="poddisruptionbudgetpolicy"}`).
+    pub reconciles: Reconciles,
 }
 
 impl WebhookMetrics {
@@ -61,12 +68,19 @@ impl WebhookMetrics {
                 "Requests denied, by rule.",
                 &["rule"],
             )?,
+            reconciles: Reconciles::new(metrics, "poddisruptionbudgetpolicy"),
         };
         metrics.register(own.requests.clone())?;
         metrics.register(own.duration.clone())?;
         metrics.register(own.defaulted.clone())?;
         metrics.register(own.warnings.clone())?;
         metrics.register(own.denials.clone())?;
+        // Each webhook's duration and error series from the start, so alerts on rate() see 0
+        // rather than nothing.
+        for webhook in WEBHOOKS {
+            own.duration.with_label_values(&[webhook]);
+            own.requests.with_label_values(&[webhook, "error"]);
+        }
         Ok(Arc::new(own))
     }
 }

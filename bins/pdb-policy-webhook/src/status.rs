@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::reconcile::{self, Reconciles};
 
 use crate::cache::Caches;
 
@@ -26,17 +27,18 @@ pub async fn run(
     client: Client,
     recorder: EventRecorder,
     caches: Caches,
+    reconciles: Reconciles,
     shutdown: CancellationToken,
 ) {
     let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
     loop {
         if caches.is_synced() {
             for policy in caches.policies.all() {
-                let desired = status_of(&policy, &caches);
-                if !same(policy.status.as_ref(), &desired) {
-                    report_invalid(&recorder, &policy, &desired).await;
-                    write(&api, &policy, desired).await;
-                }
+                let key = reconcile::key(policy.as_ref());
+                // A failed write is logged by `write` and made again at the next resync.
+                let _ = reconciles
+                    .run(key, reconcile(&api, &recorder, &caches, &policy))
+                    .await;
             }
         }
         tokio::select! {
@@ -44,6 +46,21 @@ pub async fn run(
             () = tokio::time::sleep(RESYNC) => {}
         }
     }
+}
+
+/// One policy: its status as the caches say it should be, written if it differs.
+async fn reconcile(
+    api: &Api<PodDisruptionBudgetPolicy>,
+    recorder: &EventRecorder,
+    caches: &Caches,
+    policy: &PodDisruptionBudgetPolicy,
+) -> Result<(), kube::Error> {
+    let desired = status_of(policy, caches);
+    if same(policy.status.as_ref(), &desired) {
+        return Ok(());
+    }
+    report_invalid(recorder, policy, &desired).await;
+    write(api, policy, desired).await
 }
 
 fn status_of(
@@ -138,19 +155,16 @@ async fn report_invalid(
     }
     let name = policy.metadata.name.clone().unwrap_or_default();
     tracing::warn!(policy = %name, %message, "PodDisruptionBudgetPolicy is invalid and in force nowhere");
-    if let Err(error) = recorder
+    recorder
         .warning(policy, REASON_POLICY_INVALID, "Validate", &message)
-        .await
-    {
-        tracing::warn!(policy = %name, %error, "cannot record the InvalidPolicy event");
-    }
+        .await;
 }
 
 async fn write(
     api: &Api<PodDisruptionBudgetPolicy>,
     policy: &PodDisruptionBudgetPolicy,
     status: PodDisruptionBudgetPolicyStatus,
-) {
+) -> Result<(), kube::Error> {
     let name = policy.metadata.name.clone().unwrap_or_default();
     let patch = serde_json::json!({"status": status});
     match api
@@ -158,10 +172,12 @@ async fn write(
         .await
     {
         Ok(_) => {
-            tracing::info!(policy = %name, namespaces = status.namespaces.len(), "status updated")
+            tracing::info!(policy = %name, namespaces = status.namespaces.len(), "status updated");
+            Ok(())
         }
         Err(error) => {
-            tracing::warn!(policy = %name, %error, "cannot update status; retrying at the next resync")
+            tracing::warn!(policy = %name, %error, "cannot update status; retrying at the next resync");
+            Err(error)
         }
     }
 }

@@ -17,12 +17,13 @@ use evictkit_api::conditions::{
     STATUS_FALSE, STATUS_TRUE,
 };
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
+use evictkit_runtime::events::EventType;
 use evictkit_runtime::eviction::EvictionOutcome;
 use evictkit_runtime::eviction_request::EvictionRequestError;
+use evictkit_runtime::pod_condition::{self, PodCondition};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
@@ -145,9 +146,7 @@ pub async fn remove(
         }
     }
     // Any change of the pod (e.g. our own condition) triggers a reconcile; the backoff holds.
-    if let Some(wait) = context
-        .next_attempt(&key)
-        .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
+    if let Some(wait) = context.retries.get(&key).map(|retry| retry.wait())
         && !wait.is_zero()
     {
         return Ok(Action::requeue(wait));
@@ -229,7 +228,7 @@ pub async fn remove(
                 let latency = observe();
                 tracing::info!(pod = %name, node = %node_name, action, latency_seconds = latency, dry_run = context.dry_run, "eviction requested");
             }
-            context.clear_failures(&key);
+            context.retries.forget(&key);
             Ok(Action::await_change())
         }
         Attempt::Gone => {
@@ -242,18 +241,18 @@ pub async fn remove(
                 .blocked
                 .with_label_values(&["Refused"])
                 .inc();
-            context.clear_failures(&key);
+            context.retries.forget(&key);
             tracing::warn!(pod = %name, action, %why, "not removed; the eviction request was refused, not retrying");
             let note = format!("Cannot remove Pod {name} ({action}), not retrying: {why}");
-            record(context, pod, true, action, &note).await;
+            record(context, pod, EventType::Warning, action, &note).await;
             Ok(Action::await_change())
         }
         Attempt::Blocked { reason, why } => {
             context.metrics.blocked.with_label_values(&[reason]).inc();
-            let delay = context.failed(&key);
+            let delay = context.retries.failed(&key).delay;
             tracing::info!(pod = %name, action, reason, %why, ?delay, "not removed; retrying");
             let note = format!("Cannot remove Pod {name} ({action}), retrying in {delay:?}: {why}");
-            record(context, pod, true, action, &note).await;
+            record(context, pod, EventType::Warning, action, &note).await;
             Ok(Action::requeue(delay))
         }
     }
@@ -346,7 +345,7 @@ pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), E
         context.metrics.withdrawn.inc();
         tracing::info!(pod = %name, "no longer due; withdrew the eviction request");
         let note = format!("Withdrawing the eviction request of Pod {name}: no longer due");
-        record(context, pod, false, "Withdraw", &note).await;
+        record(context, pod, EventType::Normal, "Withdraw", &note).await;
     }
     Ok(())
 }
@@ -365,8 +364,7 @@ fn has_disruption_target(pod: &Pod, reason: &str) -> bool {
         })
 }
 
-/// Upstream's condition before the delete, by strategic merge (conditions merge by type) with
-/// the pod's UID in the patch as a precondition, as upstream's `PatchPodStatus` does.
+/// Upstream's condition before the delete (and ours around an EvictionRequest).
 async fn set_disruption_target(
     client: &Client,
     pod: &Pod,
@@ -374,31 +372,11 @@ async fn set_disruption_target(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "metadata": {"uid": pod.uid()},
-        "status": {"conditions": [{
-            "type": POD_DISRUPTION_TARGET,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": Time(Timestamp::now()),
-        }]}
-    });
-    match api
-        .patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(patch),
-        )
-        .await
-    {
-        // Gone or replaced: the delete that follows finds out and forgets the pod.
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(source) => Err(Error::Condition {
-            pod: name_of(pod),
-            source,
-        }),
-    }
+    let condition = PodCondition {
+        type_: POD_DISRUPTION_TARGET,
+        status,
+        reason,
+        message,
+    };
+    Ok(pod_condition::set(client, pod, condition).await?)
 }

@@ -5,17 +5,17 @@
 //! DisruptionTarget conditions; a Node its name, labels, NoExecute taints and the status of its
 //! Ready condition (the zone guard's input); a Namespace its name and labels.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use evictkit_api::conditions::POD_DISRUPTION_TARGET;
 use evictkit_core::taints::no_execute_taints;
+use evictkit_runtime::index::Grouped;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Namespace, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 
 /// The node condition the zone guard reads.
 const NODE_READY: &str = "Ready";
@@ -166,74 +166,27 @@ impl FirstSeen {
     }
 }
 
-/// Pods by node name, so a node's taint change costs work proportional to that node's pods.
-#[derive(Default)]
-pub struct PodsByNode {
-    nodes: HashMap<String, HashSet<ObjectRef<Pod>>>,
-    relisting: Option<HashMap<String, HashSet<ObjectRef<Pod>>>>,
+/// Bound pods by node (the taints of a node concern the pods on it).
+pub type PodsByNode = Grouped<Pod>;
+
+pub fn pods_by_node() -> PodsByNode {
+    Grouped::new(
+        |pod| {
+            pod.spec
+                .as_ref()?
+                .node_name
+                .clone()
+                .filter(|n| !n.is_empty())
+        },
+        |_| true,
+    )
 }
 
-impl PodsByNode {
-    /// Applies one event of the pod watch; returns the pods that are gone.
-    pub fn apply(&mut self, event: &watcher::Event<Pod>) -> Vec<ObjectRef<Pod>> {
-        match event {
-            watcher::Event::Apply(pod) => {
-                insert(&mut self.nodes, pod);
-                Vec::new()
-            }
-            watcher::Event::Delete(pod) => {
-                let key = ObjectRef::from_obj(pod);
-                if let Some(pods) = node_name(pod).and_then(|n| self.nodes.get_mut(n)) {
-                    pods.remove(&key);
-                }
-                vec![key]
-            }
-            watcher::Event::Init => {
-                self.relisting = Some(HashMap::new());
-                Vec::new()
-            }
-            // Visible at once, not only after the relist: a node event during the relist must
-            // find the pods already listed.
-            watcher::Event::InitApply(pod) => {
-                insert(self.relisting.get_or_insert_default(), pod);
-                insert(&mut self.nodes, pod);
-                Vec::new()
-            }
-            watcher::Event::InitDone => {
-                let fresh = self.relisting.take().unwrap_or_default();
-                let kept: HashSet<&ObjectRef<Pod>> = fresh.values().flatten().collect();
-                let gone = self
-                    .nodes
-                    .values()
-                    .flatten()
-                    .filter(|pod| !kept.contains(pod))
-                    .cloned()
-                    .collect();
-                self.nodes = fresh;
-                gone
-            }
-        }
-    }
-
-    pub fn on_node(&self, node: &str) -> Vec<ObjectRef<Pod>> {
-        self.nodes
-            .get(node)
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect()
-    }
-}
-
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref()?.node_name.as_deref()
-}
-
-fn insert(nodes: &mut HashMap<String, HashSet<ObjectRef<Pod>>>, pod: &Pod) {
-    if let Some(node) = node_name(pod) {
-        nodes
-            .entry(node.to_owned())
-            .or_default()
-            .insert(ObjectRef::from_obj(pod));
-    }
+/// The pods on `node`, to reconcile.
+pub fn on_node(index: &PodsByNode, node: &str) -> Vec<ObjectRef<Pod>> {
+    index
+        .group(node)
+        .iter()
+        .map(|pod| ObjectRef::from_obj(pod.as_ref()))
+        .collect()
 }

@@ -61,13 +61,15 @@ use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
+use evictkit_runtime::backoff::{Backoff, PerObject};
 use evictkit_runtime::cli::{CommonArgs, parse_duration};
-use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::events::{EventRecorder, EventType};
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::leader::spawn_in_term;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
+use evictkit_runtime::pod_condition::PodConditionError;
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{FutureExt, StreamExt, future, stream};
@@ -78,7 +80,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::actions::{Removal, remove, withdraw_if_requested};
-use crate::cache::{PodsByNode, bound_at};
+use crate::cache::{bound_at, pods_by_node};
 use crate::metrics::TaintMetrics;
 use crate::pod_state::Pacer;
 pub use crate::zone_guard::{EVENT_REASON_ZONE_PAUSED, EVENT_REASON_ZONE_RESUMED};
@@ -202,7 +204,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         recorder: manager.recorder(EVENT_REPORTER).await?,
         metrics: own_metrics,
         dry_run: args.common.dry_run,
-        backoff: (args.retry_backoff_base, args.retry_backoff_max),
+        backoff: Backoff {
+            initial: args.retry_backoff_base,
+            max: args.retry_backoff_max,
+        },
         requester: Requester::new(
             client.clone(),
             args.eviction_request_api,
@@ -238,7 +243,7 @@ struct Settings {
     metrics: TaintMetrics,
     dry_run: bool,
     /// `--retry-backoff-base`, `--retry-backoff-max`.
-    backoff: (Duration, Duration),
+    backoff: Backoff,
     /// Asks for and withdraws EvictionRequests (action `EvictionRequest`).
     requester: Requester,
     zone_flags: ZoneFlags,
@@ -264,6 +269,8 @@ struct Context {
     /// The zones' states and paced zones' next removal slots.
     zones: Mutex<zone_guard::ZoneGuard>,
     pods: Mutex<pod_state::PodStates>,
+    /// Failed removal attempts per pod in a row, and when the next may be made.
+    retries: PerObject<ObjectRef<Pod>>,
 }
 
 impl std::ops::Deref for Context {
@@ -317,6 +324,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         .metrics
         .policy_crd_installed
         .set(i64::from(policies_installed));
+    let backoff = settings.backoff;
     let context = Arc::new(Context {
         policies_installed,
         client: client.clone(),
@@ -328,8 +336,9 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         planning_since: Timestamp::now(),
         zones: Mutex::default(),
         pods: Mutex::default(),
+        retries: PerObject::new(backoff),
     });
-    let index = Arc::new(Mutex::new(PodsByNode::default()));
+    let index = Arc::new(Mutex::new(pods_by_node()));
 
     let pods = watches::pods(&client, pod_writer, index.clone(), context.clone());
     let mut triggers = vec![
@@ -359,17 +368,15 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     }
     let triggers = stream::select_all(triggers);
 
-    let status = status::run(
-        client.clone(),
-        pod_store.clone(),
-        index,
-        context.clone(),
-        token.clone(),
-    );
+    let status = status::run(client.clone(), index, context.clone(), token.clone());
     let controller = Controller::for_stream(pods, pod_store)
         .reconcile_on(triggers)
         .graceful_shutdown_on(token.cancelled_owned())
-        .run(reconcile, error_policy, context)
+        .run(
+            context.metrics.reconciles.wrap(reconcile),
+            error_policy,
+            context,
+        )
         .for_each(|result| {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile ended with an error");
@@ -385,12 +392,8 @@ enum Error {
     Eviction(#[from] EvictionError),
     #[error(transparent)]
     Request(#[from] EvictionRequestError),
-    #[error("cannot set condition DisruptionTarget on pod {pod}: {source}")]
-    Condition {
-        pod: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Condition(#[from] PodConditionError),
 }
 
 /// One pod: plan it against its node's taints and the policies, and act on the plan.
@@ -513,7 +516,12 @@ fn until(at: Timestamp, now: Timestamp) -> Duration {
 fn error_policy(pod: Arc<Pod>, error: &Error, context: Arc<Context>) -> Action {
     tracing::warn!(pod = %name_of(&pod), %error, "reconcile failed; retrying");
     context.metrics.blocked.with_label_values(&["Error"]).inc();
-    Action::requeue(context.failed(&ObjectRef::from_obj(pod.as_ref())))
+    Action::requeue(
+        context
+            .retries
+            .failed(&ObjectRef::from_obj(pod.as_ref()))
+            .delay,
+    )
 }
 
 /// The (stripped) node's NoExecute taints, each with a `timeAdded`.
@@ -534,25 +542,13 @@ fn name_of(pod: &Pod) -> String {
 fn record_in_background(context: &Context, pod: &Pod, action: &'static str, note: String) {
     let (recorder, pod) = (context.recorder.clone(), pod.clone());
     spawn_in_term(context.term.clone(), async move {
-        if let Err(error) = recorder.normal(&pod, EVENT_REASON, action, &note).await {
-            tracing::warn!(%error, "cannot record event");
-        }
+        recorder.normal(&pod, EVENT_REASON, action, &note).await;
     });
 }
 
-async fn record(context: &Context, pod: &Pod, warning: bool, action: &str, note: &str) {
-    let result = if warning {
-        context
-            .recorder
-            .warning(pod, EVENT_REASON, action, note)
-            .await
-    } else {
-        context
-            .recorder
-            .normal(pod, EVENT_REASON, action, note)
-            .await
-    };
-    if let Err(error) = result {
-        tracing::warn!(%error, "cannot record event");
-    }
+async fn record(context: &Context, pod: &Pod, event_type: EventType, action: &str, note: &str) {
+    context
+        .recorder
+        .publish(pod, event_type, EVENT_REASON, action, note)
+        .await;
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use evictkit_runtime::reconcile::Reconciles;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
 };
@@ -11,6 +12,17 @@ use prometheus::{
 /// Upstream's buckets of `taint_eviction_controller_pod_deletion_duration_seconds`.
 const UPSTREAM_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,
+];
+
+/// The `action` label values (`Removal::label`).
+const ACTIONS: [&str; 4] = ["Delete", "Evict", "EvictionRequest", "ForceDelete"];
+/// The `reason` label values of `evictkit_taint_manager_removals_blocked_total`.
+const BLOCKED_REASONS: [&str; 5] = [
+    "PodDisruptionBudget",
+    "ZonePaused",
+    "ZoneRateLimited",
+    "Refused",
+    "Error",
 ];
 
 #[derive(Clone)]
@@ -36,6 +48,8 @@ pub struct TaintMetrics {
     pub invalid_policies: IntGauge,
     /// 1 if the TaintEvictionPolicy CRD was installed when this term as leader began, else 0.
     pub policy_crd_installed: IntGauge,
+    /// The pod controller's reconciles (`evictkit_reconcile*{controller="pod"}`).
+    pub reconciles: Reconciles,
 }
 
 impl TaintMetrics {
@@ -93,6 +107,7 @@ impl TaintMetrics {
                 "evictkit_taint_manager_policy_crd_installed",
                 "1 if the TaintEvictionPolicy CRD is installed; 0: the taint-manager runs without policies, as kube-controller-manager's taint-eviction-controller (install the CRD and restart it).",
             ))?,
+            reconciles: Reconciles::new(metrics, "pod"),
         };
         metrics.register(own.deletions.clone())?;
         metrics.register(own.policy_crd_installed.clone())?;
@@ -103,6 +118,14 @@ impl TaintMetrics {
         metrics.register(own.blocked.clone())?;
         metrics.register(own.paused_zones.clone())?;
         metrics.register(own.invalid_policies.clone())?;
+        // Every series from the start, so alerts on rate() see 0 rather than nothing.
+        for action in ACTIONS {
+            own.actions.with_label_values(&[action]);
+            own.removal_latency.with_label_values(&[action]);
+        }
+        for reason in BLOCKED_REASONS {
+            own.blocked.with_label_values(&[reason]);
+        }
         Ok(own)
     }
 }

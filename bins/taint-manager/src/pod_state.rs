@@ -1,14 +1,14 @@
 //! What the controller remembers per pod between reconciles: windows it announced, removals it
-//! announced, failed attempts and their backoff, and the pod state its last removal acted on.
-//! Only bookkeeping for Events, backoff and not acting twice; after a restart every pod is
+//! announced, and the pod state its last removal acted on (failed attempts: `Context::retries`).
+//! Only bookkeeping for Events and not acting twice; after a restart every pod is
 //! planned again from the API. Also the `--max-evictions-per-second` pacer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use evictkit_core::affinity_eviction::retry_delay;
 use evictkit_core::taint_policy::Pending;
+use evictkit_runtime::events::EventType;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -26,8 +26,6 @@ pub struct PodStates {
     scheduled: HashSet<ObjectRef<Pod>>,
     /// Pods whose removal was announced by an Event (once per pod, not per retry).
     marked: HashSet<ObjectRef<Pod>>,
-    /// Failed removal attempts in a row, and when the next may be made.
-    failures: HashMap<ObjectRef<Pod>, (u32, tokio::time::Instant)>,
     /// The pod as a successful removal saw it: (uid, deletionTimestamp). A reconcile that sees
     /// the pod still so has read the cache before the watch delivered the removal (under load
     /// the pod's own DisruptionTarget patch can trigger a reconcile that runs before the
@@ -58,7 +56,7 @@ impl Context {
         if was_waiting || announced {
             let note = format!("Cancelling deletion of Pod {}", name_of(pod));
             tracing::info!(pod = %name_of(pod), "no longer due; cancelled its removal");
-            record(self, pod, false, "Cancel", &note).await;
+            record(self, pod, EventType::Normal, "Cancel", &note).await;
         }
     }
 
@@ -66,7 +64,7 @@ impl Context {
     /// of a window.
     pub(crate) fn forget(&self, key: &ObjectRef<Pod>) -> bool {
         let mut states = self.states();
-        states.failures.remove(key);
+        self.retries.forget(key);
         states.marked.remove(key);
         states.acted.remove(key);
         states.windows.remove(key);
@@ -96,28 +94,6 @@ impl Context {
     /// Remembers that the pod's removal was announced; returns whether it was new.
     pub(crate) fn mark(&self, key: ObjectRef<Pod>) -> bool {
         self.states().marked.insert(key)
-    }
-
-    /// When the next removal attempt of the pod may be made, if an earlier one failed.
-    pub(crate) fn next_attempt(&self, key: &ObjectRef<Pod>) -> Option<tokio::time::Instant> {
-        self.states().failures.get(key).map(|(_, at)| *at)
-    }
-
-    /// Counts a failed attempt and returns the wait before the next one.
-    pub(crate) fn failed(&self, key: &ObjectRef<Pod>) -> Duration {
-        let mut states = self.states();
-        let failures = states.failures.get(key).map_or(0, |(n, _)| *n) + 1;
-        let delay = retry_delay(failures, self.backoff.0, self.backoff.1);
-        states
-            .failures
-            .insert(key.clone(), (failures, tokio::time::Instant::now() + delay));
-        delay
-    }
-
-    /// An attempt succeeded: the backoff starts over (the rest is kept: the pod may still be
-    /// due, e.g. while its EvictionRequest is being processed).
-    pub(crate) fn clear_failures(&self, key: &ObjectRef<Pod>) {
-        self.states().failures.remove(key);
     }
 
     /// A removal of `pod` (as the cache showed it) succeeded: forget the rest, remember this.

@@ -14,10 +14,8 @@ use evictkit_api::taint_eviction_policy::{TaintEvictionPolicy, TaintEvictionPoli
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, Policies};
 use evictkit_runtime::shutdown::CancellationToken;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 
 use crate::cache::{PodsByNode, bound_at};
@@ -29,7 +27,6 @@ pub const EVENT_REASON_INVALID: &str = "InvalidTaintEvictionPolicy";
 
 pub async fn run(
     client: Client,
-    pods: Store<Pod>,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
     token: CancellationToken,
@@ -41,7 +38,7 @@ pub async fn run(
             () = tokio::time::sleep(INTERVAL) => {}
         }
         let policies = context.policies.state();
-        let governed = governed_pods(&context, &pods, &index);
+        let governed = governed_pods(&context, &index);
         let mut invalid = 0;
         for policy in &policies {
             let name = policy.name_any();
@@ -59,13 +56,10 @@ pub async fn run(
                 if was_valid {
                     tracing::warn!(policy = %name, %error, "invalid TaintEvictionPolicy; it governs nothing");
                     let note = format!("TaintEvictionPolicy {name} governs nothing: {error}");
-                    if let Err(error) = context
+                    context
                         .recorder
                         .warning(policy.as_ref(), EVENT_REASON_INVALID, "Validate", &note)
-                        .await
-                    {
-                        tracing::warn!(%error, "cannot record event");
-                    }
+                        .await;
                 }
             }
             let patch = serde_json::json!({ "status": status });
@@ -81,11 +75,7 @@ pub async fn run(
 }
 
 /// Pods per winning policy name, over the pods on nodes with NoExecute taints.
-fn governed_pods(
-    context: &Context,
-    pods: &Store<Pod>,
-    index: &Mutex<PodsByNode>,
-) -> BTreeMap<String, i64> {
+fn governed_pods(context: &Context, index: &Mutex<PodsByNode>) -> BTreeMap<String, i64> {
     let policies = context.policies();
     let mut counts = BTreeMap::new();
     if policies == Policies::default() {
@@ -97,16 +87,15 @@ fn governed_pods(
         if taints.is_empty() {
             continue;
         }
-        for key in index.on_node(&node.name_any()) {
-            let Some(pod) = pods.get(&key) else { continue };
+        for pod in index.group(&node.name_any()) {
             let labels = pod.metadata.labels.clone().unwrap_or_default();
             let namespace_labels =
-                context.namespace_labels(key.namespace.as_deref().unwrap_or_default());
+                context.namespace_labels(pod.metadata.namespace.as_deref().unwrap_or_default());
             let facts = PodFacts {
                 labels: &labels,
                 namespace_labels: &namespace_labels,
                 tolerations: &[],
-                bound_at: bound_at(&pod),
+                bound_at: bound_at(pod),
                 deletion_timestamp: None,
                 window: None,
                 planning_since: context.planning_since,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
+use evictkit_runtime::events::EventType;
 use evictkit_runtime::leader::spawn_in_term;
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
@@ -15,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::access::Access;
-use crate::cache::{FirstSeen, PodsByNode, node_ready, strip_namespace, strip_pod};
+use crate::cache::{FirstSeen, PodsByNode, node_ready, on_node, strip_namespace, strip_pod};
 use crate::zone_guard::{zone_guard, zone_of};
 use crate::{Context, name_of, record, taints_of};
 
@@ -31,6 +32,7 @@ pub fn pods(
         Some(namespace) => Api::<Pod>::namespaced(client.clone(), namespace),
         None => Api::<Pod>::all(client.clone()),
     };
+    let store = writer.as_reader();
     watcher(api, watcher::Config::default().fields("spec.nodeName!="))
         .default_backoff()
         .modify(strip_pod)
@@ -38,7 +40,10 @@ pub fn pods(
         .inspect(move |event| {
             context.access.observe("pods", event);
             if let Ok(event) = event {
-                let gone = index.lock().unwrap_or_else(|p| p.into_inner()).apply(event);
+                let gone = index
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .apply(event, &store);
                 for pod in gone {
                     pod_gone(&context, pod);
                 }
@@ -56,7 +61,7 @@ fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
             pod.metadata.name = Some(key.name.clone());
             pod.metadata.namespace = key.namespace.clone();
             let note = format!("Cancelling deletion of Pod {}", name_of(&pod));
-            record(&context, &pod, false, "Cancel", &note).await;
+            record(&context, &pod, EventType::Normal, "Cancel", &note).await;
         });
     }
 }
@@ -100,10 +105,7 @@ pub fn node_changes(
                     let name = node.name_any();
                     let now = (zone_of(node), node_ready(node), taints_of(node).to_vec());
                     if previous.get(&name) != Some(&now) {
-                        pods = index
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .on_node(&name);
+                        pods = on_node(&index.lock().unwrap_or_else(|p| p.into_inner()), &name);
                         previous.insert(name, now);
                         zone_may_change = true;
                     }
@@ -194,6 +196,6 @@ fn pods_on_tainted_nodes(nodes: &Store<Node>, index: &Mutex<PodsByNode>) -> Vec<
         .state()
         .iter()
         .filter(|n| !taints_of(n).is_empty())
-        .flat_map(|n| index.on_node(&n.name_any()))
+        .flat_map(|n| on_node(&index, &n.name_any()))
         .collect()
 }

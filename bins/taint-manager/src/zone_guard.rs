@@ -18,7 +18,7 @@ use kube::runtime::reflector::ObjectRef;
 use evictkit_runtime::leader::spawn_in_term;
 
 use crate::Context;
-use crate::cache::{PodsByNode, node_ready};
+use crate::cache::{PodsByNode, node_ready, on_node};
 
 /// Event reason on a node of a zone whose removals the zone guard pauses.
 pub const EVENT_REASON_ZONE_PAUSED: &str = "TaintManagerZonePaused";
@@ -136,19 +136,16 @@ pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<Obje
             if let Some(node) = first {
                 let (context, node) = (context.clone(), Node::clone(node));
                 spawn_in_term(context.term.clone(), async move {
-                    let result = if pausing {
+                    if pausing {
                         context
                             .recorder
                             .warning(&node, EVENT_REASON_ZONE_PAUSED, "Pause", &note)
-                            .await
+                            .await;
                     } else {
                         context
                             .recorder
                             .normal(&node, EVENT_REASON_ZONE_RESUMED, "Resume", &note)
-                            .await
-                    };
-                    if let Err(error) = result {
-                        tracing::warn!(%error, "cannot record event");
+                            .await;
                     }
                 });
             }
@@ -158,6 +155,6 @@ pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<Obje
     nodes
         .iter()
         .filter(|n| changed.contains(&zone_of(n)))
-        .flat_map(|n| index.on_node(&n.name_any()))
+        .flat_map(|n| on_node(&index, &n.name_any()))
         .collect()
 }

@@ -31,6 +31,10 @@ pub const EVICTION_INTERCEPTORS: &str = "evictkit.io/eviction-interceptors";
 /// so its lists allow one more.
 pub const MAX_INTERCEPTORS_PER_POD: usize = 15;
 
+/// Annotation the kubelet sets on mirror pods of static pods (upstream
+/// `kubetypes.ConfigMirrorAnnotationKey`); evicting a mirror pod does not stop its static pod.
+pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
 /// Pod label of the scheduler-plugins coscheduling PodGroup a pod belongs to; KEP-4563's alpha
 /// does not evict pods of a Workload/PodGroup.
 pub const POD_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";

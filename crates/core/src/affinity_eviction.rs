@@ -11,9 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
-use evictkit_api::keys::{MERGED_NODE_AFFINITY, REQUIRED_DURING_EXECUTION};
+use evictkit_api::keys::{MERGED_NODE_AFFINITY, MIRROR_POD_ANNOTATION, REQUIRED_DURING_EXECUTION};
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
 };
@@ -36,10 +35,6 @@ pub const REASON_MATCHES_AGAIN: &str = "RequiredNodeAffinityMatches";
 /// Reason of [`CONDITION_TYPE`] `False` once a violating pod no longer carries the annotation
 /// (opted out): the eviction is no longer wanted.
 pub const REASON_OPTED_OUT: &str = "RequiredDuringExecutionRemoved";
-
-/// Annotation the kubelet sets on mirror pods of static pods (upstream
-/// `kubetypes.ConfigMirrorAnnotationKey`); evicting a mirror pod does not stop its static pod.
-pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Why a pod is not judged at all (KEP-4328: "excluding mirror pods"; DESIGN.md: terminating
 /// pods are not evicted again; a terminal pod holds no place on its node).
@@ -297,17 +292,6 @@ pub fn daemonset_recreates_on(template: &PodSpec, node: &Node) -> bool {
     RequiredNodeAffinity::from_pod(&pod)
         .matches(node)
         .unwrap_or(false)
-}
-
-/// Wait before the next eviction attempt after `failures` failed ones: `base` doubled per
-/// failure, at most `max` (client-go's per-item exponential backoff). KEP-4328 retries on the
-/// next label change only; retrying with backoff while the violation lasts also covers a PDB
-/// that starts to allow the disruption without any node label changing.
-pub fn retry_delay(failures: u32, base: Duration, max: Duration) -> Duration {
-    let factor = 1u32
-        .checked_shl(failures.saturating_sub(1))
-        .unwrap_or(u32::MAX);
-    base.checked_mul(factor).map_or(max, |delay| delay.min(max))
 }
 
 /// Whether a failed eviction attempt counts in KEP-4328's `pod_failed_eviction_node_affinity_total`:

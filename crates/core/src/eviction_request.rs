@@ -18,13 +18,11 @@ use evictkit_api::eviction_request::{
 };
 use evictkit_api::keys::{
     EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, IMPERATIVE_EVICTION_INTERCEPTOR,
-    POD_GROUP_LABEL,
+    MIRROR_POD_ANNOTATION, POD_GROUP_LABEL,
 };
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-
-use crate::affinity_eviction::MIRROR_POD_ANNOTATION;
 
 pub mod admission;
 mod interceptors;

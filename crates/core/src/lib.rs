@@ -9,7 +9,8 @@
 //! |---|---|---|
 //! | [`labels`] | label requirements and `LabelSelector`s | apimachinery `labels`, `LabelSelectorAsSelector` |
 //! | [`node_selector`] | `NodeSelector` matching, a pod's required node affinity, the `evictkit.io/required-during-execution` annotation (KEP-4328) | component-helpers `nodeaffinity` |
-//! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; retry backoff; folding the execution-time selector into the scheduling-time one | `nodeaffinity` (matching), `workqueue` (backoff) |
+//! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; folding the execution-time selector into the scheduling-time one | `nodeaffinity` |
+//! | [`backoff`] | the wait before an object's next attempt after failed ones, for every controller | client-go `workqueue` (per-item exponential failure rate limiter) |
 //! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
 //! | [`taint_policy`] | KEP-3902: the TaintEvictionPolicy governing a taint of a pod (precedence), the per-pod plan (Delete/Evict/Ignore, upstream's toleration windows recovered after a restart, force-delete of stuck pods) | evictkit's own, on top of [`taints`] |
 //! | [`zone_disruption`] | the zone states and rates the taint-manager's zone guard applies (Normal, PartialDisruption, FullDisruption) | `nodelifecycle` `ComputeZoneState`, `handleDisruption`, `GetZoneKey` |
@@ -24,6 +25,7 @@
 //! an invalid PDB selector selects nothing) the same tolerance is kept and documented.
 
 pub mod affinity_eviction;
+pub mod backoff;
 pub mod descheduler_bridge;
 pub mod eviction;
 pub mod eviction_request;

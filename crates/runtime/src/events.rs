@@ -8,7 +8,8 @@
 //! kube-controller-manager's controllers have the same separation: each its own client, the
 //! event broadcaster another.
 
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+pub use kube::runtime::events::EventType;
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
 
 use crate::client::{self, ClientError, RateLimit};
@@ -44,39 +45,47 @@ impl EventRecorder {
 
     /// A `Normal` event: `reason` is PascalCase (e.g. `TaintManagerEviction`), `action` what was
     /// done (e.g. `Evict`), `note` the human-readable message.
-    pub async fn normal<K>(
-        &self,
-        object: &K,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Result<(), EventError>
+    pub async fn normal<K>(&self, object: &K, reason: &str, action: &str, note: &str)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish(EventType::Normal, object, reason, action, note)
+        self.publish(object, EventType::Normal, reason, action, note)
             .await
     }
 
     /// A `Warning` event, e.g. for a malformed annotation on the object.
-    pub async fn warning<K>(
-        &self,
-        object: &K,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Result<(), EventError>
+    pub async fn warning<K>(&self, object: &K, reason: &str, action: &str, note: &str)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish(EventType::Warning, object, reason, action, note)
+        self.publish(object, EventType::Warning, reason, action, note)
             .await
     }
 
-    async fn publish<K>(
+    /// Publishes an Event; a failure is logged, not returned: an Event reports an action and is
+    /// never a reason to retry it.
+    pub async fn publish<K>(
         &self,
-        event_type: EventType,
         object: &K,
+        event_type: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        if let Err(error) = self
+            .try_publish(object, event_type, reason, action, note)
+            .await
+        {
+            tracing::warn!(%error, "cannot record event");
+        }
+    }
+
+    async fn try_publish<K>(
+        &self,
+        object: &K,
+        event_type: EventType,
         reason: &str,
         action: &str,
         note: &str,

@@ -8,7 +8,11 @@
 //! - [`metrics`] and [`http`]: the Prometheus registry and the `/metrics`, `/healthz`,
 //!   `/readyz` server;
 //! - [`leader`]: act only while holding the component's Lease;
+//! - [`reconcile`]: every reconcile counted, timed and traced with its object's key;
 //! - [`eviction`]: the one eviction client, with its outcome classification;
+//! - [`index`]: a reflector store's objects grouped by node or namespace;
+//! - [`backoff`]: each retried object's back-off; [`pod_condition`]: the one pod-condition
+//!   patch, with the UID precondition;
 //! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
 //! - [`lifecycle_request`]: the same as a requester of Kubernetes' own `lifecycle.k8s.io` API;
 //! - [`requester`]: one requester over either API, whichever the cluster serves;
@@ -18,18 +22,22 @@
 //!
 //! Nothing here decides anything about pods: decisions live in `evictkit-core`.
 
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod events;
 pub mod eviction;
 pub mod eviction_request;
 pub mod http;
+pub mod index;
 pub mod leader;
 pub mod lifecycle_request;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
+pub mod pod_condition;
 mod ratelimit;
+pub mod reconcile;
 pub mod requester;
 pub mod shutdown;
 pub mod tls;

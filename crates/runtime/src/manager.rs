@@ -18,7 +18,7 @@ use crate::eviction::EvictionClient;
 use crate::http::{HealthServer, HttpError, Readiness};
 use crate::leader::LeaderElection;
 use crate::logging::{self, LoggingError};
-use crate::metrics::{Metrics, MetricsError};
+use crate::metrics::{EVICTION_OUTCOMES, Metrics, MetricsError};
 use crate::shutdown::{self, ShutdownError};
 use crate::tls::{self, ReloadingCertResolver, TlsError};
 use crate::webhook::{WebhookError, Webhooks};
@@ -107,6 +107,13 @@ impl Manager {
 
     /// The one eviction client, counting into this registry, honouring `--dry-run`.
     pub fn evictions(&self) -> EvictionClient {
+        // Every outcome's series from the start, so alerts on rate() see 0 rather than nothing.
+        let dry_run = if self.common.dry_run { "true" } else { "false" };
+        for outcome in EVICTION_OUTCOMES {
+            self.metrics
+                .evictions
+                .with_label_values(&[outcome, dry_run]);
+        }
         EvictionClient::new(self.client.clone(), self.metrics.clone()).dry_run(self.common.dry_run)
     }
 

@@ -16,8 +16,9 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -29,9 +30,11 @@ use axum::routing::post;
 use axum::{Json, extract::State};
 use futures::future::BoxFuture;
 pub use json_patch;
+use kube::Resource;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::core::response::reason;
 use kube::core::{DynamicObject, Status};
+use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +44,14 @@ use crate::tls::{RELOAD_INTERVAL, ReloadingCertResolver, TlsError};
 /// In-flight reviews get this long to finish on shutdown; the apiserver's own webhook timeout
 /// is at most 30 s and usually 10 s.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// After SIGTERM the server goes on serving for at most this long (less once no connection is
+/// open), answering every HTTP/1.1 request with `Connection: close`. kube-apiserver calls
+/// webhooks over HTTP/1.1 keep-alive connections and retries no POST that a closed connection
+/// cut, so closing an idle connection under it fails the call it was just sending ("broken
+/// pipe", "server closed idle connection": seen at 200 reviews/s when a replica's pod was
+/// deleted); a connection the answer itself closes never meets a request. Its next call opens
+/// a new connection, to a replica still in the Service's endpoints.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// What a client may send and how slowly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +136,7 @@ impl Admission {
     }
 
     /// The response to `request`, with its uid.
-    pub fn into_response(self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    pub fn into_response<K: Resource>(self, request: &AdmissionRequest<K>) -> AdmissionResponse {
         self.apply(AdmissionResponse::from(request))
     }
 
@@ -172,8 +183,9 @@ fn deny_with_uid(uid: &str, code: u16, message: &str) -> AdmissionResponse {
     response
 }
 
-type Handler =
-    Arc<dyn Fn(AdmissionRequest<DynamicObject>) -> BoxFuture<'static, Admission> + Send + Sync>;
+/// A route's review: the body in, the response out (with the request's uid, even when the body
+/// does not parse).
+type Handler = Arc<dyn Fn(Bytes) -> BoxFuture<'static, AdmissionResponse> + Send + Sync>;
 
 #[derive(Clone)]
 struct Route {
@@ -205,15 +217,47 @@ impl Webhooks {
         self
     }
 
-    /// Serves `handler` at `path`, e.g. `.route("/validate-pdb", move |req| validate(ctx.clone(), req))`.
-    pub fn route<F, Fut>(mut self, path: &str, handler: F) -> Self
+    /// Serves `handler` at `path` for reviews of `K` objects, decoded once from the body, e.g.
+    /// `.route::<PodDisruptionBudget, _, _>("/validate-pdb", move |req| validate(ctx.clone(), req))`;
+    /// `DynamicObject` for a webhook of several kinds. A review whose `object` or `oldObject`
+    /// is not a `K` is denied with 400 and the field that failed, without calling `handler`.
+    pub fn route<K, F, Fut>(mut self, path: &str, handler: F) -> Self
     where
-        F: Fn(AdmissionRequest<DynamicObject>) -> Fut + Send + Sync + 'static,
+        K: Resource + DeserializeOwned + Send + 'static,
+        F: Fn(AdmissionRequest<K>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Admission> + Send + 'static,
     {
+        let handler = Arc::new(handler);
+        let webhook: Arc<str> = path.into();
         let route = Route {
-            path: path.into(),
-            handler: Arc::new(move |request| Box::pin(handler(request))),
+            path: webhook.clone(),
+            handler: Arc::new(move |body: Bytes| {
+                let (handler, webhook) = (handler.clone(), webhook.clone());
+                Box::pin(async move {
+                    let request = match read_review::<K>(&body) {
+                        Ok(request) => request,
+                        Err(error) => {
+                            let uid = uid_of(&body);
+                            tracing::warn!(%webhook, %uid, %error, "unreadable AdmissionReview");
+                            return deny_with_uid(
+                                &uid,
+                                400,
+                                &format!("unreadable AdmissionReview: {error}"),
+                            );
+                        }
+                    };
+                    // Built before the handler takes the request, so the uid cannot get lost.
+                    let response = AdmissionResponse::from(&request);
+                    let object = format!(
+                        "{}/{}",
+                        request.namespace.as_deref().unwrap_or(""),
+                        request.name
+                    );
+                    let decision = handler(request).await;
+                    tracing::debug!(%webhook, uid = %response.uid, %object, allowed = decision.is_allowed(), "admission reviewed");
+                    decision.apply(response)
+                })
+            }),
             metrics: self.metrics.clone(),
         };
         self.router = self.router.route(path, post(review).with_state(route));
@@ -267,8 +311,8 @@ impl WebhookServer {
         self.listener.local_addr().map_err(WebhookError::Serve)
     }
 
-    /// Serves HTTPS and reloads the certificate until `shutdown`, then lets in-flight reviews
-    /// finish for up to ten seconds.
+    /// Serves HTTPS and reloads the certificate until `shutdown`, then drains the connections
+    /// (see [`DRAIN`]) and lets in-flight reviews finish for up to ten seconds.
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), WebhookError> {
         let handle = axum_server::Handle::new();
         let reloader = tokio::spawn(self.certificates.clone().watch(
@@ -276,11 +320,17 @@ impl WebhookServer {
             self.metrics.clone(),
             shutdown.clone(),
         ));
+        let draining = Arc::new(AtomicBool::new(false));
         let stopper = {
-            let handle = handle.clone();
-            let shutdown = shutdown.clone();
+            let (handle, shutdown, draining) = (handle.clone(), shutdown.clone(), draining.clone());
             tokio::spawn(async move {
                 shutdown.cancelled().await;
+                draining.store(true, Ordering::Relaxed);
+                let drained = Instant::now();
+                while handle.connection_count() > 0 && drained.elapsed() < DRAIN {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tracing::info!(open = handle.connection_count(), drained_for = ?drained.elapsed(), "webhook connections drained; shutting down");
                 handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
             })
         };
@@ -295,7 +345,11 @@ impl WebhookServer {
                     .http1()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(self.limits.read_timeout);
-                server.serve(self.router.into_make_service()).await
+                let router = self.router.layer(middleware::from_fn_with_state(
+                    draining,
+                    close_when_draining,
+                ));
+                server.serve(router.into_make_service()).await
             }
             Err(error) => Err(error),
         };
@@ -305,6 +359,23 @@ impl WebhookServer {
         reloader.abort();
         served.map_err(WebhookError::Serve)
     }
+}
+
+/// While draining (see [`DRAIN`]), each HTTP/1.1 answer closes its connection.
+async fn close_when_draining(
+    State(draining): State<Arc<AtomicBool>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let http1 = request.version() == axum::http::Version::HTTP_11;
+    let mut response = next.run(request).await;
+    if http1 && draining.load(Ordering::Relaxed) {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// Reads the whole body within the [`Limits`] before a webhook sees the request.
@@ -443,13 +514,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Idle<S> {
     }
 }
 
-/// `object` (a review's `object` or `oldObject`) as a `K`; the error names the field, e.g.
-/// `spec.target.pod.name: invalid type: integer `5`, expected a string`.
-pub fn decode<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, String> {
-    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
-    serde_path_to_error::deserialize(value).map_err(|e| with_path(&e))
-}
-
 fn with_path<E: std::fmt::Display>(error: &serde_path_to_error::Error<E>) -> String {
     match error.path().to_string().as_str() {
         "." => error.inner().to_string(),
@@ -457,37 +521,18 @@ fn with_path<E: std::fmt::Display>(error: &serde_path_to_error::Error<E>) -> Str
     }
 }
 
+/// The request of a review whose objects are `K`s; the error names the field that failed.
+fn read_review<K: Resource + DeserializeOwned>(body: &[u8]) -> Result<AdmissionRequest<K>, String> {
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let review: AdmissionReview<K> =
+        serde_path_to_error::deserialize(&mut json).map_err(|e| with_path(&e))?;
+    review
+        .try_into()
+        .map_err(|_| "AdmissionReview without a request".to_owned())
+}
+
 async fn review(State(route): State<Route>, body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
-    let mut json = serde_json::Deserializer::from_slice(&body);
-    let response = match serde_path_to_error::deserialize::<_, AdmissionReview<DynamicObject>>(
-        &mut json,
-    )
-    .map_err(|e| with_path(&e))
-    .and_then(|review| {
-        review
-            .try_into()
-            .map_err(|_| "AdmissionReview without a request".to_owned())
-    }) {
-        Ok(request) => {
-            let request: AdmissionRequest<DynamicObject> = request;
-            // Built before the handler takes the request, so the uid cannot get lost.
-            let response = AdmissionResponse::from(&request);
-            let uid = &response.uid;
-            let object = format!(
-                "{}/{}",
-                request.namespace.as_deref().unwrap_or(""),
-                request.name
-            );
-            let decision = (route.handler)(request).await;
-            tracing::debug!(webhook = %route.path, %uid, %object, allowed = decision.is_allowed(), "admission reviewed");
-            decision.apply(response)
-        }
-        Err(error) => {
-            let uid = uid_of(&body);
-            tracing::warn!(webhook = %route.path, %uid, %error, "unreadable AdmissionReview");
-            deny_with_uid(&uid, 400, &format!("unreadable AdmissionReview: {error}"))
-        }
-    };
+    let response = (route.handler)(body).await;
     let allowed = if response.allowed { "true" } else { "false" };
     route
         .metrics
@@ -611,7 +656,9 @@ mod tests {
         };
         let router = Webhooks::new(Arc::new(Metrics::new("test").unwrap()))
             .with_limits(limits)
-            .route("/validate", |_request| async { Admission::allow() })
+            .route("/validate", |_: AdmissionRequest<DynamicObject>| async {
+                Admission::allow()
+            })
             .into_router();
         let stream = futures::stream::iter([
             Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 1000])),
@@ -644,5 +691,51 @@ mod tests {
         assert_eq!(response["uid"], "uid-broken");
         assert_eq!(response["allowed"], false);
         assert_eq!(response["status"]["code"], 400);
+    }
+
+    #[tokio::test]
+    async fn a_typed_route_refuses_an_object_of_another_shape_naming_the_field() {
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = called.clone();
+        let router = Webhooks::new(Arc::new(Metrics::new("test").unwrap()))
+            .route(
+                "/pdb",
+                move |request: AdmissionRequest<PodDisruptionBudget>| {
+                    seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let min_available = request
+                        .object
+                        .and_then(|pdb| pdb.spec?.min_available)
+                        .is_some();
+                    async move {
+                        match min_available {
+                            true => Admission::deny(422, "minAvailable decoded"),
+                            false => Admission::allow(),
+                        }
+                    }
+                },
+            )
+            .into_router();
+        let mut review = review_of("uid-typed", "typed");
+        review["request"]["object"]["spec"] = json!({"minAvailable": 1});
+        let response =
+            &post(&router, "/pdb", serde_json::to_vec(&review).unwrap()).await["response"];
+        assert_eq!(response["status"]["message"], "minAvailable decoded");
+        assert!(called.swap(false, std::sync::atomic::Ordering::SeqCst));
+
+        review["request"]["object"]["spec"] = json!({"selector": {"matchLabels": 5}});
+        let response =
+            &post(&router, "/pdb", serde_json::to_vec(&review).unwrap()).await["response"];
+        assert_eq!(response["uid"], "uid-typed");
+        assert_eq!(response["status"]["code"], 400);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("request.object.spec.selector.matchLabels"),
+            "{message}"
+        );
+        assert!(
+            !called.load(std::sync::atomic::Ordering::SeqCst),
+            "handler not called"
+        );
     }
 }

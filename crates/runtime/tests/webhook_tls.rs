@@ -14,6 +14,8 @@ use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::shutdown::CancellationToken;
 use evictkit_runtime::tls::{ReloadingCertResolver, install_crypto_provider};
 use evictkit_runtime::webhook::{Admission, Limits, Webhooks};
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 
@@ -198,9 +200,12 @@ async fn certificate_rotation_through_symlink_swap_is_served_to_new_connections(
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
     let server = Webhooks::new(metrics.clone())
-        .route("/validate", |_request| async {
-            Admission::deny(429, "Eviction triggered evacuation")
-        })
+        .route(
+            "/validate",
+            |_request: AdmissionRequest<DynamicObject>| async {
+                Admission::deny(429, "Eviction triggered evacuation")
+            },
+        )
         .bind("127.0.0.1:0".parse().unwrap(), certificates)
         .unwrap();
     let addr = server.local_addr().unwrap();
@@ -268,7 +273,10 @@ async fn serve_validate(limits: Limits) -> (SocketAddr, TestCa, SecretVolume, Ca
     let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
     let server = Webhooks::new(metrics)
         .with_limits(limits)
-        .route("/validate", |_request| async { Admission::allow() })
+        .route(
+            "/validate",
+            |_request: AdmissionRequest<DynamicObject>| async { Admission::allow() },
+        )
         .bind("127.0.0.1:0".parse().unwrap(), certificates)
         .unwrap();
     let addr = server.local_addr().unwrap();
@@ -379,4 +387,126 @@ async fn clients_that_stall_are_dropped_within_the_read_timeout() {
         );
     }
     shutdown.cancel();
+}
+
+/// A keep-alive HTTP/1.1 connection, as kube-apiserver keeps to a webhook.
+struct KeepAlive {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl KeepAlive {
+    fn open(addr: SocketAddr, ca: &CertificateDer<'static>) -> Self {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.clone()).unwrap();
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = ServerName::IpAddress(addr.ip().into());
+        let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let socket = TcpStream::connect(addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Self {
+            tls: rustls::StreamOwned::new(connection, socket),
+        }
+    }
+
+    /// Sends one review and reads its answer: the head (lower-cased) and the body; `None`
+    /// when the connection was closed under the request.
+    fn review(&mut self, uid: &str) -> Option<(String, String)> {
+        let body = review(uid);
+        let request = format!(
+            "POST /validate HTTP/1.1\r\nhost: webhook\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.tls.write_all(request.as_bytes()).ok()?;
+        self.tls.flush().ok()?;
+        let mut read = Vec::new();
+        let mut byte = [0u8; 1];
+        while !read.ends_with(b"\r\n\r\n") {
+            match self.tls.read(&mut byte) {
+                Ok(1) => read.push(byte[0]),
+                _ => return None,
+            }
+        }
+        let head = String::from_utf8_lossy(&read).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .and_then(|n| n.trim().parse().ok())?;
+        let mut body = vec![0u8; length];
+        self.tls.read_exact(&mut body).ok()?;
+        Some((head, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// Whether the server closed the connection (end of stream within the read timeout).
+    fn closed_by_server(&mut self) -> bool {
+        let mut rest = Vec::new();
+        // rustls reports a close without close_notify as an error: closed too.
+        match self.tls.read_to_end(&mut rest) {
+            Ok(_) => rest.is_empty(),
+            Err(error) => {
+                error.kind() != std::io::ErrorKind::WouldBlock
+                    && error.kind() != std::io::ErrorKind::TimedOut
+            }
+        }
+    }
+}
+
+/// On SIGTERM a replica's keep-alive connections are not cut under the apiserver: a review sent
+/// on one after the shutdown began is answered, with `Connection: close`, the server closes it,
+/// and the server stops once no connection is open, well before the drain window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_reviews_on_open_connections_and_closes_each_after_its_answer() {
+    install_crypto_provider();
+    let ca = TestCa::new();
+    let (cert, key, _) = ca.serving();
+    let volume = SecretVolume::new(&cert, &key);
+    let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
+    let server = Webhooks::new(Arc::new(Metrics::new("test").unwrap()))
+        .route(
+            "/validate",
+            |_request: AdmissionRequest<DynamicObject>| async { Admission::allow() },
+        )
+        .bind("127.0.0.1:0".parse().unwrap(), certificates)
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let serving = tokio::spawn(server.serve(shutdown.clone()));
+    let issuer = ca.issuer.der().clone();
+
+    let (mut connection, first) = tokio::task::spawn_blocking(move || {
+        let mut connection = KeepAlive::open(addr, &issuer);
+        let first = connection.review("before");
+        (connection, first)
+    })
+    .await
+    .unwrap();
+    let (head, body) = first.expect("answered before the shutdown");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "kept alive: {head}");
+    assert!(body.contains(r#""uid":"before""#), "{body}");
+
+    let terminated = Instant::now();
+    shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (after, closed) = tokio::task::spawn_blocking(move || {
+        let after = connection.review("after");
+        (after, connection.closed_by_server())
+    })
+    .await
+    .unwrap();
+    let (head, body) = after.expect("a review on an open connection after SIGTERM is answered");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(body.contains(r#""uid":"after""#), "{body}");
+    assert!(closed, "the server closes the connection after that answer");
+    tokio::time::timeout(Duration::from_secs(4), serving)
+        .await
+        .expect("stops once no connection is open, before the drain window ends")
+        .unwrap()
+        .unwrap();
+    assert!(terminated.elapsed() < Duration::from_secs(4));
 }

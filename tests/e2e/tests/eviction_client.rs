@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, PostParams};
+use kube::core::admission::AdmissionRequest;
 
 use evictkit_core::descheduler_bridge::evacuation_message;
 use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
@@ -200,15 +202,12 @@ async fn in_background_when_a_webhook_takes_the_eviction_over() -> Result<()> {
     let pods = env.wait_for_ready_pods("app=vm", 1).await?;
     let served = env.serve_webhooks(Webhooks::new(Arc::new(Metrics::new("e2e")?)).route(
         "/evacuate",
-        |request| async move {
+        |request: AdmissionRequest<Eviction>| async move {
             // descheduler-bridge's answer: the request is named after the pod's UID.
             let uid = request
                 .object
-                .as_ref()
-                .and_then(|eviction| eviction.data.pointer("/deleteOptions/preconditions/uid"))
-                .and_then(|uid| uid.as_str())
-                .unwrap_or_default()
-                .to_owned();
+                .and_then(|eviction| eviction.delete_options?.preconditions?.uid)
+                .unwrap_or_default();
             Admission::deny(
                 429,
                 evacuation_message(

@@ -1358,7 +1358,7 @@ async fn a_stalled_background_eviction_is_retried() -> Result<()> {
         "/evacuate",
         {
             let attempts = attempts.clone();
-            move |request| {
+            move |request: kube::core::admission::AdmissionRequest<kube::core::DynamicObject>| {
                 let attempts = attempts.clone();
                 async move {
                     let real = !request.dry_run;

@@ -231,7 +231,9 @@ async fn a_validating_webhook_registered_by_url_is_called_and_its_denial_reaches
     let metrics = Arc::new(Metrics::new("e2e")?);
     let served = env.serve_webhooks(Webhooks::new(metrics).route(
         "/deny-configmaps",
-        |request| async move {
+        |request: kube::core::admission::AdmissionRequest<
+            k8s_openapi::api::core::v1::ConfigMap,
+        >| async move {
             Admission::deny(
                 403,
                 format!("smoke webhook saw {:?} {}", request.operation, request.name),

@@ -18,6 +18,8 @@ use evictkit_runtime::webhook::{Admission, Webhooks};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DeleteParams, PostParams};
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
 use kube::{Api, Client};
 use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair, SanType};
 use serde_json::json;
@@ -139,16 +141,19 @@ fn serve(cluster_dir: &Path, stop: CancellationToken) -> Result<(std::net::Socke
     std::fs::write(&files.key, key.serialize_pem())?;
     let certificates = ReloadingCertResolver::load(files)?;
     let released = stop.clone();
-    let webhooks = Webhooks::new(Arc::new(Metrics::new(HOLDER)?)).route("/stall", move |_| {
-        let released = released.clone();
-        async move {
-            tokio::select! {
-                () = released.cancelled() => {}
-                () = tokio::time::sleep(STALL) => {}
+    let webhooks = Webhooks::new(Arc::new(Metrics::new(HOLDER)?)).route(
+        "/stall",
+        move |_: AdmissionRequest<DynamicObject>| {
+            let released = released.clone();
+            async move {
+                tokio::select! {
+                    () = released.cancelled() => {}
+                    () = tokio::time::sleep(STALL) => {}
+                }
+                Admission::allow()
             }
-            Admission::allow()
-        }
-    });
+        },
+    );
     let server = webhooks.bind("127.0.0.1:0".parse()?, certificates)?;
     let addr = server.local_addr()?;
     tokio::spawn(async move {

@@ -1,7 +1,12 @@
-//! The webhook-killed fault: pdb-policy-webhook and descheduler-bridge installed by the umbrella
-//! chart (two replicas each, `charts/evictkit/ci/real-node-values.yaml`) on the real node, 200
-//! evictions a second through the apiserver, and the main process of one replica's container
-//! SIGKILLed from the host a third of the way in; the kubelet restarts it.
+//! The webhook-killed and webhook-deleted faults: pdb-policy-webhook and descheduler-bridge
+//! installed by the umbrella chart (two replicas each, `charts/evictkit/ci/real-node-values.yaml`)
+//! on the real node, 200 evictions a second through the apiserver, and a third of the way in one
+//! replica stops:
+//! - killed: the main process of its container SIGKILLed from the host (a crash, the OOM
+//!   killer); the kubelet restarts it;
+//! - deleted: its pod deleted with the chart's grace period, as a rollout or a drain does (the
+//!   endpoint goes, the preStop delay runs, then SIGTERM and a graceful exit); the Deployment
+//!   replaces it.
 //!
 //! The evictions are dry runs of pods nobody schedules (their status written here): the
 //! webhooks are called on dry runs (sideEffects None and NoneOnDryRun), so each eviction is one
@@ -17,8 +22,8 @@
 //! went through unchecked) and `apiserver_admission_webhook_rejection_count` with an error type
 //! other than `no_error` (failurePolicy Fail: the caller got "failed calling webhook"). The
 //! evictions' own answers are checked as well: any answer but the expected one misses the goal.
-//! Figures: latency p50/p99 of the evictions before the kill and in the 10 s after it, and the
-//! time from the SIGKILL to the restarted container being Ready.
+//! Figures: latency p50/p99 of the evictions before the stop and in the 10 s after it, and the
+//! time from the stop to the replica (restarted, or its replacement) being Ready.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -29,7 +34,7 @@ use anyhow::{Context, Result, bail};
 use evictkit_core::descheduler_bridge::EVICTION_IN_BACKGROUND_TEXT;
 use evictkit_runtime::client::RateLimit;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -47,14 +52,32 @@ const PODS: usize = 20;
 const DESCHEDULER: &str = "descheduler";
 const RATE: u32 = 200;
 const RUN: Duration = Duration::from_secs(30);
-/// The kill comes a third of the way in.
-const KILL_AT: Duration = Duration::from_secs(10);
-/// The window after the kill whose latency is reported.
-const AFTER_KILL: Duration = Duration::from_secs(10);
+/// The stop comes a third of the way in; a deleted replica's preStop delay (5 s) and graceful
+/// exit end well within the run.
+const STOP_AT: Duration = Duration::from_secs(10);
+/// The window after the stop whose latency is reported.
+const AFTER_STOP: Duration = Duration::from_secs(10);
 /// Evictions waiting for their answer at most; beyond it the load slows down (and says so).
 const MAX_IN_FLIGHT: usize = 1000;
-/// How long the killed replica may take to be Ready again before the row gives up on it.
+/// How long the stopped replica may take to be Ready again (or replaced) before the row gives up
+/// on it.
 const READY_PATIENCE: Duration = Duration::from_secs(120);
+
+/// How a replica stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Killed,
+    Deleted,
+}
+
+impl Stop {
+    fn name(self) -> &'static str {
+        match self {
+            Stop::Killed => "webhook-killed",
+            Stop::Deleted => "webhook-deleted",
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Webhook {
@@ -84,15 +107,15 @@ impl Webhook {
     }
 }
 
-/// What the apiserver and the evictions saw of one webhook while a replica was killed.
+/// What the apiserver and the evictions saw of one webhook while a replica stopped.
 pub struct Admissions {
     /// Calls the apiserver failed to complete (its own count: failed open, or failed the request).
     pub failed: usize,
     /// Answers other than the expected one and other than the apiserver's failed calls, by text.
     pub other: BTreeMap<String, usize>,
-    /// p99 of the evictions' latency, ms: before the kill, and in the [`AFTER_KILL`] after it.
+    /// p99 of the evictions' latency, ms: before the stop, and in the [`AFTER_STOP`] after it.
     pub p99_before: f64,
-    pub p99_after_kill: f64,
+    pub p99_after_stop: f64,
 }
 
 impl Admissions {
@@ -109,15 +132,23 @@ struct Call {
     answer: std::result::Result<(), (u16, String)>,
 }
 
-/// The charts installed, the pods to evict, and one row per webhook.
-pub async fn rows(cluster: &Cluster, admin: &Client, webhooks: &[Webhook]) -> Result<Vec<Row>> {
+/// The charts installed, the pods to evict, and one row per way to stop and webhook.
+pub async fn rows(
+    cluster: &Cluster,
+    admin: &Client,
+    stops: &[Stop],
+    webhooks: &[Webhook],
+) -> Result<Vec<Row>> {
     let (kubeconfig, _) = support::service_account(cluster, admin, DESCHEDULER).await?;
     install(cluster)?;
     super::delete_namespace(admin, WORKLOAD).await?;
     support::create_namespace(admin, WORKLOAD).await?;
     create_pods(admin).await?;
     let mut rows = Vec::new();
-    for &webhook in webhooks {
+    for (&stop, &webhook) in stops
+        .iter()
+        .flat_map(|stop| webhooks.iter().map(move |webhook| (stop, webhook)))
+    {
         // Clients of their own without a rate limit: kube's default client retries a 429 for
         // minutes, and the load must be the load.
         let kubeconfig = match webhook {
@@ -130,7 +161,7 @@ pub async fn rows(cluster: &Cluster, admin: &Client, webhooks: &[Webhook]) -> Re
         )
         .await?;
         let evictor = evictkit_runtime::client::from_config(config, RateLimit::UNLIMITED)?;
-        let row = scenario(cluster, admin, &evictor, webhook).await?;
+        let row = scenario(cluster, admin, &evictor, stop, webhook).await?;
         println!("{}", row.detail);
         rows.push(row);
     }
@@ -142,7 +173,7 @@ pub async fn rows(cluster: &Cluster, admin: &Client, webhooks: &[Webhook]) -> Re
 /// `helm upgrade --install` of the umbrella chart with the two webhook components, as the
 /// installed suite installs it, the bridge intercepting the descheduler's ServiceAccount.
 fn install(cluster: &Cluster) -> Result<()> {
-    eprintln!("==> webhook-killed: installing pdb-policy-webhook and descheduler-bridge (helm)");
+    eprintln!("==> webhook faults: installing pdb-policy-webhook and descheduler-bridge (helm)");
     cluster.helm(&["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
     let values = format!(
         "affinityEvictor.enabled=false,taintManager.enabled=false,\
@@ -198,14 +229,15 @@ async fn create_pods(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// One webhook under load, one of its replicas killed.
+/// One webhook under load, one of its replicas stopped.
 async fn scenario(
     cluster: &Cluster,
     admin: &Client,
     evictor: &Client,
+    stop: Stop,
     webhook: Webhook,
 ) -> Result<Row> {
-    let name = format!("webhook-killed {}", webhook.component());
+    let name = format!("{} {}", stop.name(), webhook.component());
     let replicas = replicas(admin, webhook).await?;
     // Only a call the webhook decided may answer: the first eviction would otherwise meet a
     // webhook configuration the apiserver has not loaded yet.
@@ -213,7 +245,8 @@ async fn scenario(
     let failed_before = failed_calls(cluster, webhook)?;
     let log_before = apiserver_log_len()?;
     eprintln!(
-        "==> {name}: {RATE} evictions/s for {RUN:?}, a replica SIGKILLed at {KILL_AT:?} (replicas {})",
+        "==> {name}: {RATE} evictions/s for {RUN:?}, a replica stopped ({stop:?}) at {STOP_AT:?} \
+         (replicas {})",
         replicas
             .iter()
             .map(ResourceExt::name_any)
@@ -223,9 +256,9 @@ async fn scenario(
     let started = Instant::now();
     let load = tokio::spawn(load(evictor.clone(), webhook, started));
 
-    // The replica the apiserver's calls go to (its keep-alive connections) works hardest: kill
-    // that one, so the kill meets calls in flight.
-    tokio::time::sleep(KILL_AT - Duration::from_secs(2)).await;
+    // The replica the apiserver's calls go to (its keep-alive connections) works hardest: stop
+    // that one, so the stop meets calls in flight.
+    tokio::time::sleep(STOP_AT - Duration::from_secs(2)).await;
     let pids = replicas
         .iter()
         .map(main_pid)
@@ -234,7 +267,7 @@ async fn scenario(
         pids.iter().map(|&pid| support::cpu_seconds(pid)).collect()
     };
     let cpu_before = cpu(&pids)?;
-    tokio::time::sleep(KILL_AT.saturating_sub(started.elapsed())).await;
+    tokio::time::sleep(STOP_AT.saturating_sub(started.elapsed())).await;
     let busy: Vec<f64> = cpu(&pids)?
         .iter()
         .zip(&cpu_before)
@@ -242,24 +275,48 @@ async fn scenario(
         .collect();
     let victim = if busy[1] > busy[0] { 1 } else { 0 };
     let victim_pod = replicas[victim].name_any();
-    let restarts = restart_count(&replicas[victim]);
-    let status = Command::new("kill")
-        .args(["-KILL", &pids[victim].to_string()])
-        .status()?;
-    let killed_at = started.elapsed();
-    let killed = Instant::now();
-    if !status.success() {
-        bail!("kill -KILL {} ({victim_pod}) failed", pids[victim]);
+    let stopped_at = started.elapsed();
+    let stopped = Instant::now();
+    match stop {
+        Stop::Killed => {
+            let status = Command::new("kill")
+                .args(["-KILL", &pids[victim].to_string()])
+                .status()?;
+            if !status.success() {
+                bail!("kill -KILL {} ({victim_pod}) failed", pids[victim]);
+            }
+        }
+        Stop::Deleted => {
+            Api::<Pod>::namespaced(admin.clone(), NAMESPACE)
+                .delete(&victim_pod, &DeleteParams::default())
+                .await
+                .with_context(|| format!("deleting pod {NAMESPACE}/{victim_pod}"))?;
+        }
     }
     eprintln!(
-        "    SIGKILL of {victim_pod} (pid {}) at {:.1} s; CPU of the replicas over the 2 s before: {:.2} s, {:.2} s",
+        "    {stop:?}: {victim_pod} (pid {}) at {:.1} s; CPU of the replicas over the 2 s before: {:.2} s, {:.2} s",
         pids[victim],
-        killed_at.as_secs_f64(),
+        stopped_at.as_secs_f64(),
         busy[0],
         busy[1]
     );
-    let ready_after = ready_again(admin, &victim_pod, restarts, killed).await?;
+    let ready_after = match stop {
+        Stop::Killed => {
+            ready_again(
+                admin,
+                &victim_pod,
+                restart_count(&replicas[victim]),
+                stopped,
+            )
+            .await?
+        }
+        Stop::Deleted => replaced(admin, webhook, &replicas, stopped).await?,
+    };
     let calls = load.await.context("the load's task")??;
+    if stop == Stop::Deleted {
+        // Its graceful exit belongs to the row, and the next row wants two replicas.
+        gone(admin, &victim_pod).await?;
+    }
     let failed_after = failed_calls(cluster, webhook)?;
     let failed_open = failed_open_reasons(webhook, log_before)?;
 
@@ -286,30 +343,30 @@ async fn scenario(
             .map(|call| call.latency.as_secs_f64() * 1000.0)
             .collect()
     };
-    let before = window(Duration::ZERO, killed_at);
-    let after_kill = window(killed_at, killed_at + AFTER_KILL);
+    let before = window(Duration::ZERO, stopped_at);
+    let after_stop = window(stopped_at, stopped_at + AFTER_STOP);
     let last_sent = calls.iter().map(|call| call.sent).max().unwrap_or_default();
     let detail = format!(
-        "  {name}: {} evictions in {:.1} s ({:.0}/s); SIGKILL of {victim_pod} at {:.1} s, Ready \
-         again after {}; failed webhook calls by the apiserver's count: {} failed open (let \
+        "  {name}: {} evictions in {:.1} s ({:.0}/s); {victim_pod} stopped ({stop:?}) at {:.1} s, \
+         Ready again (or replaced) after {}; failed webhook calls by the apiserver's count: {} failed open (let \
          through unchecked; the apiserver's log: {failed_open:?}), {} refused (the evictions' \
          answers: {failed_seen:?}); other \
-         answers: {other:?}; latency ms p50/p99 before the kill {:.1}/{:.1} ({} evictions), in \
+         answers: {other:?}; latency ms p50/p99 before the stop {:.1}/{:.1} ({} evictions), in \
          the {} s after it {:.1}/{:.1} ({} evictions)",
         calls.len(),
         last_sent.as_secs_f64(),
         calls.len() as f64 / last_sent.as_secs_f64().max(1.0),
-        killed_at.as_secs_f64(),
+        stopped_at.as_secs_f64(),
         ready_after.map_or("never".to_owned(), |t| format!("{:.1} s", t.as_secs_f64())),
         failed.open,
         failed.refused,
         percentile(&before, 0.5),
         percentile(&before, 0.99),
         before.len(),
-        AFTER_KILL.as_secs(),
-        percentile(&after_kill, 0.5),
-        percentile(&after_kill, 0.99),
-        after_kill.len(),
+        AFTER_STOP.as_secs(),
+        percentile(&after_stop, 0.5),
+        percentile(&after_stop, 0.99),
+        after_stop.len(),
     );
     Ok(Row {
         scenario: name,
@@ -323,7 +380,7 @@ async fn scenario(
             failed: (failed.open + failed.refused).max(failed_seen_count),
             other,
             p99_before: percentile(&before, 0.99),
-            p99_after_kill: percentile(&after_kill, 0.99),
+            p99_after_stop: percentile(&after_stop, 0.99),
         }),
         detail,
     })
@@ -332,12 +389,8 @@ async fn scenario(
 /// The component's two pods, Ready (helm waited for them; a previous row's kill is over).
 async fn replicas(client: &Client, webhook: Webhook) -> Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let selector = format!(
-        "app.kubernetes.io/name={},app.kubernetes.io/instance={RELEASE}",
-        webhook.component()
-    );
     let pods = api
-        .list(&ListParams::default().labels(&selector))
+        .list(&ListParams::default().labels(&selector(webhook)))
         .await?
         .items;
     let ready = pods.iter().filter(|pod| container_ready(pod)).count();
@@ -349,6 +402,13 @@ async fn replicas(client: &Client, webhook: Webhook) -> Result<Vec<Pod>> {
         );
     }
     Ok(pods)
+}
+
+fn selector(webhook: Webhook) -> String {
+    format!(
+        "app.kubernetes.io/name={},app.kubernetes.io/instance={RELEASE}",
+        webhook.component()
+    )
 }
 
 fn container_ready(pod: &Pod) -> bool {
@@ -505,6 +565,44 @@ async fn ready_again(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Ok(None)
+}
+
+/// Time from the deletion to a pod of the Deployment that is not one of `before` being Ready.
+async fn replaced(
+    client: &Client,
+    webhook: Webhook,
+    before: &[Pod],
+    deleted: Instant,
+) -> Result<Option<Duration>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let known: Vec<String> = before.iter().map(ResourceExt::name_any).collect();
+    while deleted.elapsed() < READY_PATIENCE {
+        let pods = api
+            .list(&ListParams::default().labels(&selector(webhook)))
+            .await?;
+        if pods
+            .items
+            .iter()
+            .any(|pod| !known.contains(&pod.name_any()) && container_ready(pod))
+        {
+            return Ok(Some(deleted.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(None)
+}
+
+/// Waits until the deleted `pod` is gone (its preStop delay, SIGTERM, the graceful exit).
+async fn gone(client: &Client, pod: &str) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let deadline = Instant::now() + READY_PATIENCE;
+    while api.get_opt(pod).await?.is_some() {
+        if Instant::now() > deadline {
+            bail!("pod {NAMESPACE}/{pod} still exists {READY_PATIENCE:?} after its deletion");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
 }
 
 /// What failed a webhook call, the last part of the apiserver's error, without the addresses

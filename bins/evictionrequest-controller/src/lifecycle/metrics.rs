@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
 use evictkit_runtime::metrics::{Metrics, MetricsError};
+use evictkit_runtime::reconcile::Reconciles;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::ResourceExt;
 use prometheus::{IntCounter, IntGaugeVec, Opts};
@@ -32,6 +33,11 @@ pub struct LifecycleMetrics {
     /// `imperative_eviction_responder_controller_failed_evictions`: failed Eviction API calls
     /// of the imperative-eviction.k8s.io/evictor responder.
     pub failed_evictions: IntCounter,
+    /// The EvictionRequest controller's reconciles
+    /// (`evictkit_reconcile*{controller="evictionrequest"}`).
+    pub request_reconciles: Reconciles,
+    /// The Eviction controller's reconciles (`evictkit_reconcile*{controller="eviction"}`).
+    pub eviction_reconciles: Reconciles,
     /// Label sets published per object (namespace/name), to remove those that no longer apply.
     published: Arc<Mutex<HashMap<SeriesOwner, Vec<LabelValues>>>>,
 }
@@ -101,6 +107,8 @@ impl LifecycleMetrics {
                     ),
                 ),
             )?,
+            request_reconciles: Reconciles::new(metrics, "evictionrequest"),
+            eviction_reconciles: Reconciles::new(metrics, "eviction"),
             published: Arc::default(),
         })
     }

@@ -5,6 +5,7 @@ use evictkit_api::{
 use evictkit_runtime::metrics::Metrics;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview};
 use serde_json::{Value, json};
 
@@ -112,8 +113,8 @@ fn context_with(caches: Caches, live: Live) -> Arc<Context> {
     })
 }
 
-fn request(resource: Value, name: &str, object: Value) -> AdmissionRequest<DynamicObject> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+fn request(resource: Value, name: &str, object: Value) -> Value {
+    json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
@@ -121,22 +122,28 @@ fn request(resource: Value, name: &str, object: Value) -> AdmissionRequest<Dynam
             "name": name, "namespace": "team", "operation": "CREATE", "userInfo": {},
             "object": object, "dryRun": true,
         }
-    }))
-    .unwrap();
-    review.try_into().unwrap()
+    })
 }
 
-async fn answer(
-    ctx: Arc<Context>,
-    webhook: &'static str,
-    request: AdmissionRequest<DynamicObject>,
-) -> AdmissionResponse {
-    review(ctx, webhook, request.clone())
+/// The answer of `webhook` (its path without the slash) to `review`, through the routes the
+/// server serves.
+async fn answer(ctx: Arc<Context>, webhook: &'static str, review: Value) -> AdmissionResponse {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let request = axum::http::Request::post(format!("/{webhook}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(serde_json::to_vec(&review).unwrap()))
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(webhooks(ctx, metrics).into_router(), request)
         .await
-        .into_response(&request)
+        .unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(&bytes).unwrap();
+    review.response.unwrap()
 }
 
-fn pdb_request(object: &PodDisruptionBudget) -> AdmissionRequest<DynamicObject> {
+fn pdb_request(object: &PodDisruptionBudget) -> Value {
     let mut object = serde_json::to_value(object).unwrap();
     object["apiVersion"] = json!("policy/v1");
     object["kind"] = json!("PodDisruptionBudget");

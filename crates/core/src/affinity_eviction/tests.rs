@@ -319,34 +319,6 @@ fn label_changes_that_matter() {
 }
 
 #[test]
-fn retry_delays() {
-    let (base, max) = (Duration::from_secs(1), Duration::from_secs(300));
-    // (failures, delay)
-    let cases = [
-        (0, 1),
-        (1, 1),
-        (2, 2),
-        (3, 4),
-        (9, 256),
-        (10, 300),
-        (40, 300),
-        (u32::MAX, 300),
-    ];
-    for (failures, seconds) in cases {
-        assert_eq!(
-            retry_delay(failures, base, max),
-            Duration::from_secs(seconds),
-            "{failures} failures"
-        );
-    }
-    assert_eq!(
-        retry_delay(u32::MAX, Duration::MAX, Duration::MAX),
-        Duration::MAX,
-        "no overflow"
-    );
-}
-
-#[test]
 fn failed_evictions_count_once_per_round() {
     // (case, in a round, earlier failures, counted)
     let cases = [

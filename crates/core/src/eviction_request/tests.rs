@@ -678,17 +678,6 @@ fn a_huge_interceptor_list_is_refused_as_too_many_before_its_entries_are_checked
     );
 }
 
-#[test]
-fn eviction_backoff_is_capped_near_15_minutes() {
-    let initial = std::time::Duration::from_secs(1);
-    let max = std::time::Duration::from_secs(15 * 60);
-    let delays: Vec<u64> = [1, 2, 3, 10, 11, 40]
-        .iter()
-        .map(|n| crate::affinity_eviction::retry_delay(*n, initial, max).as_secs())
-        .collect();
-    assert_eq!(delays, [1, 2, 4, 512, 900, 900]);
-}
-
 proptest! {
     #[test]
     fn parse_never_panics_and_accepts_what_it_prints(value in "[a-z0-9.,\\- ]{0,80}") {

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use super::*;
 use evictkit_api::{PodDisruptionBudgetPolicySpec, StricterEviction};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, EmptyDirVolumeSource, EphemeralVolumeSource, HostPathVolumeSource,
     LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,

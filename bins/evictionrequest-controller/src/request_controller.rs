@@ -1,0 +1,448 @@
+//! The controller of evictionrequests.evictkit.io: the watches (EvictionRequests, and Pods
+//! mapped to their request), `reconcile` of one request with the KEP's state machine from
+//! [`evictkit_core::eviction_request`], and what it remembers between reconciles (its own
+//! writes, so a stale cache never acts twice). The API calls it makes are in `actions`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
+use evictkit_api::keys::{
+    EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR, MIRROR_POD_ANNOTATION,
+};
+use evictkit_core::eviction_request::{
+    self as core, Imperative, Plan, State, controller_status, interceptor_status,
+};
+use evictkit_runtime::backoff::{Backoff, PerObject};
+use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
+use evictkit_runtime::eviction::{EvictionClient, EvictionError};
+use evictkit_runtime::shutdown::CancellationToken;
+use futures::{StreamExt, future};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use crate::actions::{add_owner, apply_labels, apply_status, expire, imperative_eviction, record};
+use crate::metrics::RequestMetrics;
+use crate::target_pod::{ReadError, TargetPods};
+use crate::{Key, id, strip_pod_but_spec, warn};
+
+/// What the flags decide, shared by every term of leadership.
+pub(crate) struct Settings {
+    pub(crate) evictions: EvictionClient,
+    pub(crate) recorder: EventRecorder,
+    pub(crate) metrics: RequestMetrics,
+    /// `evictkit_evictionrequest_pod_live_reads_total` ([`target_pod`]).
+    pub(crate) pod_live_reads: prometheus::IntCounterVec,
+    pub(crate) config: core::Config,
+    pub(crate) backoff: Backoff,
+    pub(crate) finished_ttl: Option<Duration>,
+    pub(crate) dry_run: bool,
+    pub(crate) namespace: Option<String>,
+    pub(crate) controller: controller::Config,
+}
+
+/// What reconcile needs, with the per-request eviction back-off.
+pub(crate) struct Context {
+    pub(crate) client: Client,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) pods: TargetPods,
+    pub(crate) retries: PerObject<Key>,
+    pub(crate) written: OwnWrites,
+}
+
+/// Per request, the resourceVersions this controller's own writes have replaced. While the
+/// cache still shows one of them, a reconcile (e.g. woken by the evicted pod's deletion, or by
+/// the label write just before the status write) would decide from a state older than its own
+/// write, such as a pod gone but no targetInterceptors yet, and cancel a request it has just
+/// carried out. (Versions are compared for equality only: the API makes no promise of order.)
+#[derive(Default)]
+pub(crate) struct OwnWrites(Mutex<HashMap<Key, HashSet<String>>>);
+
+impl OwnWrites {
+    /// Whether the cached `request` predates this controller's last write of it.
+    pub(crate) fn predate(&self, key: &Key, request: &EvictionRequest) -> bool {
+        let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(replaced) = written.get(key) else {
+            return false;
+        };
+        if request
+            .metadata
+            .resource_version
+            .as_ref()
+            .is_some_and(|version| replaced.contains(version))
+        {
+            return true;
+        }
+        written.remove(key);
+        false
+    }
+
+    /// Notes that a write of ours replaced `version` of the request.
+    pub(crate) fn replaced(&self, key: &Key, version: Option<String>) {
+        if let Some(version) = version {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.clone())
+                .or_default()
+                .insert(version);
+        }
+    }
+
+    pub(crate) fn forget(&self, key: &Key) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
+impl std::ops::Deref for Context {
+    type Target = Settings;
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+impl Context {
+    pub(crate) fn forget(&self, key: &Key) {
+        self.retries.forget(key);
+        self.written.forget(key);
+        self.metrics.forget(key);
+    }
+
+    /// The request's target pod for the decisions: the cached one; for a request in progress
+    /// whose pod the cache lacks (or holds with another UID), the API's ([`target_pod`]).
+    pub(crate) async fn pod(
+        &self,
+        request: &EvictionRequest,
+    ) -> Result<Option<Arc<Pod>>, ReadError> {
+        let Some(target) = request.spec.target.pod.as_ref() else {
+            return Ok(None);
+        };
+        let namespace = request.namespace().unwrap_or_default();
+        if State::of(request).is_finished() {
+            return Ok(self.pods.cached(&namespace, &target.name));
+        }
+        self.pods.get(&namespace, &target.name, &target.uid).await
+    }
+}
+
+/// The pod fields the decisions read; everything else is dropped from the cache.
+pub(crate) fn strip_pod(pod: &mut Pod) {
+    strip_pod_but_spec(pod, &[EVICTION_INTERCEPTORS, MIRROR_POD_ANNOTATION]);
+    pod.spec = None;
+}
+
+/// The watches and the controller, run while holding the Lease.
+pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+    let (request_store, request_writer) = reflector::store();
+    let (pod_store, pod_writer) = reflector::store();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        settings: settings.clone(),
+        pods: TargetPods::new(
+            client.clone(),
+            pod_store.clone(),
+            settings.pod_live_reads.clone(),
+        ),
+        retries: PerObject::new(settings.backoff),
+        written: OwnWrites::default(),
+    });
+    let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
+        Some(namespace) => (
+            Api::namespaced(client.clone(), namespace),
+            Api::namespaced(client.clone(), namespace),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+
+    let requests = {
+        let context = context.clone();
+        watcher(requests_api, watcher::Config::default())
+            .default_backoff()
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Delete(request)) = event {
+                    context.forget(&ObjectRef::from_obj(request));
+                }
+            })
+            .reflect(request_writer)
+            .applied_objects()
+            .inspect({
+                let metrics = settings.metrics.queue.clone();
+                move |request| {
+                    if let Ok(request) = request {
+                        metrics.added(&ObjectRef::from_obj(request));
+                    }
+                }
+            })
+    };
+
+    // A pod's change (or deletion) concerns the request named after its UID, if there is one.
+    let pod_changes = {
+        let requests = request_store.clone();
+        let metrics = settings.metrics.queue.clone();
+        let deletions = context.pods.clone();
+        watcher(pods_api, watcher::Config::default())
+            .default_backoff()
+            .modify(strip_pod)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    deletions.observe(event);
+                }
+            })
+            .reflect(pod_writer)
+            .touched_objects()
+            .filter_map(move |pod| {
+                let key = pod.ok().and_then(|pod| {
+                    let key = Key::new(pod.metadata.uid.as_deref()?)
+                        .within(&pod.namespace().unwrap_or_default());
+                    requests.get(&key).is_some().then_some(key)
+                });
+                if let Some(key) = &key {
+                    metrics.added(key);
+                }
+                future::ready(key)
+            })
+    };
+
+    // Both caches complete before the first decision: a pod missing from a half-filled cache
+    // would otherwise cancel its request as "not found".
+    let stores = {
+        let (requests, pods) = (request_store.clone(), pod_store.clone());
+        async move {
+            let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
+        }
+    };
+    Controller::for_stream(requests, request_store)
+        .with_config(settings.controller.clone())
+        .reconcile_on(pod_changes)
+        .graceful_shutdown_on(token.cancelled_owned())
+        .run(reconcile_when_ready(stores), error_policy, context)
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile ended with an error");
+            }
+            future::ready(())
+        })
+        .await;
+}
+
+/// `reconcile`, once both caches have been filled.
+pub(crate) fn reconcile_when_ready(
+    stores: impl Future<Output = ()> + Send + 'static,
+) -> impl FnMut(Arc<EvictionRequest>, Arc<Context>) -> future::BoxFuture<'static, Result<Action, Error>>
+{
+    let ready = futures::FutureExt::shared(Box::pin(stores));
+    move |request, context| {
+        let ready = ready.clone();
+        Box::pin(async move {
+            ready.await;
+            let reconciles = context.metrics.reconciles.clone();
+            reconciles.wrap(reconcile)(request, context).await
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error(transparent)]
+    Eviction(#[from] EvictionError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("cannot {action} EvictionRequest {request}: {source}")]
+    Write {
+        action: &'static str,
+        request: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl Error {
+    /// A write refused on a precondition: the cached request was replaced or changed meanwhile.
+    pub(crate) fn superseded(&self) -> bool {
+        matches!(self, Error::Write { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 409))
+    }
+}
+
+pub(crate) fn error_policy(
+    request: Arc<EvictionRequest>,
+    error: &Error,
+    context: Arc<Context>,
+) -> Action {
+    if error.superseded() {
+        // The watch event of the newer request wakes it first; this is a safety net.
+        tracing::debug!(request = %id(request.as_ref()), %error, "decided from a superseded cache entry; looking again");
+        return Action::requeue(STALE_CACHE_RECHECK);
+    }
+    context.metrics.queue.retries.inc();
+    tracing::warn!(request = %id(request.as_ref()), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// One EvictionRequest: the state machine's step, then its writes, eviction and Events.
+pub(crate) async fn reconcile(
+    request: Arc<EvictionRequest>,
+    context: Arc<Context>,
+) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(request.as_ref());
+    if context.written.predate(&key, &request) {
+        // The watch event of the write wakes this request again; the requeue is a safety net.
+        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+    }
+    let _timer = context.metrics.queue.started(&key);
+    let pod = context.pod(&request).await?;
+    let now = Timestamp::now();
+    let mut plan = core::reconcile(&request, pod.as_deref(), now, &context.config);
+    let mut requeue = plan.requeue_after.map(|d| d.unsigned_abs());
+
+    // Events in the order things happened: the hand-over before the eviction it leads to.
+    for transition in &plan.transitions {
+        record(&context, &request, transition).await;
+    }
+    let mut last = LastWrite {
+        version: request.metadata.resource_version.clone(),
+        status: controller_status(request.status.as_ref()),
+    };
+    if let (Some(labels), false) = (&plan.labels, context.dry_run) {
+        let version = apply_labels(&context.client, &request, labels, last.version.clone()).await?;
+        last.replaced(&context, &key, version);
+    }
+    match (plan.imperative.clone(), pod.as_deref()) {
+        (Some(Imperative::Evict), Some(pod)) => {
+            let wait =
+                imperative_eviction(&request, &key, pod, &mut plan, &mut last, now, &context)
+                    .await?;
+            requeue = min_some(requeue, wait);
+        }
+        (Some(Imperative::Unsupported(message)), _) => {
+            let current =
+                interceptor_status(request.status.as_ref(), IMPERATIVE_EVICTION_INTERCEPTOR);
+            if current.is_none_or(|c| c.message != message) {
+                plan.record_imperative(&message, now);
+                warn(
+                    &context.recorder,
+                    request.as_ref(),
+                    "EvictionNotSupported",
+                    "Evict",
+                    &message,
+                )
+                .await;
+            }
+        }
+        _ => {}
+    }
+
+    let finished = State::of_status(Some(&plan.status)).is_finished();
+    last.write_status(&context, &request, &key, &plan).await?;
+    let mut observed = request.as_ref().clone();
+    observed.status = Some(plan.status.clone());
+    context.metrics.observe(&observed, finished);
+    if finished {
+        context.retries.forget(&key);
+        if let (Some(owner), false) = (
+            core::owner_to_add(&request, pod.as_deref(), &plan.status),
+            context.dry_run,
+        ) {
+            let version = add_owner(&context.client, &request, owner, last.version.clone()).await?;
+            last.replaced(&context, &key, version);
+        }
+        requeue = min_some(requeue, expire(&request, &plan, now, &context).await?);
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// What the controller last wrote of one request in this reconcile (before its first write:
+/// what it read): the version the next write replaces, and its part of the status.
+pub(crate) struct LastWrite {
+    pub(crate) version: Option<String>,
+    pub(crate) status: EvictionRequestStatus,
+}
+
+impl LastWrite {
+    pub(crate) fn replaced(&mut self, context: &Context, key: &Key, version: Option<String>) {
+        let replaced = std::mem::replace(&mut self.version, version);
+        context.written.replaced(key, replaced);
+    }
+
+    /// Writes the plan's status unless it is what was last written (or `--dry-run`).
+    pub(crate) async fn write_status(
+        &mut self,
+        context: &Context,
+        request: &EvictionRequest,
+        key: &Key,
+        plan: &Plan,
+    ) -> Result<(), Error> {
+        if self.status == plan.status || context.dry_run {
+            return Ok(());
+        }
+        let version = apply_status(&context.client, request, plan, self.version.clone()).await?;
+        self.replaced(context, key, version);
+        self.status = plan.status.clone();
+        Ok(())
+    }
+}
+
+pub(crate) fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evictkit_api::keys::API_VERSION;
+    use serde_json::json;
+
+    fn request_at(version: &str) -> EvictionRequest {
+        let mut request: EvictionRequest = serde_json::from_value(json!({
+            "apiVersion": API_VERSION, "kind": "EvictionRequest",
+            "metadata": {"name": "uid-1", "namespace": "ns"},
+            "spec": {"target": {"pod": {"name": "web-0", "uid": "uid-1"}}, "requesters": [{"name": "a.example.com"}]},
+        }))
+        .expect("a valid EvictionRequest");
+        request.metadata.resource_version = Some(version.into());
+        request
+    }
+
+    #[test]
+    fn a_cache_older_than_our_own_write_is_not_acted_on() {
+        let written = OwnWrites::default();
+        let key = ObjectRef::from_obj(&request_at("5"));
+        assert!(
+            !written.predate(&key, &request_at("5")),
+            "nothing written yet"
+        );
+        // The labels (5 -> 6), then the status (6 -> 7).
+        written.replaced(&key, Some("5".into()));
+        written.replaced(&key, Some("6".into()));
+        assert!(
+            written.predate(&key, &request_at("5")),
+            "the cache still shows 5"
+        );
+        assert!(
+            written.predate(&key, &request_at("6")),
+            "the label write only"
+        );
+        assert!(
+            !written.predate(&key, &request_at("7")),
+            "the cache caught up"
+        );
+        assert!(
+            !written.predate(&key, &request_at("5")),
+            "caught up once is enough"
+        );
+        written.replaced(&key, Some("7".into()));
+        written.forget(&key);
+        assert!(
+            !written.predate(&key, &request_at("7")),
+            "a deleted request is forgotten"
+        );
+    }
+}

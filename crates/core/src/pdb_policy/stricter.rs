@@ -1,0 +1,198 @@
+//! The stricter eviction rules of KEP-3017's Future Work: what an eviction the apiserver would
+//! allow must also meet under a PodDisruptionBudgetPolicy (health, node-local data), and the
+//! facts they read about a pod's volumes.
+
+use crate::eviction::{self, EvictionDecision, Outcome};
+use evictkit_api::PodDisruptionBudgetPolicy;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+use super::{Rule, condition_true, name_of, object_id_of};
+
+/// A stricter eviction rule that denies an eviction the apiserver would allow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StricterDenial {
+    pub rule: Rule,
+    pub pdb: String,
+    /// The message of the 429 the webhook answers.
+    pub message: String,
+}
+
+/// What the stricter rules read besides the pod and the PDBs and pods of its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Circumstances {
+    /// When the eviction is decided: an entry of a PDB's `status.disruptedPods` counts for
+    /// [`DISRUPTED_POD_TIMEOUT`] after its time.
+    pub now: Timestamp,
+    /// The pod's volumes whose PersistentVolumeClaim is bound to a node-local
+    /// PersistentVolume ([`is_node_local`]), resolved by the caller through [`claim_volumes`].
+    pub node_local_claims: BTreeSet<String>,
+}
+
+impl Circumstances {
+    /// At `now`, with no PersistentVolumeClaim known to be node-local.
+    pub fn at(now: Timestamp) -> Self {
+        Self {
+            now,
+            node_local_claims: BTreeSet::new(),
+        }
+    }
+}
+
+/// The stricter rules of `policy` for evicting `pod` (KEP-3017 Future Work): `None` when they
+/// add nothing to `decision` (which must be `eviction::decide(pod, pdbs)`); `pods` are the pods
+/// of the pod's namespace, `pod` among them.
+pub fn stricter_eviction(
+    pod: &Pod,
+    decision: &EvictionDecision,
+    pdbs: &[PodDisruptionBudget],
+    pods: &[Pod],
+    policy: &PodDisruptionBudgetPolicy,
+    circumstances: &Circumstances,
+) -> Option<StricterDenial> {
+    let rules = policy.spec.eviction.as_ref()?;
+    let policy_name = name_of(&policy.metadata.name);
+    let (pdb_name, unhealthy_path) = match &decision.outcome {
+        Outcome::UnhealthyPodAlwaysAllowed { pdb } => (pdb, UnhealthyPath::AlwaysAllow),
+        Outcome::UnhealthyPodHealthyBudget { pdb, .. } => (pdb, UnhealthyPath::HealthyBudget),
+        Outcome::BudgetAllows { pdb, .. } => (pdb, UnhealthyPath::No),
+        _ => return None,
+    };
+    let deny = |rule: Rule, why: String| StricterDenial {
+        rule,
+        pdb: pdb_name.clone(),
+        message: format!(
+            "pdb-policy-webhook: rule {} of PodDisruptionBudgetPolicy {policy_name}: {why}",
+            rule.as_str()
+        ),
+    };
+    if rules.protect_unhealthy_pods_with_local_storage
+        && unhealthy_path != UnhealthyPath::No
+        && let Some(volume) = local_storage_volume(pod, &circumstances.node_local_claims)
+    {
+        return Some(deny(
+            Rule::ProtectUnhealthyPodsWithLocalStorage,
+            format!(
+                "pod {} is not Ready and keeps data in local volume {volume:?}; the disruption budget {pdb_name} would let it go unhealthy, this policy does not",
+                object_id_of(&pod.metadata.namespace, &pod.metadata.name)
+            ),
+        ));
+    }
+    if rules.required_pod_conditions.is_empty() || unhealthy_path == UnhealthyPath::AlwaysAllow {
+        return None;
+    }
+    let pdb = pdbs
+        .iter()
+        .find(|p| p.metadata.name.as_ref() == Some(pdb_name))?;
+    let desired = pdb
+        .status
+        .as_ref()
+        .and_then(|s| s.desired_healthy)
+        .unwrap_or_default();
+    let disrupted = pdb.status.as_ref().and_then(|s| s.disrupted_pods.as_ref());
+    // The disruption controller's countHealthyPods: a pod evicted within the timeout is
+    // expected gone and counts no more.
+    let recently_disrupted = |p: &Pod| {
+        let at = p
+            .metadata
+            .name
+            .as_ref()
+            .and_then(|name| disrupted?.get(name));
+        at.is_some_and(|at| {
+            at.0.saturating_add(DISRUPTED_POD_TIMEOUT)
+                .is_ok_and(|t| t > circumstances.now)
+        })
+    };
+    let strictly_healthy = |p: &Pod| {
+        p.metadata.deletion_timestamp.is_none()
+            && !recently_disrupted(p)
+            && eviction::is_pod_ready(p)
+            && rules
+                .required_pod_conditions
+                .iter()
+                .all(|kind| condition_true(p, kind))
+    };
+    let healthy = pods
+        .iter()
+        .filter(|p| eviction::selects(pdb, p) && strictly_healthy(p))
+        .count() as i32;
+    let after = healthy - i32::from(strictly_healthy(pod));
+    (after < desired).then(|| {
+        deny(
+            Rule::RequiredPodConditions,
+            format!(
+                "the disruption budget {pdb_name} needs {desired} healthy pods and would have {after} with conditions Ready, {} True",
+                rules.required_pod_conditions.join(", ")
+            ),
+        )
+    })
+}
+
+/// The disruption controller's `DeletionTimeout`: a pod in a PDB's `status.disruptedPods` is
+/// expected gone within this long after its eviction, and is not counted healthy meanwhile.
+pub const DISRUPTED_POD_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
+
+/// The pod's volumes backed by a PersistentVolumeClaim, with the claim's name: a
+/// `persistentVolumeClaim` volume names it, a generic ephemeral volume's claim is
+/// `<pod>-<volume>` (the ephemeral volume controller's naming).
+pub fn claim_volumes(pod: &Pod) -> Vec<(&str, String)> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let claim = match (&v.persistent_volume_claim, &v.ephemeral) {
+                (Some(source), _) => source.claim_name.clone(),
+                (None, Some(_)) => format!("{pod_name}-{}", v.name),
+                (None, None) => return None,
+            };
+            Some((v.name.as_str(), claim))
+        })
+        .collect()
+}
+
+/// A PersistentVolume that keeps its data on one node: a `local` volume, or a `hostPath` one
+/// pinned to nodes by required node affinity (what local-path provisioners create). A volume
+/// of any other kind is reachable from another node, whatever its topology.
+pub fn is_node_local(pv: &PersistentVolume) -> bool {
+    let Some(spec) = pv.spec.as_ref() else {
+        return false;
+    };
+    let pinned = spec
+        .node_affinity
+        .as_ref()
+        .and_then(|a| a.required.as_ref())
+        .is_some_and(|r| !r.node_selector_terms.is_empty());
+    spec.local.is_some() || (spec.host_path.is_some() && pinned)
+}
+
+/// The first volume that keeps data on the node: an emptyDir not backed by memory, a
+/// hostPath, or one of `node_local_claims` (claims bound to a node-local PersistentVolume).
+pub fn local_storage_volume<'a>(
+    pod: &'a Pod,
+    node_local_claims: &BTreeSet<String>,
+) -> Option<&'a str> {
+    let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
+    volumes
+        .iter()
+        .find(|v| {
+            v.host_path.is_some()
+                || v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+                || node_local_claims.contains(&v.name)
+        })
+        .map(|v| v.name.as_str())
+}
+
+/// How an unhealthy pod got past its budget, if it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UnhealthyPath {
+    No,
+    AlwaysAllow,
+    HealthyBudget,
+}
