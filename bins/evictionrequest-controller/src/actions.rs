@@ -216,34 +216,19 @@ pub(crate) async fn add_owner(
     Ok(written.metadata.resource_version)
 }
 
-/// KEP (Label Synchronization): the pod's labels onto the request, owned by the controller.
+/// The request's labels copied from its pod, by server-side apply of the controller's own.
 pub(crate) async fn apply_labels(
     client: &Client,
     request: &EvictionRequest,
     labels: &BTreeMap<String, String>,
     version: Option<String>,
 ) -> Result<Option<String>, Error> {
-    let api: Api<EvictionRequest> =
-        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
         "metadata": { "name": request.name_any(), "resourceVersion": version, "labels": labels },
     });
-    // Force: "the labels of the target have a preference" over anyone else's.
-    let written = api
-        .patch(
-            &request.name_any(),
-            &PatchParams::apply(COMPONENT).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(|source| Error::Write {
-            action: "synchronise the labels of",
-            request: id(request),
-            source: Box::new(source),
-        })?;
-    Ok(written.metadata.resource_version)
+    apply(client, request, Part::Labels, body).await
 }
 
 /// The controller's part of the status, by server-side apply: interceptors' own entries
@@ -254,8 +239,6 @@ pub(crate) async fn apply_status(
     plan: &Plan,
     version: Option<String>,
 ) -> Result<Option<String>, Error> {
-    let api: Api<EvictionRequest> =
-        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
@@ -265,18 +248,45 @@ pub(crate) async fn apply_status(
         "metadata": { "name": request.name_any(), "resourceVersion": version },
         "status": plan.status,
     });
-    let written = api
-        .patch_status(
-            &request.name_any(),
-            &PatchParams::apply(COMPONENT).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(|source| Error::Write {
-            action: "update the status of",
-            request: id(request),
-            source: Box::new(source),
-        })?;
+    apply(client, request, Part::Status, body).await
+}
+
+/// What of a request the controller applies.
+#[derive(Clone, Copy)]
+enum Part {
+    Labels,
+    Status,
+}
+
+/// Server-side apply of the controller's `part` of `request`, forced: the labels of the target
+/// have a preference over anyone else's (KEP), and the status fields are the controller's.
+/// Returns the written resourceVersion.
+async fn apply(
+    client: &Client,
+    request: &EvictionRequest,
+    part: Part,
+    body: serde_json::Value,
+) -> Result<Option<String>, Error> {
+    let api: Api<EvictionRequest> =
+        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
+    let (name, params, patch) = (
+        request.name_any(),
+        PatchParams::apply(COMPONENT).force(),
+        Patch::Apply(body),
+    );
+    let written = match part {
+        Part::Labels => api.patch(&name, &params, &patch).await,
+        Part::Status => api.patch_status(&name, &params, &patch).await,
+    };
+    let action = match part {
+        Part::Labels => "synchronise the labels of",
+        Part::Status => "update the status of",
+    };
+    let written = written.map_err(|source| Error::Write {
+        action,
+        request: id(request),
+        source: Box::new(source),
+    })?;
     Ok(written.metadata.resource_version)
 }
 

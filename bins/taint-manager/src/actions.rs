@@ -20,6 +20,7 @@ use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::eviction::EvictionOutcome;
 use evictkit_runtime::eviction_request::EvictionRequestError;
+use evictkit_runtime::leader::spawn_in_term;
 use evictkit_runtime::pod_condition::{self, PodCondition};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -29,7 +30,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 
 use crate::zone_guard::Admission;
-use crate::{Context, Error, ZONE_RECHECK, name_of, record, record_in_background};
+use crate::{Context, EVENT_REASON, Error, ZONE_RECHECK, name_of};
 
 /// How a due pod goes.
 pub enum Removal {
@@ -379,4 +380,32 @@ async fn set_disruption_target(
         message,
     };
     Ok(pod_condition::set(client, pod, condition).await?)
+}
+
+/// A Normal Event recorded off the caller's path, as upstream's event broadcaster does: the
+/// announcement of a removal must not delay (or, under client rate limits, queue before) the
+/// removal itself.
+pub(crate) fn record_in_background(
+    context: &Context,
+    pod: &Pod,
+    action: &'static str,
+    note: String,
+) {
+    let (recorder, pod) = (context.recorder.clone(), pod.clone());
+    spawn_in_term(context.term.clone(), async move {
+        recorder.normal(&pod, EVENT_REASON, action, &note).await;
+    });
+}
+
+pub(crate) async fn record(
+    context: &Context,
+    pod: &Pod,
+    event_type: EventType,
+    action: &str,
+    note: &str,
+) {
+    context
+        .recorder
+        .publish(pod, event_type, EVENT_REASON, action, note)
+        .await;
 }

@@ -15,8 +15,8 @@
 //! lifecycle controller's zone states: removals slow down or stop in a zone where many nodes
 //! are not ready at once.
 //!
-//! Reads top to bottom: flags, wiring, the watches ([`watches`]), `reconcile` of one pod, and
-//! the removal it makes ([`actions`]). The decisions are in [`evictkit_core::taints`] and
+//! Reads top to bottom: flags, wiring, the watches ([`watches`]), `reconcile` of one pod
+//! ([`reconcile`]), and the removal it makes ([`actions`]). The decisions are in [`evictkit_core::taints`] and
 //! [`evictkit_core::taint_policy`]; per-pod bookkeeping is in [`pod_state`], the zone guard
 //! in [`zone_guard`], policy status in [`status`].
 //!
@@ -44,45 +44,43 @@ mod actions;
 mod cache;
 mod metrics;
 mod pod_state;
+mod reconcile;
 mod status;
 mod watches;
 mod zone_guard;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
-use evictkit_api::taint_eviction_policy::{TaintEvictionAction, TaintEvictionPolicy};
-use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
+use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
 use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
 use evictkit_runtime::backoff::{Backoff, PerObject};
 use evictkit_runtime::cli::{CommonArgs, parse_duration};
-use evictkit_runtime::events::{EventRecorder, EventType};
+use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
-use evictkit_runtime::leader::spawn_in_term;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
-use futures::{FutureExt, StreamExt, future, stream};
+use futures::{StreamExt, future, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
-use crate::actions::{Removal, remove, withdraw_if_requested};
-use crate::cache::{bound_at, pods_by_node};
+use crate::cache::pods_by_node;
 use crate::metrics::TaintMetrics;
 use crate::pod_state::Pacer;
+use crate::reconcile::{error_policy, reconcile};
 pub use crate::zone_guard::{EVENT_REASON_ZONE_PAUSED, EVENT_REASON_ZONE_RESUMED};
 
 /// The `component` label of shared metrics.
@@ -280,39 +278,6 @@ impl std::ops::Deref for Context {
     }
 }
 
-impl Context {
-    /// Whether the node, namespace and policy caches hold a complete list (the policy one only
-    /// if the CRD is installed).
-    fn caches_ready(&self) -> bool {
-        let ready = |wait: Option<Result<(), _>>| matches!(wait, Some(Ok(())));
-        ready(self.nodes.wait_until_ready().now_or_never())
-            && ready(self.namespaces.wait_until_ready().now_or_never())
-            && (!self.policies_installed || ready(self.policies.wait_until_ready().now_or_never()))
-    }
-
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.get(&ObjectRef::new(name))
-    }
-
-    fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
-        self.namespaces
-            .get(&ObjectRef::new(namespace))
-            .and_then(|n| n.metadata.labels.clone())
-            .unwrap_or_default()
-    }
-
-    /// The valid policies; invalid ones are reported by the status loop and govern nothing.
-    fn policies(&self) -> Policies {
-        Policies::new(
-            self.policies
-                .state()
-                .iter()
-                .filter_map(|p| CompiledPolicy::new(p).ok())
-                .collect(),
-        )
-    }
-}
-
 /// The watches and the controller of one term as leader, built afresh from the API.
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let (node_store, node_writer) = reflector::store();
@@ -396,134 +361,6 @@ enum Error {
     Condition(#[from] PodConditionError),
 }
 
-/// One pod: plan it against its node's taints and the policies, and act on the plan.
-async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
-    // Never plan without the policies and namespaces: an Ignore policy not yet read would let
-    // a pod go. Not awaited: kube's store readiness wakes only one waiter of many.
-    if !context.caches_ready() {
-        return Ok(Action::requeue(CACHE_WAIT));
-    }
-    let node_name = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
-    let key = ObjectRef::from_obj(pod.as_ref());
-    let now = Timestamp::now();
-    let Some(node) = context.node(&node_name) else {
-        // Unknown or deleted node: no taints to act on. As upstream, a window already running
-        // still ends in the pod's removal (its timed worker outlives the node); otherwise
-        // nothing happens, and the node's watch event re-plans the pod if it comes (back).
-        if let Some(pending) = context.pending(&key) {
-            return match pending.plan(now) {
-                PodPlan::Remove {
-                    action,
-                    since,
-                    policy,
-                } => {
-                    remove(
-                        &pod,
-                        &node_name,
-                        None,
-                        Removal::of(action, policy),
-                        since,
-                        &context,
-                    )
-                    .await
-                }
-                _ => Ok(Action::requeue(until(pending.window.ends, now))),
-            };
-        }
-        withdraw_if_requested(&pod, &context).await?;
-        context.forget(&key);
-        return Ok(Action::await_change());
-    };
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let namespace_labels = context.namespace_labels(&pod.namespace().unwrap_or_default());
-    let facts = PodFacts {
-        labels: &labels,
-        namespace_labels: &namespace_labels,
-        tolerations: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_deref())
-            .unwrap_or_default(),
-        bound_at: bound_at(&pod),
-        deletion_timestamp: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
-        window: context.pending(&key).map(|p| p.window),
-        planning_since: context.planning_since,
-    };
-    let plan = pod_plan(taints_of(&node), &facts, &context.policies(), now);
-    tracing::debug!(pod = %name_of(&pod), node = %node_name, ?plan, "planned");
-    // An EvictionRequest stands only while the pod is due by one; a terminating pod is on its
-    // way out and its request ends as Evicted.
-    let requests = matches!(
-        plan,
-        PodPlan::Remove {
-            action: TaintEvictionAction::EvictionRequest,
-            ..
-        } | PodPlan::Terminating { .. }
-    );
-    if !requests {
-        withdraw_if_requested(&pod, &context).await?;
-    }
-    match plan {
-        PodPlan::Keep => {
-            context.cancel(&pod).await;
-            Ok(Action::await_change())
-        }
-        PodPlan::Wait(pending) => {
-            let (at, action) = (pending.window.ends, pending.action);
-            if context.wait_for(key, pending) {
-                tracing::info!(pod = %name_of(&pod), node = %node_name, %at, action = action.as_str(), "tolerates the node's NoExecute taints until then");
-            }
-            Ok(Action::requeue(until(at, now)))
-        }
-        PodPlan::Terminating { force_at: None } => {
-            context.forget(&key);
-            Ok(Action::await_change())
-        }
-        PodPlan::Terminating { force_at: Some(at) } if at > now => {
-            Ok(Action::requeue(until(at, now)))
-        }
-        PodPlan::Terminating { force_at: Some(at) } => {
-            remove(
-                &pod,
-                &node_name,
-                Some(&node),
-                Removal::ForceDelete,
-                at,
-                &context,
-            )
-            .await
-        }
-        PodPlan::Remove {
-            action,
-            since,
-            policy,
-        } => {
-            let removal = Removal::of(action, policy);
-            remove(&pod, &node_name, Some(&node), removal, since, &context).await
-        }
-    }
-}
-
-fn until(at: Timestamp, now: Timestamp) -> Duration {
-    Duration::try_from(at.duration_since(now)).unwrap_or_default()
-}
-
-/// Client and API errors (not refusals, which `remove` handles): retry with the pod's backoff.
-fn error_policy(pod: Arc<Pod>, error: &Error, context: Arc<Context>) -> Action {
-    tracing::warn!(pod = %name_of(&pod), %error, "reconcile failed; retrying");
-    context.metrics.blocked.with_label_values(&["Error"]).inc();
-    Action::requeue(
-        context
-            .retries
-            .failed(&ObjectRef::from_obj(pod.as_ref()))
-            .delay,
-    )
-}
-
 /// The (stripped) node's NoExecute taints, each with a `timeAdded`.
 fn taints_of(node: &Node) -> &[Taint] {
     node.spec
@@ -534,21 +371,4 @@ fn taints_of(node: &Node) -> &[Taint] {
 
 fn name_of(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
-}
-
-/// A Normal Event recorded off the caller's path, as upstream's event broadcaster does: the
-/// announcement of a removal must not delay (or, under client rate limits, queue before) the
-/// removal itself.
-fn record_in_background(context: &Context, pod: &Pod, action: &'static str, note: String) {
-    let (recorder, pod) = (context.recorder.clone(), pod.clone());
-    spawn_in_term(context.term.clone(), async move {
-        recorder.normal(&pod, EVENT_REASON, action, &note).await;
-    });
-}
-
-async fn record(context: &Context, pod: &Pod, event_type: EventType, action: &str, note: &str) {
-    context
-        .recorder
-        .publish(pod, event_type, EVENT_REASON, action, note)
-        .await;
 }

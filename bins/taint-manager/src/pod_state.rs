@@ -14,7 +14,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::{Context, name_of, record};
+use crate::actions::record;
+use crate::{Context, name_of};
 
 #[derive(Default)]
 pub struct PodStates {

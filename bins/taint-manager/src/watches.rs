@@ -16,9 +16,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::access::Access;
+use crate::actions::record;
 use crate::cache::{FirstSeen, PodsByNode, node_ready, on_node, strip_namespace, strip_pod};
 use crate::zone_guard::{zone_guard, zone_of};
-use crate::{Context, name_of, record, taints_of};
+use crate::{Context, name_of, taints_of};
 
 /// Pods bound to a node only (the taints of a node concern the pods on it), indexed by node;
 /// a pod that goes away is forgotten, with a "Cancelling deletion" Event if it was waiting.

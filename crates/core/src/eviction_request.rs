@@ -16,16 +16,20 @@ use evictkit_api::conditions::{
 use evictkit_api::eviction_request::{
     EvictionRequest, EvictionRequestStatus, Interceptor, InterceptorStatus,
 };
-use evictkit_api::keys::{
-    EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, IMPERATIVE_EVICTION_INTERCEPTOR,
-    MIRROR_POD_ANNOTATION, POD_GROUP_LABEL,
-};
+use evictkit_api::keys::IMPERATIVE_EVICTION_INTERCEPTOR;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 
 pub mod admission;
+mod describe;
 mod interceptors;
+mod messages;
+mod target;
+
+pub use describe::describe;
+pub use messages::*;
+pub use target::*;
 #[cfg(test)]
 mod tests;
 
@@ -180,37 +184,6 @@ pub fn next_heartbeat(previous: Option<Timestamp>, now: Timestamp) -> Timestamp 
 /// the same precision.
 pub fn whole_seconds(time: Timestamp) -> Timestamp {
     Timestamp::from_second(time.as_second()).unwrap_or(time)
-}
-
-/// KEP: "Target Pod xyz was not found."
-pub fn message_not_found(pod: &str) -> String {
-    format!("Target Pod {pod} was not found.")
-}
-
-/// KEP: "Target Pod xyz is part of a Workload/PodGroup. Eviction of such pods is currently not
-/// supported."
-pub fn message_workload(pod: &str) -> String {
-    format!(
-        "Target Pod {pod} is part of a Workload/PodGroup. Eviction of such pods is currently not supported."
-    )
-}
-
-/// KEP (Eviction): "Could not evict a pod due to failing eviction requests, number of retries: 7".
-pub fn message_eviction_failed(retries: u32) -> String {
-    format!("{EVICTION_FAILED_PREFIX}{retries}")
-}
-
-const EVICTION_FAILED_PREFIX: &str =
-    "Could not evict a pod due to failing eviction requests, number of retries: ";
-
-/// The retry count in the imperative interceptor's message, so the backoff goes on growing
-/// after a controller restart (DESIGN.md: no state only in memory).
-pub fn retries_in_message(message: &str) -> Option<u32> {
-    message
-        .strip_prefix(EVICTION_FAILED_PREFIX)?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// The controller's settings that shape decisions.
@@ -512,60 +485,6 @@ fn finish(
         });
 }
 
-/// KEP: in the alpha, pods of a Workload (`.spec.workloadRef`, newer than the Kubernetes we
-/// build against) are not supported. Out of tree a pod shows that by an owner of kind
-/// `Workload` or `PodGroup`, or the coscheduling plugin's pod-group label.
-pub fn is_part_of_workload(pod: &Pod) -> bool {
-    let owned = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| matches!(o.kind.as_str(), "Workload" | "PodGroup"));
-    let labelled = pod
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(POD_GROUP_LABEL));
-    owned || labelled
-}
-
-/// KEP (Label Synchronization): the pod's labels on the request, the pod winning conflicts;
-/// a label the controller copied earlier and the pod no longer has goes too (the controller
-/// applies the pod's labels with server-side apply, which removes the keys it owned and no
-/// longer sends). Labels others set on the request are theirs.
-fn labels_to_sync(request: &EvictionRequest, pod: &Pod) -> Option<BTreeMap<String, String>> {
-    let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
-    let request_labels = request.metadata.labels.as_ref();
-    let copied = pod_labels
-        .iter()
-        .all(|(k, v)| request_labels.and_then(|l| l.get(k)) == Some(v));
-    let removed = labels_managed_by(request, CONTROLLER_FIELD_MANAGER)
-        .into_iter()
-        .any(|key| !pod_labels.contains_key(&key));
-    (!copied || removed).then_some(pod_labels)
-}
-
-/// The label keys `manager` owns on `request` (its managedFields entry for the object itself,
-/// not a subresource).
-pub fn labels_managed_by(request: &EvictionRequest, manager: &str) -> Vec<String> {
-    request
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|entry| {
-            entry.manager.as_deref() == Some(manager)
-                && entry.subresource.as_deref().unwrap_or_default().is_empty()
-        })
-        .filter_map(|entry| entry.fields_v1.as_ref())
-        .filter_map(|fields| fields.0.pointer("/f:metadata/f:labels")?.as_object())
-        .flat_map(|labels| labels.keys())
-        .filter_map(|key| key.strip_prefix("f:"))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// KEP (Interceptor Selection): index 0 first; on completionTime or an expired heartbeat, the
 /// next one, the previous one appended to processedInterceptors. The default interceptor,
 /// last, is the controller itself and never times out. Each activation is recorded in
@@ -653,119 +572,4 @@ pub fn hand_over_due(
     } else {
         Err(deadline)
     }
-}
-
-/// KEP (Eviction): what the default interceptor does with the pod (the upstream API's
-/// imperative evictor too).
-pub fn imperative(pod: &Pod) -> Imperative {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Imperative::Terminating;
-    }
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
-    if mirror {
-        return Imperative::Unsupported(
-            "API-initiated eviction of mirror pods is not supported: delete the static pod's manifest on its node to terminate it.".to_owned(),
-        );
-    }
-    let daemon_set = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
-    if daemon_set {
-        return Imperative::Unsupported(
-            "API-initiated eviction of DaemonSet pods is not supported: the DaemonSet would recreate the pod; terminate it by other means (e.g. a node taint or the DaemonSet's node selector).".to_owned(),
-        );
-    }
-    Imperative::Evict
-}
-
-/// A request in words, for `evictionrequest-controller describe`: who asked, who is active,
-/// what each interceptor said, and how it ended.
-pub fn describe(request: &EvictionRequest, now: Timestamp) -> Vec<String> {
-    let ago = |time: &Time| {
-        let seconds = now.duration_since(time.0).as_secs().max(0);
-        format!("{} ({}s ago)", time.0, seconds)
-    };
-    let namespace = request.metadata.namespace.as_deref().unwrap_or_default();
-    let name = request.metadata.name.as_deref().unwrap_or_default();
-    let pod = request.spec.target.pod.as_ref().map_or_else(
-        || "?".to_owned(),
-        |p| format!("{namespace}/{} (uid {})", p.name, p.uid),
-    );
-    let mut lines = vec![format!(
-        "EvictionRequest {namespace}/{name} asks for the eviction of pod {pod}."
-    )];
-    if let Some(created) = &request.metadata.creation_timestamp {
-        lines.push(format!("Created {}.", ago(created)));
-    }
-    let requesters: Vec<&str> = request
-        .spec
-        .requesters
-        .iter()
-        .map(|r| r.name.as_str())
-        .collect();
-    lines.push(if requesters.is_empty() {
-        "No requester is left.".to_owned()
-    } else {
-        format!("Requested by {}.", requesters.join(", "))
-    });
-    let status = request.status.clone().unwrap_or_default();
-    if status.target_interceptors.is_empty() {
-        lines.push("The controller has not selected the interceptors yet.".to_owned());
-    } else {
-        let order: Vec<&str> = status
-            .target_interceptors
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect();
-        lines.push(format!("Interceptors, in order: {}.", order.join(", ")));
-    }
-    if !status.processed_interceptors.is_empty() {
-        lines.push(format!(
-            "Done with: {}.",
-            status.processed_interceptors.join(", ")
-        ));
-    }
-    match status.active_interceptors.first() {
-        Some(active) => lines.push(format!("Active: {active}.")),
-        None => lines.push("No interceptor is active.".to_owned()),
-    }
-    for entry in &status.interceptors {
-        let mut facts = Vec::new();
-        if let Some(start) = &entry.start_time {
-            facts.push(format!("started {}", ago(start)));
-        }
-        if let Some(heartbeat) = &entry.heartbeat_time {
-            facts.push(format!("last heartbeat {}", ago(heartbeat)));
-        }
-        if let Some(expected) = &entry.expected_finish_time {
-            facts.push(format!("expects to finish at {}", expected.0));
-        }
-        if let Some(completed) = &entry.completion_time {
-            facts.push(format!("completed {}", ago(completed)));
-        }
-        if !entry.message.is_empty() {
-            facts.push(format!("says \"{}\"", entry.message));
-        }
-        lines.push(format!("  {}: {}.", entry.name, facts.join("; ")));
-    }
-    for condition in status.conditions.iter().filter(|c| c.status == STATUS_TRUE) {
-        lines.push(format!(
-            "{} ({}) since {}: {}",
-            condition.type_,
-            condition.reason,
-            ago(&condition.last_transition_time),
-            condition.message
-        ));
-    }
-    if State::of_status(Some(&status)) == State::InProgress {
-        lines.push("The eviction is in progress.".to_owned());
-    }
-    lines
 }

@@ -11,6 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use proptest::prelude::*;
 
 use super::*;
+use evictkit_api::keys::{
+    EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, MIRROR_POD_ANNOTATION,
+};
 
 const UID: &str = "0c6a1e5e-7c55-4c43-9d0a-0b5cf3a1e001";
 const A: &str = "actor-a.example.com";

@@ -1,0 +1,181 @@
+//! `reconcile` of one pod: its plan from its node's NoExecute taints, its tolerations and the
+//! TaintEvictionPolicies ([`evictkit_core::taint_policy::pod_plan`]), read from the caches, and
+//! the plan acted on ([`crate::actions`]); failed reconciles retry with the pod's back-off.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use evictkit_api::taint_eviction_policy::TaintEvictionAction;
+use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
+use futures::FutureExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::actions::{Removal, remove, withdraw_if_requested};
+use crate::cache::bound_at;
+use crate::{CACHE_WAIT, Context, Error, name_of, taints_of};
+
+impl Context {
+    /// Whether the node, namespace and policy caches hold a complete list (the policy one only
+    /// if the CRD is installed).
+    pub(crate) fn caches_ready(&self) -> bool {
+        let ready = |wait: Option<Result<(), _>>| matches!(wait, Some(Ok(())));
+        ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.namespaces.wait_until_ready().now_or_never())
+            && (!self.policies_installed || ready(self.policies.wait_until_ready().now_or_never()))
+    }
+
+    pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+
+    pub(crate) fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        self.namespaces
+            .get(&ObjectRef::new(namespace))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// The valid policies; invalid ones are reported by the status loop and govern nothing.
+    pub(crate) fn policies(&self) -> Policies {
+        Policies::new(
+            self.policies
+                .state()
+                .iter()
+                .filter_map(|p| CompiledPolicy::new(p).ok())
+                .collect(),
+        )
+    }
+}
+
+/// One pod: plan it against its node's taints and the policies, and act on the plan.
+pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+    // Never plan without the policies and namespaces: an Ignore policy not yet read would let
+    // a pod go. Not awaited: kube's store readiness wakes only one waiter of many.
+    if !context.caches_ready() {
+        return Ok(Action::requeue(CACHE_WAIT));
+    }
+    let node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let key = ObjectRef::from_obj(pod.as_ref());
+    let now = Timestamp::now();
+    let Some(node) = context.node(&node_name) else {
+        // Unknown or deleted node: no taints to act on. As upstream, a window already running
+        // still ends in the pod's removal (its timed worker outlives the node); otherwise
+        // nothing happens, and the node's watch event re-plans the pod if it comes (back).
+        if let Some(pending) = context.pending(&key) {
+            return match pending.plan(now) {
+                PodPlan::Remove {
+                    action,
+                    since,
+                    policy,
+                } => {
+                    remove(
+                        &pod,
+                        &node_name,
+                        None,
+                        Removal::of(action, policy),
+                        since,
+                        &context,
+                    )
+                    .await
+                }
+                _ => Ok(Action::requeue(until(pending.window.ends, now))),
+            };
+        }
+        withdraw_if_requested(&pod, &context).await?;
+        context.forget(&key);
+        return Ok(Action::await_change());
+    };
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let namespace_labels = context.namespace_labels(&pod.namespace().unwrap_or_default());
+    let facts = PodFacts {
+        labels: &labels,
+        namespace_labels: &namespace_labels,
+        tolerations: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or_default(),
+        bound_at: bound_at(&pod),
+        deletion_timestamp: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        window: context.pending(&key).map(|p| p.window),
+        planning_since: context.planning_since,
+    };
+    let plan = pod_plan(taints_of(&node), &facts, &context.policies(), now);
+    tracing::debug!(pod = %name_of(&pod), node = %node_name, ?plan, "planned");
+    // An EvictionRequest stands only while the pod is due by one; a terminating pod is on its
+    // way out and its request ends as Evicted.
+    let requests = matches!(
+        plan,
+        PodPlan::Remove {
+            action: TaintEvictionAction::EvictionRequest,
+            ..
+        } | PodPlan::Terminating { .. }
+    );
+    if !requests {
+        withdraw_if_requested(&pod, &context).await?;
+    }
+    match plan {
+        PodPlan::Keep => {
+            context.cancel(&pod).await;
+            Ok(Action::await_change())
+        }
+        PodPlan::Wait(pending) => {
+            let (at, action) = (pending.window.ends, pending.action);
+            if context.wait_for(key, pending) {
+                tracing::info!(pod = %name_of(&pod), node = %node_name, %at, action = action.as_str(), "tolerates the node's NoExecute taints until then");
+            }
+            Ok(Action::requeue(until(at, now)))
+        }
+        PodPlan::Terminating { force_at: None } => {
+            context.forget(&key);
+            Ok(Action::await_change())
+        }
+        PodPlan::Terminating { force_at: Some(at) } if at > now => {
+            Ok(Action::requeue(until(at, now)))
+        }
+        PodPlan::Terminating { force_at: Some(at) } => {
+            remove(
+                &pod,
+                &node_name,
+                Some(&node),
+                Removal::ForceDelete,
+                at,
+                &context,
+            )
+            .await
+        }
+        PodPlan::Remove {
+            action,
+            since,
+            policy,
+        } => {
+            let removal = Removal::of(action, policy);
+            remove(&pod, &node_name, Some(&node), removal, since, &context).await
+        }
+    }
+}
+
+pub(crate) fn until(at: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now)).unwrap_or_default()
+}
+
+/// Client and API errors (not refusals, which `remove` handles): retry with the pod's backoff.
+pub(crate) fn error_policy(pod: Arc<Pod>, error: &Error, context: Arc<Context>) -> Action {
+    tracing::warn!(pod = %name_of(&pod), %error, "reconcile failed; retrying");
+    context.metrics.blocked.with_label_values(&["Error"]).inc();
+    Action::requeue(
+        context
+            .retries
+            .failed(&ObjectRef::from_obj(pod.as_ref()))
+            .delay,
+    )
+}
