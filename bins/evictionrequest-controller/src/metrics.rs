@@ -37,9 +37,7 @@ type Key = ObjectRef<EvictionRequest>;
 /// `evictkit_evictionrequest_pod_live_reads_total{found}` of either mode: target pods read from
 /// the API because the cache had none of the request's UID (`found`: the API had it).
 pub fn pod_live_reads(metrics: &Metrics) -> Result<IntCounterVec, MetricsError> {
-    register(
-        metrics,
-        IntCounterVec::new(
+    metrics.add(IntCounterVec::new(
             Opts::new(
                 "evictkit_evictionrequest_pod_live_reads_total",
                 "Target pods read from the API because the pod cache had no pod of the request's name and UID (found: whether the API had it).",
@@ -91,15 +89,6 @@ pub struct QueueMetrics {
     waiting: Arc<Mutex<HashMap<Key, Instant>>>,
 }
 
-fn register<T: prometheus::core::Collector + Clone + 'static>(
-    metrics: &Metrics,
-    result: Result<T, prometheus::Error>,
-) -> Result<T, MetricsError> {
-    let collector = result.map_err(MetricsError::Register)?;
-    metrics.register(collector.clone())?;
-    Ok(collector)
-}
-
 impl RequestMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
         let per_interceptor = ["namespace", "evictionrequest", "pod", "interceptor"];
@@ -111,9 +100,7 @@ impl RequestMetrics {
                 .buckets(prometheus::exponential_buckets(0.001, 4.0, 10).unwrap_or_default())
         };
         Ok(Self {
-            imperative_evictions: register(
-                metrics,
-                IntCounterVec::new(
+            imperative_evictions: metrics.add(IntCounterVec::new(
                     Opts::new(
                         "evictionrequest_controller_imperative_evictions",
                         "Eviction API calls of the imperative-eviction.k8s.io interceptor by result (evicted, in_background, failed), per EvictionRequest and Pod (KEP-4563; the KEP's count of failed evictions is result=\"failed\").",
@@ -121,9 +108,7 @@ impl RequestMetrics {
                     &["namespace", "evictionrequest", "pod", "result"],
                 ),
             )?,
-            active_interceptor: register(
-                metrics,
-                IntGaugeVec::new(
+            active_interceptor: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_active_interceptor",
                         "1 for the active interceptor of each EvictionRequest and target Pod (KEP-4563).",
@@ -131,9 +116,7 @@ impl RequestMetrics {
                     &per_interceptor,
                 ),
             )?,
-            processed_interceptor: register(
-                metrics,
-                IntGaugeVec::new(
+            processed_interceptor: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_processed_interceptor",
                         "1 for each processed interceptor of each EvictionRequest and target Pod (KEP-4563).",
@@ -141,9 +124,7 @@ impl RequestMetrics {
                     &per_interceptor,
                 ),
             )?,
-            active_requester: register(
-                metrics,
-                IntGaugeVec::new(
+            active_requester: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_active_requester",
                         "1 for each requester of each EvictionRequest and target Pod (KEP-4563).",
@@ -151,9 +132,7 @@ impl RequestMetrics {
                     &["namespace", "evictionrequest", "pod", "requester"],
                 ),
             )?,
-            pod_interceptors: register(
-                metrics,
-                IntGaugeVec::new(
+            pod_interceptors: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_pod_interceptors",
                         "Interceptors available to each target Pod, the default one included (KEP-4563).",
@@ -161,52 +140,38 @@ impl RequestMetrics {
                     &["namespace", "pod"],
                 ),
             )?,
-            invalid_interceptors: register(
-                metrics,
-                IntCounter::new(
+            invalid_interceptors: metrics.add(IntCounter::new(
                     "evictkit_evictionrequest_invalid_interceptors_total",
                     "EvictionRequests canceled because their pod's evictkit.io/eviction-interceptors annotation is malformed.",
                 ),
             )?,
             queue: QueueMetrics {
-                depth: register(
-                    metrics,
-                    IntGauge::with_opts(queue_opts(
+                depth: metrics.add(IntGauge::with_opts(queue_opts(
                         "workqueue_depth",
                         "Current depth of the workqueue.",
                     )),
                 )?,
-                adds: register(
-                    metrics,
-                    IntCounter::with_opts(queue_opts(
+                adds: metrics.add(IntCounter::with_opts(queue_opts(
                         "workqueue_adds_total",
                         "Total number of adds handled by the workqueue.",
                     )),
                 )?,
-                queue_duration: register(
-                    metrics,
-                    Histogram::with_opts(histogram(
+                queue_duration: metrics.add(Histogram::with_opts(histogram(
                         "workqueue_queue_duration_seconds",
                         "How long in seconds an item stays in the workqueue before being requested.",
                     )),
                 )?,
-                work_duration: register(
-                    metrics,
-                    Histogram::with_opts(histogram(
+                work_duration: metrics.add(Histogram::with_opts(histogram(
                         "workqueue_work_duration_seconds",
                         "How long in seconds processing an item from the workqueue takes.",
                     )),
                 )?,
-                retries: register(
-                    metrics,
-                    IntCounter::with_opts(queue_opts(
+                retries: metrics.add(IntCounter::with_opts(queue_opts(
                         "workqueue_retries_total",
                         "Total number of retries handled by the workqueue.",
                     )),
                 )?,
-                unfinished: register(
-                    metrics,
-                    Gauge::with_opts(queue_opts(
+                unfinished: metrics.add(Gauge::with_opts(queue_opts(
                         "workqueue_unfinished_work_seconds",
                         "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
                     ))

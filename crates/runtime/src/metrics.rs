@@ -173,6 +173,16 @@ impl Metrics {
             .map_err(MetricsError::Register)
     }
 
+    /// Registers the collector `made` (the result of its constructor) and returns it.
+    pub fn add<C: Collector + Clone + 'static>(
+        &self,
+        made: Result<C, prometheus::Error>,
+    ) -> Result<C, MetricsError> {
+        let collector = made.map_err(MetricsError::Register)?;
+        self.register(collector.clone())?;
+        Ok(collector)
+    }
+
     /// Everything registered, in the Prometheus text exposition format.
     pub fn encode(&self) -> Result<String, MetricsError> {
         let mut buffer = Vec::new();

@@ -42,21 +42,10 @@ pub struct LifecycleMetrics {
     published: Arc<Mutex<HashMap<SeriesOwner, Vec<LabelValues>>>>,
 }
 
-fn register<T: prometheus::core::Collector + Clone + 'static>(
-    metrics: &Metrics,
-    result: Result<T, prometheus::Error>,
-) -> Result<T, MetricsError> {
-    let collector = result.map_err(MetricsError::Register)?;
-    metrics.register(collector.clone())?;
-    Ok(collector)
-}
-
 impl LifecycleMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
         Ok(Self {
-            responder_state: register(
-                metrics,
-                IntGaugeVec::new(
+            responder_state: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_responder_state",
                         "1 for the state of each responder of each Eviction (KEP-4563).",
@@ -71,9 +60,7 @@ impl LifecycleMetrics {
                     ],
                 ),
             )?,
-            requester_intent: register(
-                metrics,
-                IntGaugeVec::new(
+            requester_intent: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_requester_intent",
                         "1 for the intent of each EvictionRequest's requester (KEP-4563).",
@@ -88,9 +75,7 @@ impl LifecycleMetrics {
                     ],
                 ),
             )?,
-            target_responders: register(
-                metrics,
-                IntGaugeVec::new(
+            target_responders: metrics.add(IntGaugeVec::new(
                     Opts::new(
                         "evictionrequest_controller_target_responders",
                         "Responders of each Eviction, the default one included (KEP-4563).",
@@ -98,9 +83,7 @@ impl LifecycleMetrics {
                     &["namespace", "eviction", "target", "target_type"],
                 ),
             )?,
-            failed_evictions: register(
-                metrics,
-                IntCounter::new(
+            failed_evictions: metrics.add(IntCounter::new(
                     "imperative_eviction_responder_controller_failed_evictions",
                     format!(
                         "Failed Eviction API calls of the {IMPERATIVE_EVICTOR_RESPONDER} responder (KEP-4563)."
