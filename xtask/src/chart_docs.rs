@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value, json};
 
+use crate::crds::Output;
+
 const README_HEADER: &str =
     "<!-- Generated from values.yaml by cargo xtask chart-docs; do not edit. -->\n";
 
@@ -32,14 +34,7 @@ struct Key {
 pub fn generate() -> Result<()> {
     let root = crate::workspace_root();
     for out in plan()? {
-        let path = root.join(&out.path);
-        if fs::read_to_string(&path).ok().as_deref() == Some(out.contents.as_str()) {
-            println!("unchanged {}", out.path.display());
-            continue;
-        }
-        fs::write(&path, &out.contents)
-            .with_context(|| format!("writing {}", out.path.display()))?;
-        println!("wrote {}", out.path.display());
+        out.write(&root)?;
     }
     Ok(())
 }
@@ -50,9 +45,7 @@ pub fn check() -> Result<()> {
     let plan = plan()?;
     let stale: Vec<String> = plan
         .iter()
-        .filter(|out| {
-            fs::read_to_string(root.join(&out.path)).ok().as_deref() != Some(out.contents.as_str())
-        })
+        .filter(|out| !out.is_current(&root))
         .map(|out| format!("{} is stale", out.path.display()))
         .collect();
     if !stale.is_empty() {
@@ -60,12 +53,6 @@ pub fn check() -> Result<()> {
     }
     println!("{} generated chart files are up to date", plan.len());
     Ok(())
-}
-
-struct Output {
-    /// Relative to the workspace root.
-    path: PathBuf,
-    contents: String,
 }
 
 /// README.md and values.schema.json of every application chart (a library has no values).

@@ -21,10 +21,30 @@ const CHART_OWNERS: &[(&str, &str)] = &[
     ("TaintEvictionPolicy", "charts/taint-manager"),
 ];
 
-/// One generated file: where it goes (relative to the workspace root) and its bytes.
-struct Output {
-    path: PathBuf,
-    contents: String,
+/// One generated file: where it goes (relative to the workspace root) and its bytes. Also the
+/// chart READMEs and schemas of `chart-docs`.
+pub(crate) struct Output {
+    pub(crate) path: PathBuf,
+    pub(crate) contents: String,
+}
+
+impl Output {
+    /// Whether the file under `root` already holds exactly these bytes.
+    pub(crate) fn is_current(&self, root: &Path) -> bool {
+        fs::read_to_string(root.join(&self.path)).ok().as_deref() == Some(self.contents.as_str())
+    }
+
+    /// Writes the file under `root` unless it is current, and says which.
+    pub(crate) fn write(&self, root: &Path) -> anyhow::Result<()> {
+        if self.is_current(root) {
+            println!("unchanged {}", self.path.display());
+            return Ok(());
+        }
+        fs::write(root.join(&self.path), &self.contents)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        println!("wrote {}", self.path.display());
+        Ok(())
+    }
 }
 
 /// Write `crds/*.yaml` and the chart copies; remove generated files no CRD produces any more.
@@ -41,14 +61,7 @@ pub fn generate() -> anyhow::Result<()> {
         }
     }
     for out in &plan.outputs {
-        let path = root.join(&out.path);
-        if fs::read_to_string(&path).ok().as_deref() == Some(out.contents.as_str()) {
-            println!("unchanged {}", out.path.display());
-            continue;
-        }
-        fs::write(&path, &out.contents)
-            .with_context(|| format!("writing {}", out.path.display()))?;
-        println!("wrote {}", out.path.display());
+        out.write(&root)?;
     }
     for skipped in &plan.skipped_charts {
         println!("skipped {skipped}: the subchart does not exist yet");
@@ -61,10 +74,8 @@ pub fn check() -> anyhow::Result<()> {
     let root = crate::workspace_root();
     let plan = plan(&root)?;
     let mut stale = Vec::new();
-    for out in &plan.outputs {
-        if fs::read_to_string(root.join(&out.path)).ok().as_deref() != Some(out.contents.as_str()) {
-            stale.push(out.path.clone());
-        }
+    for out in plan.outputs.iter().filter(|out| !out.is_current(&root)) {
+        stale.push(out.path.clone());
     }
     for dir in &plan.dirs {
         stale.extend(extra_files(&root, dir, &plan.outputs)?);
