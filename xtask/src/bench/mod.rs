@@ -2,6 +2,7 @@
 //! component adds its benchmark as a subcommand.
 
 mod affinity_evictor;
+pub mod csv;
 mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;

@@ -1,0 +1,127 @@
+//! The benches' figures as CSV files under `target/bench/`, one row per measured case. A rerun
+//! of a case replaces its row (the key: the first `key_columns` columns), so a file gathers the
+//! cases of several runs, e.g. the small sizes on one day and the largest on another.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, ensure};
+
+/// `target/bench/<name>`, its directory created.
+pub fn path(name: &str) -> Result<PathBuf> {
+    let dir = crate::workspace_root().join("target/bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir.join(name))
+}
+
+/// Writes `rows` into the CSV file at `path` under `header`, replacing the rows of the file
+/// whose first `key_columns` values equal a new row's, and keeping the rest in order. A file
+/// with another header is an error naming both (its columns changed: move it away).
+pub fn upsert(
+    path: &Path,
+    header: &[&str],
+    key_columns: usize,
+    rows: &[Vec<String>],
+) -> Result<()> {
+    ensure!(
+        key_columns <= header.len(),
+        "{key_columns} key columns of {}",
+        header.len()
+    );
+    for row in rows {
+        ensure!(
+            row.len() == header.len(),
+            "a row of {} values for the {} columns of {}",
+            row.len(),
+            header.len(),
+            path.display()
+        );
+    }
+    let header_line = header.join(",");
+    let mut kept: Vec<Vec<String>> = Vec::new();
+    if path.exists() {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut lines = text.lines();
+        let existing = lines.next().unwrap_or_default();
+        ensure!(
+            existing == header_line,
+            "{} has the columns {existing:?}, not {header_line:?}: move it away",
+            path.display()
+        );
+        kept = lines
+            .map(|line| line.split(',').map(str::to_owned).collect::<Vec<_>>())
+            .filter(|old| {
+                !rows
+                    .iter()
+                    .any(|new| new[..key_columns] == old[..key_columns.min(old.len())])
+            })
+            .collect();
+    }
+    kept.extend(rows.iter().cloned());
+    let mut text = header_line;
+    text.push('\n');
+    for row in &kept {
+        text.push_str(&row.join(","));
+        text.push('\n');
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The rows of the CSV file at `path` (without its header), each value by column name.
+pub fn read(path: &Path) -> Result<Vec<std::collections::BTreeMap<String, String>>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    Ok(lines
+        .map(|line| {
+            header
+                .iter()
+                .zip(line.split(','))
+                .map(|(column, value)| ((*column).to_owned(), value.to_owned()))
+                .collect()
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rerun_replaces_its_case_and_keeps_the_others() {
+        let dir = std::env::temp_dir().join(format!("evictkit-csv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.csv");
+        let _ = std::fs::remove_file(&path);
+        let row = |a: &str, b: &str, v: &str| vec![a.to_owned(), b.to_owned(), v.to_owned()];
+        upsert(
+            &path,
+            &["size", "side", "value"],
+            2,
+            &[row("1000", "ours", "1"), row("1000", "upstream", "2")],
+        )
+        .unwrap();
+        upsert(
+            &path,
+            &["size", "side", "value"],
+            2,
+            &[row("1000", "ours", "3")],
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "size,side,value\n1000,upstream,2\n1000,ours,3\n"
+        );
+        assert_eq!(read(&path).unwrap()[1]["value"], "3");
+        let error = upsert(
+            &path,
+            &["size", "value"],
+            1,
+            &[vec!["1".into(), "2".into()]],
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("move it away"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
