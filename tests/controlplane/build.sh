@@ -11,6 +11,9 @@ helm_version=v3.19.5
 cache=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/evictkit/k8s-$k8s_version}
 bin=$cache/bin
 mkdir -p "$bin"
+# One build at a time per cache: two at once would write the same temporary files.
+exec 9>"$cache/.build.lock"
+flock 9
 
 command -v go >/dev/null || { echo "error: no 'go' on PATH: install Go 1.26 or newer (the control plane is built from Go modules)" >&2; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

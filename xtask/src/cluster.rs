@@ -28,9 +28,9 @@ use rcgen::{
 use serde::{Deserialize, Serialize};
 
 /// Zones the kwok nodes are spread over, round robin.
-const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+pub(crate) const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// The annotation kwok selects the nodes it simulates by.
-const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+pub(crate) const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// Pods (and nodes) annotated `kwok.x-k8s.io/status: custom` keep the status a test writes.
 const KWOK_STATUS_ANNOTATION: &str = "kwok.x-k8s.io/status";
 /// kwok's stages: how simulated nodes and pods move through their lives.
@@ -792,6 +792,10 @@ current-context: evictkit
 /// The installed suite's components (service accounts of `evictkit-system`) have every request
 /// recorded, reads and watches too, and their SubjectAccessReviews with the body (whom they
 /// asked about): the suite compares those calls with what the charts grant.
+/// The writes of kube-controller-manager's taint-eviction-controller under
+/// `--use-service-account-credentials` (`bench scale`) are recorded; it shares the
+/// node-lifecycle-controller's service account, node-controller, so its Events are recorded
+/// with their body (the reason tells whose an Event is).
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -816,6 +820,15 @@ rules:
     resources: [subjectaccessreviews]
 - level: Metadata
   userGroups: [\"system:serviceaccounts:evictkit-system\"]
+- level: Request
+  users: [\"system:serviceaccount:kube-system:node-controller\"]
+  resources:
+  - group: \"\"
+    resources: [events]
+  verbs: [create]
+- level: Metadata
+  users: [\"system:serviceaccount:kube-system:node-controller\"]
+  verbs: [create, update, patch, delete, deletecollection]
 - level: None
 ";
 

@@ -96,12 +96,12 @@ async fn bench(
         .env("RUST_LOG", "warn");
     let mut controller = Component::start(cluster, BINARY, command)?;
     controller.wait_ready(metrics_port).await?;
-    let rss_empty = settled_rss(&controller).await?;
+    let rss_empty = support::settled_rss(&controller).await?;
 
     let created = Instant::now();
     create_pods(client, &nodes, args.pods, args.distinct_affinities).await?;
     let creation = created.elapsed();
-    let rss_full = settled_rss(&controller).await?;
+    let rss_full = support::settled_rss(&controller).await?;
     println!(
         "{BINARY} (release, --roles controller, --kube-api-qps {}), {} nodes, {} opted-in pods ({} on {}; created in {:.0} s)",
         args.kube_api_qps,
@@ -186,22 +186,6 @@ async fn bench(
         support::peak_rss_kib(controller.pid())?
     );
     Ok(())
-}
-
-/// The controller's RSS once it stops growing (its caches have caught up with the watch).
-async fn settled_rss(controller: &Component) -> Result<u64> {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let (mut last, mut steady) = (controller.rss_kib()?, 0);
-    while steady < 3 {
-        if Instant::now() > deadline {
-            bail!("the RSS of {} never settled", controller.name);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = controller.rss_kib()?;
-        steady = if now == last { steady + 1 } else { 0 };
-        last = now;
-    }
-    Ok(last)
 }
 
 async fn create_nodes(client: &Client, count: usize) -> Result<Vec<String>> {

@@ -1,19 +1,28 @@
-//! `cargo xtask bench evictionrequest --requests N`: N pods without interceptors or PDBs, one
-//! EvictionRequest each (made through the requester library, as any requester would), and the
-//! release controller alone (`--roles controller`, no leader election) driving them all to
-//! Evicted. Prints the time from the first request to the last Evicted, the controller's API
-//! writes per request (from the audit log: it runs as its own service account), its RSS and
-//! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there).
+//! `cargo xtask bench evictionrequest --requests N --interceptors M`: N pods without PDBs, each
+//! naming M interceptors (none by default), one EvictionRequest each (made through the
+//! requester library, as any requester would), and the release controller alone (`--roles
+//! controller`, no leader election) driving them all to Evicted. The bench plays the
+//! interceptors through the runtime's interceptor library, each completing its turn at once
+//! ([`interceptors`]). Prints the time from the first request to the last Evicted and the
+//! requests per second, the API writes per request of the controller and of the interceptors
+//! by kind (from the audit log: each runs as its own service account), the controller's RSS and
+//! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there). Writes
+//! these figures as one row of `target/bench/evictionrequest.csv` (a rerun of the same api,
+//! requests, interceptors and --kube-api-qps replaces its row; a `--debug-build` run writes
+//! none). Only the controller is rate limited (`--kube-api-qps`); the interceptors' clients
+//! have kube's default, no client-side limit.
 //!
 //! `--api lifecycle` runs the same on Kubernetes' own `lifecycle.k8s.io/v1alpha1` API: one
 //! EvictionRequest (intent Eviction) per pod through `evictkit_runtime::lifecycle_request`,
-//! the controller with `--api lifecycle`, done when every request says TargetEvicted.
+//! the controller with `--api lifecycle`, done when every request says TargetEvicted. Without
+//! interceptors: this bench plays them on evictkit's CRD only.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use evictkit_api::EvictionRequest;
+use evictkit_api::keys::{EVICTION_INTERCEPTORS, MAX_INTERCEPTORS_PER_POD};
 use evictkit_core::eviction_request::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -21,8 +30,12 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use super::csv;
 use super::support::{self, Component};
 use crate::cluster::{self, Cluster};
+use interceptors::Interceptors;
+
+mod interceptors;
 
 const NS: &str = "bench-evictionrequest";
 const REQUESTER: &str = "bench.evictkit.io";
@@ -46,6 +59,11 @@ pub struct Args {
     /// Seconds of idle after the last eviction over which the controller's CPU is measured.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
+    /// Interceptors each pod names (i1.bench.evictkit.io, ...), played by the bench: each
+    /// completes its turn at once, as a service account of its own. Their clients are not rate
+    /// limited; --kube-api-qps limits the controller only. With --api crd only.
+    #[arg(long, default_value_t = 0)]
+    interceptors: usize,
     /// The EvictionRequest API: evictkit's CRD, or Kubernetes' own lifecycle.k8s.io/v1alpha1.
     #[arg(long, value_enum, default_value_t = BenchApi::Crd)]
     api: BenchApi,
@@ -61,10 +79,30 @@ enum BenchApi {
     Lifecycle,
 }
 
+impl BenchApi {
+    /// As the controller's --api spells it.
+    fn name(self) -> &'static str {
+        match self {
+            BenchApi::Crd => "crd",
+            BenchApi::Lifecycle => "lifecycle",
+        }
+    }
+}
+
 /// The requester key on the lifecycle.k8s.io API (domain-prefixed, as that API requires).
 const LIFECYCLE_REQUESTER: &str = "evictkit.io/bench";
 
 pub fn run(args: &Args) -> Result<()> {
+    ensure!(
+        args.interceptors == 0 || args.api == BenchApi::Crd,
+        "--interceptors is for --api crd only: the bench plays interceptors on evictkit's CRD, \
+         not on lifecycle.k8s.io"
+    );
+    ensure!(
+        args.interceptors <= MAX_INTERCEPTORS_PER_POD,
+        "--interceptors {}: a pod names at most {MAX_INTERCEPTORS_PER_POD}",
+        args.interceptors
+    );
     let binary = support::binary(CONTROLLER, !args.debug_build)?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
@@ -98,7 +136,8 @@ async fn bench(
         .with_context(|| {
             format!("creating namespace {NS} (left over from a failed run? delete it)")
         })?;
-    let pods = create_pods(client, args.requests).await?;
+    let pods = create_pods(client, args.requests, args.interceptors).await?;
+    let interceptors = Interceptors::start(cluster, client, args.interceptors).await?;
 
     let (kubeconfig, user) = support::service_account(cluster, client, CONTROLLER).await?;
     let metrics_port = support::free_port()?;
@@ -106,11 +145,7 @@ async fn bench(
     command
         .args([
             "--roles=controller",
-            if args.api == BenchApi::Crd {
-                "--api=crd"
-            } else {
-                "--api=lifecycle"
-            },
+            &format!("--api={}", args.api.name()),
             "--leader-elect=false",
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--kube-api-qps={}", args.kube_api_qps),
@@ -122,18 +157,25 @@ async fn bench(
     let mut controller = Component::start(cluster, CONTROLLER, command)?;
     controller.wait_ready(metrics_port).await?;
     let writes_before = support::audited_writes(&user)?;
+    let interceptor_writes_before = interceptors.writes()?;
     let cpu_before = controller.cpu_seconds()?;
 
     println!(
-        "{CONTROLLER} ({}, --roles controller, --api {:?}, --kube-api-qps {}), {} pods without interceptors or PDBs",
+        "{CONTROLLER} ({}, --roles controller, --api {}, --kube-api-qps {}), {} pods without PDBs, {} interceptors each{}",
         if args.debug_build {
             "dev profile"
         } else {
             "release"
         },
-        args.api,
+        args.api.name(),
         args.kube_api_qps,
-        args.requests
+        args.requests,
+        args.interceptors,
+        if args.interceptors > 0 {
+            " (played by the bench, no client-side rate limit)"
+        } else {
+            ""
+        }
     );
     let started = Instant::now();
     match args.api {
@@ -161,18 +203,25 @@ async fn bench(
     }
     .context("requesting the evictions")?;
     let requested = started.elapsed();
-    let all_evicted = match args.api {
-        BenchApi::Crd => wait_all_evicted(client, args.requests, started).await?,
-        BenchApi::Lifecycle => wait_all_target_evicted(client, args.requests, started).await?,
+    let all_evicted = tokio::select! {
+        all_evicted = async {
+            match args.api {
+                BenchApi::Crd => wait_all_evicted(client, args.requests, started).await,
+                BenchApi::Lifecycle => {
+                    wait_all_target_evicted(client, args.requests, started).await
+                }
+            }
+        } => all_evicted?,
+        failure = interceptors.failure() => return Err(failure),
     };
     let cpu_busy = controller.cpu_seconds()? - cpu_before;
     let rss = controller.rss_kib()?;
+    let requests_per_second = args.requests as f64 / all_evicted.as_secs_f64();
     println!(
-        "  {} EvictionRequests created in {:.1} s; all Evicted {:.1} s after the first ({:.1} requests/s)",
+        "  {} EvictionRequests created in {:.1} s; all Evicted {:.1} s after the first ({requests_per_second:.1} requests/s)",
         args.requests,
         requested.as_secs_f64(),
         all_evicted.as_secs_f64(),
-        args.requests as f64 / all_evicted.as_secs_f64()
     );
     println!("  controller RSS: {} KiB; CPU: {cpu_busy:.2} s", rss);
 
@@ -199,18 +248,124 @@ async fn bench(
     }
 
     let writes = support::audited_writes_since(&user, &writes_before)?;
-    let total: usize = writes.values().sum();
-    println!(
-        "  API writes by the controller ({user}): {total}, {:.2} per request",
-        total as f64 / args.requests as f64
-    );
-    for (write, count) in &writes {
-        println!(
-            "    {write:<40} {count:>7} ({:.2} per request)",
-            *count as f64 / args.requests as f64
+    let controller_writes =
+        print_writes(&format!("the controller ({user})"), &writes, args.requests);
+    let mut interceptor_writes = 0;
+    for ((name, user), writes) in interceptors
+        .users
+        .iter()
+        .zip(interceptors.writes_since(&interceptor_writes_before)?)
+    {
+        interceptor_writes += print_writes(
+            &format!("interceptor {name} ({user})"),
+            &writes,
+            args.requests,
         );
     }
+    if args.interceptors > 0 {
+        println!(
+            "  API writes by the {} interceptors: {interceptor_writes}, {:.2} per request",
+            args.interceptors,
+            interceptor_writes as f64 / args.requests as f64
+        );
+    }
+
+    if args.debug_build {
+        println!(
+            "  no CSV row: a dev-profile build's time and CPU do not compare with release figures"
+        );
+        return Ok(());
+    }
+    let row = Row {
+        api: args.api,
+        requests: args.requests,
+        interceptors: args.interceptors,
+        kube_api_qps: args.kube_api_qps,
+        seconds_to_all_evicted: all_evicted.as_secs_f64(),
+        requests_per_second,
+        controller_writes,
+        interceptor_writes,
+        controller_cpu_seconds: cpu_busy,
+        controller_rss_kib: rss,
+        idle_cpu_seconds: cpu_idle,
+    };
+    let path = csv::path("evictionrequest.csv")?;
+    csv::upsert(&path, &HEADER, KEY_COLUMNS, &[row.values()])?;
+    println!("  CSV: {}", path.display());
     Ok(())
+}
+
+/// Prints `who`'s API writes, in all and by kind, each also per request; returns the total.
+fn print_writes(
+    who: &str,
+    writes: &std::collections::BTreeMap<String, usize>,
+    requests: usize,
+) -> usize {
+    let total: usize = writes.values().sum();
+    println!(
+        "  API writes by {who}: {total}, {:.2} per request",
+        total as f64 / requests as f64
+    );
+    for (write, count) in writes {
+        println!(
+            "    {write:<40} {count:>7} ({:.2} per request)",
+            *count as f64 / requests as f64
+        );
+    }
+    total
+}
+
+/// The columns of `evictionrequest.csv`; a run's key is the first [`KEY_COLUMNS`].
+const HEADER: [&str; 11] = [
+    "api",
+    "requests",
+    "interceptors",
+    "kube_api_qps",
+    "seconds_to_all_evicted",
+    "requests_per_second",
+    "controller_writes_per_request",
+    "interceptor_writes_per_request",
+    "controller_cpu_seconds",
+    "controller_rss_kib",
+    "idle_cpu_seconds",
+];
+const KEY_COLUMNS: usize = 4;
+
+/// One run's figures, as a row of `evictionrequest.csv`.
+struct Row {
+    api: BenchApi,
+    requests: usize,
+    interceptors: usize,
+    kube_api_qps: f64,
+    seconds_to_all_evicted: f64,
+    requests_per_second: f64,
+    /// In all, over the run.
+    controller_writes: usize,
+    /// In all, over the run and every interceptor.
+    interceptor_writes: usize,
+    controller_cpu_seconds: f64,
+    controller_rss_kib: u64,
+    idle_cpu_seconds: f64,
+}
+
+impl Row {
+    /// The values in the order of [`HEADER`].
+    fn values(&self) -> Vec<String> {
+        let per_request = |writes: usize| format!("{:.2}", writes as f64 / self.requests as f64);
+        vec![
+            self.api.name().to_owned(),
+            self.requests.to_string(),
+            self.interceptors.to_string(),
+            self.kube_api_qps.to_string(),
+            format!("{:.1}", self.seconds_to_all_evicted),
+            format!("{:.1}", self.requests_per_second),
+            per_request(self.controller_writes),
+            per_request(self.interceptor_writes),
+            format!("{:.2}", self.controller_cpu_seconds),
+            self.controller_rss_kib.to_string(),
+            format!("{:.2}", self.idle_cpu_seconds),
+        ]
+    }
 }
 
 /// How many of the bench's EvictionRequests are still there: as soon as none is, or at
@@ -231,8 +386,8 @@ async fn left_behind(client: &Client, deadline: Instant) -> Result<usize> {
 }
 
 /// `count` Running pods spread over the simulated nodes (bound directly: the bench measures
-/// the controller, not the scheduler).
-async fn create_pods(client: &Client, count: usize) -> Result<Vec<Pod>> {
+/// the controller, not the scheduler), each naming `interceptor_count` interceptors.
+async fn create_pods(client: &Client, count: usize, interceptor_count: usize) -> Result<Vec<Pod>> {
     let nodes: Vec<String> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels("type=kwok"))
         .await?
@@ -243,11 +398,15 @@ async fn create_pods(client: &Client, count: usize) -> Result<Vec<Pod>> {
     if nodes.is_empty() {
         bail!("the cluster has no kwok nodes");
     }
+    let annotations = match interceptor_count {
+        0 => json!({}),
+        n => json!({EVICTION_INTERCEPTORS: interceptors::names(n).join(",")}),
+    };
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pods: Vec<Pod> = stream::iter(0..count)
         .map(|i| {
             let pod = json!({
-                "metadata": {"name": format!("pod-{i}")},
+                "metadata": {"name": format!("pod-{i}"), "annotations": annotations},
                 "spec": {
                     "nodeName": nodes[i % nodes.len()],
                     "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
@@ -297,7 +456,8 @@ async fn wait_all_target_evicted(
                         })
                     })
             })
-            .count())
+            .filter_map(|request| request.metadata.name.clone())
+            .collect())
     })
     .await
 }
@@ -312,20 +472,25 @@ async fn wait_all_evicted(client: &Client, count: usize, started: Instant) -> Re
             .items
             .iter()
             .filter(|request| State::of(request) == State::Evicted)
-            .count())
+            .filter_map(|request| request.metadata.name.clone())
+            .collect())
     })
     .await
 }
 
-/// Polls `evicted` until it reaches `count`, reporting progress; the time since `started`.
+/// Polls `evicted` (the names of the requests evicted now) until `count` requests have been,
+/// reporting progress; the time since `started`. A request counts once seen evicted: the
+/// controller deletes it `--finished-ttl` after its pod went, possibly before the last one is.
 async fn wait_counted<F, Fut>(started: Instant, count: usize, evicted: F) -> Result<Duration>
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<usize>>,
+    Fut: std::future::Future<Output = Result<Vec<String>>>,
 {
     let mut reported = Instant::now();
+    let mut seen = std::collections::HashSet::new();
     loop {
-        let evicted = evicted().await?;
+        seen.extend(evicted().await?);
+        let evicted = seen.len();
         if evicted == count {
             return Ok(started.elapsed());
         }
@@ -340,5 +505,38 @@ where
             bail!("only {evicted} of {count} EvictionRequests Evicted after 30 min");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_has_a_value_per_column_and_writes_per_request() {
+        let row = Row {
+            api: BenchApi::Crd,
+            requests: 300,
+            interceptors: 2,
+            kube_api_qps: 20.0,
+            seconds_to_all_evicted: 61.23,
+            requests_per_second: 4.9,
+            controller_writes: 1200,
+            interceptor_writes: 600,
+            controller_cpu_seconds: 1.234,
+            controller_rss_kib: 30000,
+            idle_cpu_seconds: 0.01,
+        };
+        assert_eq!(
+            row.values(),
+            [
+                "crd", "300", "2", "20", "61.2", "4.9", "4.00", "2.00", "1.23", "30000", "0.01"
+            ]
+        );
+        assert_eq!(row.values().len(), HEADER.len());
+        assert_eq!(
+            interceptors::names(2),
+            ["i1.bench.evictkit.io", "i2.bench.evictkit.io"]
+        );
     }
 }

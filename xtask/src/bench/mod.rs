@@ -6,6 +6,8 @@ pub mod csv;
 mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
+pub mod plot;
+mod scale;
 pub mod support;
 mod taint_manager;
 
@@ -18,10 +20,14 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Component {
     /// Admission throughput and latency per endpoint (release build, one core), RSS, and the
-    /// latency the eviction webhook adds to an eviction through the apiserver.
+    /// latency the eviction webhook adds to an eviction through the apiserver; or, with
+    /// --drain-nodes N, a drain of N kwok nodes at once without and with the eviction webhook:
+    /// evictions/s, p50/p99/max per eviction call, the p99 the webhook adds, its CPU and RSS,
+    /// failed evictions (CSV: target/bench/pdb-policy-webhook-drain.csv).
     PdbPolicyWebhook(pdb_policy_webhook::Args),
-    /// Time for N EvictionRequests (pods without interceptors or PDBs) to reach Evicted, the
-    /// controller's API writes per request (audit log), RSS, CPU, and CPU while idle.
+    /// Time for N EvictionRequests (pods without PDBs, with --interceptors M played by the
+    /// bench) to reach Evicted, the controller's and the interceptors' API writes per request
+    /// (audit log), the controller's RSS, CPU, and CPU while idle; a row of evictionrequest.csv.
     Evictionrequest(evictionrequest::Args),
     /// The same NoExecute scenario against kube-controller-manager's taint-eviction-controller
     /// and against the taint-manager: both deletion sets, taint-to-deletion latency, wall time,
@@ -36,6 +42,12 @@ enum Component {
     /// the first and last eviction call, CPU per label event (relevant or not), RSS per cached
     /// pod; among N nodes and M opted-in pods.
     AffinityEvictor(affinity_evictor::Args),
+    /// How cost grows with the cluster, per size (pods at 110 per kwok node, a cluster of its
+    /// own each: set EVICTKIT_CLUSTER_DIR): memory per cached pod of every component that
+    /// watches pods, and a zone outage (a third of the nodes unreachable at once) against
+    /// kube-controller-manager's taint-eviction-controller and the taint-manager at each
+    /// --kube-api-qps. CSV and PNG plots under target/bench.
+    Scale(scale::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -45,5 +57,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Component::TaintManager(args) => taint_manager::run(&args),
         Component::DeschedulerBridge(args) => descheduler_bridge::run(&args),
         Component::AffinityEvictor(args) => affinity_evictor::run(&args),
+        Component::Scale(args) => scale::run(&args),
     }
 }

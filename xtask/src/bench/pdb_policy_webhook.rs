@@ -2,6 +2,11 @@
 //! against the running control plane; AdmissionReviews posted straight to each endpoint over
 //! HTTPS with keep-alive (requests per second, p50/p99, RSS); then the latency a dry-run
 //! eviction through the apiserver gains when the eviction webhook is registered.
+//!
+//! With `--drain-nodes N` ([`drain`]) instead: N kwok nodes drained at once, real evictions
+//! through the apiserver without and then with the eviction webhook (evictions per second,
+//! p50/p99/max of an eviction call, the p99 the webhook adds, its CPU and RSS, failures); one
+//! CSV row per case in `target/bench/pdb-policy-webhook-drain.csv`.
 
 use std::path::Path;
 use std::process::Command;
@@ -19,9 +24,12 @@ use serde_json::{Value, json};
 use super::support::{self, Component, percentile};
 use crate::cluster::{self, Cluster};
 
+mod drain;
+
 const NS: &str = "bench-pdb-policy";
 const POLICY: &str = "bench-pdb-policy";
 const PODS: usize = 50;
+const WEBHOOK_NAME: &str = "validate-eviction.bench.evictkit.io";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,6 +42,18 @@ pub struct Args {
     /// Dry-run evictions through the apiserver, with and without the webhook.
     #[arg(long, default_value_t = 300)]
     evictions: usize,
+    /// Instead of the measurements above: drain this many kwok nodes at once, --pods-per-node
+    /// pods each, first without the eviction webhook registered, then with it (0: no drain).
+    #[arg(long, default_value_t = 0)]
+    drain_nodes: usize,
+    /// Pods on each drained node, with --drain-nodes.
+    #[arg(long, default_value_t = 20)]
+    pods_per_node: usize,
+    /// The webhook's --kube-api-qps in the drain (burst 1.5 times it; 0: unlimited). 20 is its
+    /// default, as the chart runs it; it reads the pod and its namespace's PDBs per eviction.
+    /// Another value shows in the CSV as webhook "on-qps<N>".
+    #[arg(long, default_value_t = 20.0)]
+    webhook_kube_api_qps: f64,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -48,7 +68,11 @@ pub fn run(args: &Args) -> Result<()> {
 async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
     let client = support::client(cluster).await?;
     setup(cluster, &client).await?;
-    let result = measure(cluster, &client, binary, args).await;
+    let result = if args.drain_nodes > 0 {
+        drain::measure(cluster, &client, binary, args).await
+    } else {
+        measure(cluster, &client, binary, args).await
+    };
     teardown(&client).await;
     result
 }
@@ -130,11 +154,20 @@ async fn teardown(client: &Client) {
     let _ = policies.delete(POLICY, &dp).await;
 }
 
-async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
+/// The webhook under test: the release binary pinned to one core, serving over HTTPS with the
+/// apiserver's certificate of the test PKI (issued for 127.0.0.1 by the cluster CA).
+struct Webhook {
+    server: Component,
+    port: u16,
+    metrics_port: u16,
+    ca_pem: String,
+}
+
+/// The webhook with `flags` added to the bench's.
+async fn start_webhook(cluster: &Cluster, binary: &Path, flags: &[String]) -> Result<Webhook> {
     let pki = support::pki();
     let port = support::free_port()?;
     let metrics_port = support::free_port()?;
-    // The apiserver's certificate of the test PKI is issued for 127.0.0.1 by the cluster CA.
     let mut command = Command::new("taskset");
     command
         .args(["-c", "0"])
@@ -147,11 +180,26 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
             "--leader-elect=false",
             "--roles=webhook",
         ])
+        .args(flags)
         .env("RUST_LOG", "warn");
     let mut server = Component::start(cluster, "pdb-policy-webhook", command)?;
     server.wait_ready(metrics_port).await?;
-    let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
-    let webhook = support::webhook_client(port, &ca_pem)?;
+    Ok(Webhook {
+        server,
+        port,
+        metrics_port,
+        ca_pem: std::fs::read_to_string(pki.join("ca.crt"))?,
+    })
+}
+
+async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
+    let Webhook {
+        server,
+        port,
+        metrics_port,
+        ca_pem,
+    } = &start_webhook(cluster, binary, &[]).await?;
+    let webhook = support::webhook_client(*port, ca_pem)?;
 
     println!(
         "pdb-policy-webhook (release, taskset -c 0), {} reviews per endpoint, {} connections, {PODS} pods in the namespace",
@@ -176,16 +224,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     println!("RSS after the load: {} KiB", server.rss_kib()?);
 
     let without = evictions(client, args.evictions).await?;
-    register(client, port, &ca_pem).await?;
-    // The apiserver picks up a new webhook configuration within about a second.
-    let before = validate_eviction_count(metrics_port)?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while validate_eviction_count(metrics_port)? == before {
-        if Instant::now() > deadline {
-            bail!("the apiserver never called the eviction webhook");
-        }
-        evictions(client, 1).await?;
-    }
+    register(client, *port, ca_pem, *metrics_port).await?;
     let with = evictions(client, args.evictions).await?;
     println!(
         "dry-run eviction through the apiserver, {} calls each:",
@@ -202,7 +241,6 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
         percentile(&with, 0.99),
         percentile(&with, 0.5) - percentile(&without, 0.5)
     );
-    drop(server);
     Ok(())
 }
 
@@ -261,12 +299,15 @@ async fn evictions(client: &Client, count: usize) -> Result<Vec<f64>> {
     Ok(latencies)
 }
 
-async fn register(client: &Client, port: u16, ca_pem: &str) -> Result<()> {
+/// Registers the eviction webhook for the namespace, as the chart does (failurePolicy Ignore,
+/// timeoutSeconds 5), and returns once the apiserver calls it.
+async fn register(client: &Client, port: u16, ca_pem: &str, metrics_port: u16) -> Result<()> {
     let configuration = json!({
         "metadata": {"name": NS},
         "webhooks": [{
-            "name": "validate-eviction.bench.evictkit.io",
+            "name": WEBHOOK_NAME,
             "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}],
             "clientConfig": {
@@ -281,6 +322,15 @@ async fn register(client: &Client, port: u16, ca_pem: &str) -> Result<()> {
             &serde_json::from_value(configuration)?,
         )
         .await?;
+    // The apiserver picks up a new webhook configuration within about a second.
+    let before = validate_eviction_count(metrics_port)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while validate_eviction_count(metrics_port)? == before {
+        if Instant::now() > deadline {
+            bail!("the apiserver never called the eviction webhook");
+        }
+        evictions(client, 1).await?;
+    }
     Ok(())
 }
 

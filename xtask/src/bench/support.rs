@@ -295,14 +295,21 @@ pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, u
         ) {
             continue;
         }
-        let object = &event["objectRef"];
-        let resource = match object["subresource"].as_str() {
-            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or_default()),
-            None => object["resource"].as_str().unwrap_or_default().to_owned(),
-        };
-        *writes.entry(format!("{verb} {resource}")).or_insert(0) += 1;
+        *writes
+            .entry(format!("{verb} {}", audited_resource(&event)))
+            .or_insert(0) += 1;
     }
     Ok(writes)
+}
+
+/// The resource of an audit event with its subresource, e.g. `pods/eviction`.
+pub fn audited_resource(event: &serde_json::Value) -> String {
+    let object = &event["objectRef"];
+    let resource = object["resource"].as_str().unwrap_or_default();
+    match object["subresource"].as_str() {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_owned(),
+    }
 }
 
 /// The writes `user` made since `before` (an earlier [`audited_writes`]), by kind.
@@ -375,6 +382,22 @@ pub fn metric_sum(metrics_port: u16, series: &str, labels: &[&str]) -> Result<f6
 
 pub fn rss_kib(pid: u32) -> Result<u64> {
     proc_status_kib(pid, "VmRSS")
+}
+
+/// A component's RSS once it stops growing (its caches have caught up with the watch).
+pub async fn settled_rss(controller: &Component) -> Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let (mut last, mut steady) = (controller.rss_kib()?, 0);
+    while steady < 3 {
+        if Instant::now() > deadline {
+            bail!("the RSS of {} never settled", controller.name);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = controller.rss_kib()?;
+        steady = if now == last { steady + 1 } else { 0 };
+        last = now;
+    }
+    Ok(last)
 }
 
 /// The highest resident memory the process has had so far (VmHWM), in KiB.

@@ -1,0 +1,358 @@
+//! `cargo xtask bench scale --sizes 1000,10000,30000`: how cost grows with the cluster, side by
+//! side with upstream. Per size (pods, at 110 per kwok node, the kubelet's default maxPods) the
+//! bench (re)starts a cluster of its own (`EVICTKIT_CLUSTER_DIR`) with that many nodes and
+//! measures, on release builds:
+//!
+//! 1. **Memory per cached pod** of every component that watches pods (affinity-evictor,
+//!    taint-manager, pdb-policy-webhook, evictionrequest-controller, descheduler-bridge): each
+//!    started on the empty cluster, its settled RSS taken, then the pods created; (RSS with the
+//!    pods - RSS before) / pods.
+//! 2. **An outage of a third of the nodes**, for each `--kube-api-qps`: a third of each zone's
+//!    nodes stop reporting (kwok lets them go, their Ready condition turns Unknown) and get
+//!    `node.kubernetes.io/unreachable:NoExecute` at once; every pod tolerates that taint and
+//!    `not-ready` for `--toleration-seconds` (Kubernetes' default 300 s, shortened), so a third
+//!    of the pods come due together. Run against kube-controller-manager's
+//!    taint-eviction-controller and against the taint-manager at the same client QPS (see
+//!    [`outage`]). A third of each zone, not one whole zone: every zone stays in the Normal
+//!    state, where both remove pods as soon as they are due (in a zone with no Ready node the
+//!    taint-manager's zone guard paces removals at `--node-eviction-rate` pods per second,
+//!    where upstream leaves the pacing to the node-lifecycle-controller's tainting).
+//!
+//! Each size's rows go into `target/bench/scale-memory.csv` and `target/bench/scale-outage.csv`
+//! (a rerun of a case replaces its row), and the plots in `target/bench/scale-*.png` are drawn
+//! again from the whole files after every size: sizes can be run on different days.
+
+mod memory;
+mod outage;
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, ensure};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::csv;
+use super::plot::{self, Chart, Series};
+use super::support;
+use crate::cluster::{self, UpArgs};
+
+/// Pods per kwok node: the kubelet's default maxPods (the nodes' allocatable pods).
+pub const PODS_PER_NODE: usize = 110;
+/// The namespace of the bench's pods.
+const NS: &str = "bench-scale";
+/// Concurrent pod creations: the apiserver, etcd, kwok and the bench share the machine.
+const CONCURRENCY: usize = 48;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Cluster sizes in pods, each a cluster of its own with pods / 110 kwok nodes.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,30000")]
+    sizes: Vec<usize>,
+    /// The client QPS of both taint controllers in the outage (--kube-api-qps, with
+    /// --kube-api-burst 1.5 times it); each value a run of both. kube-controller-manager's
+    /// default is 20; 200 shows where the apiserver, not the client budget, is the limit.
+    #[arg(long, value_delimiter = ',', default_value = "20,200")]
+    kube_api_qps: Vec<f64>,
+    /// tolerationSeconds of every pod's not-ready and unreachable tolerations (the
+    /// DefaultTolerationSeconds admission plugin's 300, shortened for the bench).
+    #[arg(long, default_value_t = 10)]
+    toleration_seconds: i64,
+    /// Only the memory per cached pod (no outage).
+    #[arg(long)]
+    memory_only: bool,
+    /// Draw the plots again from the CSV files under target/bench and run nothing.
+    #[arg(long)]
+    plot_only: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if args.plot_only {
+        return plots();
+    }
+    ensure!(
+        std::env::var_os("EVICTKIT_CLUSTER_DIR").is_some(),
+        "set EVICTKIT_CLUSTER_DIR to a directory of its own: the bench restarts its cluster with \
+         the nodes of each size and must not restart the shared one"
+    );
+    ensure!(!args.sizes.is_empty(), "--sizes names no size");
+    let binaries = memory::Binaries::build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    for &size in &args.sizes {
+        let started = Instant::now();
+        let nodes = size.div_ceil(PODS_PER_NODE);
+        println!("== size {size} pods on {nodes} kwok nodes");
+        // A fresh cluster per size: no pods, Events or audit log of an earlier run.
+        cluster::down()?;
+        // The taint controllers bring their own node-lifecycle-controller (see outage.rs), so
+        // exactly one runs in each side's outage.
+        let cluster = cluster::up(&UpArgs {
+            nodes,
+            kcm_controllers: "*,-taint-eviction-controller,-node-lifecycle-controller".into(),
+            feature_gates: String::new(),
+            real_node: false,
+        })?;
+        runtime.block_on(async {
+            let client = support::client(&cluster).await?;
+            for crd in [
+                "taintevictionpolicies.evictkit.io",
+                "evictionrequests.evictkit.io",
+                "poddisruptionbudgetpolicies.evictkit.io",
+            ] {
+                support::install_crd(&cluster, crd)?;
+            }
+            support::create_namespace(&client, NS).await?;
+            let scenario = Scenario::new(&support::kwok_nodes(&client).await?, size, args);
+            let memory = memory::measure(&cluster, &client, &binaries, &scenario).await?;
+            csv::upsert(&csv::path("scale-memory.csv")?, memory::HEADER, 2, &memory)?;
+            if !args.memory_only {
+                for &qps in &args.kube_api_qps {
+                    let rows =
+                        outage::measure(&cluster, &client, &binaries.taint_manager, &scenario, qps)
+                            .await?;
+                    csv::upsert(&csv::path("scale-outage.csv")?, outage::HEADER, 3, &rows)?;
+                }
+            }
+            anyhow::Ok(())
+        })?;
+        plots()?;
+        println!(
+            "== size {size} done in {:.0} s (the cluster keeps running: cargo xtask cluster down)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// The pods of one size and the nodes that go down.
+pub struct Scenario {
+    /// Pod name -> node, round robin over the nodes.
+    pods: Vec<(String, String)>,
+    /// The nodes that go down: a third of each zone's.
+    down: Vec<String>,
+    toleration_seconds: i64,
+}
+
+impl Scenario {
+    fn new(nodes: &[String], size: usize, args: &Args) -> Self {
+        let pods = (0..size)
+            .map(|i| (format!("scale-{i}"), nodes[i % nodes.len()].clone()))
+            .collect();
+        // kwok-node-N is in zone ZONES[N % 3] (cluster.rs): nodes 0-2, 9-11, 18-20, ... are a
+        // third of each zone.
+        let zones = cluster::ZONES.len();
+        let down = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (i / zones).is_multiple_of(zones))
+            .map(|(_, node)| node.clone())
+            .collect();
+        Self {
+            pods,
+            down,
+            toleration_seconds: args.toleration_seconds,
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// The pods on the nodes that go down: all of them come due.
+    fn due(&self) -> impl Iterator<Item = &(String, String)> {
+        self.pods
+            .iter()
+            .filter(|(_, node)| self.down.contains(node))
+    }
+
+    /// A pod as the DefaultTolerationSeconds admission plugin leaves it, with the bench's
+    /// shorter tolerationSeconds, and the execution-time affinity the affinity-evictor caches
+    /// (one selector shared by all, as a workload's pods share theirs).
+    fn manifest(&self, name: &str, node: &str) -> Result<Pod> {
+        let tolerations: Vec<_> = [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ]
+        .iter()
+        .map(|key| {
+            json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                       "tolerationSeconds": self.toleration_seconds})
+        })
+        .collect();
+        let affinity = json!({"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "type", "operator": "In", "values": ["kwok"]}]}]});
+        Ok(serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "labels": {"app": "bench-scale"},
+                "annotations": {evictkit_api::keys::REQUIRED_DURING_EXECUTION: affinity.to_string()},
+            },
+            "spec": {
+                "nodeName": node,
+                "tolerations": tolerations,
+                // Deleted at once: kwok plays no part in the deletion being measured.
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }))?)
+    }
+}
+
+/// Creates `pods` (name, node) of `scenario` in the bench's namespace and waits until they run.
+async fn create_pods<'a>(
+    client: &Client,
+    scenario: &Scenario,
+    pods: impl Iterator<Item = &'a (String, String)>,
+) -> Result<usize> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let created = stream::iter(pods)
+        .map(|(name, node)| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &scenario.manifest(name, node)?)
+                    .await
+                    .with_context(|| format!("creating pod {NS}/{name}"))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect::<Vec<_>>()
+        .await?
+        .len();
+    wait_all_running(&api, scenario.size()).await?;
+    Ok(created)
+}
+
+/// Waits until `count` pods of `pods` exist and none is not Running, counting on the server
+/// (a field selector and metadata only): a full list of 30k pods each time would be the load.
+async fn wait_all_running(pods: &Api<Pod>, count: usize) -> Result<()> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(600 + count as u64 / 20);
+    loop {
+        let all = pods
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        let pending = pods
+            .list_metadata(&ListParams::default().fields("status.phase!=Running"))
+            .await?
+            .items
+            .len();
+        if all == count && pending == 0 {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{all} of {count} pods of {NS} exist and {pending} are not Running after the deadline"
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    }
+}
+
+/// The plots of the CSV files there are, next to them under target/bench.
+fn plots() -> Result<()> {
+    let memory_csv = csv::path("scale-memory.csv")?;
+    if memory_csv.exists() {
+        let rows = csv::read(&memory_csv)?;
+        let components: std::collections::BTreeSet<&str> =
+            rows.iter().map(|row| row["component"].as_str()).collect();
+        let series: Vec<Series> = components
+            .iter()
+            .map(|component| Series {
+                name: (*component).to_owned(),
+                points: points(&rows, |row| row["component"] == *component, "bytes_per_pod"),
+            })
+            .collect();
+        let path = csv::path("scale-memory.png")?;
+        plot::png(
+            &path,
+            &Chart {
+                title: "Memory per cached pod (RSS above the idle baseline / pods)",
+                x_label: "pods in the cluster",
+                y_label: "bytes per pod",
+                log_x: true,
+                log_y: false,
+            },
+            &series,
+        )?;
+        println!("  plot: {}", path.display());
+    }
+    let outage_csv = csv::path("scale-outage.csv")?;
+    if outage_csv.exists() {
+        let rows = csv::read(&outage_csv)?;
+        let cases: std::collections::BTreeSet<(String, String)> = rows
+            .iter()
+            .map(|row| (row["controller"].clone(), row["kube_api_qps"].clone()))
+            .collect();
+        for (figure, title, y_label, file) in [
+            (
+                "p99_seconds",
+                "Zone outage: p99 from the taint to the deletion",
+                "seconds",
+                "scale-outage-p99.png",
+            ),
+            (
+                "wall_seconds",
+                "Zone outage: from the taint to the last deletion",
+                "seconds",
+                "scale-outage-wall.png",
+            ),
+            (
+                "cpu_seconds",
+                "Zone outage: controller CPU from the taint to the last deletion",
+                "CPU seconds",
+                "scale-outage-cpu.png",
+            ),
+            (
+                "rss_kib",
+                "Zone outage: controller RSS after the last deletion",
+                "KiB",
+                "scale-outage-rss.png",
+            ),
+        ] {
+            let series: Vec<Series> = cases
+                .iter()
+                .map(|(controller, qps)| Series {
+                    name: format!("{controller}, {qps} QPS"),
+                    points: points(
+                        &rows,
+                        |row| row["controller"] == *controller && row["kube_api_qps"] == *qps,
+                        figure,
+                    ),
+                })
+                .collect();
+            let path = csv::path(file)?;
+            plot::png(
+                &path,
+                &Chart {
+                    title,
+                    x_label: "pods in the cluster (a third due at once)",
+                    y_label,
+                    log_x: true,
+                    log_y: true,
+                },
+                &series,
+            )?;
+            println!("  plot: {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// (size, `figure`) of the rows `keep` selects, by size.
+fn points(
+    rows: &[std::collections::BTreeMap<String, String>],
+    keep: impl Fn(&std::collections::BTreeMap<String, String>) -> bool,
+    figure: &str,
+) -> Vec<(f64, f64)> {
+    let mut points: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|row| keep(row))
+        .filter_map(|row| Some((row["size"].parse().ok()?, row.get(figure)?.parse().ok()?)))
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}

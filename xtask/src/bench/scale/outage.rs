@@ -1,0 +1,489 @@
+//! The outage of a third of the nodes, once per side at the same client QPS.
+//!
+//! - **upstream**: a kube-controller-manager with `--controllers=taint-eviction-controller,
+//!   node-lifecycle-controller` (upstream's controller finds a node's pods through an index only
+//!   the node-lifecycle-controller adds) and `--use-service-account-credentials`, so the
+//!   taint-eviction-controller's writes carry its own service account in the audit log, apart
+//!   from the node-lifecycle-controller's. Its RSS and CPU are the process's: both controllers.
+//! - **ours**: the taint-manager as a service account of the bench namespace, beside a
+//!   kube-controller-manager with only the node-lifecycle-controller (not measured), so each
+//!   side's outage has exactly one node-lifecycle-controller marking pods NotReady.
+//!
+//! The outage: each node that goes down is let go by kwok (its annotation no longer selects it: no
+//! heartbeat, no lease renewal), its Ready condition set Unknown, and its taints set to
+//! `node.kubernetes.io/unreachable:NoExecute` with `timeAdded`, all nodes at once. A pod's
+//! latency is from its node's taint to the apiserver's receipt of the controller's successful
+//! delete (audit log). Afterwards the nodes come back and the deleted pods are created again.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::{NS, Scenario, create_pods};
+use crate::bench::support::{self, Component, percentile};
+use crate::cluster::{Cluster, KWOK_NODE_ANNOTATION};
+
+pub const HEADER: &[&str] = &[
+    "size",
+    "kube_api_qps",
+    "controller",
+    "nodes_down",
+    "pods_due",
+    "pods_deleted",
+    "deletes",
+    "wall_seconds",
+    "p50_seconds",
+    "p99_seconds",
+    "max_seconds",
+    "deletions_per_second",
+    "calls_per_pod",
+    "budget_calls_per_pod",
+    "qk_bound_per_second",
+    "share_of_bound",
+    "cpu_seconds",
+    "rss_kib",
+    "peak_rss_kib",
+];
+
+/// The audit user of upstream's controller under `--use-service-account-credentials`: it
+/// shares the node-lifecycle-controller's service account (kube-controller-manager's
+/// `NewClient("node-controller")` for both).
+const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:node-controller";
+/// The reason of the taint controllers' Events (upstream's and ours).
+const EVENT_REASON: &str = "TaintManagerEviction";
+/// Quiet time after the last expected deletion in which a surplus deletion would show.
+const SETTLE: Duration = Duration::from_secs(5);
+/// Concurrent node patches of the outage (all nodes "at once", within the client's reach).
+const NODE_CONCURRENCY: usize = 32;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Upstream,
+    Ours,
+}
+
+impl Side {
+    fn label(self) -> &'static str {
+        match self {
+            Side::Upstream => "upstream",
+            Side::Ours => "ours",
+        }
+    }
+}
+
+/// What one side's outage measured.
+struct Run {
+    /// Pod -> when the apiserver received its first successful delete by the controller.
+    deleted: BTreeMap<String, Timestamp>,
+    deletes: usize,
+    tainted_at: BTreeMap<String, Timestamp>,
+    /// The controller's writes during the outage, by verb and resource.
+    writes: BTreeMap<String, usize>,
+    cpu_seconds: f64,
+    rss_kib: u64,
+    peak_rss_kib: u64,
+}
+
+/// Both sides' outage at `qps`; one CSV row each.
+pub async fn measure(
+    cluster: &Cluster,
+    client: &Client,
+    taint_manager: &Path,
+    scenario: &Scenario,
+    qps: f64,
+) -> Result<Vec<Vec<String>>> {
+    let due = scenario.due().count();
+    println!(
+        "  outage at --kube-api-qps {qps}: {} of {} nodes down (a third of each zone), {due} pods due after {} s",
+        scenario.down.len(),
+        scenario.pods.len().div_ceil(super::PODS_PER_NODE),
+        scenario.toleration_seconds
+    );
+    let mut rows = Vec::new();
+    let mut sets = Vec::new();
+    for side in [Side::Upstream, Side::Ours] {
+        let run = run_side(cluster, client, taint_manager, scenario, qps, side).await;
+        // Whatever happened, the nodes come back and the pods are there for the next run.
+        restore(client, scenario).await?;
+        let run = run?;
+        let row = row(scenario, qps, side, &run);
+        print_row(&row);
+        sets.push(run.deleted.keys().cloned().collect::<Vec<_>>());
+        rows.push(row);
+    }
+    println!(
+        "    deletion sets: {}",
+        if sets[0] == sets[1] {
+            "identical"
+        } else {
+            "DIFFERENT"
+        }
+    );
+    Ok(rows)
+}
+
+async fn run_side(
+    cluster: &Cluster,
+    client: &Client,
+    taint_manager: &Path,
+    scenario: &Scenario,
+    qps: f64,
+    side: Side,
+) -> Result<Run> {
+    let rate = [
+        format!("--kube-api-qps={qps}"),
+        format!("--kube-api-burst={}", (qps * 1.5).ceil()),
+    ];
+    // Upstream's informers list every pod before it acts: give them the time they need.
+    let sync = Duration::from_secs(5 + scenario.size() as u64 / 3000);
+    let (measured, _node_lifecycle, user) = match side {
+        Side::Upstream => {
+            let kcm = kube_controller_manager(
+                cluster,
+                "kcm-taint-eviction-controller",
+                "taint-eviction-controller,node-lifecycle-controller",
+                &rate,
+            )
+            .await?;
+            tokio::time::sleep(sync).await;
+            (kcm, None, UPSTREAM_USER.to_owned())
+        }
+        Side::Ours => {
+            let node_lifecycle = kube_controller_manager(
+                cluster,
+                "kcm-node-lifecycle-controller",
+                "node-lifecycle-controller",
+                &rate,
+            )
+            .await?;
+            let (kubeconfig, user) =
+                support::service_account(cluster, client, "scale-taint-manager").await?;
+            let port = support::free_port()?;
+            let mut command = Command::new(taint_manager);
+            command
+                .args([
+                    "--leader-elect=false",
+                    &format!("--metrics-addr=127.0.0.1:{port}"),
+                ])
+                .args(&rate)
+                .env("KUBECONFIG", &kubeconfig)
+                .env("RUST_LOG", "warn");
+            let mut taint_manager = Component::start(cluster, "scale-taint-manager", command)?;
+            taint_manager.wait_ready(port).await?;
+            tokio::time::sleep(sync).await;
+            (taint_manager, Some(node_lifecycle), user)
+        }
+    };
+    let cpu_before = measured.cpu_seconds()?;
+    let since = Timestamp::now();
+    let tainted_at = nodes_down(client, scenario).await?;
+
+    let due = scenario.due().count();
+    // Upstream writes about three times per pod: four leaves room without waiting forever.
+    let timeout = Duration::from_secs(
+        u64::try_from(scenario.toleration_seconds).unwrap_or(0)
+            + 120
+            + (due as f64 * 4.0 / qps) as u64,
+    );
+    let waited = Instant::now();
+    let mut last_change = (0, Instant::now());
+    let (deleted, deletes) = loop {
+        let (deleted, deletes) = support::audited_calls(&user, "delete", "pods", None, NS, since)?;
+        if deletes != last_change.0 {
+            last_change = (deletes, Instant::now());
+        }
+        if deleted.len() >= due && last_change.1.elapsed() >= SETTLE {
+            break (deleted, deletes);
+        }
+        if waited.elapsed() > timeout {
+            bail!(
+                "{}: {} of {due} pods deleted after {:.0} s; see {}",
+                side.label(),
+                deleted.len(),
+                timeout.as_secs_f64(),
+                measured.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    Ok(Run {
+        deleted,
+        deletes,
+        tainted_at,
+        writes: taint_controller_writes(&user, since)?,
+        cpu_seconds: measured.cpu_seconds()? - cpu_before,
+        rss_kib: measured.rss_kib()?,
+        peak_rss_kib: support::peak_rss_kib(measured.pid())?,
+    })
+}
+
+/// The writes of the taint controller running as `user` since `since`, by verb and resource.
+/// Upstream's service account is also the node-lifecycle-controller's: its writes are left
+/// out (pod status updates marking pods NotReady, node writes, Events of other reasons).
+fn taint_controller_writes(user: &str, since: Timestamp) -> Result<BTreeMap<String, usize>> {
+    let mut writes = BTreeMap::new();
+    let mut taint_events = std::collections::BTreeSet::new();
+    for event in support::audit_events(&[user])? {
+        let received: Timestamp = event["requestReceivedTimestamp"]
+            .as_str()
+            .context("audit event without requestReceivedTimestamp")?
+            .parse()?;
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let resource = support::audited_resource(&event);
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        if received < since || !(200..300).contains(&code) {
+            continue;
+        }
+        let name = event["objectRef"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let counts = if user != UPSTREAM_USER {
+            true
+        } else {
+            match (verb, resource.as_str()) {
+                ("delete", "pods") | ("patch", "pods/status") => true,
+                ("create", "events") => {
+                    let taint = event["requestObject"]["reason"] == EVENT_REASON;
+                    if taint {
+                        taint_events.insert(name);
+                    }
+                    taint
+                }
+                ("patch", "events") => taint_events.contains(&name),
+                _ => false,
+            }
+        };
+        if counts && matches!(verb, "create" | "update" | "patch" | "delete") {
+            *writes.entry(format!("{verb} {resource}")).or_insert(0) += 1;
+        }
+    }
+    Ok(writes)
+}
+
+/// A kube-controller-manager with only `controllers`, each controller with a client of its
+/// own service account (kube-system), at the bench's client rate; listening once it returns.
+async fn kube_controller_manager(
+    cluster: &Cluster,
+    name: &str,
+    controllers: &str,
+    rate: &[String],
+) -> Result<Component> {
+    let port = support::free_port()?;
+    let mut command = Command::new(cluster.bin("kube-controller-manager"));
+    command
+        .args([
+            &format!("--kubeconfig={}", cluster.kubeconfig().display()),
+            &format!("--controllers={controllers}"),
+            "--use-service-account-credentials",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={port}"),
+        ])
+        .args(rate);
+    let component = Component::start(cluster, name, command)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "{name} not listening on {port} after 60 s; see {}",
+                component.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(component)
+}
+
+/// Takes the nodes down as a network partition does, all at once: kwok lets each go, its
+/// Ready condition turns Unknown and it gets the unreachable NoExecute taint. Returns when each
+/// node's taint was sent.
+async fn nodes_down(client: &Client, scenario: &Scenario) -> Result<BTreeMap<String, Timestamp>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    stream::iter(&scenario.down)
+        .map(|node| {
+            let nodes = nodes.clone();
+            async move {
+                let let_go = json!({"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "down"}}});
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&let_go))
+                    .await
+                    .with_context(|| format!("letting node {node} go from kwok"))?;
+                let unknown = json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "bench scale: node outage",
+                    "lastTransitionTime": Timestamp::from_second(Timestamp::now().as_second())?.to_string(),
+                }]}});
+                nodes
+                    .patch_status(node, &PatchParams::default(), &Patch::Strategic(&unknown))
+                    .await
+                    .with_context(|| format!("setting node {node} Ready=Unknown"))?;
+                let at = Timestamp::now();
+                let taint = json!({"spec": {"taints": [{
+                    "key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                    "timeAdded": Timestamp::from_second(at.as_second())?.to_string(),
+                }]}});
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&taint))
+                    .await
+                    .with_context(|| format!("tainting node {node}"))?;
+                anyhow::Ok((node.clone(), at))
+            }
+        })
+        .buffer_unordered(NODE_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// The nodes come back: kwok takes them again (they turn Ready), their taints go, and the
+/// pods deleted are created again.
+async fn restore(client: &Client, scenario: &Scenario) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let back = json!({
+        "metadata": {"annotations": {KWOK_NODE_ANNOTATION: "fake"}},
+        "spec": {"taints": null},
+    });
+    support::patch_nodes(client, &scenario.down, &back, "bringing back node").await?;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for node in &scenario.down {
+        loop {
+            let ready = nodes
+                .get(node)
+                .await
+                .with_context(|| format!("reading node {node}"))?
+                .status
+                .and_then(|status| status.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True");
+            if ready {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("node {node} not Ready 180 s after kwok took it back");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
+    let existing: std::collections::BTreeSet<String> = pods
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|pod| pod.metadata.name)
+        .collect();
+    let missing: Vec<&(String, String)> = scenario
+        .pods
+        .iter()
+        .filter(|(name, _)| !existing.contains(name))
+        .collect();
+    create_pods(client, scenario, missing.into_iter()).await?;
+    Ok(())
+}
+
+/// One CSV row of `run`, in [`HEADER`]'s order.
+fn row(scenario: &Scenario, qps: f64, side: Side, run: &Run) -> Vec<String> {
+    let node_of: BTreeMap<&str, &str> = scenario
+        .pods
+        .iter()
+        .map(|(pod, node)| (pod.as_str(), node.as_str()))
+        .collect();
+    let latencies: Vec<f64> = run
+        .deleted
+        .iter()
+        .filter_map(|(pod, at)| {
+            let tainted = run.tainted_at.get(*node_of.get(pod.as_str())?)?;
+            Some(at.duration_since(*tainted).as_secs_f64())
+        })
+        .collect();
+    let first_taint = run.tainted_at.values().min();
+    let (first_deletion, last_deletion) = (run.deleted.values().min(), run.deleted.values().max());
+    let wall = match (first_taint, last_deletion) {
+        (Some(taint), Some(last)) => last.duration_since(*taint).as_secs_f64(),
+        _ => 0.0,
+    };
+    let rate = match (first_deletion, last_deletion) {
+        (Some(first), Some(last)) if last > first => {
+            run.deleted.len() as f64 / last.duration_since(*first).as_secs_f64()
+        }
+        _ => 0.0,
+    };
+    let pods = run.deleted.len().max(1) as f64;
+    let calls: usize = run.writes.values().sum();
+    // The taint-manager sends its Events through a client of its own (README, Reliability):
+    // only its pod writes draw on the budget of the removals. Upstream's Events share it.
+    let budget_calls: usize = run
+        .writes
+        .iter()
+        .filter(|(write, _)| side == Side::Upstream || !write.ends_with(" events"))
+        .map(|(_, count)| count)
+        .sum();
+    let budget_per_pod = budget_calls as f64 / pods;
+    let bound = if budget_per_pod > 0.0 {
+        qps / budget_per_pod
+    } else {
+        0.0
+    };
+    vec![
+        scenario.size().to_string(),
+        qps.to_string(),
+        side.label().to_owned(),
+        scenario.down.len().to_string(),
+        scenario.due().count().to_string(),
+        run.deleted.len().to_string(),
+        run.deletes.to_string(),
+        format!("{wall:.2}"),
+        format!("{:.2}", percentile(&latencies, 0.5)),
+        format!("{:.2}", percentile(&latencies, 0.99)),
+        format!("{:.2}", percentile(&latencies, 1.0)),
+        format!("{rate:.1}"),
+        format!("{:.2}", calls as f64 / pods),
+        format!("{budget_per_pod:.2}"),
+        format!("{bound:.1}"),
+        format!("{:.2}", if bound > 0.0 { rate / bound } else { 0.0 }),
+        format!("{:.2}", run.cpu_seconds),
+        run.rss_kib.to_string(),
+        run.peak_rss_kib.to_string(),
+    ]
+}
+
+fn print_row(row: &[String]) {
+    let value = |column: &str| {
+        HEADER
+            .iter()
+            .position(|c| *c == column)
+            .map(|i| row[i].as_str())
+            .unwrap_or_default()
+    };
+    println!(
+        "    {:<8} deleted {}/{} ({} deletes); wall {} s; taint->deletion p50 {} s p99 {} s max {} s; \
+         {} deletions/s; {} calls/pod ({} on the work budget: q/k bound {}/s, {} of it); \
+         CPU {} s; RSS {} KiB (peak {})",
+        value("controller"),
+        value("pods_deleted"),
+        value("pods_due"),
+        value("deletes"),
+        value("wall_seconds"),
+        value("p50_seconds"),
+        value("p99_seconds"),
+        value("max_seconds"),
+        value("deletions_per_second"),
+        value("calls_per_pod"),
+        value("budget_calls_per_pod"),
+        value("qk_bound_per_second"),
+        value("share_of_bound"),
+        value("cpu_seconds"),
+        value("rss_kib"),
+        value("peak_rss_kib"),
+    );
+}
