@@ -788,7 +788,8 @@ current-context: evictkit
 /// object, the response code.
 /// Evictions at Request level: the body carries the UID precondition, so tests can count
 /// eviction requests per pod UID. Benchmarks run components as service accounts of namespace
-/// `evictkit-bench`, whose every write is recorded, to count API writes per unit of work.
+/// `evictkit-bench`, whose every write and get is recorded, to count API calls per unit of
+/// work.
 /// The installed suite's components (service accounts of `evictkit-system`) have every request
 /// recorded, reads and watches too, and their SubjectAccessReviews with the body (whom they
 /// asked about): the suite compares those calls with what the charts grant.
@@ -812,7 +813,7 @@ rules:
     resources: [evictionrequests, evictionrequests/status, evictions, evictions/status]
 - level: Metadata
   userGroups: [\"system:serviceaccounts:evictkit-bench\"]
-  verbs: [create, update, patch, delete, deletecollection]
+  verbs: [get, create, update, patch, delete, deletecollection]
 - level: Request
   userGroups: [\"system:serviceaccounts:evictkit-system\"]
   resources:
@@ -828,7 +829,7 @@ rules:
   verbs: [create]
 - level: Metadata
   users: [\"system:serviceaccount:kube-system:node-controller\"]
-  verbs: [create, update, patch, delete, deletecollection]
+  verbs: [get, create, update, patch, delete, deletecollection]
 - level: None
 ";
 

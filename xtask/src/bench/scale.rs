@@ -290,25 +290,25 @@ fn plots() -> Result<()> {
         for (figure, title, y_label, file) in [
             (
                 "p99_seconds",
-                "Zone outage: p99 from the taint to the deletion",
+                "Outage of a third of the nodes: p99 from the taint to the deletion",
                 "seconds",
                 "scale-outage-p99.png",
             ),
             (
                 "wall_seconds",
-                "Zone outage: from the taint to the last deletion",
+                "Outage of a third of the nodes: from the taint to the last deletion",
                 "seconds",
                 "scale-outage-wall.png",
             ),
             (
                 "cpu_seconds",
-                "Zone outage: controller CPU from the taint to the last deletion",
+                "Outage of a third of the nodes: controller CPU from the taint to the last deletion",
                 "CPU seconds",
                 "scale-outage-cpu.png",
             ),
             (
                 "rss_kib",
-                "Zone outage: controller RSS after the last deletion",
+                "Outage of a third of the nodes: controller RSS after the last deletion",
                 "KiB",
                 "scale-outage-rss.png",
             ),

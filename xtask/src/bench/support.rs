@@ -219,9 +219,27 @@ pub async fn service_account(
 /// benchmark's service accounts), as the apiserver wrote them: `verb`, `objectRef`,
 /// `responseStatus`, `requestReceivedTimestamp` (microseconds) and so on.
 pub fn audit_events<S: AsRef<str>>(users: &[S]) -> Result<Vec<serde_json::Value>> {
-    let path = cluster::state_dir().join("audit.log");
-    let log =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    // The apiserver rotates its log at 100 MB into audit-<time>.log: the backups first, in
+    // the order of their names (times), then the current file.
+    let dir = cluster::state_dir();
+    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("audit-") && name.ends_with(".log"))
+        })
+        .collect();
+    paths.sort();
+    paths.push(dir.join("audit.log"));
+    let mut log = String::new();
+    for path in &paths {
+        log.push_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        );
+    }
     Ok(log
         .lines()
         // Cheap filters first: the log holds every run's calls.
