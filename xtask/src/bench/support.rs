@@ -301,6 +301,58 @@ pub fn audited_calls(
     Ok((first, calls))
 }
 
+/// Quiet time after the last expected deletion in which a surplus deletion would show.
+const DELETIONS_SETTLE: Duration = Duration::from_secs(5);
+
+/// Waits until `user` has deleted `expected` pods of `namespace` since `since` and no further
+/// delete came for a few seconds, reading the audit log every `poll`; returns each deleted
+/// pod with the time the apiserver received its first successful delete, and the number of
+/// successful deletes (more than the pods: a pod deleted twice).
+pub async fn wait_deletions(
+    user: &str,
+    namespace: &str,
+    since: k8s_openapi::jiff::Timestamp,
+    expected: usize,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<(
+    std::collections::BTreeMap<String, k8s_openapi::jiff::Timestamp>,
+    usize,
+)> {
+    let waited = Instant::now();
+    let mut last_change = (0, Instant::now());
+    loop {
+        let (deleted, deletes) = audited_calls(user, "delete", "pods", None, namespace, since)?;
+        if deletes != last_change.0 {
+            last_change = (deletes, Instant::now());
+        }
+        if deleted.len() >= expected && last_change.1.elapsed() >= DELETIONS_SETTLE {
+            return Ok((deleted, deletes));
+        }
+        if waited.elapsed() > timeout {
+            bail!(
+                "{namespace}: {} of {expected} pods deleted after {:.0} s",
+                deleted.len(),
+                timeout.as_secs_f64()
+            );
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// Waits until kube-controller-manager's secure port accepts connections (it has no plain
+/// HTTP readiness endpoint); its informers then sync while the bench goes on.
+pub async fn wait_listening(port: u16) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("kube-controller-manager not listening on {port} after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 /// The writes `user` made, from the cluster's audit log, counted by resource (with its
 /// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
 pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {

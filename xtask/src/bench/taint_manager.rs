@@ -44,8 +44,6 @@ mod sequences;
 const TAINT: &str = "evictkit.io/bench";
 /// Concurrent pod creations (the apiserver, etcd, kwok and this process share 2 cores).
 const CONCURRENCY: usize = 32;
-/// Quiet time after the last expected deletion in which a surplus deletion would show.
-const SETTLE: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -289,7 +287,7 @@ async fn start_controller(
             ]);
             command.args(&rate);
             let component = Component::start(cluster, "kcm-taint-eviction-controller", command)?;
-            wait_listening(port).await?;
+            support::wait_listening(port).await?;
             component
         }
         Controller::Ours(binary) => {
@@ -354,25 +352,15 @@ async fn measure(
     let expected = scenario.expected().len();
     let timeout =
         Duration::from_secs(300 + u64::try_from(scenario.toleration_seconds).unwrap_or(0));
-    let waited = Instant::now();
-    let mut last_change = (0, Instant::now());
-    let (deleted, deletes) = loop {
-        let (deleted, deletes) = deletions(user, ns, since)?;
-        if deletes != last_change.0 {
-            last_change = (deletes, Instant::now());
-        }
-        if deleted.len() >= expected && last_change.1.elapsed() >= SETTLE {
-            break (deleted, deletes);
-        }
-        if waited.elapsed() > timeout {
-            bail!(
-                "{ns}: {} of {expected} pods deleted after {:.0} s",
-                deleted.len(),
-                timeout.as_secs_f64()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let (deleted, deletes) = support::wait_deletions(
+        user,
+        ns,
+        since,
+        expected,
+        timeout,
+        Duration::from_millis(500),
+    )
+    .await?;
     let writes = support::audited_writes(user)?
         .into_iter()
         .map(|(write, count)| {
@@ -390,16 +378,6 @@ async fn measure(
         cpu_seconds: component.cpu_seconds()? - cpu_before,
         writes,
     })
-}
-
-/// The pods of `ns` that `user` deleted since `since`, each with the time the apiserver
-/// received its first successful delete, and the number of successful deletes.
-fn deletions(
-    user: &str,
-    ns: &str,
-    since: Timestamp,
-) -> Result<(BTreeMap<String, Timestamp>, usize)> {
-    support::audited_calls(user, "delete", "pods", None, ns, since)
 }
 
 async fn create_pods(client: &Client, scenario: &Scenario, ns: &str) -> Result<()> {
@@ -445,19 +423,6 @@ async fn cleanup(client: &Client, scenario: &Scenario, ns: &str) -> Result<()> {
             bail!("namespace {ns} still there 300 s after its deletion");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    Ok(())
-}
-
-/// Waits until kube-controller-manager's secure port accepts connections (it has no plain
-/// HTTP readiness endpoint); its informers then sync while the bench creates the pods.
-async fn wait_listening(port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("kube-controller-manager not listening on {port} after 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(())
 }

@@ -61,8 +61,6 @@ pub const HEADER: &[&str] = &[
 const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:node-controller";
 /// The reason of the taint controllers' Events (upstream's and ours).
 const EVENT_REASON: &str = "TaintManagerEviction";
-/// Quiet time after the last expected deletion in which a surplus deletion would show.
-const SETTLE: Duration = Duration::from_secs(5);
 /// Concurrent node patches of the outage (all nodes "at once", within the client's reach).
 const NODE_CONCURRENCY: usize = 32;
 
@@ -196,27 +194,10 @@ async fn run_side(
             + 120
             + (due as f64 * 4.0 / qps) as u64,
     );
-    let waited = Instant::now();
-    let mut last_change = (0, Instant::now());
-    let (deleted, deletes) = loop {
-        let (deleted, deletes) = support::audited_calls(&user, "delete", "pods", None, NS, since)?;
-        if deletes != last_change.0 {
-            last_change = (deletes, Instant::now());
-        }
-        if deleted.len() >= due && last_change.1.elapsed() >= SETTLE {
-            break (deleted, deletes);
-        }
-        if waited.elapsed() > timeout {
-            bail!(
-                "{}: {} of {due} pods deleted after {:.0} s; see {}",
-                side.label(),
-                deleted.len(),
-                timeout.as_secs_f64(),
-                measured.log.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    };
+    let (deleted, deletes) =
+        support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
+            .await
+            .with_context(|| format!("{}; see {}", side.label(), measured.log.display()))?;
     Ok(Run {
         deleted,
         deletes,
@@ -294,16 +275,9 @@ async fn kube_controller_manager(
         ])
         .args(rate);
     let component = Component::start(cluster, name, command)?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!(
-                "{name} not listening on {port} after 60 s; see {}",
-                component.log.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    support::wait_listening(port)
+        .await
+        .with_context(|| format!("{name}; see {}", component.log.display()))?;
     Ok(component)
 }
 
