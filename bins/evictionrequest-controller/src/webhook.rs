@@ -3,7 +3,10 @@
 //! [`evictkit_core::eviction_request::admission`]; the caller's right to delete the target pod
 //! (KEP: "CREATE, UPDATE, DELETE: Principal making the request should be authorized for
 //! deleting pods that match the EvictionRequest's .spec.target.pod") is asked of the
-//! apiserver by SubjectAccessReview.
+//! apiserver by SubjectAccessReview on CREATE and UPDATE. DELETE is not sent here: a webhook
+//! that is down would block every delete (failurePolicy Fail), the administrator's way out of a
+//! loop and the namespace controller's cleanup among them; the chart checks it with a
+//! ValidatingAdmissionPolicy inside the apiserver instead.
 //!
 //! The controller's part of the status (conditions, target/active/processed interceptors,
 //! activationTime, the default interceptor's entry) is writable only by the controller's
@@ -110,11 +113,7 @@ async fn validate(
     {
         return Admission::deny(422, rule);
     }
-    let Some(target) = new
-        .as_ref()
-        .or(old.as_ref())
-        .and_then(|r| r.spec.target.pod.clone())
-    else {
+    let Some(target) = new.as_ref().and_then(|r| r.spec.target.pod.clone()) else {
         return Admission::allow();
     };
     let review = SubjectAccessReview {

@@ -111,7 +111,8 @@ async fn start_roles_with(
                     &["evictkit.io"],
                     &["v1alpha1"],
                     &["evictionrequests", "evictionrequests/status"],
-                    &["CREATE", "UPDATE", "DELETE"],
+                    // As the chart: DELETE is the deletion policy's (install_deletion_policy).
+                    &["CREATE", "UPDATE"],
                 )],
                 failure_policy: "Fail".into(),
             },
@@ -1053,6 +1054,75 @@ async fn admission_rules_are_enforced_with_their_messages() -> Result<()> {
     Ok(())
 }
 
+/// The chart's ValidatingAdmissionPolicy on DELETE (the caller must be allowed to delete the
+/// target pod), rendered by helm and bound to this test's namespace only.
+async fn install_deletion_policy(env: &TestEnv) -> Result<()> {
+    let chart = "charts/evictionrequest-controller";
+    env.control_plane_tool(
+        "helm",
+        &["dependency", "build", "--skip-refresh", chart],
+        None,
+    )?;
+    let rendered = env.control_plane_tool(
+        "helm",
+        &[
+            "template",
+            "e2e",
+            chart,
+            "--show-only",
+            "templates/deletion-policy.yaml",
+        ],
+        None,
+    )?;
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&rendered).context("parsing the chart's deletion policy")?;
+    let policy = documents
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .context("the chart renders a ValidatingAdmissionPolicy")?;
+    env.deny_by_admission_policy(
+        &format!("{}-delete", env.namespace),
+        policy["spec"].clone(),
+        json!({"namespaceSelector": objects::namespace_selector(&env.namespace)}),
+    )
+    .await
+}
+
+/// Issue 28 finding 7: deleting requests is the administrator's way out of a loop (KEP-4563),
+/// and the namespace controller and the garbage collector delete them too; none of that may
+/// wait for the webhook. With it registered and its server stopped, a request and then its
+/// namespace are deleted.
+#[tokio::test]
+async fn requests_and_their_namespace_are_deleted_while_the_webhook_is_down() -> Result<()> {
+    let env = env("evr-webhook-down").await?;
+    let mut webhook = start_roles(&env, "webhook", "20s").await?;
+    // The check that replaced the webhook's on DELETE lets the namespace controller through.
+    install_deletion_policy(&env).await?;
+    let first = ready_pod(&env, "p-1", None).await?;
+    let second = ready_pod(&env, "p-2", None).await?;
+    request_eviction(&env.client, &first, DRAIN).await?;
+    request_eviction(&env.client, &second, DRAIN).await?;
+    ensure!(webhook.stop(), "the webhook was running");
+    env.api::<EvictionRequest>()
+        .delete(&uid(&first), &DeleteParams::default())
+        .await
+        .context("deleting an EvictionRequest while the webhook is down")?;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone());
+    namespaces
+        .delete(&env.namespace, &DeleteParams::default())
+        .await?;
+    wait::wait_for_deletion(&namespaces, &env.namespace, Duration::from_secs(90))
+        .await
+        .with_context(|| {
+            format!(
+                "namespace {} holding EvictionRequest {} stays Terminating",
+                env.namespace,
+                uid(&second)
+            )
+        })?;
+    Ok(())
+}
+
 /// KEP "CREATE, UPDATE, DELETE": the principal must be allowed to delete the target pod.
 #[tokio::test]
 async fn unauthorised_requester_is_refused() -> Result<()> {
@@ -1135,6 +1205,36 @@ async fn unauthorised_requester_is_refused() -> Result<()> {
             .await?
             .is_none(),
         "nothing created"
+    );
+
+    // DELETE, checked by the chart's ValidatingAdmissionPolicy rather than the webhook.
+    install_deletion_policy(&env).await?;
+    request_eviction(&env.client, &pod, DRAIN).await?;
+    let requests = Api::<EvictionRequest>::namespaced(impersonated, &env.namespace);
+    // The apiserver enforces a new policy a moment after it is created: probe with dry runs.
+    let dry_run = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while requests.delete(&uid(&pod), &dry_run).await.is_ok() {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the deletion policy is not enforced after {DEFAULT_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let error = requests
+        .delete(&uid(&pod), &DeleteParams::default())
+        .await
+        .err()
+        .context("the requester may not delete the request")?;
+    ensure!(
+        error.to_string().contains(&format!(
+            "user \"{user}\" may not delete pod {}/p-1",
+            env.namespace
+        )),
+        "{error}"
     );
     Ok(())
 }

@@ -195,7 +195,7 @@ webhooks:
     failurePolicy: Fail
     namespaceSelector: {{matchExpressions: [{{key: kubernetes.io/metadata.name, operator: In, values: [{NAMESPACE}]}}]}}
     rules:
-      - {{apiGroups: [evictkit.io], apiVersions: [v1alpha1], resources: [evictionrequests, evictionrequests/status], operations: [CREATE, UPDATE, DELETE]}}
+      - {{apiGroups: [evictkit.io], apiVersions: [v1alpha1], resources: [evictionrequests, evictionrequests/status], operations: [CREATE, UPDATE]}}
     clientConfig:
       url: https://127.0.0.1:{webhook_port}/validate-evictionrequests
       caBundle: {ca}
