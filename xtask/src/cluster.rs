@@ -342,6 +342,7 @@ impl Cluster {
 /// Starts the control plane, or reuses a healthy one started with the same flags.
 pub fn up(args: &UpArgs) -> Result<Cluster> {
     let started = Instant::now();
+    crate::packages::ensure(&[crate::packages::PROCPS], "stopping the control plane")?;
     if let Some(cluster) = Cluster::load()? {
         if cluster.state.config == *args && cluster.healthy() {
             eprintln!(
@@ -664,6 +665,10 @@ fn status() -> Result<()> {
 
 /// Runs tests/controlplane/build.sh (builds only what is missing) and returns the bin directory.
 fn build_control_plane() -> Result<PathBuf> {
+    crate::packages::ensure(
+        &[crate::packages::CA_CERTIFICATES],
+        "the Go module proxy (TLS)",
+    )?;
     let script = crate::workspace_root().join("tests/controlplane/build.sh");
     let output = Command::new("bash")
         .arg(&script)

@@ -9,6 +9,7 @@ mod crds;
 mod demo;
 mod fuzz;
 mod image;
+mod packages;
 mod test;
 
 use clap::{Parser, Subcommand};

@@ -78,17 +78,35 @@ pub fn run(args: Args) -> Result<()> {
     // Every test binary runs, so one failure does not hide another.
     let mut e2e = vec!["test", "--package", "e2e", "--no-fail-fast", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
-    let result = step("charts", crate::charts::check(&control_plane)).and_then(|()| {
-        step(
-            "end-to-end tests",
-            run_command(
-                Command::new("cargo")
-                    .args(&e2e)
-                    .current_dir(&root)
-                    .env("KUBECONFIG", control_plane.kubeconfig()),
-            ),
-        )
-    });
+    let result = step("charts", crate::charts::check(&control_plane))
+        .and_then(|()| {
+            step(
+                "Debian packages of the end-to-end tests",
+                crate::packages::ensure(&[crate::packages::LIBFAKETIME], "the end-to-end tests"),
+            )
+        })
+        .and_then(|()| {
+            let tests = step(
+                "end-to-end tests",
+                run_command(
+                    Command::new("cargo")
+                        .args(&e2e)
+                        .current_dir(&root)
+                        .env("KUBECONFIG", control_plane.kubeconfig()),
+                ),
+            );
+            // The README's first command, every scenario, on the same cluster: it broke unseen
+            // while only the tests ran. Run whatever the tests said, so one does not hide the other.
+            let demo = if args.e2e_args.is_empty() {
+                step(
+                    "cargo xtask demo",
+                    crate::demo::run(crate::demo::Args::all()),
+                )
+            } else {
+                Ok(())
+            };
+            tests.and(demo)
+        });
     // A failed run stops the cluster it started too; its logs stay in target/evictkit-cluster/logs.
     if !args.keep_cluster && !was_running {
         cluster::down()?;

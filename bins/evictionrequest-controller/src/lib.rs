@@ -254,8 +254,6 @@ fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
         labels: metadata.labels,
         owner_references: metadata.owner_references,
         deletion_timestamp: metadata.deletion_timestamp,
-        // The imperative eviction's precondition: a decision from a stale entry gets 409.
-        resource_version: metadata.resource_version,
         annotations: (!annotations.is_empty()).then_some(annotations),
         ..ObjectMeta::default()
     };

@@ -1,10 +1,19 @@
 //! THE eviction client (DESIGN.md, "Shared runtime contracts"): a `policy/v1` Eviction of one
 //! pod, with a UID precondition so that a same-named successor (a StatefulSet's next `web-0`)
 //! is never evicted in place of the pod the caller decided about, and its answer classified.
-//! When the caller's pod carries a resourceVersion (its cache keeps it), that is a precondition
-//! too: a decision made from a cache that has not yet seen the pod's deletion or change (after
-//! a watch was cut, e.g. an etcd restart) is answered Conflict instead of evicting a
-//! terminating pod a second time, which the apiserver would otherwise answer 201 again.
+//!
+//! Never a resourceVersion precondition: the apiserver decrements the PodDisruptionBudget (the
+//! pod goes into `status.disruptedPods`) *before* it deletes the pod with the caller's
+//! preconditions (v1.37 `pkg/registry/core/pod/storage/eviction.go`), so a stale version is
+//! answered 409 with the budget already spent until the disruption controller releases it two
+//! minutes later. The apiserver sets a version precondition of its own where its decision
+//! depends on one (an unready pod let go without spending the budget). The UID precondition can
+//! only fail the same way for a successor that is already Ready under the old pod's name, which
+//! a cache that saw the old pod cannot lag behind for that long.
+//!
+//! A caller deciding again from a cache that has not yet seen its own eviction (a lagging or
+//! cut watch, e.g. across an etcd restart) is told [`EvictionOutcome::Conflict`] without a
+//! second call: the client remembers the UIDs it evicted for [`EVICTED_MEMORY`].
 //!
 //! Why not `kube::Api::evict`: kube 5 serialises `EvictParams::delete_options` under the JSON
 //! key `delete_options`, not the Eviction's `deleteOptions`, so the apiserver drops the
@@ -17,7 +26,9 @@
 //!
 //! Use a client from [`crate::client`]: kube's default client retries 429s for minutes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
@@ -31,7 +42,11 @@ use crate::metrics::Metrics;
 /// When a decision made from a cached object was refused as made from a stale entry (409:
 /// the object changed, began terminating or was replaced since), look again this soon if no
 /// watch event has woken it by then: the newer object is on its way.
-pub const STALE_CACHE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+pub const STALE_CACHE_RECHECK: Duration = Duration::from_secs(1);
+
+/// How long the client remembers a pod it evicted: far longer than a watch takes to deliver
+/// the pod's deletion, even across a relist.
+pub const EVICTED_MEMORY: Duration = Duration::from_secs(300);
 
 /// `policyv1.DisruptionBudgetCause`, the cause type the apiserver attaches when a
 /// PodDisruptionBudget blocks an eviction.
@@ -143,14 +158,8 @@ fn budget_causes(status: &Status) -> Option<String> {
     }
 }
 
-/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other; with
-/// `resource_version`, of that version of it only.
-fn eviction_of(
-    namespace: &str,
-    name: &str,
-    uid: &str,
-    resource_version: Option<String>,
-) -> Eviction {
+/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other.
+fn eviction_of(namespace: &str, name: &str, uid: &str) -> Eviction {
     Eviction {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -160,7 +169,7 @@ fn eviction_of(
         delete_options: Some(DeleteOptions {
             preconditions: Some(Preconditions {
                 uid: Some(uid.to_owned()),
-                resource_version,
+                resource_version: None,
             }),
             ..DeleteOptions::default()
         }),
@@ -181,12 +190,45 @@ pub enum EvictionError {
     },
 }
 
+/// The UIDs of pods evicted lately, each with when: swept once per [`EVICTED_MEMORY`], so a
+/// lookup and an insert cost O(1) and the set holds at most two periods' evictions.
+#[derive(Debug)]
+struct EvictedLately {
+    at: HashMap<String, Instant>,
+    swept: Instant,
+}
+
+impl EvictedLately {
+    fn new(now: Instant) -> Self {
+        Self {
+            at: HashMap::new(),
+            swept: now,
+        }
+    }
+
+    fn contains(&self, uid: &str, now: Instant) -> bool {
+        self.at
+            .get(uid)
+            .is_some_and(|evicted| now.duration_since(*evicted) < EVICTED_MEMORY)
+    }
+
+    fn insert(&mut self, uid: String, now: Instant) {
+        if now.duration_since(self.swept) >= EVICTED_MEMORY {
+            self.at
+                .retain(|_, evicted| now.duration_since(*evicted) < EVICTED_MEMORY);
+            self.swept = now;
+        }
+        self.at.insert(uid, now);
+    }
+}
+
 /// Evicts pods through the Eviction API and counts each outcome.
 #[derive(Clone)]
 pub struct EvictionClient {
     client: Client,
     metrics: Arc<Metrics>,
     dry_run: bool,
+    evicted: Arc<Mutex<EvictedLately>>,
 }
 
 impl EvictionClient {
@@ -196,6 +238,7 @@ impl EvictionClient {
             client,
             metrics,
             dry_run: false,
+            evicted: Arc::new(Mutex::new(EvictedLately::new(Instant::now()))),
         }
     }
 
@@ -206,9 +249,9 @@ impl EvictionClient {
     }
 
     /// Evicts exactly this pod (namespace, name and UID from `pod`'s metadata; any projection
-    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry), and, if
-    /// `pod` has a resourceVersion, only while the pod is still at that version
-    /// ([`EvictionOutcome::Conflict`] otherwise: decide again from a fresher read).
+    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry). A pod this
+    /// client evicted already is answered [`EvictionOutcome::Conflict`] without a call: the
+    /// caller decided from a cache that has not seen the eviction yet; decide again later.
     pub async fn evict<K: Resource<DynamicType = ()>>(
         &self,
         pod: &K,
@@ -226,7 +269,18 @@ impl EvictionClient {
         let name = metadata.name.as_deref().ok_or_else(|| incomplete("name"))?;
         let uid = metadata.uid.clone().ok_or_else(|| incomplete("uid"))?;
 
-        let eviction = eviction_of(namespace, name, &uid, metadata.resource_version.clone());
+        if self.evicted_lately(&uid) {
+            self.count(&EvictionOutcome::Conflict {
+                message: String::new(),
+            });
+            tracing::debug!(pod = %pod_ref, %uid, "evicted already; the caller's cache is behind");
+            return Ok(EvictionOutcome::Conflict {
+                message: format!(
+                    "pod {pod_ref} (uid {uid}) was evicted already; its deletion is not yet in the cache"
+                ),
+            });
+        }
+        let eviction = eviction_of(namespace, name, &uid);
         let params = PostParams {
             dry_run: self.dry_run,
             field_manager: None,
@@ -240,11 +294,13 @@ impl EvictionClient {
             pod: pod_ref.clone(),
             source,
         });
-        let label = outcome.as_ref().map_or("error", EvictionOutcome::label);
-        self.metrics
-            .evictions
-            .with_label_values(&[label, if self.dry_run { "true" } else { "false" }])
-            .inc();
+        match &outcome {
+            Ok(outcome) => self.count(outcome),
+            Err(_) => self.count_label("error"),
+        }
+        if matches!(outcome, Ok(EvictionOutcome::Evicted)) && !self.dry_run {
+            self.remember_evicted(uid.clone());
+        }
         match &outcome {
             Ok(outcome) => {
                 tracing::debug!(pod = %pod_ref, %uid, dry_run = self.dry_run, outcome = ?outcome, "eviction answered")
@@ -252,6 +308,27 @@ impl EvictionClient {
             Err(error) => tracing::warn!(pod = %pod_ref, %uid, %error, "eviction not answered"),
         }
         outcome
+    }
+
+    fn evicted_lately(&self, uid: &str) -> bool {
+        let evicted = self.evicted.lock().unwrap_or_else(|e| e.into_inner());
+        evicted.contains(uid, Instant::now())
+    }
+
+    fn remember_evicted(&self, uid: String) {
+        let mut evicted = self.evicted.lock().unwrap_or_else(|e| e.into_inner());
+        evicted.insert(uid, Instant::now());
+    }
+
+    fn count(&self, outcome: &EvictionOutcome) {
+        self.count_label(outcome.label());
+    }
+
+    fn count_label(&self, label: &str) {
+        self.metrics
+            .evictions
+            .with_label_values(&[label, if self.dry_run { "true" } else { "false" }])
+            .inc();
     }
 }
 
@@ -371,10 +448,42 @@ mod tests {
     #[test]
     fn body_is_a_policy_v1_eviction_with_uid_precondition() {
         // Guards the reason this module exists: `deleteOptions`, camelCase, with the UID.
-        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234", None)).unwrap();
+        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234")).unwrap();
         assert_eq!(json["apiVersion"], "policy/v1");
         assert_eq!(json["kind"], "Eviction");
         assert_eq!(json["metadata"]["name"], "web-0");
         assert_eq!(json["deleteOptions"]["preconditions"]["uid"], "1234");
+        // Issue 28: a version precondition fails after the apiserver spent the PDB's budget.
+        assert!(
+            json["deleteOptions"]["preconditions"]
+                .get("resourceVersion")
+                .is_none_or(serde_json::Value::is_null),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn evicted_pods_are_remembered_for_a_while_and_then_swept() {
+        let start = Instant::now();
+        let mut evicted = EvictedLately::new(start);
+        evicted.insert("a".into(), start);
+        assert!(evicted.contains("a", start + Duration::from_secs(10)));
+        assert!(!evicted.contains("b", start));
+        assert!(!evicted.contains("a", start + EVICTED_MEMORY));
+        // The sweep at the next insert after a period drops what expired, keeps what did not.
+        let later = start + EVICTED_MEMORY + Duration::from_secs(1);
+        evicted.insert(
+            "b".into(),
+            start + Duration::from_secs(2) + EVICTED_MEMORY / 2,
+        );
+        evicted.insert("c".into(), later);
+        assert_eq!(
+            evicted
+                .at
+                .keys()
+                .map(String::as_str)
+                .collect::<std::collections::BTreeSet<_>>(),
+            ["b", "c"].into()
+        );
     }
 }

@@ -383,6 +383,99 @@ async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
     Ok(())
 }
 
+/// Issue 28: the apiserver decrements a PDB (the pod goes into `status.disruptedPods`) before
+/// it deletes the pod with the caller's preconditions, so an eviction whose precondition then
+/// fails (409) spends the budget for the disruption controller's 2-minute timeout. The
+/// evictor patches its condition onto the pod before evicting it: a resourceVersion read
+/// before that patch failed every time (the demo's pods moved only after two minutes).
+#[tokio::test]
+async fn a_budget_of_one_moves_every_pod_without_spending_it_on_conflicts() -> Result<()> {
+    let env = TestEnv::new("affinity-budget").await?;
+    let _evictor = start(&env, &[]).await?;
+    let old = env
+        .create_node(objects::node("old", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    let mut web = objects::deployment("web", 3);
+    if let Some(template) = web.spec.template.metadata.as_mut() {
+        template.annotations =
+            Some([(REQUIRED_DURING_EXECUTION.to_owned(), selector(&env))].into());
+    }
+    env.create(&web).await?;
+    let placed = env.wait_for_ready_pods("app=web", 3).await?;
+    env.create(&objects::pdb(
+        "web",
+        "web",
+        Budget::MaxUnavailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    wait::wait_for(
+        &env.api::<PodDisruptionBudget>(),
+        "web",
+        DEFAULT_TIMEOUT,
+        "one disruption allowed",
+        |pdb: &PodDisruptionBudget| {
+            pdb.status.as_ref().is_some_and(|s| {
+                s.observed_generation == pdb.metadata.generation && s.disruptions_allowed == Some(1)
+            })
+        },
+    )
+    .await?;
+    env.create_node(objects::node("new", &[(USER_B, &env.namespace)], vec![]))
+        .await?;
+
+    let moved = tokio::time::Instant::now();
+    label_node(&env, &old, json!({USER_B: null})).await?;
+    let pods = env.api::<Pod>();
+    loop {
+        let live = pods.list(&ListParams::default().labels("app=web")).await?;
+        let first_gone = placed.iter().any(|pod| {
+            live.items
+                .iter()
+                .find(|l| l.uid() == pod.uid())
+                .is_none_or(|l| l.metadata.deletion_timestamp.is_some())
+        });
+        if first_gone {
+            break;
+        }
+        ensure!(
+            moved.elapsed() < Duration::from_secs(10),
+            "no pod evicted 10 s after its node stopped matching; evictions: {:#?}",
+            env.audit_events()?
+                .into_iter()
+                .filter(|e| e.object_ref.as_ref().and_then(|o| o.subresource.as_deref())
+                    == Some("eviction"))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Well inside the disruption controller's 2-minute release of a spent budget.
+    for pod in &placed {
+        wait::wait_for_deletion(&pods, &pod.name_any(), Duration::from_secs(60)).await?;
+    }
+    let all_moved = moved.elapsed();
+    let calls: Vec<_> = placed
+        .iter()
+        .map(|pod| env.evictions_of_uid(&pod.uid().unwrap_or_default()))
+        .collect::<Result<Vec<_>>>()?
+        .concat();
+    let conflicts: Vec<_> = calls.iter().filter(|c| c.code() == Some(409)).collect();
+    ensure!(
+        conflicts.is_empty(),
+        "evictions answered 409 after the budget was decremented: {conflicts:#?}"
+    );
+    ensure!(
+        calls.iter().filter(|c| c.code() == Some(201)).count() == 3,
+        "not one successful eviction per pod: {calls:#?}"
+    );
+    ensure!(
+        all_moved < Duration::from_secs(45),
+        "three pods behind maxUnavailable 1 took {all_moved:?} to move"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn disabled_reports_and_evicts_nothing() -> Result<()> {
     let env = TestEnv::new("affinity-off").await?;

@@ -7,6 +7,7 @@ use anyhow::Result;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 use kube::core::admission::AdmissionRequest;
 
@@ -109,9 +110,9 @@ async fn blocked_by_budget_then_evicted_when_the_budget_allows() -> Result<()> {
 }
 
 /// A caller that decided from a stale read (a cache that has not seen the pod's deletion, as
-/// after an etcd restart) does not evict the pod a second time: the eviction carries the read's
-/// resourceVersion, and the apiserver answers Conflict instead of "evicting" a pod that is
-/// already terminating.
+/// after an etcd restart) does not evict the pod a second time: the client remembers what it
+/// evicted and answers Conflict (decide again) without a second call, where the apiserver
+/// would answer 201 again for a pod that is already terminating.
 #[tokio::test]
 async fn a_pod_read_before_its_eviction_is_not_evicted_again() -> Result<()> {
     const FINALIZER: &str = "e2e.evictkit.io/hold";
@@ -148,6 +149,16 @@ async fn a_pod_read_before_its_eviction_is_not_evicted_again() -> Result<()> {
     );
     assert_eq!(evictions_counted(&metrics, "evicted")?, 1.0);
     assert_eq!(evictions_counted(&metrics, "conflict")?, 1.0);
+    let calls = env.evictions_of_uid(&read.uid().unwrap_or_default())?;
+    assert_eq!(calls.len(), 1, "eviction calls of the held pod: {calls:#?}");
+    assert!(
+        calls[0]
+            .request_object
+            .as_ref()
+            .and_then(|body| body.pointer("/deleteOptions/preconditions/resourceVersion"))
+            .is_none_or(serde_json::Value::is_null),
+        "an eviction with a version precondition can spend a budget and fail: {calls:#?}"
+    );
     Ok(())
 }
 

@@ -270,7 +270,7 @@ async fn a_standby_with_its_clock_ahead_waits_for_the_lease_to_expire() -> Resul
     const LEASE: Duration = Duration::from_secs(5);
     anyhow::ensure!(
         std::path::Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: install Debian's libfaketime (.ci/run does)"
+        "{LIBFAKETIME} is missing: install Debian's libfaketime (cargo xtask test does)"
     );
     let env = TestEnv::new("skew").await?;
     env.apply_crd("EvictionRequest").await?;

@@ -30,7 +30,7 @@ const BRIDGE_ADDRESS: &str = "10.244.0.1/24";
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// kwok's pod addresses (cluster.rs `--cidr`): no real traffic may leave the machine for them.
 const KWOK_POD_CIDR: &str = "10.0.0.0/16";
-const DEBIAN_PACKAGES: [(&str, &str); 6] = [
+const DEBIAN_PACKAGES: [crate::packages::Need; 6] = [
     ("/usr/bin/containerd", "containerd"),
     ("/usr/sbin/runc", "runc"),
     ("/usr/lib/cni/bridge", "containernetworking-plugins"),
@@ -111,35 +111,9 @@ pub fn node_ip() -> Result<String> {
         .context("this machine has no non-loopback IPv4 address for the real node")
 }
 
-/// Installs the Debian packages the real node needs, like .ci/run does for the rest.
+/// Installs the Debian packages the real node needs.
 pub fn ensure_packages() -> Result<()> {
-    let missing: Vec<&str> = DEBIAN_PACKAGES
-        .iter()
-        .filter(|(path, _)| !Path::new(path).exists())
-        .map(|(_, package)| *package)
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    eprintln!("==> installing {} (apt-get)", missing.join(" "));
-    for args in [
-        vec!["update", "-qq"],
-        [
-            vec!["install", "-y", "-qq", "--no-install-recommends"],
-            missing.clone(),
-        ]
-        .concat(),
-    ] {
-        let status = Command::new("apt-get")
-            .args(&args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .context("running apt-get (the real node needs root)")?;
-        if !status.success() {
-            bail!("apt-get {} failed ({status})", args.join(" "));
-        }
-    }
-    Ok(())
+    crate::packages::ensure(&DEBIAN_PACKAGES, "the real node")
 }
 
 /// The kube-apiserver flags of a real-node cluster: reachable from pods at the machine's address.
