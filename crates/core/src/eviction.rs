@@ -1,10 +1,12 @@
 //! The decision of kube-apiserver's eviction subresource (`pods/eviction`), KEP-3017.
 //!
-//! Reproduces `pkg/registry/core/pod/storage/eviction.go` (v1.34) for one pod and the
+//! Reproduces `pkg/registry/core/pod/storage/eviction.go` (v1.37) for one pod and the
 //! PodDisruptionBudgets of its namespace, with upstream's exact messages, so the
 //! pdb-policy-webhook's `explain` says what the apiserver will answer and why, and the
 //! webhook's stricter rules start from the same ground. Only the decision is here: retries on
-//! conflicts, dry-run and the `DisruptedPods` write stay in the apiserver.
+//! conflicts, dry-run and the `DisruptedPods` write stay in the apiserver. One departure: an
+//! `unhealthyPodEvictionPolicy` this client does not recognise refuses a not-Ready pod, as the
+//! KEP asks of clients (the apiserver never meets one: its validation refuses it).
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
@@ -24,27 +26,31 @@ pub const MULTIPLE_PDBS_MESSAGE: &str = "This pod has more than one PodDisruptio
 pub const PROCESSING_RETRY_AFTER_SECONDS: i32 = 10;
 
 /// `spec.unhealthyPodEvictionPolicy` (KEP-3017).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UnhealthyPodEvictionPolicy {
     /// Default: a not-Ready pod may be evicted only while the application is not disrupted
     /// (`currentHealthy >= desiredHealthy > 0`).
     IfHealthyBudget,
     /// A not-Ready pod may always be evicted, without spending the budget.
     AlwaysAllow,
+    /// A value this client does not know, e.g. a policy added by a newer apiserver (whose own
+    /// validation refuses unknown values). The KEP's API comment: "Clients making eviction
+    /// decisions should disallow eviction of unhealthy pods if they encounter an unrecognized
+    /// policy in this field."
+    Unrecognized(String),
 }
 
 impl UnhealthyPodEvictionPolicy {
-    /// The policy the subresource applies: only the exact value `AlwaysAllow` opts in; nil,
-    /// `IfHealthyBudget` and (unvalidated) anything else behave as `IfHealthyBudget`.
+    /// The PDB's policy; nil is `IfHealthyBudget`.
     pub fn of(pdb: &PodDisruptionBudget) -> Self {
         let policy = pdb
             .spec
             .as_ref()
             .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref());
-        if policy == Some("AlwaysAllow") {
-            UnhealthyPodEvictionPolicy::AlwaysAllow
-        } else {
-            UnhealthyPodEvictionPolicy::IfHealthyBudget
+        match policy {
+            None | Some("IfHealthyBudget") => UnhealthyPodEvictionPolicy::IfHealthyBudget,
+            Some("AlwaysAllow") => UnhealthyPodEvictionPolicy::AlwaysAllow,
+            Some(other) => UnhealthyPodEvictionPolicy::Unrecognized(other.to_owned()),
         }
     }
 }
@@ -98,6 +104,9 @@ pub enum Outcome {
     },
     /// Too many evictions not yet confirmed by the disruption controller: 403.
     TooManyDisruptedPods { pdb: String, disrupted_pods: usize },
+    /// Not Ready under an `unhealthyPodEvictionPolicy` this client does not know (a newer
+    /// apiserver's): KEP-3017 tells clients to disallow the eviction then; 429.
+    UnrecognizedUnhealthyPodEvictionPolicy { pdb: String, policy: String },
     /// `disruptionsAllowed == 0`: 429.
     NoDisruptionsAllowed {
         pdb: String,
@@ -216,8 +225,17 @@ fn outcome(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> Outcome {
     if !is_pod_ready(pod) {
         // An unhealthy pod does not count towards currentHealthy, so deleting it spends no
         // budget, provided the policy allows it (KEP-3017).
-        if UnhealthyPodEvictionPolicy::of(pdb) == UnhealthyPodEvictionPolicy::AlwaysAllow {
-            return Outcome::UnhealthyPodAlwaysAllowed { pdb: name(pdb) };
+        match UnhealthyPodEvictionPolicy::of(pdb) {
+            UnhealthyPodEvictionPolicy::AlwaysAllow => {
+                return Outcome::UnhealthyPodAlwaysAllowed { pdb: name(pdb) };
+            }
+            UnhealthyPodEvictionPolicy::Unrecognized(policy) => {
+                return Outcome::UnrecognizedUnhealthyPodEvictionPolicy {
+                    pdb: name(pdb),
+                    policy,
+                };
+            }
+            UnhealthyPodEvictionPolicy::IfHealthyBudget => {}
         }
         let (current_healthy, desired_healthy) = (
             status.current_healthy.unwrap_or_default(),
@@ -325,6 +343,12 @@ fn response(outcome: &Outcome) -> EvictionResponse {
         Outcome::TooManyDisruptedPods { pdb, .. } => forbidden(
             pdb,
             "DisruptedPods map too big - too many evictions not confirmed by PDB controller",
+        ),
+        Outcome::UnrecognizedUnhealthyPodEvictionPolicy { pdb, policy } => too_many_requests(
+            format!(
+                "The disruption budget {pdb} has unhealthyPodEvictionPolicy {policy:?}, which this client does not recognise: pods that are not Ready are not evicted under it"
+            ),
+            0,
         ),
         Outcome::NoDisruptionsAllowed {
             pdb,

@@ -225,6 +225,9 @@ pub(super) fn advise(
                 ));
             }
         }
+        Outcome::UnrecognizedUnhealthyPodEvictionPolicy { pdb, policy } => advice.push(format!(
+            "PDB {pdb} has unhealthyPodEvictionPolicy {policy:?}, unknown to this version: set IfHealthyBudget or AlwaysAllow, or make the pod Ready"
+        )),
         Outcome::NegativeDisruptionsAllowed { pdb, .. } => advice.push(format!(
             "PDB {pdb} reports a negative disruptionsAllowed; wait for the disruption controller to recompute it"
         )),
@@ -278,6 +281,9 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::BudgetNotObserved { .. } => "BudgetNotObserved",
         Outcome::NegativeDisruptionsAllowed { .. } => "NegativeDisruptionsAllowed",
         Outcome::TooManyDisruptedPods { .. } => "TooManyDisruptedPods",
+        Outcome::UnrecognizedUnhealthyPodEvictionPolicy { .. } => {
+            "UnrecognizedUnhealthyPodEvictionPolicy"
+        }
         Outcome::NoDisruptionsAllowed { .. } => "NoDisruptionsAllowed",
     }
 }

@@ -234,12 +234,28 @@ fn budget_checks() {
             NOT_ALWAYS,
             healthy_budget(2, 2),
         ),
+        // KEP-3017: a client that meets a policy it does not know disallows evicting
+        // unhealthy pods, whatever the budget says.
         (
-            "unknown policy value behaves as IfHealthyBudget",
+            "unknown policy value, unready pod, healthy budget: not evicted",
             pod("Running", Some("False")),
-            vec![foo(0, 1, 2)],
+            vec![foo(0, 3, 2)],
             &[Some("Sometimes")],
-            exhausted(1, 2),
+            unrecognized("Sometimes"),
+        ),
+        (
+            "unknown policy value, unready pod, budget left: not evicted",
+            pod("Running", None),
+            vec![foo(2, 1, 2)],
+            &[Some("Sometimes")],
+            unrecognized("Sometimes"),
+        ),
+        (
+            "unknown policy value, ready pod: the budget decides",
+            pod("Running", Some("True")),
+            vec![foo(1, 3, 2)],
+            &[Some("Sometimes")],
+            allows(0),
         ),
         (
             "phase Unknown is checked against the budget",

@@ -139,6 +139,13 @@ fn healthy_budget(current_healthy: i32, desired_healthy: i32) -> Outcome {
     }
 }
 
+fn unrecognized(policy: &str) -> Outcome {
+    Outcome::UnrecognizedUnhealthyPodEvictionPolicy {
+        pdb: "foo".into(),
+        policy: policy.into(),
+    }
+}
+
 fn terminal(phase: &str) -> Outcome {
     Outcome::PdbsIgnored(PdbsIgnoredBecause::Terminal {
         phase: phase.into(),

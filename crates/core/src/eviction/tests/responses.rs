@@ -114,6 +114,24 @@ fn responses_use_upstream_text() {
             ),
             false,
         ),
+        (
+            pod("Running", Some("False")),
+            vec![{
+                let mut p = foo(1, 2, 2);
+                p.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = Some("Sometimes".into());
+                p
+            }],
+            denied(
+                Some("TooManyRequests"),
+                violate,
+                Some(
+                    "The disruption budget foo has unhealthyPodEvictionPolicy \"Sometimes\", which this client does not recognise: pods that are not Ready are not evicted under it",
+                ),
+                None,
+                429,
+            ),
+            false,
+        ),
     ];
     for (pod, pdbs, want, precondition) in cases {
         let decision = decide(&pod, &pdbs);
