@@ -1,8 +1,8 @@
 //! The bridge's metrics, named as KEP-1397 names them (`pod_evacuations`,
 //! `pod_evacuations_in_progress`) behind the component's prefix `descheduler_bridge_`:
-//! evacuations by result (the webhook's `requested`, `repeated`, `failed`, `refused`; the
-//! controller's `evicted`, `canceled`, `expired`, `withdrawn`) and the evacuations in
-//! progress. The webhook answers on every replica, so each replica counts the evacuations it
+//! evacuations by result (the webhook's `requested`, `repeated`, `failed`, `refused`,
+//! `already_evacuating`; the controller's `evicted`, `canceled`, `expired`, `withdrawn`) and
+//! the evacuations in progress. The webhook answers on every replica, so each replica counts the evacuations it
 //! answered (sum them); the in-progress gauge is kept by the controller and exported only by
 //! the replica that holds the Lease (no series elsewhere, so a sum over replicas is right).
 
@@ -25,6 +25,9 @@ pub const FAILED: &str = "failed";
 /// `result` of an eviction of a pod whose EvictionRequest the controller refused (canceled by
 /// validation): answered with 403, not 429, so the descheduler counts it as a failure.
 pub const REFUSED: &str = "refused";
+/// `result` of an eviction of a pod another requester's EvictionRequest is evicting: answered
+/// with 429 as in background, nothing written.
+pub const ALREADY_EVACUATING: &str = "already_evacuating";
 
 #[derive(Clone)]
 pub struct BridgeMetrics {
@@ -67,7 +70,7 @@ impl BridgeMetrics {
         let evacuations = IntCounterVec::new(
             Opts::new(
                 "descheduler_bridge_pod_evacuations",
-                "Descheduler evictions turned into EvictionRequests (requested, repeated, failed, refused) and how the evacuations ended (evicted, canceled, expired, withdrawn) (KEP-1397 pod_evacuations).",
+                "Descheduler evictions turned into EvictionRequests (requested, repeated, failed, refused, already_evacuating: another requester's request is evicting the pod) and how the evacuations ended (evicted, canceled, expired, withdrawn) (KEP-1397 pod_evacuations).",
             ),
             &["result"],
         )

@@ -4,7 +4,9 @@
 //! `lifecycle.k8s.io`, `descheduler-bridge.evictkit.io` on the CRD), the pod is marked
 //! `eviction-in-progress`, and the eviction is denied with 429 and
 //! `Eviction triggered evacuation of pod <ns>/<name> via EvictionRequest <name>`, which the
-//! descheduler counts as an eviction in background. Every other eviction passes untouched.
+//! descheduler counts as an eviction in background. A pod another requester already asks to
+//! evict is answered the same way, naming that request, and nothing is written: it is already
+//! getting evacuated (KEP-1397). Every other eviction passes untouched.
 //!
 //! Idempotent: a repeated eviction joins the same request (server-side apply) and keeps the
 //! pod's evacuation start. Dry-run evictions get the same answer with no write
@@ -18,15 +20,18 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn};
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn, Requested};
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
+use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::requester::Requester;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::api::policy::v1::Eviction;
-use kube::api::Patch;
+use kube::api::{ListParams, Patch};
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{Api, Client};
 use serde_json::json;
@@ -93,7 +98,21 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
         }
     };
     let uid = precondition_uid(request.object.as_ref());
-    match core::admit(&pod, uid.as_deref(), context.opt_in) {
+    let requested = match requested(&context, &pod, namespace).await {
+        Ok(requested) => requested,
+        Err(error) => {
+            context.metrics.count(metrics::FAILED);
+            tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot read the pod's EvictionRequests");
+            // Not allowed: the pod may be under another requester's eviction.
+            return Admission::deny(
+                500,
+                format!(
+                    "descheduler-bridge cannot read the EvictionRequests of pod {namespace}/{name}: {error}"
+                ),
+            );
+        }
+    };
+    match core::admit(&pod, uid.as_deref(), context.opt_in, &requested) {
         Admit::Pass(why) => {
             tracing::debug!(pod = %format!("{namespace}/{name}"), ?why, user, "eviction passes");
             Admission::allow()
@@ -116,7 +135,39 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
             }
         }
         Admit::Evacuate => evacuate(&context, &pod, namespace, name).await,
+        Admit::AlreadyEvacuating { request } => {
+            // Also for dry-run evictions and under --dry-run: this answer writes nothing.
+            context.metrics.count(metrics::ALREADY_EVACUATING);
+            tracing::info!(pod = %format!("{namespace}/{name}"), request, user, "already being evacuated by another requester; answered as an eviction in background");
+            Admission::deny(429, core::evacuation_message(namespace, name, &request))
+        }
     }
+}
+
+/// Who asks for `pod`'s eviction through an EvictionRequest on the API the bridge uses.
+async fn requested(
+    context: &Context,
+    pod: &Pod,
+    namespace: &str,
+) -> Result<Requested, kube::Error> {
+    let Some(uid) = pod.metadata.uid.as_deref() else {
+        return Ok(Requested::default());
+    };
+    let bridge = context.requester.name();
+    Ok(match context.requester.api() {
+        ApiMode::Lifecycle => {
+            let api: Api<LifecycleRequest> = Api::namespaced(context.client.clone(), namespace);
+            let requests = api.list(&ListParams::default()).await?;
+            core::lifecycle_requested(&requests.items, uid, bridge)
+        }
+        _ => {
+            let api: Api<EvictionRequest> = Api::namespaced(context.client.clone(), namespace);
+            api.get_opt(uid)
+                .await?
+                .map(|request| core::crd_requested(&request, bridge))
+                .unwrap_or_default()
+        }
+    })
 }
 
 /// Requests the eviction, marks the pod, and answers 429.

@@ -12,9 +12,17 @@
 //!
 //! [`admit`] decides the webhook's answer to one eviction; [`plan`] decides what the
 //! controller does about one EvictionRequest the bridge takes part in.
+//!
+//! A pod another requester (the taint-manager, a drain) already asks to evict is "already
+//! getting evacuated" (KEP-1397, Q&A): the descheduler's eviction of it is answered as one in
+//! background, never let through, and the bridge does not join that request. The descheduler
+//! would not have asked had it seen the request (the KEP filters such pods out before
+//! nomination), so a withdrawal by the requester that asked must cancel the eviction, not leave
+//! it running on the descheduler's stale decision.
 
 use std::collections::BTreeMap;
 
+use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
     DESCHEDULER_BRIDGE_EVACUATION_ANSWERED, DESCHEDULER_BRIDGE_EVACUATION_REFRESHED,
     DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
@@ -66,15 +74,83 @@ pub enum Pass {
 }
 
 /// The webhook's decision on one eviction by an intercepted user.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admit {
     Pass(Pass),
     /// Request the eviction through the pod's EvictionRequest and deny with 429.
     Evacuate,
+    /// Another requester's EvictionRequest `request` is evicting the pod: deny with 429 naming
+    /// it, and write nothing.
+    AlreadyEvacuating {
+        request: String,
+    },
 }
 
-/// The decision for the eviction of `pod` carrying the UID precondition `precondition_uid`.
-pub fn admit(pod: &Pod, precondition_uid: Option<&str>, opt_in: OptIn) -> Admit {
+/// Who asks for a pod's eviction through an EvictionRequest that has not ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requested {
+    /// The bridge itself: its evacuation goes on, and a repeated eviction joins it again.
+    pub by_bridge: bool,
+    /// The name of an EvictionRequest through which another requester asks.
+    pub by_others: Option<String>,
+}
+
+/// [`Requested`] from the pod's `evictkit.io` EvictionRequest (one per pod, every requester
+/// listed in it), the bridge being `bridge`.
+pub fn crd_requested(request: &EvictionRequest, bridge: &str) -> Requested {
+    if State::of(request) != State::InProgress {
+        return Requested::default();
+    }
+    let requesters = &request.spec.requesters;
+    Requested {
+        by_bridge: requesters.iter().any(|r| r.name == bridge),
+        by_others: requesters
+            .iter()
+            .any(|r| r.name != bridge)
+            .then(|| request.metadata.name.clone().unwrap_or_default()),
+    }
+}
+
+/// [`Requested`] from the `lifecycle.k8s.io` EvictionRequests of the pod's namespace (one per
+/// requester), for the pod of UID `pod_uid`, the bridge being `bridge`. A request counts while
+/// it states intent `Eviction` and has not ended ([`lifecycle_state`]).
+pub fn lifecycle_requested<'a>(
+    requests: impl IntoIterator<Item = &'a LifecycleRequest>,
+    pod_uid: &str,
+    bridge: &str,
+) -> Requested {
+    let mut requested = Requested::default();
+    let asking = requests.into_iter().filter(|r| {
+        r.spec.target.pod.as_ref().is_some_and(|p| p.uid == pod_uid)
+            && r.spec.intent == INTENT_EVICTION
+            && lifecycle_state(r) == State::InProgress
+    });
+    for request in asking {
+        if request.spec.requester == bridge {
+            requested.by_bridge = true;
+        } else {
+            let name = request.metadata.name.clone().unwrap_or_default();
+            // The first by name, so that repeated answers name the same request.
+            if requested
+                .by_others
+                .as_ref()
+                .is_none_or(|first| name < *first)
+            {
+                requested.by_others = Some(name);
+            }
+        }
+    }
+    requested
+}
+
+/// The decision for the eviction of `pod` carrying the UID precondition `precondition_uid`,
+/// whose eviction is `requested` as shown.
+pub fn admit(
+    pod: &Pod,
+    precondition_uid: Option<&str>,
+    opt_in: OptIn,
+    requested: &Requested,
+) -> Admit {
     if precondition_uid.is_some_and(|uid| Some(uid) != pod.metadata.uid.as_deref()) {
         return Admit::Pass(Pass::OtherPod);
     }
@@ -85,7 +161,12 @@ pub fn admit(pod: &Pod, precondition_uid: Option<&str>, opt_in: OptIn) -> Admit 
             && annotations
                 .and_then(|a| a.get(EVICTION_INTERCEPTORS))
                 .is_some_and(|value| !value.trim().is_empty()));
-    if !opted_in {
+    // Whether or not the pod opted in: an eviction let through would skip the interceptors
+    // that are migrating it. The bridge's own evacuation of an opted-in pod is joined again,
+    // as before the other requester came.
+    let joined = opted_in && requested.by_bridge;
+    let by_others = requested.by_others.as_ref().filter(|_| !joined);
+    if !opted_in && by_others.is_none() {
         return Admit::Pass(Pass::NotOptedIn);
     }
     if pod.metadata.deletion_timestamp.is_some() {
@@ -95,7 +176,12 @@ pub fn admit(pod: &Pod, precondition_uid: Option<&str>, opt_in: OptIn) -> Admit 
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return Admit::Pass(Pass::Terminal);
     }
-    Admit::Evacuate
+    match by_others {
+        Some(request) => Admit::AlreadyEvacuating {
+            request: request.clone(),
+        },
+        None => Admit::Evacuate,
+    }
 }
 
 /// The bridge's marks on a pod: `eviction-in-progress` for the descheduler, and when the

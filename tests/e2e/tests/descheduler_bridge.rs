@@ -36,7 +36,7 @@ use evictkit_core::lifecycle::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, INTENT_WITHDRAWN,
     REASON_CANCELED_NO_REQUESTERS, STATE_ACTIVE,
 };
-use evictkit_runtime::eviction_request::InterceptorClient;
+use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod};
 use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
@@ -1166,5 +1166,101 @@ async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
         annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
     })
     .await?;
+    t.env.ensure_no_invalid_writes()
+}
+
+/// Another requester's key on Kubernetes' own API (a drain tool's).
+const DRAIN: &str = "example.com/drain";
+
+/// KEP-1397: a pod that another requester's EvictionRequest is evicting (here a drain's, the
+/// pod's responder at work) is "already getting evacuated". The descheduler's eviction of it
+/// is answered 429 as in background, naming that request, also for a pod without
+/// `request-evict-only`, and never let through; the bridge does not join. When the drain
+/// withdraws, nothing of the bridge's keeps the eviction going: the descheduler's next eviction
+/// of the pod that did not opt in goes through. A `request-evict-only` pod under the drain's
+/// request counts against the descheduler's per-node limit.
+#[tokio::test]
+async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result<()> {
+    let t = setup_on("lifecycle", "desched-others", "1h", &[]).await?;
+    let pods = t.workload_with("web", 3, &[(RESPONDER, 10000)]).await?;
+    let (plain, opted, other) = (&pods[0], &pods[1], &pods[2]);
+    t.annotate(plain, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
+        .await?;
+    for pod in [plain, opted] {
+        lifecycle_request::request_eviction(&t.env.client, &TargetPod::of(pod)?, DRAIN).await?;
+        t.wait_eviction(pod, "handed to the responder", |e| {
+            responder_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
+        })
+        .await?;
+    }
+    let drains = |pod: &Pod| lifecycle_request::request_name(&pod.name_any(), DRAIN);
+    let as_descheduler = t.descheduler.client().await?;
+
+    // The answer, seen by a dry run: 429 in background, naming the drain's request.
+    let answer = evict(&as_descheduler, plain, true).await?;
+    let Err((429, message)) = &answer else {
+        anyhow::bail!(
+            "the eviction of a pod under another requester's request is answered 429, got {answer:?}"
+        );
+    };
+    ensure!(
+        message.contains(&format!(
+            "Eviction triggered evacuation of pod {}/{} via EvictionRequest {}",
+            t.env.namespace,
+            plain.name_any(),
+            drains(plain)
+        )),
+        "{message}"
+    );
+
+    // The descheduler asks for the pod that did not opt in every cycle; it stays.
+    t.target(plain).await?;
+    let descheduler = t.descheduler(json!({}))?;
+    t.wait_evicted(&descheduler, "error", 2.0).await?;
+    ensure!(
+        t.env
+            .api::<Pod>()
+            .get_opt(&plain.name_any())
+            .await?
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        "the pod the drain's responder is migrating was evicted outright; bridge log:\n{}",
+        t.bridge.log_tail(30)
+    );
+    ensure!(t.evacuations("already_evacuating")? >= 2.0);
+
+    // The drain withdraws: its Eviction is canceled, and the descheduler's own decision stands.
+    lifecycle_request::withdraw(&t.env.client, &TargetPod::of(plain)?, DRAIN).await?;
+    wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
+    t.wait_evicted(&descheduler, "success", 1.0).await?;
+    drop(descheduler);
+
+    // The opted-in pod under the drain's request counts against the node's limit of 1: the
+    // other pod is never asked for.
+    t.target(opted).await?;
+    let limits = json!({"maxNoOfPodsToEvictPerNode": 1});
+    let descheduler = t.descheduler(limits)?;
+    t.wait_evicted(&descheduler, "background", 1.0).await?;
+    t.target(other).await?;
+    t.wait_evicted(&descheduler, NODE_LIMIT, 2.0).await?;
+    ensure!(
+        !t.descheduler_evictions()?.contains(&other.name_any()),
+        "the other pod was asked for beyond the node's limit"
+    );
+    for pod in [plain, opted] {
+        let bridges = lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY);
+        ensure!(
+            t.env
+                .api::<LifecycleRequest>()
+                .get_opt(&bridges)
+                .await?
+                .is_none(),
+            "the bridge joined the drain's eviction of {}",
+            pod.name_any()
+        );
+    }
+    ensure!(
+        objects::pod_ready(&t.env.api::<Pod>().get(&opted.name_any()).await?),
+        "the opted-in pod stays while its responder works"
+    );
     t.env.ensure_no_invalid_writes()
 }

@@ -28,27 +28,164 @@ fn pod(annotations: &[(&str, &str)], phase: &str, deleting: bool) -> Pod {
 const ONLY: (&str, &str) = (DESCHEDULER_REQUEST_EVICT_ONLY, "");
 const INTERCEPTORS: (&str, &str) = (EVICTION_INTERCEPTORS, "surge.example.com");
 
+/// Nobody else asks.
+fn none() -> Requested {
+    Requested::default()
+}
+
+/// Another requester asks through `request`; `bridge`: the bridge asks too.
+fn others(request: &str, bridge: bool) -> Requested {
+    Requested {
+        by_bridge: bridge,
+        by_others: Some(request.into()),
+    }
+}
+
+fn already(request: &str) -> Admit {
+    Admit::AlreadyEvacuating {
+        request: request.into(),
+    }
+}
+
+/// Name, pod, UID precondition, opt-in, who requests the eviction, expected answer.
+type AdmitCase<'a> = (&'a str, Pod, Option<&'a str>, OptIn, Requested, Admit);
+
 #[test]
 fn admit_table() {
     use Admit::*;
     use OptIn::*;
+    let bridge_only = Requested {
+        by_bridge: true,
+        by_others: None,
+    };
     #[rustfmt::skip]
-    let cases: &[(&str, Pod, Option<&str>, OptIn, Admit)] = &[
-        ("request-evict-only is evacuated", pod(&[ONLY], "Running", false), None, RequestEvictOnly, Evacuate),
-        ("the same UID precondition", pod(&[ONLY], "Running", false), Some("uid-1"), RequestEvictOnly, Evacuate),
-        ("pending pods too", pod(&[ONLY], "Pending", false), None, RequestEvictOnly, Evacuate),
-        ("no annotation passes", pod(&[], "Running", false), None, RequestEvictOnly, Pass(super::Pass::NotOptedIn)),
-        ("interceptors alone pass without the flag", pod(&[INTERCEPTORS], "Running", false), None, RequestEvictOnly, Pass(super::Pass::NotOptedIn)),
-        ("interceptors with the flag", pod(&[INTERCEPTORS], "Running", false), None, AlsoInterceptorPods, Evacuate),
-        ("an empty interceptor list is none", pod(&[(EVICTION_INTERCEPTORS, " ")], "Running", false), None, AlsoInterceptorPods, Pass(super::Pass::NotOptedIn)),
-        ("succeeded pods pass", pod(&[ONLY], "Succeeded", false), None, RequestEvictOnly, Pass(super::Pass::Terminal)),
-        ("failed pods pass", pod(&[ONLY], "Failed", false), None, RequestEvictOnly, Pass(super::Pass::Terminal)),
-        ("terminating pods pass", pod(&[ONLY], "Running", true), None, RequestEvictOnly, Pass(super::Pass::Terminating)),
-        ("another pod's UID passes", pod(&[ONLY], "Running", false), Some("uid-0"), RequestEvictOnly, Pass(super::Pass::OtherPod)),
-        ("UID mismatch wins over opt-out", pod(&[], "Running", false), Some("uid-0"), RequestEvictOnly, Pass(super::Pass::OtherPod)),
+    let cases: &[AdmitCase] = &[
+        ("request-evict-only is evacuated", pod(&[ONLY], "Running", false), None, RequestEvictOnly, none(), Evacuate),
+        ("the same UID precondition", pod(&[ONLY], "Running", false), Some("uid-1"), RequestEvictOnly, none(), Evacuate),
+        ("pending pods too", pod(&[ONLY], "Pending", false), None, RequestEvictOnly, none(), Evacuate),
+        ("no annotation passes", pod(&[], "Running", false), None, RequestEvictOnly, none(), Pass(super::Pass::NotOptedIn)),
+        ("interceptors alone pass without the flag", pod(&[INTERCEPTORS], "Running", false), None, RequestEvictOnly, none(), Pass(super::Pass::NotOptedIn)),
+        ("interceptors with the flag", pod(&[INTERCEPTORS], "Running", false), None, AlsoInterceptorPods, none(), Evacuate),
+        ("an empty interceptor list is none", pod(&[(EVICTION_INTERCEPTORS, " ")], "Running", false), None, AlsoInterceptorPods, none(), Pass(super::Pass::NotOptedIn)),
+        ("succeeded pods pass", pod(&[ONLY], "Succeeded", false), None, RequestEvictOnly, none(), Pass(super::Pass::Terminal)),
+        ("failed pods pass", pod(&[ONLY], "Failed", false), None, RequestEvictOnly, none(), Pass(super::Pass::Terminal)),
+        ("terminating pods pass", pod(&[ONLY], "Running", true), None, RequestEvictOnly, none(), Pass(super::Pass::Terminating)),
+        ("another pod's UID passes", pod(&[ONLY], "Running", false), Some("uid-0"), RequestEvictOnly, none(), Pass(super::Pass::OtherPod)),
+        ("UID mismatch wins over opt-out", pod(&[], "Running", false), Some("uid-0"), RequestEvictOnly, none(), Pass(super::Pass::OtherPod)),
+        // KEP-1397: a pod with another requester's request is already getting evacuated.
+        ("requested by others, not opted in", pod(&[], "Running", false), None, RequestEvictOnly, others("r", false), already("r")),
+        ("requested by others, interceptor pod without the flag", pod(&[INTERCEPTORS], "Running", false), None, RequestEvictOnly, others("r", false), already("r")),
+        ("requested by others, opted in: not joined", pod(&[ONLY], "Running", false), None, RequestEvictOnly, others("r", false), already("r")),
+        ("requested by others and the bridge, opted in: joined again", pod(&[ONLY], "Running", false), None, RequestEvictOnly, others("r", true), Evacuate),
+        ("requested by others and the bridge, not opted in", pod(&[], "Running", false), None, RequestEvictOnly, others("r", true), already("r")),
+        ("requested by the bridge alone, not opted in", pod(&[], "Running", false), None, RequestEvictOnly, bridge_only.clone(), Pass(super::Pass::NotOptedIn)),
+        ("requested by the bridge alone, opted in", pod(&[ONLY], "Running", false), None, RequestEvictOnly, bridge_only, Evacuate),
+        ("requested by others, terminating", pod(&[], "Running", true), None, RequestEvictOnly, others("r", false), Pass(super::Pass::Terminating)),
+        ("requested by others, terminal", pod(&[], "Succeeded", false), None, RequestEvictOnly, others("r", false), Pass(super::Pass::Terminal)),
+        ("requested by others, another pod's UID", pod(&[], "Running", false), Some("uid-0"), RequestEvictOnly, others("r", false), Pass(super::Pass::OtherPod)),
     ];
-    for (name, pod, precondition, opt_in, want) in cases {
-        assert_eq!(admit(pod, *precondition, *opt_in), *want, "{name}");
+    for (name, pod, precondition, opt_in, requested, want) in cases {
+        assert_eq!(
+            admit(pod, *precondition, *opt_in, requested),
+            *want,
+            "{name}"
+        );
+    }
+}
+
+fn crd_request(requesters: &[&str], condition: Option<&str>) -> EvictionRequest {
+    let conditions: Vec<_> = condition
+        .into_iter()
+        .map(|kind| {
+            serde_json::json!({
+                "type": kind, "status": "True", "reason": "R", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "evictkit.io/v1alpha1",
+        "kind": "EvictionRequest",
+        "metadata": {"name": "uid-1", "namespace": "ns"},
+        "spec": {
+            "target": {"pod": {"name": "web-0", "uid": "uid-1"}},
+            "requesters": requesters.iter().map(|name| serde_json::json!({"name": name})).collect::<Vec<_>>(),
+        },
+        "status": {"conditions": conditions},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn crd_requested_table() {
+    const US: &str = "descheduler-bridge.evictkit.io";
+    const TM: &str = "taint-manager.evictkit.io";
+    let by = |bridge: bool, others: bool| Requested {
+        by_bridge: bridge,
+        by_others: others.then(|| "uid-1".to_owned()),
+    };
+    #[rustfmt::skip]
+    let cases: &[(&str, &[&str], Option<&str>, Requested)] = &[
+        ("another requester", &[TM], None, by(false, true)),
+        ("the bridge alone", &[US], None, by(true, false)),
+        ("both", &[US, TM], None, by(true, true)),
+        ("nobody left (canceling)", &[], None, by(false, false)),
+        ("canceled", &[TM], Some("Canceled"), by(false, false)),
+        ("evicted", &[TM], Some("Evicted"), by(false, false)),
+    ];
+    for (name, requesters, condition, want) in cases {
+        assert_eq!(
+            crd_requested(&crd_request(requesters, *condition), US),
+            *want,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn lifecycle_requested_table() {
+    const US: &str = "evictkit.io/descheduler-bridge";
+    const TM: &str = "evictkit.io/taint-manager";
+    let named = |name: &str, mut request: LifecycleRequest| {
+        request.metadata.name = Some(name.into());
+        request
+    };
+    let other_pod = |mut request: LifecycleRequest| {
+        if let Some(pod) = request.spec.target.pod.as_mut() {
+            pod.uid = "uid-0".into();
+        }
+        request
+    };
+    let failed = &[("TargetEvicted", "False"), ("Failed", "True")];
+    let ours = named("a", lifecycle_request(US, "Eviction", &[]));
+    let theirs = named("b", lifecycle_request(TM, "Eviction", &[]));
+    let drain = named("c", lifecycle_request("example.com/drain", "Eviction", &[]));
+    let withdrawn = named("b", lifecycle_request(TM, "Withdrawn", &[]));
+    let ended = named("b", lifecycle_request(TM, "Eviction", failed));
+    let asking_again = named("b", observed_request(TM, "Eviction", failed, 4, Some(3)));
+    let predecessor = named("b", other_pod(lifecycle_request(TM, "Eviction", &[])));
+    let by = |bridge: bool, others: Option<&str>| Requested {
+        by_bridge: bridge,
+        by_others: others.map(str::to_owned),
+    };
+    #[rustfmt::skip]
+    let cases: &[(&str, Vec<&LifecycleRequest>, Requested)] = &[
+        ("none", vec![], by(false, None)),
+        ("another requester", vec![&theirs], by(false, Some("b"))),
+        ("the bridge alone", vec![&ours], by(true, None)),
+        ("both", vec![&ours, &theirs], by(true, Some("b"))),
+        ("the first other by name", vec![&drain, &theirs], by(false, Some("b"))),
+        ("withdrawn", vec![&withdrawn], by(false, None)),
+        ("ended (Failed)", vec![&ended], by(false, None)),
+        ("asking again after a cancellation", vec![&asking_again], by(false, Some("b"))),
+        ("a predecessor's", vec![&predecessor], by(false, None)),
+    ];
+    for (name, requests, want) in cases {
+        assert_eq!(
+            lifecycle_requested(requests.iter().copied(), "uid-1", US),
+            *want,
+            "{name}"
+        );
     }
 }
 
