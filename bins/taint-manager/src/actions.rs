@@ -3,8 +3,9 @@
 //! `Delete` is upstream's: the DisruptionTarget condition, then a delete carrying the pod's
 //! UID. `Evict` goes through the Eviction API (PodDisruptionBudgets respected). `EvictionRequest`
 //! joins the pod's EvictionRequest as requester `taint-manager.evictkit.io` (KEP-4563), so the
-//! pod's interceptors act first and the evictionrequest-controller evicts it; the pod's
-//! DisruptionTarget condition with reason `EvictionRequestByTaintManager` is the durable mark
+//! pod's interceptors act first and the evictionrequest-controller evicts it; once the
+//! controller took the request up, the pod's DisruptionTarget condition with reason
+//! `EvictionRequestByTaintManager` says so (taken back after a refusal) and is the durable mark
 //! from which the request is withdrawn once the pod is no longer due, also after a restart.
 //! `ForceDelete` deletes a pod stuck terminating on an unreachable node with grace period 0.
 //! Each removal is announced by one Event and counted once per pod; refusals and errors are
@@ -12,11 +13,14 @@
 
 use evictkit_api::conditions::{
     MESSAGE_DELETION_BY_TAINT_MANAGER, MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
-    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
-    REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
-    STATUS_FALSE, STATUS_TRUE,
+    MESSAGE_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER, POD_DISRUPTION_TARGET,
+    REASON_DELETION_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER,
+    REASON_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER,
+    REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER, STATUS_FALSE, STATUS_TRUE,
 };
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
+use evictkit_core::requester::Standing;
+use evictkit_core::taint_policy::disruption_target::{self, Mark};
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::eviction::EvictionOutcome;
 use evictkit_runtime::eviction_request::EvictionRequestError;
@@ -90,9 +94,11 @@ impl Removal {
 /// What one removal attempt came to.
 enum Attempt {
     Removed,
-    /// The pod's EvictionRequest lists us; `first`: this attempt made it so.
+    /// The pod's EvictionRequest lists us; `first`: this attempt made it so; `accepted`: the
+    /// eviction request controller has taken it up (else we look again, backing off).
     Requested {
         first: bool,
+        accepted: bool,
     },
     Gone,
     Blocked {
@@ -224,13 +230,18 @@ pub async fn remove(
             context.removed(pod);
             Ok(Action::await_change())
         }
-        Attempt::Requested { first } => {
+        Attempt::Requested { first, accepted } => {
             if first {
                 let latency = observe();
                 tracing::info!(pod = %name, node = %node_name, action, latency_seconds = latency, dry_run = context.dry_run, "eviction requested");
             }
-            context.retries.forget(&key);
-            Ok(Action::await_change())
+            if accepted {
+                context.retries.forget(&key);
+                return Ok(Action::await_change());
+            }
+            // The controller's answer changes the request, not the pod: look again for it,
+            // backing off while the controller does not answer (e.g. it is down).
+            Ok(Action::requeue(context.retries.failed(&key).delay))
         }
         Attempt::Gone => {
             context.forget(&key);
@@ -283,10 +294,12 @@ async fn delete(context: &Context, pod: &Pod, grace_period_seconds: Option<u32>)
     }
 }
 
-/// Marks the pod (the durable record of the request), then creates or joins its
-/// EvictionRequest. Joining is server-side apply of our own entry, so a re-join writes nothing
-/// new; a request canceled by withdrawal is created afresh by the requester library, one
-/// refused by the controller's validation is final (no retry).
+/// Creates or joins the pod's EvictionRequest, then says so on the pod once the controller
+/// took the request up (DisruptionTarget=True, also the durable record of the request), and
+/// takes that back if the request is refused or ends without the pod going
+/// ([`disruption_target::mark`]). Joining is server-side apply of our own entry, so a re-join
+/// writes nothing new; a request canceled by withdrawal is created afresh by the requester
+/// library, one refused by the controller's validation is final (no retry).
 async fn join_request(
     context: &Context,
     pod: &Pod,
@@ -295,35 +308,65 @@ async fn join_request(
 ) -> Result<Attempt, Error> {
     let first = !requested_before && announced_now;
     if context.dry_run {
-        return Ok(Attempt::Requested { first });
+        return Ok(Attempt::Requested {
+            first,
+            accepted: true,
+        });
     }
-    if !requested_before {
-        set_disruption_target(
-            &context.client,
-            pod,
-            STATUS_TRUE,
-            REASON_EVICTION_REQUEST_BY_TAINT_MANAGER,
-            MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
-        )
-        .await?;
+    let (standing, attempt) = match context.requester.request_standing(pod).await {
+        Ok((_, standing)) => (
+            standing,
+            Attempt::Requested {
+                first,
+                accepted: standing != Standing::Pending,
+            },
+        ),
+        Err(error @ EvictionRequestError::Refused { .. }) => (
+            Standing::Refused,
+            Attempt::Refused {
+                why: error.to_string(),
+            },
+        ),
+        Err(error) => {
+            return Ok(Attempt::Blocked {
+                reason: "Error",
+                why: error.to_string(),
+            });
+        }
+    };
+    match disruption_target::mark(standing, requested_before) {
+        Some(Mark::Set) => {
+            set_disruption_target(
+                &context.client,
+                pod,
+                STATUS_TRUE,
+                REASON_EVICTION_REQUEST_BY_TAINT_MANAGER,
+                MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
+            )
+            .await?;
+        }
+        Some(Mark::TakeBack) => {
+            set_disruption_target(
+                &context.client,
+                pod,
+                STATUS_FALSE,
+                REASON_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER,
+                MESSAGE_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER,
+            )
+            .await?;
+        }
+        None => {}
     }
-    Ok(match context.requester.request_eviction(pod).await {
-        Ok(_) => Attempt::Requested { first },
-        Err(error @ EvictionRequestError::Refused { .. }) => Attempt::Refused {
-            why: error.to_string(),
-        },
-        Err(error) => Attempt::Blocked {
-            reason: "Error",
-            why: error.to_string(),
-        },
-    })
+    Ok(attempt)
 }
 
 /// The pod is no longer due by an EvictionRequest (the taint went, a toleration or the policy
 /// changed): if it carries our request mark, withdraw from its EvictionRequest and clear the
 /// mark. The evictionrequest-controller cancels a request whose requesters all withdrew.
 pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), Error> {
-    if !has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER) {
+    let marked = has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER);
+    // A request not yet taken up carries no mark on the pod; this process remembers it.
+    if !marked && !context.announced(&ObjectRef::from_obj(pod)) {
         return Ok(());
     }
     let name = name_of(pod);
@@ -334,14 +377,16 @@ pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), E
     // Counted and announced only when a requester entry of ours was there to withdraw: a
     // reconcile from a cache older than our own withdrawal finds none.
     let listed = context.requester.withdraw(pod).await?;
-    set_disruption_target(
-        &context.client,
-        pod,
-        STATUS_FALSE,
-        REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
-        "Taint manager: no longer due; eviction request withdrawn",
-    )
-    .await?;
+    if marked {
+        set_disruption_target(
+            &context.client,
+            pod,
+            STATUS_FALSE,
+            REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
+            "Taint manager: no longer due; eviction request withdrawn",
+        )
+        .await?;
+    }
     if listed {
         context.metrics.withdrawn.inc();
         tracing::info!(pod = %name, "no longer due; withdrew the eviction request");

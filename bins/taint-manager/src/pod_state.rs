@@ -97,6 +97,11 @@ impl Context {
         self.states().marked.insert(key)
     }
 
+    /// Whether the pod's removal was announced (and not forgotten since).
+    pub(crate) fn announced(&self, key: &ObjectRef<Pod>) -> bool {
+        self.states().marked.contains(key)
+    }
+
     /// A removal of `pod` (as the cache showed it) succeeded: forget the rest, remember this.
     pub(crate) fn removed(&self, pod: &Pod) {
         let key = ObjectRef::from_obj(pod);

@@ -4,6 +4,7 @@
 //! ([`crate::eviction_request`], one request per pod, withdrawn by leaving `.spec.requesters`).
 //! taint-manager, affinity-evictor and descheduler-bridge ask and withdraw through this.
 
+use evictkit_core::requester::{self as standing, Standing};
 use kube::{Client, Resource};
 
 use crate::eviction_request::{self as crd, EvictionRequestError, TargetPod};
@@ -69,19 +70,30 @@ impl Requester {
         &self,
         pod: &K,
     ) -> Result<String, EvictionRequestError> {
-        let request = match self.api {
+        Ok(self.request_standing(pod).await?.0)
+    }
+
+    /// [`Self::request_eviction`], also saying where the request stands afterwards: the
+    /// eviction request controller may not have taken it up yet ([`Standing::Pending`]).
+    pub async fn request_standing<K: Resource<DynamicType = ()>>(
+        &self,
+        pod: &K,
+    ) -> Result<(String, Standing), EvictionRequestError> {
+        let (metadata, standing) = match self.api {
             ApiMode::Lifecycle => {
-                lifecycle::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
-                    .await?
-                    .metadata
+                let request =
+                    lifecycle::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
+                        .await?;
+                let standing = standing::lifecycle_standing(&request);
+                (request.metadata, standing)
             }
             _ => {
-                crd::request_eviction(&self.client, pod, self.name())
-                    .await?
-                    .metadata
+                let request = crd::request_eviction(&self.client, pod, self.name()).await?;
+                let standing = standing::crd_standing(&request);
+                (request.metadata, standing)
             }
         };
-        Ok(request.name.unwrap_or_default())
+        Ok((metadata.name.unwrap_or_default(), standing))
     }
 
     /// Withdraws the request for `pod`; whether one of ours was standing (and is withdrawn now).

@@ -19,7 +19,7 @@ use evictkit_api::conditions::{
 };
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
-    LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_MANAGER_REQUESTER,
+    EVICTION_INTERCEPTORS, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_MANAGER_REQUESTER,
     TAINT_MANAGER_REQUESTER_KEY, TAINT_NODE_NOT_READY, TAINT_NODE_UNREACHABLE,
 };
 use evictkit_api::taint_eviction_policy::{
@@ -1214,4 +1214,52 @@ async fn an_rbac_denial_makes_it_not_ready_and_is_logged() -> Result<()> {
         "ready although RBAC denies listing nodes"
     );
     Ok(())
+}
+
+/// The EvictionRequest action says DisruptionTarget=True only of a pod whose request the
+/// evictionrequest-controller took up (as upstream says it only of a pod that is going): a
+/// request refused by validation (a malformed interceptor annotation) leaves no True condition
+/// behind, or a Job's podFailurePolicy would count a later real failure as a disruption.
+#[tokio::test]
+async fn eviction_request_policy_says_disruption_target_only_of_an_accepted_request() -> Result<()>
+{
+    let _shared = EXCLUSIVE.read().await;
+    let env = TestEnv::new("tm-er-refused").await?;
+    let _controller = env.start_eviction_request_controller().await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let mut pod = objects::pod("bad", "bad");
+    pod.spec.get_or_insert_default().node_name = Some(node.clone());
+    // No pod webhook runs here, so the typo reaches the controller as it would on a cluster
+    // where the pod was written before the webhook was installed.
+    pod.metadata.annotations =
+        Some([(EVICTION_INTERCEPTORS.to_owned(), "Not_A_Name".to_owned())].into());
+    env.create(&pod).await?;
+    env.wait_for_ready_pods("app=bad", 1).await?;
+    let bad = env.api::<Pod>().get("bad").await?;
+    let request = policy(&env, "request", 0, TaintEvictionAction::EvictionRequest);
+    env.apply_crd("TaintEvictionPolicy").await?;
+    create_policy(&env, &request).await?;
+    let _manager = start(&env, &["--eviction-request-api=crd"]).await?;
+
+    set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+    let requests = env.api::<EvictionRequest>();
+    wait::wait_for(
+        &requests,
+        &bad.uid().unwrap_or_default(),
+        DEFAULT_TIMEOUT,
+        "refused by validation",
+        |r| evictkit_core::eviction_request::refusal(r).is_some(),
+    )
+    .await?;
+    wait_event(&env, "bad", "TaintManagerEviction", "not retrying").await?;
+    let pod = env.api::<Pod>().get("bad").await?;
+    ensure!(
+        disruption_target(&pod).is_none_or(|c| c.status != "True"),
+        "DisruptionTarget after the refusal: {:?}",
+        disruption_target(&pod)
+    );
+    not_deleted_for(&env, "bad", Duration::from_secs(2)).await
 }
