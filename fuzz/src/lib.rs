@@ -67,7 +67,7 @@ async fn build_webhooks() -> Vec<Webhook> {
     let affinity = metrics("affinity-evictor");
     serve(
         "affinity-evictor",
-        affinity_evictor::webhook::webhooks(affinity).into_router(),
+        affinity_evictor::webhook::webhooks(affinity, true).into_router(),
         &[affinity_evictor::webhook::PATH],
     );
 

@@ -134,7 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Manager::start(COMPONENT, &args.common, args.roles.runs(Role::Webhook)).await?;
     let own_metrics = AffinityMetrics::register(manager.metrics())?;
     if args.roles.runs(Role::Webhook) {
-        let webhooks = webhook::webhooks(manager.metrics().clone());
+        let webhooks = webhook::webhooks(manager.metrics().clone(), args.enabled);
         manager.serve_webhooks(webhooks, "the mutating webhook")?;
     }
     if args.roles.runs(Role::Controller) {
@@ -168,7 +168,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             controller: args.controller.config(),
         });
         if !args.enabled {
-            tracing::warn!("--enabled=false: violations are reported, nothing is evicted");
+            tracing::warn!(
+                "--enabled=false: violations are reported, nothing is evicted, the webhook folds \
+                 nothing into requiredDuringScheduling"
+            );
         }
         manager.lead(LEASE_NAME, move |term| {
             control(client.clone(), settings.clone(), term)

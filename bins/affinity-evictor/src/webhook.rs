@@ -11,18 +11,26 @@
 //! starts again from the template's own selector: changing the annotation replaces the merged
 //! selector, removing it restores the template's own.
 //!
-//! Pods are mutated on CREATE only: a running pod's affinity is immutable. On UPDATE, a changed
-//! annotation is still checked, and a value admitted before (or written before the webhook was
-//! installed) never blocks an update, so a pod with a bad value can still lose its finalizers.
+//! Pods are mutated on CREATE only: a running pod's affinity is immutable, and so is the
+//! annotation that stands in for KEP-4328's field: an UPDATE may remove it (the opt-out) but not
+//! add or change it, or anyone allowed to patch pods could have a pod evicted without a node
+//! label change. A value admitted before (or written before the webhook was installed) never
+//! blocks an update, so a pod with a bad value can still lose its finalizers.
+//!
+//! With `--enabled=false` (KEP-4328's gate off, whose field scheduling then ignores) the webhook
+//! folds nothing in and takes what it merged into a DaemonSet's template back out at the
+//! template's next update; it still refuses malformed values and changes on running pods, which
+//! would take effect when the gate is on again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use evictkit_api::keys::{MERGED_NODE_AFFINITY, REQUIRED_DURING_EXECUTION};
 use evictkit_core::affinity_eviction::{
-    TemplateAffinity, required_during_scheduling_with_execution,
+    AnnotationUpdate, TemplateAffinity, required_during_scheduling_with_execution,
     template_required_during_scheduling,
 };
+use evictkit_core::node_selector::AnnotationError;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::json_patch::jsonptr::PointerBuf;
 use evictkit_runtime::webhook::json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
@@ -37,11 +45,12 @@ pub const PATH: &str = "/mutate";
 
 const REQUIRED: &str = "requiredDuringSchedulingIgnoredDuringExecution";
 
-pub fn webhooks(metrics: Arc<Metrics>) -> Webhooks {
+/// `enabled`: `--enabled`, KEP-4328's feature gate.
+pub fn webhooks(metrics: Arc<Metrics>, enabled: bool) -> Webhooks {
     // Pods and the pod templates of several workload kinds: one route of any kind.
     Webhooks::new(metrics).route(
         PATH,
-        |request: AdmissionRequest<DynamicObject>| async move { mutate(&request) },
+        move |request: AdmissionRequest<DynamicObject>| async move { mutate(&request, enabled) },
     )
 }
 
@@ -54,7 +63,7 @@ fn template_path(kind: &str) -> Option<&'static [&'static str]> {
     }
 }
 
-pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> Admission {
+pub fn mutate(request: &AdmissionRequest<DynamicObject>, enabled: bool) -> Admission {
     let kind = request.kind.kind.as_str();
     let (Some(prefix), Some(object)) = (template_path(kind), request.object.as_ref()) else {
         return Admission::allow();
@@ -63,54 +72,94 @@ pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> Admission {
         return Admission::allow();
     };
     let annotations = annotations_of(&new);
-    let value = annotations
-        .as_ref()
-        .and_then(|a| a.get(REQUIRED_DURING_EXECUTION));
-    let unchanged = request.operation == Operation::Update
-        && request
+    let old_annotations = match request.operation {
+        Operation::Update => request
             .old_object
             .as_ref()
             .and_then(|old| template(old, prefix))
-            .map(|old| annotations_of(&old))
-            .is_some_and(|old| {
-                old.as_ref().and_then(|a| a.get(REQUIRED_DURING_EXECUTION)) == value
-            });
-    let spec: PodSpec = match new.get("spec").cloned().map(serde_json::from_value) {
-        Some(Ok(spec)) => spec,
-        // The apiserver decodes the object before calling us; what it accepted we let through.
-        _ => return Admission::allow(),
+            .map(|old| annotations_of(&old)),
+        _ => None,
     };
-    let denied = |error| {
-        Admission::deny(
-            422,
-            format!(
-                "{kind} {}: annotation {REQUIRED_DURING_EXECUTION}: {error}",
-                object_name(request, object)
-            ),
-        )
-    };
-    if kind == "DaemonSet" {
-        return match template_required_during_scheduling(annotations.as_ref(), &spec) {
-            Ok(None) => Admission::allow(),
-            Ok(Some(wanted)) => {
-                Admission::allow().with_patch(template_patch(&new, prefix, &spec, &wanted))
+    let update = old_annotations
+        .as_ref()
+        .map(|old| AnnotationUpdate::of(old.as_ref(), annotations.as_ref()));
+    if kind == "Pod" {
+        return match update {
+            // A pod's affinity is immutable once created: nothing to fold in on UPDATE.
+            Some(update) if update.allowed() => Admission::allow(),
+            Some(update) => immutable(request, object, update),
+            None => {
+                let Some(spec) = pod_spec(&new) else {
+                    return Admission::allow();
+                };
+                match required_during_scheduling_with_execution(
+                    annotations.as_ref(),
+                    &spec,
+                    enabled,
+                ) {
+                    Ok(None) => Admission::allow(),
+                    Ok(Some(selector)) => {
+                        Admission::allow().with_patch(affinity_patch(&new, prefix, &selector))
+                    }
+                    Err(error) => denied(request, object, error),
+                }
             }
-            Err(_) if unchanged => Admission::allow(),
-            Err(error) => denied(error),
         };
     }
-    match required_during_scheduling_with_execution(annotations.as_ref(), &spec) {
+    let unchanged = update == Some(AnnotationUpdate::Kept);
+    let Some(spec) = pod_spec(&new) else {
+        return Admission::allow();
+    };
+    match template_required_during_scheduling(annotations.as_ref(), &spec, enabled) {
         Ok(None) => Admission::allow(),
-        // A pod's affinity is immutable once created.
-        Ok(Some(_)) if kind == "Pod" && request.operation != Operation::Create => {
-            Admission::allow()
-        }
-        Ok(Some(selector)) => {
-            Admission::allow().with_patch(affinity_patch(&new, prefix, &selector))
+        Ok(Some(wanted)) => {
+            Admission::allow().with_patch(template_patch(&new, prefix, &spec, &wanted))
         }
         Err(_) if unchanged => Admission::allow(),
-        Err(error) => denied(error),
+        Err(error) => denied(request, object, error),
     }
+}
+
+/// The apiserver decodes the object before calling us; what it accepted (`None` here) we let
+/// through.
+fn pod_spec(template: &Value) -> Option<PodSpec> {
+    serde_json::from_value(template.get("spec")?.clone()).ok()
+}
+
+/// Refuses an UPDATE that adds or changes the annotation (see [`AnnotationUpdate::allowed`]).
+fn immutable(
+    request: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+    update: AnnotationUpdate,
+) -> Admission {
+    let how = match update {
+        AnnotationUpdate::Added => "added to",
+        _ => "changed on",
+    };
+    Admission::deny(
+        422,
+        format!(
+            "Pod {}: annotation {REQUIRED_DURING_EXECUTION} cannot be {how} a pod that exists: \
+             a pod's node affinity is immutable (KEP-4328); only removing it (opting out) is \
+             allowed",
+            object_name(request, object)
+        ),
+    )
+}
+
+fn denied(
+    request: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+    error: AnnotationError,
+) -> Admission {
+    Admission::deny(
+        422,
+        format!(
+            "{} {}: annotation {REQUIRED_DURING_EXECUTION}: {error}",
+            request.kind.kind,
+            object_name(request, object)
+        ),
+    )
 }
 
 fn template(object: &DynamicObject, prefix: &[&str]) -> Option<Value> {

@@ -304,21 +304,61 @@ pub fn counts_as_failed_in_round(in_round: bool, earlier_failures: u32) -> bool 
     in_round || earlier_failures == 0
 }
 
+/// What a pod UPDATE does to the annotation [`REQUIRED_DURING_EXECUTION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnotationUpdate {
+    /// Absent before and after, or the same value.
+    Kept,
+    Removed,
+    Added,
+    Changed,
+}
+
+impl AnnotationUpdate {
+    /// From the pod's annotations before and after the UPDATE.
+    pub fn of(
+        old: Option<&BTreeMap<String, String>>,
+        new: Option<&BTreeMap<String, String>>,
+    ) -> Self {
+        let old = old.and_then(|a| a.get(REQUIRED_DURING_EXECUTION));
+        let new = new.and_then(|a| a.get(REQUIRED_DURING_EXECUTION));
+        match (old, new) {
+            (None, None) => AnnotationUpdate::Kept,
+            (Some(old), Some(new)) if old == new => AnnotationUpdate::Kept,
+            (Some(_), None) => AnnotationUpdate::Removed,
+            (None, Some(_)) => AnnotationUpdate::Added,
+            (Some(_), Some(_)) => AnnotationUpdate::Changed,
+        }
+    }
+
+    /// KEP-4328's field is part of the pod's affinity, which cannot change once the pod exists:
+    /// adding or changing the annotation would let anyone who may patch pods have a running pod
+    /// evicted without a node label change. Removing it stays allowed: it is the opt-out that
+    /// stops the retries of a stuck eviction, and it can evict nothing.
+    pub fn allowed(self) -> bool {
+        matches!(self, AnnotationUpdate::Kept | AnnotationUpdate::Removed)
+    }
+}
+
 /// The `requiredDuringSchedulingIgnoredDuringExecution` a new pod (or a DaemonSet's pod
 /// template) must have so the scheduler and the DaemonSet controller never place it on a node
 /// its execution-time affinity rejects; `Ok(None)` when nothing needs to change (no
 /// annotation, the value `scheduling`, or the selector is already folded in).
 ///
-/// `metadata_annotations` are the pod's (or the template's) annotations.
+/// `metadata_annotations` are the pod's (or the template's) annotations. `enabled` is
+/// KEP-4328's feature gate: off, the selector is still checked (it takes effect once the gate
+/// is on again) but scheduling ignores it, so nothing is folded in.
 pub fn required_during_scheduling_with_execution(
     annotations: Option<&BTreeMap<String, String>>,
     spec: &PodSpec,
+    enabled: bool,
 ) -> Result<Option<NodeSelector>, AnnotationError> {
     let Some(value) = annotations.and_then(|a| a.get(REQUIRED_DURING_EXECUTION)) else {
         return Ok(None);
     };
     let execution = match parse_required_during_execution(value)? {
         RequiredDuringExecution::Scheduling => return Ok(None),
+        RequiredDuringExecution::Selector { .. } if !enabled => return Ok(None),
         RequiredDuringExecution::Selector { selector, .. } => selector,
     };
     let existing = required_during_scheduling(spec);
@@ -356,9 +396,14 @@ pub struct TemplateAffinity {
 /// template's current one. The annotation's selector is ANDed into that; without the annotation
 /// (or with `scheduling`) the own selector is restored and the record dropped. Templates merged
 /// before the record existed keep their merged terms as their own.
+///
+/// With KEP-4328's feature gate off (`enabled` false) the annotation is checked but counts as
+/// absent: what the webhook merged while the gate was on comes out again, so the DaemonSet
+/// controller no longer removes daemon pods (PDBs unchecked) over a selector the feature ignores.
 pub fn template_required_during_scheduling(
     annotations: Option<&BTreeMap<String, String>>,
     spec: &PodSpec,
+    enabled: bool,
 ) -> Result<Option<TemplateAffinity>, AnnotationError> {
     let current = required_during_scheduling(spec);
     let current_record = annotations.and_then(|a| a.get(MERGED_NODE_AFFINITY));
@@ -375,7 +420,7 @@ pub fn template_required_during_scheduling(
             RequiredDuringExecution::Selector { selector, .. } => Some(selector),
         },
     };
-    let wanted = match execution {
+    let wanted = match execution.filter(|_| enabled) {
         None => TemplateAffinity {
             required: own,
             record: None,

@@ -484,7 +484,7 @@ async fn disabled_reports_and_evicts_nothing() -> Result<()> {
         .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
         .await?
         .name_any();
-    env.create(&annotated_pod("web", "web", &selector(&env)))
+    env.create(&annotated_pod_on("web", "web", &selector(&env), &node))
         .await?;
     let pod = wait::wait_for(
         &env.api::<Pod>(),
@@ -1012,5 +1012,383 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
         evictor.metric_value("evictions_node_affinity_total")?,
         Some(3.0)
     );
+    Ok(())
+}
+
+/// The pod's (or a pod template's) `requiredDuringSchedulingIgnoredDuringExecution`.
+fn required_during_scheduling(
+    spec: Option<&k8s_openapi::api::core::v1::PodSpec>,
+) -> Option<&k8s_openapi::api::core::v1::NodeSelector> {
+    spec?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+}
+
+/// `annotated_pod` bound to `node` by name, past the scheduler: with the gate off nothing else
+/// keeps it off other tests' nodes.
+fn annotated_pod_on(name: &str, app: &str, annotation: &str, node: &str) -> Pod {
+    let mut pod = annotated_pod(name, app, annotation);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node.to_owned());
+    }
+    pod
+}
+
+/// Stops `evictor` (SIGTERM: it releases its Lease) and starts it again with `extra` as its
+/// flags, its webhook registered afresh: KEP-4328's gate switched by a restart.
+async fn restart(env: &TestEnv, mut evictor: Component, extra: &[&str]) -> Result<Component> {
+    evictor.stop();
+    Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(
+        env.client.clone(),
+    )
+    .delete(
+        &format!("{}-affinity-evictor", env.namespace),
+        &Default::default(),
+    )
+    .await?;
+    start(env, extra).await
+}
+
+/// Issue 28, finding 4: `--enabled=false` (chart value `dryRun: true`) is KEP-4328's gate off,
+/// whose field scheduling ignores too: the webhook folds nothing into new pods or DaemonSet
+/// templates, so a node label change has the DaemonSet controller remove no daemon pod.
+#[tokio::test]
+async fn disabled_the_webhook_folds_nothing_into_pods_or_daemonset_templates() -> Result<()> {
+    let env = TestEnv::new("affinity-offwh").await?;
+    let evictor = start(&env, &["--enabled=false"]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    let created = env
+        .create(&annotated_pod_on("web", "web", &selector(&env), &node))
+        .await?;
+    ensure!(
+        required_during_scheduling(created.spec.as_ref()).is_none(),
+        "the disabled webhook set requiredDuringScheduling on a new pod: {:?}",
+        created.spec.as_ref().and_then(|s| s.affinity.as_ref())
+    );
+    // The template's own affinity keeps the daemon pod on this test's node.
+    let pinned = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}
+        ]}]
+    }}});
+    let daemonset = env
+        .create(&agent_daemonset(&env, Some(pinned.clone()))?)
+        .await?;
+    let template = &daemonset.spec.template;
+    ensure!(
+        template.spec.as_ref().and_then(|s| s.affinity.as_ref())
+            == Some(&serde_json::from_value(pinned)?)
+            && template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .is_some_and(|a| !a.contains_key(evictkit_api::keys::MERGED_NODE_AFFINITY)),
+        "the disabled webhook changed the DaemonSet's template: {template:?}"
+    );
+    let agent = env.wait_for_ready_pods("app=agent", 1).await?.remove(0);
+    wait::wait_for(
+        &env.api::<Pod>(),
+        "web",
+        DEFAULT_TIMEOUT,
+        "Ready",
+        objects::pod_ready,
+    )
+    .await?;
+
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait_for_metric(&evictor, "evictkit_affinity_evictor_violating_pods", |v| {
+        v == Some(2.0)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for pod in [&created, &agent] {
+        let still = env.api::<Pod>().get(&pod.name_any()).await?;
+        ensure!(
+            still.uid() == pod.uid() && still.metadata.deletion_timestamp.is_none(),
+            "{} was removed although the gate is off: {}",
+            pod.name_any(),
+            wait::describe(Some(&still))
+        );
+        ensure!(
+            env.evictions_of_uid(&pod.uid().unwrap_or_default())?
+                .is_empty()
+        );
+    }
+    Ok(())
+}
+
+/// Issue 28, finding 9: KEP-4328's field is immutable like the rest of a pod's affinity, so its
+/// annotation cannot be added to or changed on a pod that exists (anyone allowed to patch pods
+/// could otherwise have one evicted without a node label change); removing it, the opt-out,
+/// stays allowed.
+#[tokio::test]
+async fn the_annotation_cannot_be_added_or_changed_on_a_running_pod() -> Result<()> {
+    let env = TestEnv::new("affinity-immut").await?;
+    let evictor = start(&env, &[]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    let mut plain = objects::pod("plain", "plain");
+    if let Some(spec) = plain.spec.as_mut() {
+        spec.node_name = Some(node.clone());
+    }
+    env.create(&plain).await?;
+    env.create(&annotated_pod("web", "web", &selector(&env)))
+        .await?;
+    let pods = env.api::<Pod>();
+    let mut uids = Vec::new();
+    for name in ["plain", "web"] {
+        let pod = wait::wait_for(&pods, name, DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+        ensure!(node_of(&pod) == Some(node.as_str()), "{name} not on {node}");
+        uids.push(pod.uid().unwrap_or_default());
+    }
+    // A selector the node does not match: admitted, it would have the pod evicted at once.
+    let elsewhere = json!({"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": USER_B, "operator": "In", "values": ["someone-else"]}
+    ]}]})
+    .to_string();
+    let annotate = |value: Option<&str>| {
+        Patch::Merge(json!({"metadata": {"annotations": {REQUIRED_DURING_EXECUTION: value}}}))
+    };
+    for (name, verb) in [("plain", "added to"), ("web", "changed on")] {
+        let refused = pods
+            .patch(name, &PatchParams::default(), &annotate(Some(&elsewhere)))
+            .await;
+        let message = match refused {
+            Ok(pod) => anyhow::bail!(
+                "the annotation was {verb} running pod {name}: {:?}",
+                pod.annotations()
+            ),
+            Err(error) => format!("{error:#}"),
+        };
+        ensure!(
+            message.contains(&format!(
+                "annotation {REQUIRED_DURING_EXECUTION} cannot be {verb} a pod that exists"
+            )),
+            "{name}: the refusal does not say why: {message}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (name, uid) in ["plain", "web"].into_iter().zip(&uids) {
+        ensure!(
+            env.evictions_of_uid(uid)?.is_empty(),
+            "{name} evicted; log:\n{}",
+            evictor.log_tail(30)
+        );
+    }
+    // The opt-out.
+    let opted_out = pods
+        .patch("web", &PatchParams::default(), &annotate(None))
+        .await?;
+    ensure!(
+        !opted_out
+            .annotations()
+            .contains_key(REQUIRED_DURING_EXECUTION)
+    );
+    Ok(())
+}
+
+/// KEP-4328's rollback test (its Test1): with the gate on a pod is evicted when its node's label
+/// goes; off, the annotation is kept and a removed label evicts nothing; on again, it does.
+#[tokio::test]
+async fn rollback_off_evicts_nothing_and_on_again_evicts() -> Result<()> {
+    let env = TestEnv::new("affinity-rollback").await?;
+    let evictor = start(&env, &[]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    let pods = env.api::<Pod>();
+    env.create(&annotated_pod("web-1", "web", &selector(&env)))
+        .await?;
+    wait::wait_for(&pods, "web-1", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait::wait_for_deletion(&pods, "web-1", DEFAULT_TIMEOUT).await?;
+    label_node(&env, &node, json!({USER_B: env.namespace})).await?;
+    env.create(&annotated_pod("web-2", "web", &selector(&env)))
+        .await?;
+    let web = wait::wait_for(&pods, "web-2", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    let uid = web.uid().unwrap_or_default();
+
+    // Off: the annotation is kept, a removed label evicts nothing.
+    let evictor = restart(&env, evictor, &["--enabled=false"]).await?;
+    ensure!(
+        pods.get("web-2")
+            .await?
+            .annotations()
+            .get(REQUIRED_DURING_EXECUTION)
+            == Some(&selector(&env)),
+        "the annotation is gone"
+    );
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait_for_metric(&evictor, "evictkit_affinity_evictor_violating_pods", |v| {
+        v == Some(1.0)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = pods.get("web-2").await?;
+    ensure!(
+        kept.metadata.deletion_timestamp.is_none() && env.evictions_of_uid(&uid)?.is_empty(),
+        "evicted while off: {}",
+        wait::describe(Some(&kept))
+    );
+    label_node(&env, &node, json!({USER_B: env.namespace})).await?;
+
+    // On again: the next removal of the label evicts it.
+    let _evictor = restart(&env, evictor, &[]).await?;
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait::wait_for_deletion(&pods, "web-2", DEFAULT_TIMEOUT).await?;
+    ensure!(
+        env.evictions_of_uid(&uid)?
+            .iter()
+            .any(|e| e.code() == Some(201)),
+        "web-2 was not evicted"
+    );
+    Ok(())
+}
+
+/// The DaemonSet `agent`'s one pod once a rollout has replaced `before`: Ready, not terminating.
+async fn replaced_agent(env: &TestEnv, before: &Pod) -> Result<Pod> {
+    let mut pods = wait::wait_for_list(
+        &env.api::<Pod>(),
+        "app=agent",
+        DEFAULT_TIMEOUT,
+        "rolled out",
+        |pods| {
+            pods.len() == 1
+                && pods[0].uid() != before.uid()
+                && pods[0].metadata.deletion_timestamp.is_none()
+                && objects::pod_ready(&pods[0])
+        },
+    )
+    .await?;
+    Ok(pods.remove(0))
+}
+
+/// What `kubectl rollout restart` writes: an update of the DaemonSet's pod template.
+async fn rollout_restart(env: &TestEnv, at: &str) -> Result<DaemonSet> {
+    Ok(env
+        .api::<DaemonSet>()
+        .patch(
+            "agent",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                "kubectl.kubernetes.io/restartedAt": at
+            }}}}})),
+        )
+        .await?)
+}
+
+/// KEP-4328's rollback test for DaemonSets (its Test2), and issue 28's finding 4 for templates
+/// the webhook merged while the gate was on: off, the next update of the DaemonSet takes the
+/// merge back out, so a removed label has nothing remove the daemon pod; on again, the next
+/// update merges it back in, and a removed label has the pod evicted and not recreated.
+#[tokio::test]
+async fn daemonset_rollback_the_merge_comes_out_while_off_and_back_when_on() -> Result<()> {
+    let env = TestEnv::new("affinity-dsroll").await?;
+    let evictor = start(&env, &[]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &env.namespace)], vec![]))
+        .await?
+        .name_any();
+    // The template's own affinity keeps the daemon pod on this test's node.
+    let pinned = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}
+        ]}]
+    }}});
+    let own: k8s_openapi::api::core::v1::Affinity = serde_json::from_value(pinned.clone())?;
+    let merged = |daemonset: &DaemonSet| {
+        let template = &daemonset.spec.template;
+        let recorded = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .is_some_and(|a| a.contains_key(evictkit_api::keys::MERGED_NODE_AFFINITY));
+        let affinity = template.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        (recorded, affinity != Some(&own))
+    };
+    let created = env
+        .create(&agent_daemonset(&env, Some(pinned.clone()))?)
+        .await?;
+    ensure!(
+        merged(&created) == (true, true),
+        "not merged while on: {created:?}"
+    );
+    let first = env.wait_for_ready_pods("app=agent", 1).await?.remove(0);
+
+    // Off: the next update takes the merge out; a removed label removes nothing.
+    let evictor = restart(&env, evictor, &["--enabled=false"]).await?;
+    let updated = rollout_restart(&env, "off").await?;
+    ensure!(
+        merged(&updated) == (false, false),
+        "the merge is still in the template: {:?}",
+        updated.spec.template
+    );
+    ensure!(
+        updated
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .is_some_and(|a| a.get(REQUIRED_DURING_EXECUTION) == Some(&selector(&env))),
+        "the annotation is gone: {:?}",
+        updated.spec.template
+    );
+    let agent = replaced_agent(&env, &first).await?;
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait_for_metric(&evictor, "evictkit_affinity_evictor_violating_pods", |v| {
+        v == Some(1.0)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let still = env.api::<Pod>().get(&agent.name_any()).await?;
+    ensure!(
+        still.metadata.deletion_timestamp.is_none(),
+        "the daemon pod was removed while off: {}",
+        wait::describe(Some(&still))
+    );
+    ensure!(
+        env.evictions_of_uid(&agent.uid().unwrap_or_default())?
+            .is_empty()
+    );
+    label_node(&env, &node, json!({USER_B: env.namespace})).await?;
+
+    // On again: the next update merges it back in; a removed label evicts the pod for good.
+    let evictor = restart(&env, evictor, &[]).await?;
+    let updated = rollout_restart(&env, "on").await?;
+    ensure!(
+        merged(&updated) == (true, true),
+        "not merged again: {:?}",
+        updated.spec.template
+    );
+    let agent = replaced_agent(&env, &agent).await?;
+    // Only the affinity-evictor may remove it now (not the DaemonSet controller).
+    protect_from_deletion(&env).await?;
+    label_node(&env, &node, json!({USER_B: null})).await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), &agent.name_any(), DEFAULT_TIMEOUT).await?;
+    ensure!(
+        env.evictions_of_uid(&agent.uid().unwrap_or_default())?
+            .iter()
+            .any(|e| e.code() == Some(201)),
+        "not evicted; log:\n{}",
+        evictor.log_tail(30)
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let recreated = env
+        .api::<Pod>()
+        .list(&ListParams::default().labels("app=agent"))
+        .await?
+        .items;
+    ensure!(recreated.is_empty(), "recreated: {recreated:?}");
     Ok(())
 }

@@ -42,8 +42,18 @@ fn pod(annotation: Option<&str>, affinity: Value) -> Value {
 
 /// The object after the webhook's patch, or the denial message.
 fn admit(operation: &str, object: Value, old: Option<Value>) -> Result<Value, String> {
+    admit_as(true, operation, object, old)
+}
+
+/// [`admit`] by a webhook with `--enabled` as given.
+fn admit_as(
+    enabled: bool,
+    operation: &str,
+    object: Value,
+    old: Option<Value>,
+) -> Result<Value, String> {
     let review = request(operation, object.clone(), old);
-    let admission = mutate(&review);
+    let admission = mutate(&review, enabled);
     let response = admission.into_response(&review);
     if !response.allowed {
         return Err(response.result.message);
@@ -54,6 +64,16 @@ fn admit(operation: &str, object: Value, old: Option<Value>) -> Result<Value, St
         evictkit_runtime::webhook::json_patch::patch(&mut patched, &patch).unwrap();
     }
     Ok(patched)
+}
+
+/// The DaemonSet `agent` whose template is [`pod`]'s.
+fn daemonset(annotation: Option<&str>, affinity: Value) -> Value {
+    let mut template = pod(annotation, affinity);
+    template
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k == "metadata" || k == "spec");
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"}, "spec": {"template": template}})
 }
 
 fn required(object: &Value, prefix: &str) -> Value {
@@ -253,5 +273,83 @@ fn daemonset_updates_replace_what_was_merged() {
     assert_eq!(
         required(&edited, prefix),
         terms(&[&json!({"key": "rack", "operator": "Exists"}), &user_b])
+    );
+}
+
+#[test]
+fn the_annotation_cannot_be_added_or_changed_on_a_pod_that_exists() {
+    let bare = pod(None, Value::Null);
+    let opted_in = pod(Some(USER_B), Value::Null);
+    let other = pod(Some("scheduling"), Value::Null);
+    // (case, old, new, refusal or None: allowed)
+    let cases = [
+        ("kept", &opted_in, &opted_in, None),
+        ("never there", &bare, &bare, None),
+        ("removed: the opt-out", &opted_in, &bare, None),
+        (
+            "added",
+            &bare,
+            &opted_in,
+            Some(
+                "Pod team-b/web-*: annotation evictkit.io/required-during-execution cannot be added to a pod that exists: a pod's node affinity is immutable (KEP-4328); only removing it (opting out) is allowed",
+            ),
+        ),
+        (
+            "changed",
+            &opted_in,
+            &other,
+            Some(
+                "Pod team-b/web-*: annotation evictkit.io/required-during-execution cannot be changed on a pod that exists: a pod's node affinity is immutable (KEP-4328); only removing it (opting out) is allowed",
+            ),
+        ),
+    ];
+    for (case, old, new, refusal) in cases {
+        let result = admit("UPDATE", new.clone(), Some(old.clone()));
+        match refusal {
+            None => assert_eq!(result, Ok(new.clone()), "{case}"),
+            Some(message) => assert_eq!(result, Err(message.to_owned()), "{case}"),
+        }
+    }
+}
+
+/// KEP-4328: with the gate off the field is ignored, by scheduling too. The webhook still checks
+/// what it is given, but folds nothing in, and takes what it folded into a DaemonSet's template
+/// while it was on back out at the template's next update.
+#[test]
+fn disabled_it_folds_nothing_in_and_takes_its_merge_back_out() {
+    let opted_in = pod(Some(USER_B), Value::Null);
+    assert_eq!(
+        admit_as(false, "CREATE", opted_in.clone(), None),
+        Ok(opted_in),
+        "a new pod is left as it is"
+    );
+    let zone =
+        json!({"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"Exists"}]}]});
+    let own = json!({"nodeAffinity": {REQUIRED: zone}});
+    let unmerged = daemonset(Some(USER_B), own.clone());
+    assert_eq!(
+        admit_as(false, "CREATE", unmerged.clone(), None),
+        Ok(unmerged.clone()),
+        "a new DaemonSet is left as it is"
+    );
+    assert_eq!(
+        admit_as(false, "UPDATE", unmerged.clone(), Some(unmerged.clone())),
+        Ok(unmerged.clone()),
+        "a DaemonSet never merged is left as it is"
+    );
+
+    let merged = admit("CREATE", unmerged.clone(), None).unwrap();
+    assert_ne!(required(&merged, "/spec/template"), zone);
+    let taken_out = admit_as(false, "UPDATE", merged.clone(), Some(merged)).unwrap();
+    assert_eq!(
+        taken_out, unmerged,
+        "the template's own selector is back, the record gone, the annotation kept"
+    );
+
+    let malformed = pod(Some(r#"{"nodeSelectorTerms":[]}"#), Value::Null);
+    assert_eq!(
+        admit_as(false, "CREATE", malformed, None),
+        Err("Pod team-b/web-*: annotation evictkit.io/required-during-execution: nodeSelectorTerms: must have at least one node selector term".to_owned()),
+        "a malformed value is still refused: it would take effect when the gate is on again"
     );
 }

@@ -461,19 +461,57 @@ fn daemonset_templates_replace_what_was_merged() {
     for (case, annotations, required, expected) in cases {
         let spec = spec_with(required);
         assert_eq!(
-            template_required_during_scheduling(Some(&annotations), &spec).unwrap(),
+            template_required_during_scheduling(Some(&annotations), &spec, true).unwrap(),
             expected,
             "{case}"
         );
     }
-    assert!(
-        template_required_during_scheduling(
-            Some(&annotations(Some("{\"nodeSelectorTerms\":[]}"), None)),
-            &PodSpec::default()
-        )
-        .is_err(),
-        "malformed"
-    );
+    // KEP-4328's gate off: the annotation counts as absent, what was merged comes out.
+    let disabled = [
+        (
+            "merged while on: its own selector back, no record",
+            annotations(Some(USER_B), Some(merged_once.clone())),
+            Some(&zone_and_user_b),
+            wanted(Some(&zone), None),
+        ),
+        (
+            "merged while on, nothing of its own: no selector",
+            annotations(Some(USER_B), Some(record(None, &user_b))),
+            Some(&user_b),
+            wanted(None, None),
+        ),
+        (
+            "never merged: nothing to do",
+            annotations(Some(USER_B), None),
+            Some(&zone),
+            None,
+        ),
+        (
+            "the user replaced the selector since: only the record goes",
+            annotations(Some(USER_B), Some(merged_once.clone())),
+            Some(&user_b_or_also),
+            wanted(Some(&user_b_or_also), None),
+        ),
+    ];
+    for (case, annotations, required, expected) in disabled {
+        let spec = spec_with(required);
+        assert_eq!(
+            template_required_during_scheduling(Some(&annotations), &spec, false).unwrap(),
+            expected,
+            "disabled, {case}"
+        );
+    }
+    for enabled in [true, false] {
+        assert!(
+            template_required_during_scheduling(
+                Some(&annotations(Some("{\"nodeSelectorTerms\":[]}"), None)),
+                &PodSpec::default(),
+                enabled
+            )
+            .is_err(),
+            "malformed, enabled: {enabled}"
+        );
+    }
 }
 
 #[test]
@@ -720,18 +758,90 @@ fn admission_of_new_pods_and_templates() {
     ];
     for (case, annotations, required, expected) in cases {
         let spec = spec_with(required);
-        let result = required_during_scheduling_with_execution(annotations.as_ref(), &spec);
+        let result = required_during_scheduling_with_execution(annotations.as_ref(), &spec, true);
         assert_eq!(result.unwrap(), expected, "{case}");
+        // KEP-4328's gate off: scheduling ignores the field, nothing is folded in.
+        let result = required_during_scheduling_with_execution(annotations.as_ref(), &spec, false);
+        assert_eq!(result.unwrap(), None, "disabled, {case}");
     }
-    let error = required_during_scheduling_with_execution(
-        annotations("{\"nodeSelectorTerms\":[]}").as_ref(),
-        &PodSpec::default(),
-    )
-    .unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "nodeSelectorTerms: must have at least one node selector term"
-    );
+    for enabled in [true, false] {
+        let error = required_during_scheduling_with_execution(
+            annotations("{\"nodeSelectorTerms\":[]}").as_ref(),
+            &PodSpec::default(),
+            enabled,
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "nodeSelectorTerms: must have at least one node selector term",
+            "enabled: {enabled}"
+        );
+    }
+}
+
+#[test]
+fn the_annotation_of_a_pod_that_exists_may_only_be_removed() {
+    let with = |value: &str| map(&[(REQUIRED_DURING_EXECUTION, value), ("a", "b")]);
+    let without = map(&[("a", "b")]);
+    use AnnotationUpdate::{Added, Changed, Kept, Removed};
+    // (case, before, after, what the update does, allowed)
+    let cases = [
+        ("no annotations at all", None, None, Kept, true),
+        (
+            "others only",
+            Some(without.clone()),
+            Some(map(&[])),
+            Kept,
+            true,
+        ),
+        (
+            "same value",
+            Some(with(USER_B)),
+            Some(with(USER_B)),
+            Kept,
+            true,
+        ),
+        (
+            "removed: the opt-out",
+            Some(with(USER_B)),
+            Some(without.clone()),
+            Removed,
+            true,
+        ),
+        (
+            "all annotations removed",
+            Some(with(USER_B)),
+            None,
+            Removed,
+            true,
+        ),
+        (
+            "added",
+            Some(without.clone()),
+            Some(with(USER_B)),
+            Added,
+            false,
+        ),
+        (
+            "added to none",
+            None,
+            Some(with("scheduling")),
+            Added,
+            false,
+        ),
+        (
+            "changed",
+            Some(with(USER_B)),
+            Some(with("scheduling")),
+            Changed,
+            false,
+        ),
+    ];
+    for (case, before, after, expected, allowed) in cases {
+        let update = AnnotationUpdate::of(before.as_ref(), after.as_ref());
+        assert_eq!(update, expected, "{case}");
+        assert_eq!(update.allowed(), allowed, "{case}");
+    }
 }
 
 #[test]
