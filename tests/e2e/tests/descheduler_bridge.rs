@@ -1264,3 +1264,45 @@ async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result
     );
     t.env.ensure_no_invalid_writes()
 }
+
+/// The same on the `evictkit.io` CRD: a pod whose EvictionRequest lists another requester (a
+/// drain's) is answered 429 naming that request, also without `request-evict-only`; the pod
+/// stays and the bridge is not added to the request's requesters.
+#[tokio::test]
+async fn a_pod_in_another_requesters_crd_request_is_already_getting_evacuated() -> Result<()> {
+    const CRD_DRAIN: &str = "drain.example.com";
+    let t = setup("desched-others-crd", "1h", &[]).await?;
+    let pods = t.workload("web", 1).await?;
+    let pod = &pods[0];
+    t.annotate(pod, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
+        .await?;
+    evictkit_runtime::eviction_request::request_eviction(&t.env.client, pod, CRD_DRAIN).await?;
+    let as_descheduler = t.descheduler.client().await?;
+    let answer = evict(&as_descheduler, pod, false).await?;
+    let Err((429, message)) = &answer else {
+        anyhow::bail!(
+            "the eviction of a pod under another requester's request is answered 429, got {answer:?}"
+        );
+    };
+    ensure!(
+        message.contains(&format!(
+            "Eviction triggered evacuation of pod {}/{} via EvictionRequest {}",
+            t.env.namespace,
+            pod.name_any(),
+            uid(pod)
+        )),
+        "{message}"
+    );
+    let request = t.wait_request(pod, "requested", |_| true).await?;
+    ensure!(
+        requesters(&request) == [CRD_DRAIN],
+        "requesters {:?}",
+        requesters(&request)
+    );
+    ensure!(
+        objects::pod_ready(&t.env.api::<Pod>().get(&pod.name_any()).await?),
+        "the pod stays while its interceptor works"
+    );
+    ensure!(t.evacuations("already_evacuating")? == 1.0);
+    t.env.ensure_no_invalid_writes()
+}
