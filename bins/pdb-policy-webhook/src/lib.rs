@@ -6,7 +6,8 @@
 //! 2. the webhooks ([`admission`]): mutating PDB CREATE/UPDATE (default or enforce
 //!    `unhealthyPodEvictionPolicy`), validating PDB CREATE/UPDATE (overlap, never allows a
 //!    disruption, selects nothing), validating `pods/eviction` CREATE (stricter health);
-//! 3. with the controller role, behind a Lease, the policies' status ([`status`]).
+//! 3. with the controller role, behind a Lease, the existing PDBs brought into conformance
+//!    (Enforce) or reported (Default) ([`conformance`]) and the policies' status ([`status`]).
 //!
 //! Every decision is in `evictkit_core::pdb_policy`, built on `evictkit_core::eviction`.
 //!
@@ -16,6 +17,7 @@
 
 pub mod admission;
 pub mod cache;
+pub mod conformance;
 pub mod explain;
 pub mod live;
 pub mod metrics;
@@ -89,11 +91,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client = manager.client().clone();
     let own_metrics = metrics::WebhookMetrics::register(manager.metrics())?;
     let caches = Caches::start(&client, manager.shutdown());
-    let reconciles = own_metrics.reconciles.clone();
     if serves_webhook {
         let ctx = Arc::new(Context {
             caches: caches.clone(),
-            metrics: own_metrics,
+            metrics: own_metrics.clone(),
             live: Arc::new(client.clone()),
         });
         let webhooks = admission::webhooks(ctx, manager.metrics().clone());
@@ -107,7 +108,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 client.clone(),
                 recorder.clone(),
                 caches.clone(),
-                reconciles.clone(),
+                own_metrics.clone(),
                 term,
             )
         });

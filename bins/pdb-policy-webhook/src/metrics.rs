@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use evictkit_runtime::metrics::{Metrics, MetricsError};
 use evictkit_runtime::reconcile::Reconciles;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts};
 
 /// The `webhook` label values: the three webhooks `admission::review` serves.
 const WEBHOOKS: [&str; 3] = ["mutate-pdb", "validate-pdb", "validate-eviction"];
@@ -26,6 +26,12 @@ pub struct WebhookMetrics {
     pub warnings: IntCounterVec,
     /// `pdb_policy_webhook_denials_total{rule}`.
     pub denials: IntCounterVec,
+    /// `pdb_policy_webhook_nonconforming_budgets{policy}`: PDBs where the policy is in force
+    /// whose unhealthyPodEvictionPolicy is not what it sets (controller role).
+    pub nonconforming: IntGaugeVec,
+    /// `pdb_policy_webhook_budgets_enforced_total`: existing PDBs whose field the controller
+    /// set for an Enforce policy.
+    pub enforced: IntCounter,
     /// The controller role's status reconciles
     /// (`evictkit_reconcile*{controller="poddisruptionbudgetpolicy"}`).
     pub reconciles: Reconciles,
@@ -68,6 +74,19 @@ impl WebhookMetrics {
                 "Requests denied, by rule.",
                 &["rule"],
             )?,
+            nonconforming: IntGaugeVec::new(
+                Opts::new(
+                    "pdb_policy_webhook_nonconforming_budgets",
+                    "PodDisruptionBudgets where the policy is in force whose unhealthyPodEvictionPolicy differs from what it sets, by policy.",
+                ),
+                &["policy"],
+            )
+            .map_err(MetricsError::Register)?,
+            enforced: IntCounter::new(
+                "pdb_policy_webhook_budgets_enforced_total",
+                "Existing PodDisruptionBudgets whose unhealthyPodEvictionPolicy the controller set for an Enforce policy.",
+            )
+            .map_err(MetricsError::Register)?,
             reconciles: Reconciles::new(metrics, "poddisruptionbudgetpolicy"),
         };
         metrics.register(own.requests.clone())?;
@@ -75,6 +94,8 @@ impl WebhookMetrics {
         metrics.register(own.defaulted.clone())?;
         metrics.register(own.warnings.clone())?;
         metrics.register(own.denials.clone())?;
+        metrics.register(own.nonconforming.clone())?;
+        metrics.register(own.enforced.clone())?;
         // Each webhook's duration and error series from the start, so alerts on rate() see 0
         // rather than nothing.
         for webhook in WEBHOOKS {

@@ -1,7 +1,10 @@
 //! The controller role: keeps each PodDisruptionBudgetPolicy's status saying where it is in
-//! force and whether it is valid. Level-triggered from the caches, one replica at a time
-//! (behind the Lease), rewritten only when it changes.
+//! force, whether it is valid and how many of its PDBs conform, after bringing the existing
+//! PDBs into conformance as its mode says ([`crate::conformance`]). Level-triggered from the
+//! caches, one replica at a time (behind the Lease), rewritten only when it changes.
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::conditions::{
@@ -15,9 +18,11 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::reconcile::{self, Reconciles};
+use evictkit_runtime::reconcile;
 
 use crate::cache::Caches;
+use crate::conformance::Enforcer;
+use crate::metrics::WebhookMetrics;
 
 /// How often statuses are recomputed; namespaces come and go without touching policies, so
 /// this is a resync rather than a reaction to policy events.
@@ -27,19 +32,29 @@ pub async fn run(
     client: Client,
     recorder: EventRecorder,
     caches: Caches,
-    reconciles: Reconciles,
+    metrics: Arc<WebhookMetrics>,
     shutdown: CancellationToken,
 ) {
-    let api: Api<PodDisruptionBudgetPolicy> = Api::all(client);
+    let api: Api<PodDisruptionBudgetPolicy> = Api::all(client.clone());
+    let reconciles = metrics.reconciles.clone();
+    let enforcer = Enforcer::new(client, recorder.clone(), metrics);
+    let mut previous = HashSet::new();
     loop {
         if caches.is_synced() {
-            for policy in caches.policies.all() {
+            let policies = caches.policies.all();
+            for policy in &policies {
                 let key = reconcile::key(policy.as_ref());
                 // A failed write is logged by `write` and made again at the next resync.
                 let _ = reconciles
-                    .run(key, reconcile(&api, &recorder, &caches, &policy))
+                    .run(key, reconcile(&api, &recorder, &enforcer, &caches, policy))
                     .await;
             }
+            let names: HashSet<String> = policies
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            enforcer.forget_others(&names, &previous);
+            previous = names;
         }
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -52,10 +67,15 @@ pub async fn run(
 async fn reconcile(
     api: &Api<PodDisruptionBudgetPolicy>,
     recorder: &EventRecorder,
+    enforcer: &Enforcer,
     caches: &Caches,
     policy: &PodDisruptionBudgetPolicy,
 ) -> Result<(), kube::Error> {
-    let desired = status_of(policy, caches);
+    let mut desired = status_of(policy, caches);
+    let summary = enforcer.apply(policy, caches, &desired.namespaces).await;
+    desired.budgets = summary.budgets;
+    desired.conforming_budgets = summary.conforming;
+    desired.non_conforming_budgets = summary.non_conforming;
     if same(policy.status.as_ref(), &desired) {
         return Ok(());
     }
@@ -109,6 +129,7 @@ fn status_of(
             observed_generation: policy.metadata.generation,
             last_transition_time,
         }],
+        ..Default::default()
     }
 }
 

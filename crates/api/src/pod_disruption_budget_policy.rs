@@ -79,8 +79,9 @@ pub struct PodDisruptionBudgetPolicySpec {
     pub unhealthy_pod_eviction_policy: Option<UnhealthyPodEvictionPolicyType>,
 
     /// Mode says when unhealthyPodEvictionPolicy is set: Default only on PDBs that leave it
-    /// unset (a PDB's own choice stands), Enforce on every PDB (a PDB's own choice is
-    /// overwritten). Default: Default.
+    /// unset (a PDB's own choice stands), when they are written; Enforce on every PDB (a PDB's
+    /// own choice is overwritten), existing ones included: the controller sets it on the PDBs
+    /// already there. Default: Default.
     #[serde(default)]
     pub mode: PolicyMode,
 
@@ -187,6 +188,24 @@ pub struct PodDisruptionBudgetPolicyStatus {
     /// higher precedence), sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+
+    /// Budgets is the number of PodDisruptionBudgets in the namespaces where the policy is in
+    /// force.
+    #[serde(default)]
+    pub budgets: i32,
+
+    /// ConformingBudgets is the number of those whose unhealthyPodEvictionPolicy is what the
+    /// policy sets (any value in Default mode, the policy's value in Enforce mode).
+    #[serde(default)]
+    pub conforming_budgets: i32,
+
+    /// NonConformingBudgets names ("namespace/name", sorted, at most 100) the others: in
+    /// Enforce mode the PDBs whose field could not be set yet (an Event on the PDB says why);
+    /// in Default mode the PDBs that leave it unset, which get the default at their next write
+    /// (Default mode never rewrites an existing PDB).
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    pub non_conforming_budgets: Vec<String>,
 
     /// Conditions: Valid (False with the reason when the namespaceSelector or a condition type
     /// is invalid; an invalid policy is in force nowhere).

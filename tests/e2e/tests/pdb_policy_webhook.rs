@@ -791,6 +791,152 @@ async fn only_selected_namespaces_are_defaulted_and_precedence_decides_between_p
     Ok(())
 }
 
+/// The reasons of the events.k8s.io Events on PDB `name`.
+async fn event_reasons(env: &TestEnv, name: &str) -> Result<Vec<String>> {
+    let events = env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("PodDisruptionBudget") && r.name.as_deref() == Some(name)
+            })
+        })
+        .filter_map(|e| e.reason)
+        .collect())
+}
+
+/// Issue 28 finding 5: a policy acts on the PDBs that were there before it. In Default mode an
+/// unset field is reported (the policy's status, an Event on the PDB, a gauge) and left alone;
+/// switched to Enforce (e.g. AlwaysAllow, installed to unblock a stuck drain), the controller
+/// sets the policy's value on every PDB at once, with an Event on each, without waiting for an
+/// edit.
+#[tokio::test]
+async fn existing_budgets_are_reported_and_enforce_brings_them_into_conformance() -> Result<()> {
+    let env = TestEnv::new("pdbp-existing").await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
+    let pdbs = env.api::<PodDisruptionBudget>();
+    // There before the policy and the webhook.
+    let budget = || Budget::MinAvailable(IntOrString::Int(1));
+    env.create(&objects::pdb("unset", "web", budget(), None))
+        .await?;
+    env.create(&objects::pdb(
+        "own",
+        "db",
+        budget(),
+        Some("IfHealthyBudget"),
+    ))
+    .await?;
+    let policy = Policy::create(
+        &env,
+        "existing",
+        policy_spec(
+            UnhealthyPodEvictionPolicyType::AlwaysAllow,
+            PolicyMode::Default,
+        ),
+    )
+    .await?;
+    let webhook = Webhook::start(&[&env], "webhook,controller").await?;
+    let id = |name: &str| format!("{}/{name}", env.namespace);
+    let gauge = format!(
+        "pdb_policy_webhook_nonconforming_budgets{{policy=\"{}\"}}",
+        policy.name
+    );
+    let status_is = |budgets: i32, conforming: i32, others: Vec<String>| {
+        let policy = &policy;
+        async move {
+            let status = policy
+                .api()
+                .get(&policy.name)
+                .await?
+                .status
+                .unwrap_or_default();
+            let got = (
+                status.budgets,
+                status.conforming_budgets,
+                status.non_conforming_budgets,
+            );
+            if got == (budgets, conforming, others.clone()) {
+                Ok(())
+            } else {
+                bail!("status (budgets, conforming, non-conforming) is {got:?}")
+            }
+        }
+    };
+
+    eventually(
+        "Default mode reports the PDB that leaves the field unset",
+        || status_is(2, 1, vec![id("unset")]),
+    )
+    .await?;
+    assert_eq!(webhook.metric(&gauge)?, 1.0, "{gauge}");
+    assert_eq!(
+        policy_of(&pdbs.get("unset").await?),
+        None,
+        "Default mode rewrites no existing PDB"
+    );
+    eventually("an Event on the unset PDB", || async {
+        let reasons = event_reasons(&env, "unset").await?;
+        if reasons
+            .iter()
+            .any(|r| r == "UnhealthyPodEvictionPolicyNotDefaulted")
+        {
+            Ok(())
+        } else {
+            bail!("events {reasons:?}")
+        }
+    })
+    .await?;
+
+    policy.patch_spec(json!({"mode": "Enforce"})).await?;
+    eventually("Enforce sets AlwaysAllow on the existing PDBs", || async {
+        let values: Vec<Option<String>> = pdbs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| policy_of(p).map(str::to_owned))
+            .collect();
+        if values
+            == [
+                Some("AlwaysAllow".to_owned()),
+                Some("AlwaysAllow".to_owned()),
+            ]
+        {
+            Ok(())
+        } else {
+            bail!("unhealthyPodEvictionPolicy of the PDBs: {values:?}")
+        }
+    })
+    .await?;
+    eventually("the status counts both as conforming", || {
+        status_is(2, 2, vec![])
+    })
+    .await?;
+    eventually("the gauge drops to 0", || async {
+        let value = webhook.metric(&gauge)?;
+        if value == 0.0 {
+            Ok(())
+        } else {
+            bail!("{gauge} {value}")
+        }
+    })
+    .await?;
+    for name in ["own", "unset"] {
+        let reasons = event_reasons(&env, name).await?;
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r == "UnhealthyPodEvictionPolicyEnforced"),
+            "PDB {name}: events {reasons:?}"
+        );
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // The PDB checks in each mode
 // ---------------------------------------------------------------------------------------------

@@ -211,6 +211,83 @@ fn defaulting_versus_enforcing() {
 }
 
 #[test]
+fn conformance_of_existing_budgets() {
+    use Conformance::*;
+    use PolicyMode::*;
+    use UnhealthyPodEvictionPolicyType::*;
+    // (case, mode, policy's value, PDB's value, PDB being deleted, conformance)
+    let cases = [
+        (
+            "Enforce sets a differing value",
+            Enforce,
+            Some(AlwaysAllow),
+            Some("IfHealthyBudget"),
+            false,
+            Set(AlwaysAllow),
+        ),
+        (
+            "Enforce sets an unset field",
+            Enforce,
+            Some(AlwaysAllow),
+            None,
+            false,
+            Set(AlwaysAllow),
+        ),
+        (
+            "Enforce, already the value",
+            Enforce,
+            Some(AlwaysAllow),
+            Some("AlwaysAllow"),
+            false,
+            Conforms,
+        ),
+        (
+            "Enforce leaves a PDB being deleted alone",
+            Enforce,
+            Some(IfHealthyBudget),
+            Some("AlwaysAllow"),
+            true,
+            Differs(IfHealthyBudget),
+        ),
+        (
+            "a policy without a value conforms all",
+            Enforce,
+            None,
+            Some("IfHealthyBudget"),
+            false,
+            Conforms,
+        ),
+        (
+            "Default reports an unset field",
+            Default,
+            Some(AlwaysAllow),
+            None,
+            false,
+            Differs(AlwaysAllow),
+        ),
+        (
+            "Default keeps the PDB's own choice",
+            Default,
+            Some(AlwaysAllow),
+            Some("IfHealthyBudget"),
+            false,
+            Conforms,
+        ),
+    ];
+    for (case, mode, wanted, current, deleting, expected) in cases {
+        let mut p = policy("p", 0, None);
+        p.spec.mode = mode;
+        p.spec.unhealthy_pod_eviction_policy = wanted;
+        let mut budget = pdb("b", Some("web"), int(1), None);
+        budget.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = current.map(String::from);
+        if deleting {
+            budget.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        }
+        assert_eq!(conformance(&budget, &p), expected, "{case}");
+    }
+}
+
+#[test]
 fn budget_checks_in_each_mode() {
     let pods = [
         pod("web-1", "web", &["Ready"]),

@@ -66,6 +66,13 @@ const UNREACHED: &[Unreached] = &[
         why: "bins/pdb-policy-webhook/src/admission.rs live_facts (src/live.rs): an eviction in a namespace whose policy has stricter eviction rules (spec.eviction), which the suite's evictions must not meet",
     },
     Unreached {
+        components: &["pdb-policy-webhook"],
+        group: "policy",
+        resources: &["poddisruptionbudgets"],
+        verbs: &["patch"],
+        why: "bins/pdb-policy-webhook/src/conformance.rs Enforcer::set: an Enforce policy over a PDB that differs from it (the suite's policy is in Default mode)",
+    },
+    Unreached {
         components: &["evictionrequest-controller"],
         group: "",
         resources: &["pods"],
