@@ -33,7 +33,7 @@ use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future, stream};
 use k8s_openapi::api::core::v1::Node;
@@ -174,7 +174,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             );
         }
         manager.lead(LEASE_NAME, move |term| {
-            control(client.clone(), settings.clone(), term)
+            let (client, settings) = (client.clone(), settings.clone());
+            async move {
+                // Its finished requests on lifecycle.k8s.io go, although their pods are gone.
+                let cleanup = async {
+                    if let Some(requester) = &settings.requester {
+                        requester
+                            .clean_up(Done::OnceOver, settings.namespace.as_deref(), term.clone())
+                            .await;
+                    }
+                };
+                future::join(control(client, settings.clone(), term.clone()), cleanup).await;
+            }
         });
     }
     Ok(manager.run().await?)

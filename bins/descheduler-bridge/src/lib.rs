@@ -37,7 +37,7 @@ use evictkit_core::descheduler_bridge::{DESCHEDULER_ASSUMED_TTL, OptIn, Ttls};
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use jiff::SignedDuration;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::api::PatchParams;
@@ -189,11 +189,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             controller: args.controller.config(),
         });
         let lifecycle = requester.api() == ApiMode::Lifecycle;
+        let namespace = args.namespace.clone();
         manager.lead(LEASE_NAME, move |term| {
             let (client, settings) = (client.clone(), settings.clone());
+            let (requester, namespace) = (requester.clone(), namespace.clone());
             async move {
                 if lifecycle {
-                    controller::control::<LifecycleRequest>(client, settings, term).await;
+                    // Its finished requests go once it withdrew, having cleared its marks and
+                    // counted the outcome.
+                    let done = Done::OnceWithdrawn;
+                    let cleanup = requester.clean_up(done, namespace.as_deref(), term.clone());
+                    let control = controller::control::<LifecycleRequest>(client, settings, term);
+                    futures::future::join(control, cleanup).await;
                 } else {
                     controller::control::<EvictionRequest>(client, settings, term).await;
                 }

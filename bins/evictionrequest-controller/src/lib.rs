@@ -102,12 +102,14 @@ pub struct Args {
     /// Longest wait between imperative eviction attempts (KEP: "maximum approx. 15 minutes").
     #[arg(long, value_name = "DURATION", default_value = "15m", value_parser = parse_duration)]
     pub eviction_backoff_max: Duration,
-    /// Delete EvictionRequests whose Evicted or Canceled condition is older than this; 0s keeps
-    /// them until their requesters delete them (KEP "EvictionRequest Completion and Deletion").
-    /// Long enough for requesters to observe the outcome. A request the controller refused
-    /// (Canceled/ValidationFailed) for a pod that still exists is kept, so requesters do not
-    /// ask again; every finished request also gets an ownerReference to its pod, so it goes
-    /// with the pod.
+    /// Delete EvictionRequests finished longer than this; 0s keeps them until their requesters
+    /// delete them (KEP "EvictionRequest Completion and Deletion"). Long enough for requesters
+    /// to observe the outcome. A request the controller refused for a pod that still exists is
+    /// kept, so requesters do not ask again. evictkit.io: Evicted or Canceled, and every
+    /// finished request also gets an ownerReference to its pod, so it goes with the pod.
+    /// lifecycle.k8s.io: TargetEvicted, or Failed once its requester withdrew (or before any
+    /// Eviction); evictkit's requesters delete their own at once, so this removes what no
+    /// requester comes back for, and each Eviction goes with its last request.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub finished_ttl: Duration,
     /// The controller's identity, for the webhook: only requests by this username (repeatable)
@@ -206,6 +208,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 initial: args.eviction_backoff_initial,
                 max: args.eviction_backoff_max,
             },
+            finished_ttl: (!args.finished_ttl.is_zero())
+                .then(|| SignedDuration::try_from(args.finished_ttl))
+                .transpose()
+                .context("--finished-ttl is too long")?,
             dry_run: args.common.dry_run,
             namespace: args.namespace.clone(),
             controller: args.controller.config(),

@@ -38,7 +38,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -67,6 +67,9 @@ pub struct Settings {
     pub pod_live_reads: prometheus::IntCounterVec,
     pub config: core::Config,
     pub backoff: Backoff,
+    /// `--finished-ttl`: finished requests no requester came back for are deleted this long
+    /// after they finished ([`core::cleanup::expires_at`]); `None` keeps them.
+    pub finished_ttl: Option<SignedDuration>,
     pub dry_run: bool,
     pub namespace: Option<String>,
     pub controller: controller::Config,
@@ -419,12 +422,18 @@ async fn reconcile_request(
     context: Arc<Context>,
 ) -> Result<Action, Error> {
     context.metrics.observe_request(&request);
+    let expiry = match expire(&context, &request).await? {
+        Expiry::Deleted => return Ok(Action::await_change()),
+        Expiry::After(wait) => Some(wait),
+        Expiry::Never => None,
+    };
+    let done = || Ok(expiry.map_or_else(Action::await_change, Action::requeue));
     if core::request_settled(&request) {
-        return Ok(Action::await_change());
+        return done();
     }
     let namespace = request.namespace().unwrap_or_default();
     let Some(reference) = request.spec.target.pod.as_ref() else {
-        return Ok(Action::await_change());
+        return done();
     };
     let pod = context
         .pod(&namespace, &reference.name, &reference.uid)
@@ -447,7 +456,7 @@ async fn reconcile_request(
         )
         .await;
         apply_request_status(&context, &request, conditions).await?;
-        return Ok(Action::await_change());
+        return done();
     }
 
     let refs: Vec<&Eviction> = evictions.iter().map(Arc::as_ref).collect();
@@ -486,7 +495,59 @@ async fn reconcile_request(
     {
         apply_request_status(&context, &request, conditions).await?;
     }
-    Ok(Action::await_change())
+    done()
+}
+
+/// What `--finished-ttl` does with a request now.
+enum Expiry {
+    Deleted,
+    /// Look again then.
+    After(Duration),
+    Never,
+}
+
+/// `--finished-ttl`: deletes a finished request no requester came back for once it is due
+/// ([`core::cleanup::expires_at`]); its Eviction then goes with its last owner. Deleted with
+/// its resourceVersion as a precondition, so a requester asking again meanwhile keeps it.
+async fn expire(context: &Context, request: &EvictionRequest) -> Result<Expiry, Error> {
+    let (Some(ttl), Some(reference)) = (context.finished_ttl, request.spec.target.pod.as_ref())
+    else {
+        return Ok(Expiry::Never);
+    };
+    let namespace = request.namespace().unwrap_or_default();
+    let pod = context.pods.cached(&namespace, &reference.name);
+    let target = Target::of(pod.as_deref(), &reference.uid);
+    let has_eviction = !context.evictions_of(&namespace, &reference.uid).is_empty();
+    let Some(at) = core::cleanup::expires_at(request, target, has_eviction, ttl) else {
+        // Settled yet kept: the refusal of a target that still exists, looked at again as
+        // the target may go (its deletion wakes no request).
+        return Ok(if core::request_settled(request) {
+            Expiry::After(ttl.unsigned_abs())
+        } else {
+            Expiry::Never
+        });
+    };
+    let now = Timestamp::now();
+    if now < at {
+        return Ok(Expiry::After(now.duration_until(at).unsigned_abs()));
+    }
+    if !context.dry_run {
+        let api: Api<EvictionRequest> = Api::namespaced(context.client.clone(), &namespace);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: request.metadata.uid.clone(),
+                resource_version: request.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&request.name_any(), &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => return Err(write_error("delete", request)(source)),
+        }
+    }
+    tracing::info!(request = %id(request), "deleted: finished longer than --finished-ttl");
+    Ok(Expiry::Deleted)
 }
 
 async fn create_eviction(
@@ -498,7 +559,7 @@ async fn create_eviction(
 ) -> Result<Eviction, Error> {
     let namespace = request.namespace().unwrap_or_default();
     let api: Api<Eviction> = Api::namespaced(context.client.clone(), &namespace);
-    let owners: Vec<_> = requests.iter().map(|r| owner_reference(r)).collect();
+    let owners = core::cleanup::eviction_owners(&[], requests);
     let eviction: Eviction = serde_json::from_value(json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",
@@ -516,15 +577,6 @@ async fn create_eviction(
     api.create(&params, &eviction)
         .await
         .map_err(write_error("create an Eviction for", request))
-}
-
-fn owner_reference(request: &EvictionRequest) -> serde_json::Value {
-    json!({
-        "apiVersion": LIFECYCLE_API_VERSION,
-        "kind": "EvictionRequest",
-        "name": request.name_any(),
-        "uid": request.metadata.uid,
-    })
 }
 
 async fn apply_request_status(
@@ -675,8 +727,9 @@ async fn apply_eviction_status(
     .map_err(write_error("update the status of", eviction))
 }
 
-/// The participant labels and an ownerReference to every EvictionRequest of the target (so
-/// the Eviction is garbage-collected once they are all gone).
+/// The participant labels and an ownerReference to every live EvictionRequest of the target,
+/// none ever removed ([`core::cleanup::eviction_owners`]), so the garbage collector removes
+/// the Eviction with the last of them.
 async fn refresh_metadata(
     context: &Context,
     eviction: &Eviction,
@@ -699,26 +752,25 @@ async fn refresh_metadata(
         .filter(|(_, v)| roles.contains(&v.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let owners: BTreeSet<&str> = requests
-        .iter()
-        .filter_map(|r| r.metadata.uid.as_deref())
-        .collect();
+    let owners = core::cleanup::eviction_owners(eviction.owner_references(), requests);
     let current_owners: BTreeSet<&str> = eviction
         .owner_references()
         .iter()
         .map(|o| o.uid.as_str())
         .collect();
-    if (labels == current && owners == current_owners) || context.dry_run {
+    let new_owner = owners
+        .iter()
+        .any(|o| !current_owners.contains(o.uid.as_str()));
+    if (labels == current && !new_owner) || context.dry_run {
         return Ok(());
     }
     let api: Api<Eviction> = Api::namespaced(
         context.client.clone(),
         &eviction.namespace().unwrap_or_default(),
     );
-    let owner_refs: Vec<_> = requests.iter().map(|r| owner_reference(r)).collect();
     let mut metadata = decided_from(eviction);
     metadata["labels"] = json!(labels);
-    metadata["ownerReferences"] = json!(owner_refs);
+    metadata["ownerReferences"] = json!(owners);
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "Eviction",

@@ -102,12 +102,28 @@ impl Enforcer {
         summary
     }
 
-    /// Drops the gauge of the policies not in `names` (deleted since the last resync).
-    pub fn forget_others(&self, names: &HashSet<String>, previous: &HashSet<String>) {
+    /// After a resync: drops the gauge of the policies not in `names` (deleted since the last
+    /// resync) and the reports of PDBs no longer in `caches`, so neither grows without bound.
+    pub fn forget_others(
+        &self,
+        names: &HashSet<String>,
+        previous: &HashSet<String>,
+        caches: &Caches,
+    ) {
         for gone in previous.difference(names) {
             // Absent already is fine: nothing to forget.
             let _ = self.metrics.nonconforming.remove_label_values(&[gone]);
         }
+        let live: HashSet<String> = caches
+            .pdbs
+            .all()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        self.reported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(uid, policy, _)| live.contains(uid) && names.contains(policy));
     }
 
     /// Sets the field; whether it is set now. The patch goes through the webhooks like any

@@ -53,7 +53,7 @@ pub async fn run(
                 .iter()
                 .filter_map(|p| p.metadata.name.clone())
                 .collect();
-            enforcer.forget_others(&names, &previous);
+            enforcer.forget_others(&names, &previous, &caches);
             previous = names;
         }
         tokio::select! {

@@ -68,7 +68,7 @@ use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future, stream};
 use jiff::Timestamp;
@@ -227,7 +227,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         policy_selector: args.policy_selector.clone(),
     });
     manager.lead(LEASE_NAME, move |term| {
-        control(client.clone(), settings.clone(), term)
+        let (client, settings) = (client.clone(), settings.clone());
+        async move {
+            // Its finished requests on lifecycle.k8s.io go, although their pods are gone.
+            let namespace = settings.namespace.clone();
+            let cleanup =
+                settings
+                    .requester
+                    .clean_up(Done::OnceOver, namespace.as_deref(), term.clone());
+            future::join(control(client, settings.clone(), term), cleanup).await;
+        }
     });
     Ok(manager.run().await?)
 }

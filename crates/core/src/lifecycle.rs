@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::eviction_request::is_part_of_workload;
 
+pub mod cleanup;
 #[cfg(test)]
 mod tests;
 

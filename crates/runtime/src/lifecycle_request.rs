@@ -5,15 +5,31 @@
 //!
 //! Writes are server-side applies with the requester key as field manager. Whether the API is
 //! served is [`served`]'s answer (discovery), so a binary can fall back to the evictkit.io CRD.
+//!
+//! Nothing is left behind: each request carries the label `<requester key>: requester` (the
+//! convention of the Eviction's participant labels), and [`clean_up`], run by the holder of
+//! the requester's Lease, deletes the requester's own requests once the eviction is over for it
+//! (KEP-4563 "EvictionRequest Completion and Deletion"); the garbage collector then removes
+//! each Eviction with the last request that owns it.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
-use evictkit_core::lifecycle::{CONDITION_FAILED, REASON_EVICTION_INVALID, request_settled};
+use evictkit_core::lifecycle::cleanup::{Done, requester_done};
+use evictkit_core::lifecycle::{
+    CONDITION_FAILED, REASON_EVICTION_INVALID, ROLE_REQUESTER, request_settled,
+};
+use futures::{StreamExt, future};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::{Api, Client};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+
+use crate::shutdown::CancellationToken;
 
 use crate::eviction_request::{EvictionRequestError, TargetPod, apply_to_exactly};
 
@@ -100,7 +116,7 @@ fn intent_apply(
     let body = json!({
         "apiVersion": LIFECYCLE_API_VERSION,
         "kind": "EvictionRequest",
-        "metadata": { "name": name },
+        "metadata": { "name": name, "labels": { requester: ROLE_REQUESTER } },
         "spec": {
             "intent": intent,
             "requester": requester,
@@ -214,12 +230,23 @@ async fn delete_exactly(
     request: &EvictionRequest,
     requester: &str,
 ) -> Result<(), EvictionRequestError> {
+    delete_with(client, request, requester, None).await
+}
+
+/// Deletes `request` as seen (its UID and `resource_version` preconditions, when given: a
+/// request changed since, e.g. asking again, stays); gone or changed already is fine.
+async fn delete_with(
+    client: &Client,
+    request: &EvictionRequest,
+    requester: &str,
+    resource_version: Option<String>,
+) -> Result<(), EvictionRequestError> {
     let namespace = request.metadata.namespace.clone().unwrap_or_default();
     let name = request.metadata.name.clone().unwrap_or_default();
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: request.metadata.uid.clone(),
-            resource_version: None,
+            resource_version,
         }),
         ..DeleteParams::default()
     };
@@ -296,6 +323,51 @@ pub async fn withdraw_from(
     apply_to_exactly(&api, &name, request.metadata.uid.as_deref(), &params, body)
         .await
         .map_err(intent_error(&target, &name, requester, INTENT_WITHDRAWN))
+}
+
+/// Deletes `requester`'s own EvictionRequests (in `namespace`, or all) once it is `done` with
+/// them ([`requester_done`]), until `token` is cancelled. A requester notices this although the
+/// pod it asked about is gone, so nothing it asked for stays behind. Level-triggered: after a
+/// restart the list finds what is due.
+pub async fn clean_up(
+    client: Client,
+    requester: &'static str,
+    done: Done,
+    namespace: Option<&str>,
+    token: CancellationToken,
+) {
+    let api: Api<EvictionRequest> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let own = watcher::Config::default().labels(&format!("{requester}={ROLE_REQUESTER}"));
+    tracing::info!(
+        requester,
+        "deleting this requester's finished EvictionRequests"
+    );
+    Controller::new(api, own)
+        .graceful_shutdown_on(token.cancelled_owned())
+        .run(
+            move |request: Arc<EvictionRequest>, client: Arc<Client>| async move {
+                if request.spec.requester == requester && requester_done(&request, done) {
+                    let version = request.resource_version();
+                    delete_with(&client, &request, requester, version).await?;
+                    tracing::info!(
+                        request = %format!("{}/{}", request.namespace().unwrap_or_default(), request.name_any()),
+                        requester,
+                        "deleted: the eviction is over for its requester"
+                    );
+                }
+                Ok::<_, EvictionRequestError>(Action::await_change())
+            },
+            |request: Arc<EvictionRequest>, error: &EvictionRequestError, _: Arc<Client>| {
+                tracing::warn!(request = %request.name_any(), %error, "cannot delete a finished EvictionRequest; retrying");
+                Action::requeue(Duration::from_secs(5))
+            },
+            Arc::new(client),
+        )
+        .for_each(|_| future::ready(()))
+        .await;
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ use kube::{Client, Resource};
 
 use crate::eviction_request::{self as crd, EvictionRequestError, TargetPod};
 use crate::lifecycle_request::{self as lifecycle, ApiMode};
+use crate::shutdown::CancellationToken;
+pub use evictkit_core::lifecycle::cleanup::Done;
 
 /// The requester's names: the CRD's requester name (a DNS subdomain such as
 /// `taint-manager.evictkit.io`) and the upstream API's domain-prefixed key
@@ -94,6 +96,17 @@ impl Requester {
             }
         };
         Ok((metadata.name.unwrap_or_default(), standing))
+    }
+
+    /// Deletes this requester's own EvictionRequests of `namespace` (or all) once it is `done`
+    /// with them, until `token` is cancelled ([`lifecycle::clean_up`]); for the holder of the
+    /// requester's Lease. On the CRD the evictionrequest-controller does that (the pod's
+    /// ownerReference, `--finished-ttl`), so this returns at once.
+    pub async fn clean_up(&self, done: Done, namespace: Option<&str>, token: CancellationToken) {
+        if self.api == ApiMode::Lifecycle {
+            let name = self.names.lifecycle;
+            lifecycle::clean_up(self.client.clone(), name, done, namespace, token).await;
+        }
     }
 
     /// Withdraws the request for `pod`; whether one of ours was standing (and is withdrawn now).

@@ -29,13 +29,10 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
     DESCHEDULER_BRIDGE_EVACUATION_ANSWERED, DESCHEDULER_BRIDGE_EVACUATION_STARTED,
     DESCHEDULER_EVICTION_IN_PROGRESS, DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER,
-    DESCHEDULER_REQUESTER_KEY, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTOR_RESPONDER,
+    DESCHEDULER_REQUESTER_KEY, EVICTION_INTERCEPTORS,
 };
 use evictkit_core::eviction_request::State;
-use evictkit_core::lifecycle::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, INTENT_WITHDRAWN,
-    REASON_CANCELED_NO_REQUESTERS, STATE_ACTIVE,
-};
+use evictkit_core::lifecycle::{CONDITION_FAILED, INTENT_EVICTION, STATE_ACTIVE};
 use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod};
 use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
@@ -389,6 +386,55 @@ impl Bridge {
     }
 
     /// Waits for a Warning Event `EvacuationExpired` on the EvictionRequest `request`.
+    /// Waits until no Eviction of `pod` is left.
+    async fn wait_no_eviction(&self, pod: &Pod) -> Result<()> {
+        let api = self.env.api::<Eviction>();
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        loop {
+            let evictions = api.list(&ListParams::default()).await?.items;
+            let left: Vec<String> = evictions
+                .iter()
+                .filter(|e| {
+                    e.spec.target.pod.as_ref().map(|p| p.uid.as_str()) == Some(uid(pod).as_str())
+                })
+                .map(ResourceExt::name_any)
+                .collect();
+            if left.is_empty() {
+                return Ok(());
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "Evictions of pod {} left: {left:?}",
+                pod.name_any()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until an Event with `reason` regarding the object named `name` exists.
+    async fn wait_event(&self, name: &str, reason: &str) -> Result<()> {
+        let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+            kube::Api::namespaced(self.env.client.clone(), &self.env.namespace);
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        while !events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+        {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no {reason} Event regarding {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
     async fn wait_expired_event(&self, request: &str) -> Result<()> {
         let events: kube::Api<k8s_openapi::api::events::v1::Event> =
             kube::Api::namespaced(self.env.client.clone(), &self.env.namespace);
@@ -1003,7 +1049,8 @@ async fn complete_responder(t: &Bridge, eviction: &Eviction) -> Result<()> {
 /// The whole flow on Kubernetes' own API, the bridge's API chosen by discovery: the descheduler
 /// evicts in background, the bridge's EvictionRequest (requester
 /// `evictkit.io/descheduler-bridge`) carries the eviction to the pod's responder and then to
-/// the imperative evictor, and the bridge withdraws once TargetEvicted.
+/// the imperative evictor, and the bridge withdraws once TargetEvicted, then deletes its request;
+/// the Eviction goes with it.
 #[tokio::test]
 async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
     let t = setup_on("lifecycle", "desched-lc-flow", "1h", &[]).await?;
@@ -1070,27 +1117,15 @@ async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
     );
     complete_responder(&t, &eviction).await?;
     wait::wait_for_deletion(&t.env.api::<Pod>(), &pod.name_any(), DEFAULT_TIMEOUT).await?;
-    let eviction = t
-        .wait_eviction(pod, "TargetEvicted", |e| {
-            e.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == CONDITION_TARGET_EVICTED && c.status == "True")
-        })
-        .await?;
-    ensure!(
-        responder_state(&eviction, IMPERATIVE_EVICTOR_RESPONDER).is_some(),
-        "the imperative evictor took part"
-    );
-    t.wait_lifecycle_request(pod, "TargetEvicted, the bridge withdrawn", |r| {
-        lifecycle_condition(r, CONDITION_TARGET_EVICTED, "True")
-            && r.spec.intent == INTENT_WITHDRAWN
-    })
-    .await?;
+    // TargetEvicted, the bridge withdrawn (its outcome counted), its request deleted and the
+    // Eviction with it (garbage collector).
     t.wait_evicted(&descheduler, "success", 1.0).await?;
+    let requests = t.env.api::<LifecycleRequest>();
+    wait::wait_for_deletion(&requests, &request.name_any(), DEFAULT_TIMEOUT).await?;
+    let evictions = t.env.api::<Eviction>();
+    wait::wait_for_deletion(&evictions, &eviction.name_any(), DEFAULT_TIMEOUT).await?;
     ensure!(t.evacuations("evicted")? == 1.0);
+    t.wait_event(&eviction.name_any(), "Evicting").await?;
     ensure!(
         t.descheduler_evictions()? == [pod.name_any()],
         "one eviction by the descheduler: {:?}",
@@ -1100,8 +1135,9 @@ async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
 }
 
 /// On Kubernetes' own API, after `--max-evacuation-request-ttl` the bridge withdraws by intent
-/// `Withdrawn` (the Eviction is canceled: it was the only requester) and clears the mark; the
-/// descheduler asks again and the same request states intent `Eviction` anew.
+/// `Withdrawn` (the Eviction is canceled: it was the only requester), clears the mark and then
+/// deletes its request (the Eviction goes with it); the descheduler asks again through a new
+/// request.
 #[tokio::test]
 async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
     let t = setup_on(
@@ -1133,24 +1169,14 @@ async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
         })
         .await?;
     ensure!(objects::pod_ready(&released), "the pod itself stays");
-    t.wait_lifecycle_request(pod, "withdrawn, the Eviction canceled", |r| {
-        r.spec.intent == INTENT_WITHDRAWN && lifecycle_condition(r, CONDITION_FAILED, "True")
-    })
-    .await?;
-    t.wait_eviction(pod, "canceled for want of requesters", |e| {
-        e.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == CONDITION_FAILED && c.reason == REASON_CANCELED_NO_REQUESTERS)
-    })
-    .await?;
+    // Withdrawn, the Eviction canceled, then both gone.
+    let requests = t.env.api::<LifecycleRequest>();
+    wait::wait_for_deletion(&requests, &first.name_any(), DEFAULT_TIMEOUT).await?;
+    t.wait_no_eviction(pod).await?;
     ensure!(t.evacuations("expired")? == 1.0);
     t.wait_expired_event(&first.name_any()).await?;
 
-    // Released: the descheduler asks again; the same request states Eviction again and the
-    // controller starts over (Failed reset).
+    // Released: the descheduler asks again, through a new request and a new Eviction.
     let descheduler = t.descheduler(json!({}))?;
     t.wait_evicted(&descheduler, "background", 1.0).await?;
     let second = t
@@ -1158,10 +1184,7 @@ async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
             r.spec.intent == INTENT_EVICTION && !lifecycle_condition(r, CONDITION_FAILED, "True")
         })
         .await?;
-    ensure!(
-        second.metadata.uid == first.metadata.uid,
-        "the same request"
-    );
+    ensure!(second.metadata.uid != first.metadata.uid, "a new request");
     t.wait_pod(pod, "marked again", |p| {
         annotation(p, DESCHEDULER_EVICTION_IN_PROGRESS).is_some()
     })

@@ -49,7 +49,7 @@ const UNREACHED: &[Unreached] = &[
         group: "lifecycle.k8s.io",
         resources: &["evictionrequests"],
         verbs: &["delete"],
-        why: "crates/runtime/src/lifecycle_request.rs request_eviction -> delete_exactly: the settled or withdrawn request of a same-name predecessor pod (spec.target is immutable)",
+        why: "crates/runtime/src/lifecycle_request.rs clean_up: the requester's own request once the eviction is over (a pod the suite removes through the taint-manager or the descheduler-bridge); request_eviction -> delete_exactly: the settled or withdrawn request of a same-name predecessor pod (spec.target is immutable)",
     },
     Unreached {
         components: &["descheduler-bridge"],
@@ -85,6 +85,13 @@ const UNREACHED: &[Unreached] = &[
         resources: &["evictionrequests"],
         verbs: &["delete"],
         why: "bins/evictionrequest-controller/src/lib.rs expire: a finished request is deleted after finishedTtl (5m in the chart)",
+    },
+    Unreached {
+        components: &["evictionrequest-controller"],
+        group: "lifecycle.k8s.io",
+        resources: &["evictionrequests"],
+        verbs: &["delete"],
+        why: "bins/evictionrequest-controller/src/lifecycle.rs expire: a finished request no requester came back for is deleted after finishedTtl (5m in the chart); the suite's requesters delete their own first",
     },
     Unreached {
         components: &["evictionrequest-controller"],
