@@ -507,8 +507,7 @@ enum Expiry {
 }
 
 /// `--finished-ttl`: deletes a finished request no requester came back for once it is due
-/// ([`core::cleanup::expires_at`]); its Eviction then goes with its last owner. Deleted with
-/// its resourceVersion as a precondition, so a requester asking again meanwhile keeps it.
+/// ([`core::cleanup::expires_at`]); its Eviction then goes with its last owner.
 async fn expire(context: &Context, request: &EvictionRequest) -> Result<Expiry, Error> {
     let (Some(ttl), Some(reference)) = (context.finished_ttl, request.spec.target.pod.as_ref())
     else {
@@ -518,35 +517,64 @@ async fn expire(context: &Context, request: &EvictionRequest) -> Result<Expiry, 
     let pod = context.pods.cached(&namespace, &reference.name);
     let target = Target::of(pod.as_deref(), &reference.uid);
     let has_eviction = !context.evictions_of(&namespace, &reference.uid).is_empty();
-    let Some(at) = core::cleanup::expires_at(request, target, has_eviction, ttl) else {
+    match core::cleanup::expires_at(request, target, has_eviction, ttl) {
+        Some(at) => delete_when_due(context, request, at).await,
         // Settled yet kept: the refusal of a target that still exists, looked at again as
         // the target may go (its deletion wakes no request).
-        return Ok(if core::request_settled(request) {
-            Expiry::After(ttl.unsigned_abs())
-        } else {
-            Expiry::Never
-        });
+        None if core::request_settled(request) => Ok(Expiry::After(ttl.unsigned_abs())),
+        None => Ok(Expiry::Never),
+    }
+}
+
+/// `--finished-ttl` for a finished Eviction that nothing owns or asks for any more
+/// ([`core::cleanup::orphan_expires_at`]): one made by hand, or left without owner by an
+/// earlier version of this controller, which rewrote owners from its cache.
+async fn expire_orphan(
+    context: &Context,
+    eviction: &Eviction,
+    requests_of_target: usize,
+) -> Result<Expiry, Error> {
+    let Some(ttl) = context.finished_ttl else {
+        return Ok(Expiry::Never);
     };
+    match core::cleanup::orphan_expires_at(eviction, requests_of_target, ttl) {
+        Some(at) => delete_when_due(context, eviction, at).await,
+        None => Ok(Expiry::Never),
+    }
+}
+
+/// Deletes `object` if `at` has come (its UID and resourceVersion preconditions: one changed
+/// meanwhile is decided again), else says when to look again.
+async fn delete_when_due<K>(context: &Context, object: &K, at: Timestamp) -> Result<Expiry, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let now = Timestamp::now();
     if now < at {
         return Ok(Expiry::After(now.duration_until(at).unsigned_abs()));
     }
     if !context.dry_run {
-        let api: Api<EvictionRequest> = Api::namespaced(context.client.clone(), &namespace);
+        let api: Api<K> = Api::namespaced(
+            context.client.clone(),
+            &object.namespace().unwrap_or_default(),
+        );
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: request.metadata.uid.clone(),
-                resource_version: request.metadata.resource_version.clone(),
+                uid: object.meta().uid.clone(),
+                resource_version: object.meta().resource_version.clone(),
             }),
             ..DeleteParams::default()
         };
-        match api.delete(&request.name_any(), &params).await {
+        match api.delete(&object.name_any(), &params).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => return Err(write_error("delete", request)(source)),
+            Err(source) => return Err(write_error("delete", object)(source)),
         }
     }
-    tracing::info!(request = %id(request), "deleted: finished longer than --finished-ttl");
+    tracing::info!(object = %id(object), kind = K::kind(&()).as_ref(), "deleted: finished longer than --finished-ttl");
     Ok(Expiry::Deleted)
 }
 
@@ -619,6 +647,11 @@ async fn reconcile_eviction(
     };
     let requests = context.requests_of(&namespace, &reference.uid);
     let request_refs: Vec<&EvictionRequest> = requests.iter().map(Arc::as_ref).collect();
+    let orphan_expiry = match expire_orphan(&context, &eviction, requests.len()).await? {
+        Expiry::Deleted => return Ok(Action::await_change()),
+        Expiry::After(wait) => Some(wait),
+        Expiry::Never => None,
+    };
     let pod = if core::is_finished(&eviction) {
         context.pods.cached(&namespace, &reference.name)
     } else {
@@ -661,6 +694,7 @@ async fn reconcile_eviction(
     }
     refresh_metadata(&context, &current, &request_refs).await?;
     context.metrics.observe_eviction(&current);
+    let requeue = min_some(requeue, orphan_expiry);
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 

@@ -27,7 +27,7 @@ use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -863,6 +863,21 @@ async fn eviction_request_mode_on_the_upstream_api() -> Result<()> {
         Some(2.0),
         "web and db requested once each"
     );
+    // Both Evictions go with their last EvictionRequest (garbage collector).
+    let evictions = env.api::<Eviction>();
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    loop {
+        let left = evictions.list(&ListParams::default()).await?.items;
+        if left.is_empty() {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "Evictions left: {:?}",
+            left.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     Ok(())
 }
 

@@ -231,8 +231,9 @@ async fn taint_manager_leaves_no_request_or_eviction_behind() -> Result<()> {
 
 /// A request whose requester never comes back for it (played by the test: it asks once and
 /// goes) is deleted `--finished-ttl` after its pod went, and its Eviction with it by the
-/// garbage collector; a refused request of a pod that still exists stays, as the record that
-/// asking again is pointless.
+/// garbage collector; so is an Eviction made by hand, which nobody asks for (canceled, no
+/// owner); a refused request of a pod that still exists stays, as the record that asking again
+/// is pointless.
 #[tokio::test]
 async fn finished_ttl_removes_what_no_requester_comes_back_for() -> Result<()> {
     let env = TestEnv::new("cleanup-ttl").await?;
@@ -242,6 +243,14 @@ async fn finished_ttl_removes_what_no_requester_comes_back_for() -> Result<()> {
         .await?
         .name_any();
     let web = ready_pod_on(&env, "web", &node).await?;
+    let kept = ready_pod_on(&env, "kept", &node).await?;
+    let by_hand: Eviction = serde_json::from_value(json!({
+        "apiVersion": "lifecycle.k8s.io/v1alpha1",
+        "kind": "Eviction",
+        "metadata": { "name": "by-hand" },
+        "spec": { "target": { "pod": { "name": "kept", "uid": kept.metadata.uid } } },
+    }))?;
+    env.create(&by_hand).await?;
     let mut grouped = objects::pod("grouped", "grouped");
     grouped.spec.get_or_insert_default().node_name = Some(node.clone());
     grouped
@@ -272,7 +281,7 @@ async fn finished_ttl_removes_what_no_requester_comes_back_for() -> Result<()> {
         }
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "web's request and Eviction still there {GONE_WITHIN:?} after it went (--finished-ttl=5s), or the refusal ({refusal}) of grouped gone: {left:?}"
+            "web's request and Eviction, or the Eviction by hand, still there {GONE_WITHIN:?} later (--finished-ttl=5s), or the refusal ({refusal}) of grouped gone: {left:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -7,11 +7,12 @@
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 
 use super::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_WITHDRAWN, REASON_EVICTION_INVALID, Target,
+    condition,
 };
 
 /// `kind` of an EvictionRequest owner.
@@ -138,6 +139,35 @@ pub fn expires_at(
         return None;
     };
     finished.checked_add(ttl).ok()
+}
+
+/// When `--finished-ttl` deletes a finished Eviction that no EvictionRequest owns and none of
+/// its target's requests is left to own (one made by hand, or orphaned by a controller that
+/// dropped owners): `ttl` after it finished. `None` while it is in progress, owned, or asked for.
+pub fn orphan_expires_at(
+    eviction: &Eviction,
+    requests_of_target: usize,
+    ttl: SignedDuration,
+) -> Option<Timestamp> {
+    if eviction.metadata.deletion_timestamp.is_some()
+        || requests_of_target > 0
+        || eviction
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(is_request_owner)
+    {
+        return None;
+    }
+    let conditions = eviction.status.as_ref()?.conditions.as_deref();
+    [CONDITION_TARGET_EVICTED, CONDITION_FAILED]
+        .into_iter()
+        .filter_map(|kind| condition(conditions, kind).filter(|c| c.status == "True"))
+        .map(|c| c.last_transition_time.0)
+        .min()?
+        .checked_add(ttl)
+        .ok()
 }
 
 #[cfg(test)]

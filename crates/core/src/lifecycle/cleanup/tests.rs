@@ -1,6 +1,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{
     EvictionRequestPodReference, EvictionRequestSpec, EvictionRequestStatus, EvictionRequestTarget,
+    EvictionStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -347,6 +348,59 @@ fn finished_ttl_deletes_what_no_requester_comes_back_for() {
     for (case, request, target, has_eviction, expected) in cases {
         assert_eq!(
             expires_at(&request, target, has_eviction, ttl),
+            expected,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn finished_ttl_deletes_a_finished_eviction_nobody_owns_or_asks_for() {
+    let ttl = SignedDuration::from_secs(300);
+    let eviction = |conditions: Conditions, owners: Vec<OwnerReference>| {
+        let status = request(INTENT_EVICTION, conditions).status;
+        Eviction {
+            metadata: ObjectMeta {
+                name: Some("pod-1-web-0".into()),
+                owner_references: Some(owners),
+                ..ObjectMeta::default()
+            },
+            status: status.map(|s| EvictionStatus {
+                conditions: s.conditions,
+                ..EvictionStatus::default()
+            }),
+            ..Eviction::default()
+        }
+    };
+    let cases = [
+        // (case, eviction, requests of its target, expires at)
+        (
+            "evicted, orphaned",
+            eviction(EVICTED, vec![]),
+            0,
+            Some(t(310)),
+        ),
+        (
+            "canceled, orphaned",
+            eviction(CANCELED, vec![]),
+            0,
+            Some(t(320)),
+        ),
+        ("in progress", eviction(AWAITING, vec![]), 0, None),
+        ("not yet synced", eviction(None, vec![]), 0, None),
+        // The garbage collector's: it goes with its last owner.
+        (
+            "owned",
+            eviction(EVICTED, vec![owner("a", "uid-a")]),
+            0,
+            None,
+        ),
+        // The controller adds the request as owner.
+        ("a request left", eviction(EVICTED, vec![]), 1, None),
+    ];
+    for (case, eviction, requests, expected) in cases {
+        assert_eq!(
+            orphan_expires_at(&eviction, requests, ttl),
             expected,
             "{case}"
         );
