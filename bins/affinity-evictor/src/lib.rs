@@ -176,9 +176,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         manager.lead(LEASE_NAME, move |term| {
             let (client, settings) = (client.clone(), settings.clone());
             async move {
-                // Its finished requests on lifecycle.k8s.io go, although their pods are gone.
+                // Its finished requests on lifecycle.k8s.io go, although their pods are gone;
+                // --enabled=false and --dry-run delete nothing either.
                 let cleanup = async {
-                    if let Some(requester) = &settings.requester {
+                    if let Some(requester) = &settings.requester
+                        && settings.enabled
+                        && !settings.dry_run
+                    {
                         requester
                             .clean_up(Done::OnceOver, settings.namespace.as_deref(), term.clone())
                             .await;

@@ -196,10 +196,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             async move {
                 if lifecycle {
                     // Its finished requests go once it withdrew, having cleared its marks and
-                    // counted the outcome.
-                    let done = Done::OnceWithdrawn;
-                    let cleanup = requester.clean_up(done, namespace.as_deref(), term.clone());
-                    let control = controller::control::<LifecycleRequest>(client, settings, term);
+                    // counted the outcome; --dry-run deletes nothing either.
+                    let cleanup = async {
+                        if !settings.dry_run {
+                            let done = Done::OnceWithdrawn;
+                            requester
+                                .clean_up(done, namespace.as_deref(), term.clone())
+                                .await;
+                        }
+                    };
+                    let control = controller::control::<LifecycleRequest>(
+                        client,
+                        settings.clone(),
+                        term.clone(),
+                    );
                     futures::future::join(control, cleanup).await;
                 } else {
                     controller::control::<EvictionRequest>(client, settings, term).await;

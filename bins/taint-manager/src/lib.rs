@@ -229,13 +229,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     manager.lead(LEASE_NAME, move |term| {
         let (client, settings) = (client.clone(), settings.clone());
         async move {
-            // Its finished requests on lifecycle.k8s.io go, although their pods are gone.
-            let namespace = settings.namespace.clone();
-            let cleanup =
-                settings
-                    .requester
-                    .clean_up(Done::OnceOver, namespace.as_deref(), term.clone());
-            future::join(control(client, settings.clone(), term), cleanup).await;
+            // Its finished requests on lifecycle.k8s.io go, although their pods are gone;
+            // --dry-run deletes nothing either.
+            let cleanup = async {
+                if !settings.dry_run {
+                    let namespace = settings.namespace.as_deref();
+                    let requester = &settings.requester;
+                    requester
+                        .clean_up(Done::OnceOver, namespace, term.clone())
+                        .await;
+                }
+            };
+            future::join(control(client, settings.clone(), term.clone()), cleanup).await;
         }
     });
     Ok(manager.run().await?)

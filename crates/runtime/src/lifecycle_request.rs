@@ -350,13 +350,13 @@ pub async fn clean_up(
         .run(
             move |request: Arc<EvictionRequest>, client: Arc<Client>| async move {
                 if request.spec.requester == requester && requester_done(&request, done) {
-                    let version = request.resource_version();
-                    delete_with(&client, &request, requester, version).await?;
                     tracing::info!(
                         request = %format!("{}/{}", request.namespace().unwrap_or_default(), request.name_any()),
                         requester,
-                        "deleted: the eviction is over for its requester"
+                        "deleting: the eviction is over for its requester"
                     );
+                    let version = request.resource_version();
+                    delete_with(&client, &request, requester, version).await?;
                 }
                 Ok::<_, EvictionRequestError>(Action::await_change())
             },

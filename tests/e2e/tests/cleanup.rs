@@ -12,7 +12,7 @@ use evictkit_api::keys::{POD_GROUP_LABEL, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
 };
-use evictkit_core::lifecycle::INTENT_EVICTION;
+use evictkit_core::lifecycle::{CONDITION_TARGET_EVICTED, INTENT_EVICTION};
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
@@ -104,11 +104,35 @@ fn no_execute(key: &str) -> Taint {
     }
 }
 
-/// The taint-manager of this namespace with a TaintEvictionPolicy of action EvictionRequest.
-async fn taint_manager(env: &TestEnv) -> Result<Component> {
+/// The taint-manager of this namespace with `extra` flags and a TaintEvictionPolicy of action
+/// EvictionRequest (made once).
+async fn taint_manager(env: &TestEnv, extra: &[&str]) -> Result<Component> {
     env.apply_crd("TaintEvictionPolicy").await?;
+    let policies = Api::<TaintEvictionPolicy>::all(env.client.clone());
+    let name = format!("{}-request", env.namespace);
+    if policies.get_opt(&name).await?.is_none() {
+        create_policy(env, &name).await?;
+    }
+    let selector = format!("{POLICY_LABEL}={}", env.namespace);
+    let mut args = vec![
+        "--namespace",
+        &env.namespace,
+        "--leader-election-namespace",
+        &env.namespace,
+        "--policy-selector",
+        &selector,
+        "--retry-backoff-base=200ms",
+        "--retry-backoff-max=1s",
+    ];
+    args.extend_from_slice(extra);
+    let mut component = env.start_component("taint-manager", &args)?;
+    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    Ok(component)
+}
+
+async fn create_policy(env: &TestEnv, name: &str) -> Result<()> {
     let mut policy = TaintEvictionPolicy::new(
-        &format!("{}-request", env.namespace),
+        name,
         TaintEvictionPolicySpec {
             action: TaintEvictionAction::EvictionRequest,
             namespace_selector: Some(objects::namespace_selector(&env.namespace)),
@@ -121,22 +145,7 @@ async fn taint_manager(env: &TestEnv) -> Result<Component> {
         .await
         .with_context(|| format!("creating TaintEvictionPolicy {}", policy.name_any()))?;
     env.delete_on_drop::<TaintEvictionPolicy>(&policy.name_any());
-    let policies = format!("{POLICY_LABEL}={}", env.namespace);
-    let mut component = env.start_component(
-        "taint-manager",
-        &[
-            "--namespace",
-            &env.namespace,
-            "--leader-election-namespace",
-            &env.namespace,
-            "--policy-selector",
-            &policies,
-            "--retry-backoff-base=200ms",
-            "--retry-backoff-max=1s",
-        ],
-    )?;
-    component.wait_ready(DEFAULT_TIMEOUT).await?;
-    Ok(component)
+    Ok(())
 }
 
 /// The namespace's EvictionRequests and Evictions, as `kind name (target pod)`.
@@ -199,7 +208,7 @@ async fn taint_manager_leaves_no_request_or_eviction_behind() -> Result<()> {
     }
     ready_pod_on(&env, "db", &node).await?;
     db_budget(&env).await?;
-    let _manager = taint_manager(&env).await?;
+    let _manager = taint_manager(&env, &[]).await?;
 
     set_taints(&env, &node, vec![no_execute(TAINT)]).await?;
     let pods = env.api::<Pod>();
@@ -285,6 +294,54 @@ async fn finished_ttl_removes_what_no_requester_comes_back_for() -> Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    Ok(())
+}
+
+/// `--dry-run` writes nothing, deletes included: a taint-manager in dry-run leaves its finished
+/// request alone (made here under its requester key, as it would), one that is not deletes it.
+#[tokio::test]
+async fn a_dry_run_requester_deletes_nothing() -> Result<()> {
+    let env = TestEnv::new("cleanup-dry").await?;
+    let _controller = controller(&env, &[]).await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let web = ready_pod_on(&env, "web", &node).await?;
+    let request = lifecycle_request::request_eviction(
+        &env.client,
+        &target(&env, &web)?,
+        TAINT_MANAGER_REQUESTER_KEY,
+    )
+    .await?;
+    let requests = env.api::<EvictionRequest>();
+    let evicted = |r: &EvictionRequest| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == CONDITION_TARGET_EVICTED && c.status == "True")
+    };
+    wait::wait_for(
+        &requests,
+        &request.name_any(),
+        DEFAULT_TIMEOUT,
+        "TargetEvicted",
+        evicted,
+    )
+    .await?;
+
+    let dry = taint_manager(&env, &["--dry-run"]).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        requests.get_opt(&request.name_any()).await?.is_some(),
+        "the dry-run taint-manager deleted its request; log:\n{}",
+        dry.log_tail(20)
+    );
+    drop(dry);
+    let _manager = taint_manager(&env, &[]).await?;
+    wait::wait_for_deletion(&requests, &request.name_any(), DEFAULT_TIMEOUT).await?;
     Ok(())
 }
 
