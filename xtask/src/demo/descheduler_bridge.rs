@@ -43,6 +43,9 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
     );
     let kubeconfig = descheduler_identity(demo)?;
     start_components(demo)?;
+    // PodLifeTime compares with creationTimestamp, which has whole seconds: on a quick cluster
+    // the pods are Ready and the components up before any pod is older than 1 s.
+    std::thread::sleep(Duration::from_secs(2));
 
     run_descheduler_once(demo, &kubeconfig)?;
     demo.say(SCENARIO, "EvictionRequests and pods after the cycle:");
@@ -146,6 +149,13 @@ spec:
 /// and a kubeconfig with its token: the identity the bridge intercepts.
 fn descheduler_identity(demo: &Demo) -> Result<std::path::PathBuf> {
     demo.kubectl(&["create", "serviceaccount", "-n", NAMESPACE, "descheduler"])?;
+    // Cluster-scoped, so the fresh namespace does not take a previous run's with it.
+    demo.kubectl(&[
+        "delete",
+        "clusterrolebinding",
+        "demo-descheduler-bridge-descheduler",
+        "--ignore-not-found",
+    ])?;
     demo.kubectl(&[
         "create",
         "clusterrolebinding",
