@@ -38,7 +38,8 @@ pub enum Done {
     OnceOver,
     /// As [`Done::OnceOver`], and only once it withdrew: for a requester that ends its part
     /// itself by withdrawing, after acting on the outcome (descheduler-bridge: marks cleared,
-    /// the outcome counted).
+    /// the outcome counted). It withdraws from a refusal too, which stays as the record that
+    /// asking again is pointless (`--finished-ttl` removes it once the pod is gone).
     OnceWithdrawn,
 }
 
@@ -49,11 +50,12 @@ pub enum Done {
 pub fn requester_done(request: &EvictionRequest, done: Done) -> bool {
     let withdrawn = request.spec.intent == INTENT_WITHDRAWN;
     let evicted = true_condition(request, CONDITION_TARGET_EVICTED).is_some();
-    let failed = true_condition(request, CONDITION_FAILED).is_some();
+    let failed = true_condition(request, CONDITION_FAILED);
+    let refused = failed.is_some_and(|c| c.reason == REASON_EVICTION_INVALID);
     request.metadata.deletion_timestamp.is_none()
         && match done {
-            Done::OnceOver => evicted || (withdrawn && failed),
-            Done::OnceWithdrawn => withdrawn && (evicted || failed),
+            Done::OnceOver => evicted || (withdrawn && failed.is_some()),
+            Done::OnceWithdrawn => withdrawn && (evicted || (failed.is_some() && !refused)),
         }
 }
 
@@ -103,7 +105,8 @@ pub fn eviction_owners(
 }
 
 /// When `--finished-ttl` (`ttl`) deletes a request no requester came back for: `ttl` after it
-/// was done for its requester ([`Done::OnceOver`]), after its refusal once the target is gone,
+/// was done for its requester ([`Done::OnceOver`]) but a refusal, after its refusal once the
+/// target is gone,
 /// or, for a withdrawn request without an Eviction (none will be made for it), after its last
 /// condition change. `None`: it stays (still asking, in progress, or the refusal of a target
 /// that still exists).
@@ -120,8 +123,12 @@ pub fn expires_at(
     let finished = if let Some(evicted) = true_condition(request, CONDITION_TARGET_EVICTED) {
         evicted.last_transition_time.0
     } else if let Some(failed) = true_condition(request, CONDITION_FAILED) {
-        let refused_gone = failed.reason == REASON_EVICTION_INVALID && target == Target::Gone;
-        if !(withdrawn || refused_gone) {
+        // A refusal stays while its target exists, asked for or not.
+        let due = match failed.reason == REASON_EVICTION_INVALID {
+            true => target == Target::Gone,
+            false => withdrawn,
+        };
+        if !due {
             return None;
         }
         failed.last_transition_time.0

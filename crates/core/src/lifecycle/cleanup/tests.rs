@@ -128,11 +128,12 @@ fn a_requester_deletes_its_request_once_evicted_or_failed_after_withdrawing() {
             false,
             false,
         ),
+        // The descheduler-bridge withdraws from a refusal too: the record stays.
         (
             "refused, withdrawn",
             request(INTENT_WITHDRAWN, REFUSED),
             true,
-            true,
+            false,
         ),
         (
             "withdrawn, awaiting",
@@ -305,6 +306,13 @@ fn finished_ttl_deletes_what_no_requester_comes_back_for() {
         (
             "refused, the target still there: the record stays",
             request(INTENT_EVICTION, REFUSED),
+            present,
+            false,
+            None,
+        ),
+        (
+            "refused and withdrawn, the target still there: the record stays",
+            request(INTENT_WITHDRAWN, REFUSED),
             present,
             false,
             None,
