@@ -109,7 +109,8 @@ pub struct Args {
     /// finished request also gets an ownerReference to its pod, so it goes with the pod.
     /// lifecycle.k8s.io: TargetEvicted, or Failed once its requester withdrew (or before any
     /// Eviction); evictkit's requesters delete their own at once, so this removes what no
-    /// requester comes back for, and each Eviction goes with its last request.
+    /// requester comes back for, and each Eviction goes with its last request; a finished
+    /// Eviction that no request owns or asks for (one made by hand) goes after this too.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub finished_ttl: Duration,
     /// The controller's identity, for the webhook: only requests by this username (repeatable)
