@@ -43,8 +43,8 @@ impl Circumstances {
 }
 
 /// The stricter rules of `policy` for evicting `pod` (KEP-3017 Future Work): `None` when they
-/// add nothing to `decision` (which must be `eviction::decide(pod, pdbs)`); `pods` are the pods
-/// of the pod's namespace, `pod` among them.
+/// add nothing to `decision` (which must be `eviction::decide(pod, pdbs)`), also where the
+/// budget's counters refuse it; `pods` are the pods of the pod's namespace, `pod` among them.
 pub fn stricter_eviction(
     pod: &Pod,
     decision: &EvictionDecision,
@@ -55,12 +55,26 @@ pub fn stricter_eviction(
 ) -> Option<StricterDenial> {
     let rules = policy.spec.eviction.as_ref()?;
     let policy_name = name_of(&policy.metadata.name);
-    let (pdb_name, unhealthy_path) = match &decision.outcome {
-        Outcome::UnhealthyPodAlwaysAllowed { pdb } => (pdb, UnhealthyPath::AlwaysAllow),
-        Outcome::UnhealthyPodHealthyBudget { pdb, .. } => (pdb, UnhealthyPath::HealthyBudget),
-        Outcome::BudgetAllows { pdb, .. } => (pdb, UnhealthyPath::No),
-        _ => return None,
+    // The budget's counters here may be behind the apiserver's, which decides after this
+    // webhook on its own read: a refusal by the counters (exhausted, not yet observed, ...) may
+    // be an allow there, so the rules hold whatever they say.
+    let pdb_name = match &decision.outcome {
+        Outcome::UnhealthyPodAlwaysAllowed { pdb }
+        | Outcome::UnhealthyPodHealthyBudget { pdb, .. }
+        | Outcome::BudgetAllows { pdb, .. }
+        | Outcome::BudgetNotObserved { pdb, .. }
+        | Outcome::NegativeDisruptionsAllowed { pdb, .. }
+        | Outcome::TooManyDisruptedPods { pdb, .. }
+        | Outcome::NoDisruptionsAllowed { pdb, .. } => pdb,
+        Outcome::PdbsIgnored(_)
+        | Outcome::NoPdb
+        | Outcome::MultiplePdbs { .. }
+        | Outcome::UnrecognizedUnhealthyPodEvictionPolicy { .. } => return None,
     };
+    let pdb = pdbs
+        .iter()
+        .find(|p| p.metadata.name.as_ref() == Some(pdb_name))?;
+    let unhealthy_path = UnhealthyPath::of(pod, pdb);
     let deny = |rule: Rule, why: String| StricterDenial {
         rule,
         pdb: pdb_name.clone(),
@@ -84,9 +98,6 @@ pub fn stricter_eviction(
     if rules.required_pod_conditions.is_empty() || unhealthy_path == UnhealthyPath::AlwaysAllow {
         return None;
     }
-    let pdb = pdbs
-        .iter()
-        .find(|p| p.metadata.name.as_ref() == Some(pdb_name))?;
     let desired = pdb
         .status
         .as_ref()
@@ -189,10 +200,25 @@ pub fn local_storage_volume<'a>(
         .map(|v| v.name.as_str())
 }
 
-/// How an unhealthy pod got past its budget, if it did.
+/// How an unhealthy pod may get past its budget, if it is one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum UnhealthyPath {
     No,
     AlwaysAllow,
+    /// Without spending the budget when `currentHealthy >= desiredHealthy`, else by spending
+    /// it; which one depends on counters that may be stale here, so both count as this.
     HealthyBudget,
+}
+
+impl UnhealthyPath {
+    /// From the pod's readiness and the PDB's policy only, not from its counters.
+    fn of(pod: &Pod, pdb: &PodDisruptionBudget) -> Self {
+        if eviction::is_pod_ready(pod) {
+            return UnhealthyPath::No;
+        }
+        match eviction::UnhealthyPodEvictionPolicy::of(pdb) {
+            eviction::UnhealthyPodEvictionPolicy::AlwaysAllow => UnhealthyPath::AlwaysAllow,
+            _ => UnhealthyPath::HealthyBudget,
+        }
+    }
 }
