@@ -9,7 +9,7 @@ use std::time::Instant;
 use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
 use evictkit_core::{eviction, pdb_policy};
 use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks, json_patch};
+use evictkit_runtime::webhook::{Admission, Deadline, Webhooks, json_patch};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use kube::Resource;
@@ -66,12 +66,13 @@ pub fn webhooks(ctx: Arc<Context>, metrics: Arc<Metrics>) -> Webhooks {
                 }
             },
         )
-        .route(
+        .route_with_deadline(
             VALIDATE_EVICTION_PATH,
-            move |request: AdmissionRequest<Eviction>| {
+            move |request: AdmissionRequest<Eviction>, deadline| {
                 let ctx = evict.clone();
                 async move {
-                    timed(&ctx, "validate-eviction", validate_eviction(&ctx, &request)).await
+                    let review = validate_eviction(&ctx, &request, deadline);
+                    timed(&ctx, "validate-eviction", review).await
                 }
             },
         )
@@ -210,8 +211,14 @@ fn validate_pdb(ctx: &Context, request: &AdmissionRequest<PodDisruptionBudget>) 
 /// The pod and the PDBs are read live ([`crate::live`]): the caches may not have the pod yet,
 /// or hold a readiness or a `disruptedPods` a moment old. The other pods of the namespace, which
 /// the stricter count reads, come from the cache. When a read fails the webhook cannot decide
-/// and answers 429 too: the evictor retries, and nothing is evicted on a guess.
-async fn validate_eviction(ctx: &Context, request: &AdmissionRequest<Eviction>) -> Reviewed {
+/// and answers 429 too: the evictor retries, and nothing is evicted on a guess. So does a read
+/// that would outlast the apiserver's `deadline`: past it the apiserver applies failurePolicy
+/// Ignore, and the eviction would go through unchecked.
+async fn validate_eviction(
+    ctx: &Context,
+    request: &AdmissionRequest<Eviction>,
+    deadline: Deadline,
+) -> Reviewed {
     let Some(namespace) = request.namespace.as_deref() else {
         return Reviewed::allowed();
     };
@@ -223,21 +230,31 @@ async fn validate_eviction(ctx: &Context, request: &AdmissionRequest<Eviction>) 
     }
     let name = request.name.as_str();
     let pod_id = format!("{namespace}/{name}");
-    let facts = match live_facts(ctx, namespace, name, &policy).await {
-        Ok(Some(facts)) => facts,
-        // The apiserver answers 404 itself.
-        Ok(None) => return Reviewed::allowed(),
-        Err(error) => {
-            tracing::warn!(pod = %pod_id, %error, "cannot decide the eviction");
-            return Reviewed {
-                admission: Admission::deny(
-                    429,
-                    format!(
-                        "pdb-policy-webhook cannot decide the eviction of pod {pod_id}: {error}; retry"
-                    ),
+    let undecided = |why: String| {
+        tracing::warn!(pod = %pod_id, %why, "cannot decide the eviction");
+        Reviewed {
+            admission: Admission::deny(
+                429,
+                format!(
+                    "pdb-policy-webhook cannot decide the eviction of pod {pod_id}: {why}; retry"
                 ),
-                result: "error",
-            };
+            ),
+            result: "error",
+        }
+    };
+    let facts = match deadline
+        .bound(live_facts(ctx, namespace, name, &policy))
+        .await
+    {
+        Ok(Ok(Some(facts))) => facts,
+        // The apiserver answers 404 itself.
+        Ok(Ok(None)) => return Reviewed::allowed(),
+        Ok(Err(error)) => return undecided(error.to_string()),
+        Err(_) => {
+            return undecided(
+                "the Kubernetes API did not answer before the apiserver's webhook timeout"
+                    .to_owned(),
+            );
         }
     };
     let LiveFacts {

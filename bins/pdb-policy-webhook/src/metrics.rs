@@ -15,7 +15,7 @@ const WEBHOOKS: [&str; 3] = ["mutate-pdb", "validate-pdb", "validate-eviction"];
 pub struct WebhookMetrics {
     /// `pdb_policy_webhook_admission_requests_total{webhook, result}`; result is `allowed`,
     /// `warned`, `mutated`, `denied`, or `error` (an eviction denied because a live read
-    /// failed).
+    /// failed or would have outlasted the apiserver's timeout).
     pub requests: IntCounterVec,
     /// `pdb_policy_webhook_admission_duration_seconds{webhook}`.
     pub duration: HistogramVec,

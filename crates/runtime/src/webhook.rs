@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Extension, RawQuery, Request};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -52,6 +52,71 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// deleted); a connection the answer itself closes never meets a request. Its next call opens
 /// a new connection, to a replica still in the Service's endpoints.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// How long the apiserver waits for a review whose call names no `timeout`: the default
+/// `timeoutSeconds` of admissionregistration/v1.
+const DEFAULT_REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+/// Kept from the apiserver's timeout for the answer to travel back.
+const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
+/// When a review must be decided: the apiserver sends its webhook's `timeoutSeconds` as the
+/// `timeout` query parameter of each call (`?timeout=5s`, a Go duration) and stops waiting
+/// then, applying the failurePolicy (with `Ignore`, the request goes through unchecked). This
+/// is that moment, counted from the call's arrival, less [`ANSWER_MARGIN`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    fn of_call(arrived: Instant, query: Option<&str>) -> Self {
+        let timeout = query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .find_map(|pair| go_duration(pair.strip_prefix("timeout=")?))
+            .unwrap_or(DEFAULT_REVIEW_TIMEOUT);
+        Self(arrived + timeout.saturating_sub(ANSWER_MARGIN))
+    }
+
+    /// The time left to decide.
+    pub fn remaining(self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    /// `work`, or `Err` if the deadline passes first.
+    pub async fn bound<F: Future>(self, work: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+        tokio::time::timeout_at(self.0.into(), work).await
+    }
+}
+
+/// A Go `time.Duration` string as `Duration.String()` writes it, e.g. `5s`, `1m30s`, `1.5s`.
+fn go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text;
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (number, tail) = rest.split_at(number_end);
+        let number: f64 = number.parse().ok()?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let seconds = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += Duration::try_from_secs_f64(number * seconds).ok()?;
+        rest = tail;
+    }
+    (!text.is_empty()).then_some(total)
+}
+
+/// When a call arrived, before its body was read.
+#[derive(Debug, Clone, Copy)]
+struct Arrived(Instant);
 
 /// What a client may send and how slowly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +250,7 @@ fn deny_with_uid(uid: &str, code: u16, message: &str) -> AdmissionResponse {
 
 /// A route's review: the body in, the response out (with the request's uid, even when the body
 /// does not parse).
-type Handler = Arc<dyn Fn(Bytes) -> BoxFuture<'static, AdmissionResponse> + Send + Sync>;
+type Handler = Arc<dyn Fn(Bytes, Deadline) -> BoxFuture<'static, AdmissionResponse> + Send + Sync>;
 
 #[derive(Clone)]
 struct Route {
@@ -221,17 +286,30 @@ impl Webhooks {
     /// `.route::<PodDisruptionBudget, _, _>("/validate-pdb", move |req| validate(ctx.clone(), req))`;
     /// `DynamicObject` for a webhook of several kinds. A review whose `object` or `oldObject`
     /// is not a `K` is denied with 400 and the field that failed, without calling `handler`.
-    pub fn route<K, F, Fut>(mut self, path: &str, handler: F) -> Self
+    pub fn route<K, F, Fut>(self, path: &str, handler: F) -> Self
     where
         K: Resource + DeserializeOwned + Send + 'static,
         F: Fn(AdmissionRequest<K>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Admission> + Send + 'static,
+    {
+        self.route_with_deadline(path, move |request: AdmissionRequest<K>, _| {
+            handler(request)
+        })
+    }
+
+    /// As [`Webhooks::route`], for a handler that waits on something (an API read): it gets
+    /// the call's [`Deadline`], past which nobody waits for its answer.
+    pub fn route_with_deadline<K, F, Fut>(mut self, path: &str, handler: F) -> Self
+    where
+        K: Resource + DeserializeOwned + Send + 'static,
+        F: Fn(AdmissionRequest<K>, Deadline) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Admission> + Send + 'static,
     {
         let handler = Arc::new(handler);
         let webhook: Arc<str> = path.into();
         let route = Route {
             path: webhook.clone(),
-            handler: Arc::new(move |body: Bytes| {
+            handler: Arc::new(move |body: Bytes, deadline: Deadline| {
                 let (handler, webhook) = (handler.clone(), webhook.clone());
                 Box::pin(async move {
                     let request = match read_review::<K>(&body) {
@@ -253,7 +331,7 @@ impl Webhooks {
                         request.namespace.as_deref().unwrap_or(""),
                         request.name
                     );
-                    let decision = handler(request).await;
+                    let decision = handler(request, deadline).await;
                     tracing::debug!(%webhook, uid = %response.uid, %object, allowed = decision.is_allowed(), "admission reviewed");
                     decision.apply(response)
                 })
@@ -380,7 +458,8 @@ async fn close_when_draining(
 
 /// Reads the whole body within the [`Limits`] before a webhook sees the request.
 async fn read_body(State(limits): State<Limits>, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(Arrived(Instant::now()));
     let path = parts.uri.path().to_owned();
     let declared = parts
         .headers
@@ -531,8 +610,14 @@ fn read_review<K: Resource + DeserializeOwned>(body: &[u8]) -> Result<AdmissionR
         .map_err(|_| "AdmissionReview without a request".to_owned())
 }
 
-async fn review(State(route): State<Route>, body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
-    let response = (route.handler)(body).await;
+async fn review(
+    State(route): State<Route>,
+    Extension(Arrived(arrived)): Extension<Arrived>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let deadline = Deadline::of_call(arrived, query.as_deref());
+    let response = (route.handler)(body, deadline).await;
     let allowed = if response.allowed { "true" } else { "false" };
     route
         .metrics
@@ -780,5 +865,29 @@ mod tests {
         let response = &post(&router, "/pdb", body).await["response"];
         assert_eq!(response["uid"], "uid-stray");
         assert_eq!(response["status"]["code"], 400);
+    }
+
+    /// The apiserver's `timeout` parameter, a Go duration, sets the deadline; without one (or
+    /// unreadable) the API's default timeoutSeconds does.
+    #[test]
+    fn the_deadline_is_the_apiservers_timeout_less_a_margin() {
+        let arrived = Instant::now();
+        for (query, timeout) in [
+            (Some("timeout=5s"), Duration::from_secs(5)),
+            (Some("dryRun=All&timeout=30s"), Duration::from_secs(30)),
+            (Some("timeout=1m30s"), Duration::from_secs(90)),
+            (Some("timeout=1.5s"), Duration::from_millis(1500)),
+            (Some("timeout=2500ms"), Duration::from_millis(2500)),
+            (Some("timeout=5"), DEFAULT_REVIEW_TIMEOUT),
+            (Some("timeout="), DEFAULT_REVIEW_TIMEOUT),
+            (Some("timeout=5x"), DEFAULT_REVIEW_TIMEOUT),
+            (None, DEFAULT_REVIEW_TIMEOUT),
+        ] {
+            assert_eq!(
+                Deadline::of_call(arrived, query),
+                Deadline(arrived + timeout - ANSWER_MARGIN),
+                "{query:?}"
+            );
+        }
     }
 }

@@ -53,6 +53,16 @@ struct Live {
     pdbs: Vec<PodDisruptionBudget>,
     claims: Vec<PersistentVolumeClaim>,
     volumes: Vec<PersistentVolume>,
+    /// Every read hangs, as against an apiserver too busy to answer.
+    stalled: bool,
+}
+
+impl Live {
+    async fn stall(&self) {
+        if self.stalled {
+            futures::future::pending::<()>().await;
+        }
+    }
 }
 
 fn named<'a, K: kube::Resource>(objects: &'a [K], name: &str) -> Option<&'a K> {
@@ -63,23 +73,35 @@ fn named<'a, K: kube::Resource>(objects: &'a [K], name: &str) -> Option<&'a K> {
 
 impl LiveReads for Live {
     fn pod<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, kube::Result<Option<Pod>>> {
-        Box::pin(async move { Ok(named(&self.pods, name).cloned()) })
+        Box::pin(async move {
+            self.stall().await;
+            Ok(named(&self.pods, name).cloned())
+        })
     }
     fn pdbs<'a>(&'a self, _: &'a str) -> BoxFuture<'a, kube::Result<Vec<PodDisruptionBudget>>> {
-        Box::pin(async move { Ok(self.pdbs.clone()) })
+        Box::pin(async move {
+            self.stall().await;
+            Ok(self.pdbs.clone())
+        })
     }
     fn claim<'a>(
         &'a self,
         _: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, kube::Result<Option<PersistentVolumeClaim>>> {
-        Box::pin(async move { Ok(named(&self.claims, name).cloned()) })
+        Box::pin(async move {
+            self.stall().await;
+            Ok(named(&self.claims, name).cloned())
+        })
     }
     fn volume<'a>(
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, kube::Result<Option<PersistentVolume>>> {
-        Box::pin(async move { Ok(named(&self.volumes, name).cloned()) })
+        Box::pin(async move {
+            self.stall().await;
+            Ok(named(&self.volumes, name).cloned())
+        })
     }
 }
 
@@ -125,8 +147,8 @@ fn request(resource: Value, name: &str, object: Value) -> Value {
     })
 }
 
-/// The answer of `webhook` (its path without the slash) to `review`, through the routes the
-/// server serves.
+/// The answer of `webhook` (its path without the slash, with the apiserver's query if any) to
+/// `review`, through the routes the server serves.
 async fn answer(ctx: Arc<Context>, webhook: &'static str, review: Value) -> AdmissionResponse {
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let request = axum::http::Request::post(format!("/{webhook}"))
@@ -338,10 +360,14 @@ fn strict(conditions: &[&str], local_storage: bool) -> PodDisruptionBudgetPolicy
     })
 }
 
-async fn evict(ctx: Arc<Context>, name: &str) -> AdmissionResponse {
+fn eviction_review(name: &str) -> Value {
     let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "team"}});
     let resource = json!({"group": "", "version": "v1", "resource": "pods"});
-    answer(ctx, "validate-eviction", request(resource, name, eviction)).await
+    request(resource, name, eviction)
+}
+
+async fn evict(ctx: Arc<Context>, name: &str) -> AdmissionResponse {
+    answer(ctx, "validate-eviction", eviction_review(name)).await
 }
 
 fn with_volume(mut pod: Pod, volume: Value) -> Pod {
@@ -482,6 +508,7 @@ async fn eviction_webhook_follows_claims_to_node_local_volumes() {
             pdbs: vec![budget.clone()],
             claims: vec![claim(volume)],
             volumes: vec![local.clone(), network.clone()],
+            ..Live::default()
         };
         let caches = Caches::of(
             pods,
@@ -507,4 +534,54 @@ async fn eviction_webhook_follows_claims_to_node_local_volumes() {
             );
         }
     }
+}
+
+/// Issue 30: a live read that does not answer must not leave the review to the apiserver's
+/// timeout, where failurePolicy Ignore lets the eviction through unchecked: the review is
+/// answered 429 "retry" before the `timeout` the apiserver sends with the call.
+#[tokio::test]
+async fn eviction_webhook_answers_retry_before_the_apiservers_deadline() {
+    let budget = pdb(
+        "web",
+        None,
+        json!({"observedGeneration": 1, "currentHealthy": 2, "desiredHealthy": 1, "disruptionsAllowed": 1, "expectedPods": 2}),
+    );
+    // web-0 is not in the cache yet, so only the API can tell.
+    let caches = Caches::of(
+        vec![pod("web-1", &["Ready"])],
+        vec![budget],
+        vec![namespace("team")],
+        vec![strict(&["example.com/Synced"], false)],
+    );
+    let live = Live {
+        stalled: true,
+        ..Live::default()
+    };
+    let started = std::time::Instant::now();
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        answer(
+            context_with(caches, live),
+            "validate-eviction?timeout=1s",
+            eviction_review("web-0"),
+        ),
+    )
+    .await
+    .expect("no answer within 3 s, the apiserver gave up after 1 s");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (response.allowed, response.result.code),
+        (false, 429),
+        "{}",
+        response.result.message
+    );
+    assert!(
+        response.result.message.contains("retry"),
+        "{}",
+        response.result.message
+    );
 }
