@@ -7,10 +7,26 @@
 //! Events ahead of its removals and nothing was removed until every Event had gone out.
 //! kube-controller-manager's controllers have the same separation: each its own client, the
 //! event broadcaster another.
+//!
+//! Every Event first goes through client-go's correlator
+//! ([`evictkit_core::event_correlation`]): a spam filter per object, similar Events on one
+//! object folded into a "combined from similar events" Event, repeats counted in the series of
+//! the Event already sent. kube's own recorder is not used: it walks its whole cache under a
+//! write lock at every publish, which cost the taint-manager 7 times upstream's CPU in an
+//! outage of 10,000 pods.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
+use evictkit_core::event_correlation::{Correlation, Correlator, Limits, Occurrence};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
 pub use kube::runtime::events::EventType;
-use kube::runtime::events::{Event, Recorder, Reporter};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::Reporter;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
 
 use crate::client::{self, ClientError, RateLimit};
 
@@ -28,18 +44,22 @@ pub struct EventError {
 }
 
 /// Publishes Events as `component` (the reporting controller), from this replica (the
-/// hostname, i.e. the pod name, as reporting instance). Cheap to clone; repeats of the same
-/// event are folded into a series by kube's recorder.
+/// hostname, i.e. the pod name, as reporting instance). Cheap to clone; the clones share one
+/// correlator (see the module docs).
 #[derive(Clone)]
 pub struct EventRecorder {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
+    correlator: Arc<Mutex<Correlator>>,
 }
 
 impl EventRecorder {
     /// A recorder with a client of its own (see the module docs), limited to `limit`.
     pub async fn new(limit: RateLimit, component: &str) -> Result<Self, ClientError> {
         Ok(Self {
-            recorder: Recorder::new(client::build(limit).await?, Reporter::from(component)),
+            client: client::build(limit).await?,
+            reporter: Reporter::from(component),
+            correlator: Arc::new(Mutex::new(Correlator::new(Limits::CLIENT_GO))),
         })
     }
 
@@ -93,30 +113,134 @@ impl EventRecorder {
     where
         K: Resource<DynamicType = ()>,
     {
-        let event = Event {
-            type_: event_type,
-            reason: reason.to_owned(),
-            note: Some(truncate(note, MAX_NOTE_BYTES).to_owned()),
-            action: action.to_owned(),
-            secondary: None,
+        let regarding = object.object_ref(&());
+        let note = truncate(note, MAX_NOTE_BYTES);
+        let now = Timestamp::now();
+        let warning = matches!(event_type, EventType::Warning);
+        // Held only for the decision, never across the request.
+        let correlation = self
+            .correlator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .correlate(
+                Occurrence {
+                    regarding: &regarding,
+                    warning,
+                    reason,
+                    action,
+                    note,
+                },
+                now,
+            );
+        let sent = Sent {
+            warning,
+            reason,
+            action,
+            regarding,
+            now,
         };
-        self.recorder
-            .publish(&event, &object.object_ref(&()))
+        let result = match correlation {
+            Correlation::Skip => {
+                tracing::debug!(reason, object = %describe(object), "event dropped by the spam filter");
+                return Ok(());
+            }
+            Correlation::Create { name, note } => self.create(&sent, &name, &note, 1).await,
+            Correlation::Repeat { name, note, count } => {
+                self.repeat(&sent, &name, &note, count).await
+            }
+        };
+        result.map_err(|source| EventError {
+            event_type: if warning { "Warning" } else { "Normal" },
+            reason: reason.to_owned(),
+            object: describe(object),
+            source,
+        })
+    }
+
+    fn events(&self, regarding: &ObjectReference) -> Api<K8sEvent> {
+        // Events of cluster-scoped objects (nodes) go to "default", as kube's recorder puts them.
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn create(
+        &self,
+        sent: &Sent<'_>,
+        name: &str,
+        note: &str,
+        count: i32,
+    ) -> Result<(), kube::Error> {
+        let event = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            action: Some(sent.action.to_owned()),
+            reason: Some(sent.reason.to_owned()),
+            note: Some(truncate(note, MAX_NOTE_BYTES).to_owned()),
+            type_: Some(if sent.warning { "Warning" } else { "Normal" }.to_owned()),
+            event_time: Some(MicroTime(sent.now)),
+            series: (count > 1).then_some(EventSeries {
+                count,
+                last_observed_time: MicroTime(sent.now),
+            }),
+            regarding: Some(sent.regarding.clone()),
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            ..K8sEvent::default()
+        };
+        self.events(&sent.regarding)
+            .create(&PostParams::default(), &event)
+            .await?;
+        Ok(())
+    }
+
+    /// Counts a repeat in the series of the Event `name`; an Event the apiserver no longer has
+    /// (its TTL passed, or its creation failed) is created again with the count, as client-go
+    /// does.
+    async fn repeat(
+        &self,
+        sent: &Sent<'_>,
+        name: &str,
+        note: &str,
+        count: i32,
+    ) -> Result<(), kube::Error> {
+        let series = json!({"series": EventSeries {
+            count,
+            last_observed_time: MicroTime(sent.now),
+        }});
+        match self
+            .events(&sent.regarding)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&series))
             .await
-            .map_err(|source| EventError {
-                event_type: match event_type {
-                    EventType::Normal => "Normal",
-                    EventType::Warning => "Warning",
-                },
-                reason: reason.to_owned(),
-                object: match object.namespace() {
-                    Some(namespace) => {
-                        format!("{} {namespace}/{}", K::kind(&()), object.name_any())
-                    }
-                    None => format!("{} {}", K::kind(&()), object.name_any()),
-                },
-                source,
-            })
+        {
+            Err(kube::Error::Api(status)) if status.is_not_found() => {
+                self.create(sent, name, note, count).await
+            }
+            other => other.map(drop),
+        }
+    }
+}
+
+/// What every request for one Event shares.
+struct Sent<'a> {
+    warning: bool,
+    reason: &'a str,
+    action: &'a str,
+    regarding: ObjectReference,
+    now: Timestamp,
+}
+
+/// `Kind namespace/name`, or `Kind name` for a cluster-scoped object.
+fn describe<K: Resource<DynamicType = ()>>(object: &K) -> String {
+    match object.namespace() {
+        Some(namespace) => format!("{} {namespace}/{}", K::kind(&()), object.name_any()),
+        None => format!("{} {}", K::kind(&()), object.name_any()),
     }
 }
 
