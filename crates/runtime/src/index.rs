@@ -6,10 +6,10 @@
 //!
 //! Relists: objects listed again are visible at once (a node event during a relist must find
 //! the pods already listed), and at `InitDone` the groups are rebuilt from the swapped-in store,
-//! which drops whatever was deleted while the watch was away.
+//! which drops whatever was deleted while the watch was away, in time linear in the objects.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use kube::Resource;
@@ -42,44 +42,34 @@ where
     /// index: deleted, no longer admitted, or not listed again by a relist.
     pub fn apply(&mut self, event: &Event<K>, store: &Store<K>) -> Vec<ObjectRef<K>> {
         match event {
-            Event::Apply(object) => {
-                let was_indexed = self.remove(object);
-                if self.admits(object) {
-                    let entry = store
-                        .get(&ObjectRef::from_obj(object))
-                        .unwrap_or_else(|| Arc::new(object.clone()));
-                    self.insert(entry);
-                    Vec::new()
-                } else if was_indexed {
-                    vec![ObjectRef::from_obj(object)]
-                } else {
-                    Vec::new()
-                }
-            }
+            Event::Apply(object) => self.update(object, || {
+                store
+                    .get(&ObjectRef::from_obj(object))
+                    .unwrap_or_else(|| Arc::new(object.clone()))
+            }),
             Event::Delete(object) => {
                 self.remove(object);
                 vec![ObjectRef::from_obj(object)]
             }
             Event::Init => Vec::new(),
-            // The store shows the relisted objects only at InitDone; the index at once.
-            Event::InitApply(object) => {
-                self.remove(object);
-                if self.admits(object) {
-                    self.insert(Arc::new(object.clone()));
-                }
-                Vec::new()
-            }
+            // The store shows the relisted objects only at InitDone; the index at once, so an
+            // object no longer admitted leaves (and is reported) now, not at InitDone.
+            Event::InitApply(object) => self.update(object, || Arc::new(object.clone())),
             Event::InitDone => {
-                let before: Vec<ObjectRef<K>> = self.all().map(ObjectRef::from_obj).collect();
-                self.groups.clear();
+                let before = std::mem::take(&mut self.groups);
                 for object in store.state() {
                     if self.admits(&object) {
                         self.insert(object);
                     }
                 }
+                // One hash lookup per object: a relist of n objects costs O(n), not O(n²).
+                let after: HashSet<(&Option<String>, &Option<String>)> =
+                    self.all().map(key).collect();
                 before
-                    .into_iter()
-                    .filter(|reference| !self.contains(reference))
+                    .values()
+                    .flatten()
+                    .filter(|object| !after.contains(&key(object.as_ref())))
+                    .map(|object| ObjectRef::from_obj(object.as_ref()))
                     .collect()
             }
         }
@@ -94,13 +84,22 @@ where
         self.groups.values().flatten().map(Arc::as_ref)
     }
 
-    fn admits(&self, object: &K) -> bool {
-        (self.group_of)(object).is_some() && (self.indexed)(object)
+    /// Puts `object`'s new version (`entry`) in the index, or takes it out if no longer
+    /// admitted; the objects that left.
+    fn update(&mut self, object: &K, entry: impl FnOnce() -> Arc<K>) -> Vec<ObjectRef<K>> {
+        let was_indexed = self.remove(object);
+        if self.admits(object) {
+            self.insert(entry());
+            Vec::new()
+        } else if was_indexed {
+            vec![ObjectRef::from_obj(object)]
+        } else {
+            Vec::new()
+        }
     }
 
-    fn contains(&self, reference: &ObjectRef<K>) -> bool {
-        self.all()
-            .any(|object| ObjectRef::from_obj(object) == *reference)
+    fn admits(&self, object: &K) -> bool {
+        (self.group_of)(object).is_some() && (self.indexed)(object)
     }
 
     fn insert(&mut self, object: Arc<K>) {
@@ -134,8 +133,13 @@ where
 }
 
 fn order<K: Resource>(a: &K, b: &K) -> Ordering {
-    let (a, b) = (a.meta(), b.meta());
-    (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+    key(a).cmp(&key(b))
+}
+
+/// An object's (namespace, name), borrowed.
+fn key<K: Resource>(object: &K) -> (&Option<String>, &Option<String>) {
+    let meta = object.meta();
+    (&meta.namespace, &meta.name)
 }
 
 #[cfg(test)]
@@ -264,5 +268,70 @@ mod tests {
         // After the swap the entries are the store's again.
         let stored = watch.store.get(&ObjectRef::new("new").within("a")).unwrap();
         assert!(Arc::ptr_eq(&stored, &watch.index.group("n2")[0]));
+    }
+
+    #[test]
+    fn a_relist_reports_each_object_not_listed_again_or_no_longer_admitted_once() {
+        let mut watch = Watch::new();
+        for (name, node) in [
+            ("a", "n1"),
+            ("b", "n1"),
+            ("c", "n2"),
+            ("d", "n2"),
+            ("e", "n3"),
+        ] {
+            watch.event(Event::Apply(pod("ns", name, node)));
+        }
+        watch.event(Event::Init);
+        watch.event(Event::InitApply(pod("ns", "a", "n1")));
+        // Deleted and made again on another node while the watch was away: the same object key.
+        watch.event(Event::InitApply(pod("ns", "c", "n3")));
+        // Listed again but no longer admitted: it leaves at once, as with an Apply.
+        let mut out = pod("ns", "d", "n2");
+        out.metadata.labels = Some([("out".to_owned(), String::new())].into());
+        assert_eq!(watch.event(Event::InitApply(out)), ["ns/d"]);
+        assert_eq!(watch.event(Event::InitDone), ["ns/b", "ns/e"]);
+        assert_eq!(watch.on("n1"), ["ns/a"]);
+        assert!(watch.on("n2").is_empty());
+        assert_eq!(watch.on("n3"), ["ns/c"]);
+        // A second relist listing the same objects reports nothing.
+        watch.event(Event::Init);
+        watch.event(Event::InitApply(pod("ns", "a", "n1")));
+        watch.event(Event::InitApply(pod("ns", "c", "n3")));
+        assert!(watch.event(Event::InitDone).is_empty());
+    }
+
+    /// Issue 29's micro-bench: a relist (Init, InitApply for every pod, InitDone) after a full
+    /// list, 30 pods a node as in `bench scale`. Prints the time of each phase per size.
+    /// `cargo test --release -p evictkit-runtime -- --ignored --nocapture index_relist_cost`
+    #[test]
+    #[ignore = "micro-bench; run in release by hand"]
+    fn index_relist_cost() {
+        for n in [1_000, 10_000, 30_000] {
+            let pods: Vec<Pod> = (0..n)
+                .map(|i| pod("bench", &format!("pod-{i}"), &format!("node-{}", i / 30)))
+                .collect();
+            let mut watch = Watch::new();
+            for pod in &pods {
+                watch.event(Event::Apply(pod.clone()));
+            }
+            watch.event(Event::Init);
+            let start = std::time::Instant::now();
+            // One in ten was deleted while the watch was away.
+            for pod in pods.iter().skip(n / 10) {
+                watch.event(Event::InitApply(pod.clone()));
+            }
+            let applied = start.elapsed();
+            let left = watch.event(Event::InitDone);
+            let total = start.elapsed();
+            assert_eq!(left.len(), n / 10);
+            println!(
+                "relist of {n:>6} pods: InitApply x{} {:>9.3} ms, InitDone {:>9.3} ms, total {:>9.3} ms",
+                n - n / 10,
+                applied.as_secs_f64() * 1e3,
+                (total - applied).as_secs_f64() * 1e3,
+                total.as_secs_f64() * 1e3,
+            );
+        }
     }
 }
