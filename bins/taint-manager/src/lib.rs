@@ -65,6 +65,7 @@ use evictkit_runtime::cli::{CommonArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
+use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
@@ -198,6 +199,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let access = Arc::new(access::Access::new(manager.readiness().clone()));
     let settings = Arc::new(Settings {
         access,
+        readiness: manager.readiness().clone(),
         evictions: manager.evictions(),
         recorder: manager.recorder(EVENT_REPORTER).await?,
         metrics: own_metrics,
@@ -250,6 +252,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 struct Settings {
     /// The watches RBAC denies (readiness).
     access: Arc<access::Access>,
+    /// Not ready while a term's caches make their first list.
+    readiness: Readiness,
     evictions: EvictionClient,
     recorder: EventRecorder,
     metrics: TaintMetrics,
@@ -298,7 +302,29 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     let (pod_store, pod_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
     let (policy_store, policy_writer) = reflector::store();
+    let caches = (
+        pod_store.clone(),
+        node_store.clone(),
+        namespace_store.clone(),
+        policy_store.clone(),
+    );
+    let readiness = settings.readiness.clone();
     let policies_installed = access::policy_crd_installed(&client).await;
+    // Ready once every cache has listed: before, a pod would be planned against missing
+    // nodes, namespaces or policies.
+    let listed = readiness.until_listed(async move {
+        let (pods, nodes, namespaces, policies) = caches;
+        let _ = future::join3(
+            pods.wait_until_ready(),
+            nodes.wait_until_ready(),
+            namespaces.wait_until_ready(),
+        )
+        .await;
+        if policies_installed {
+            let _ = policies.wait_until_ready().await;
+        }
+        tracing::info!("caches listed");
+    });
     settings
         .metrics
         .policy_crd_installed
@@ -362,7 +388,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             }
             future::ready(())
         });
-    future::join(controller, status).await;
+    future::join3(controller, status, listed).await;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,10 @@
 //! The plain-HTTP server every binary runs (default :8080): `/metrics` for Prometheus,
 //! `/healthz` for the liveness probe, `/readyz` for the readiness probe.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -29,16 +30,54 @@ pub enum HttpError {
 
 /// What `/readyz` reports. Starts not ready; the binary sets it once it can do its job (caches
 /// synced, webhook serving) so a Service sends no traffic to a replica that would fail it.
+/// While the leader's caches make their first list it is not ready either ([`Readiness::until_listed`]);
+/// a standby, which watches nothing, is ready.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<ReadinessState>);
+
+#[derive(Debug, Default)]
+struct ReadinessState {
+    ready: AtomicBool,
+    /// Terms of leadership whose caches have not listed yet.
+    listing: AtomicUsize,
+}
 
 impl Readiness {
     pub fn set_ready(&self, ready: bool) {
-        self.0.store(ready, Ordering::Relaxed);
+        self.0.ready.store(ready, Ordering::Relaxed);
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.ready.load(Ordering::Relaxed) && self.0.listing.load(Ordering::Relaxed) == 0
+    }
+
+    /// Not ready from now until `listed` completes (e.g. `Store::wait_until_ready` of each of a
+    /// term's caches). Dropped before (the term ended), it holds readiness back no longer.
+    pub fn until_listed<F>(&self, listed: F) -> impl Future<Output = ()> + use<F>
+    where
+        F: Future<Output = ()>,
+    {
+        let listing = Listing::start(self.0.clone());
+        async move {
+            listed.await;
+            drop(listing);
+        }
+    }
+}
+
+/// One term's caches still listing, counted in [`ReadinessState::listing`] while it lives.
+struct Listing(Arc<ReadinessState>);
+
+impl Listing {
+    fn start(state: Arc<ReadinessState>) -> Self {
+        state.listing.fetch_add(1, Ordering::Relaxed);
+        Self(state)
+    }
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        self.0.listing.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -108,6 +147,7 @@ mod tests {
     use super::*;
     use axum::body::Body;
     use axum::http::Request;
+    use futures::future;
     use tower::ServiceExt;
 
     async fn get(router: &Router, path: &str) -> (StatusCode, String) {
@@ -140,5 +180,30 @@ mod tests {
             body.contains("evictkit_leader{component=\"test\"} 0"),
             "{body}"
         );
+    }
+
+    #[tokio::test]
+    async fn not_ready_while_a_term_lists_its_caches() {
+        let readiness = Readiness::default();
+        readiness.set_ready(true);
+        // A term whose caches list.
+        let (listed, list) = tokio::sync::oneshot::channel::<()>();
+        let term = readiness.until_listed(async {
+            let _ = list.await;
+        });
+        assert!(!readiness.is_ready(), "not ready while listing");
+        let term = tokio::spawn(term);
+        listed.send(()).unwrap();
+        term.await.unwrap();
+        assert!(readiness.is_ready(), "ready once listed");
+        // A term that ends (the Lease lost) before its caches listed: ready again, as a standby.
+        let lost = readiness.until_listed(future::pending());
+        assert!(!readiness.is_ready());
+        drop(lost);
+        assert!(readiness.is_ready(), "a standby is ready");
+        // Listed, yet not ready for another reason (RBAC denies a watch).
+        readiness.set_ready(false);
+        readiness.until_listed(async {}).await;
+        assert!(!readiness.is_ready());
     }
 }
