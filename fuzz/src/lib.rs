@@ -129,7 +129,7 @@ async fn build_webhooks() -> Vec<Webhook> {
         ),
         metrics: pdb_policy_webhook::metrics::WebhookMetrics::register(&pdb)
             .expect("fresh registry"),
-        live: Arc::new(client),
+        live: pdb_policy_webhook::live::Consistent::new(Arc::new(client)),
     };
     serve(
         "pdb-policy-webhook",

@@ -16,7 +16,7 @@ use kube::Resource;
 use kube::core::admission::AdmissionRequest;
 
 use crate::cache::Caches;
-use crate::live::{self, LiveReads};
+use crate::live::{self, Consistent};
 use crate::metrics::WebhookMetrics;
 
 /// Paths of the webhooks, as the webhook configurations name them.
@@ -28,7 +28,7 @@ pub struct Context {
     pub caches: Caches,
     pub metrics: Arc<WebhookMetrics>,
     /// The eviction webhook's reads at the moment of the eviction.
-    pub live: Arc<dyn LiveReads>,
+    pub live: Consistent,
 }
 
 /// A decision plus its result label for the metrics.
@@ -208,9 +208,11 @@ fn validate_pdb(ctx: &Context, request: &AdmissionRequest<PodDisruptionBudget>) 
 /// status an evictor retries on, like the apiserver's own budget answer) naming the rule and
 /// the PDB; allows everything else, leaving the apiserver's decision as it is.
 ///
-/// The pod and the PDBs are read live ([`crate::live`]): the caches may not have the pod yet,
-/// or hold a readiness or a `disruptedPods` a moment old. The other pods of the namespace, which
-/// the stricter count reads, come from the cache. When a read fails the webhook cannot decide
+/// It decides from the caches; the pod or its PDB is read from the API ([`crate::live`]) only
+/// where the cache could turn a denial into an allow: the pod not cached yet, cached Pending, a
+/// readiness or a `disruptedPods` a moment old at the boundary of a rule (see [`facts`]). The
+/// other pods of the namespace, which the strict count reads, come from the cache. When a read
+/// fails the webhook cannot decide
 /// and answers 429 too: the evictor retries, and nothing is evicted on a guess. So does a read
 /// that would outlast the apiserver's `deadline`: past it the apiserver applies failurePolicy
 /// Ignore, and the eviction would go through unchecked.
@@ -242,10 +244,7 @@ async fn validate_eviction(
             result: "error",
         }
     };
-    let facts = match deadline
-        .bound(live_facts(ctx, namespace, name, &policy))
-        .await
-    {
+    let facts = match deadline.bound(facts(ctx, namespace, name, &policy)).await {
         Ok(Ok(Some(facts))) => facts,
         // The apiserver answers 404 itself.
         Ok(Ok(None)) => return Reviewed::allowed(),
@@ -257,14 +256,12 @@ async fn validate_eviction(
             );
         }
     };
-    let LiveFacts {
+    let Facts {
         pod,
         pdbs,
+        pods,
         circumstances,
     } = facts;
-    let (_, mut pods) = ctx.caches.namespace_objects(namespace);
-    pods.retain(|p| p.metadata.name.as_deref() != Some(name));
-    pods.push(pod.clone());
     let decision = eviction::decide(&pod, &pdbs);
     match pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, &policy, &circumstances) {
         Some(denial) => {
@@ -282,43 +279,89 @@ async fn validate_eviction(
     }
 }
 
-/// The pod, the PDBs of its namespace and the pod's node-local claims, as the API has them now.
-struct LiveFacts {
+/// The pod, the PDBs and pods of its namespace (the pod among them), and the pod's node-local
+/// claims, as the eviction is decided on.
+struct Facts {
     pod: Pod,
     pdbs: Vec<PodDisruptionBudget>,
+    pods: Vec<Pod>,
     circumstances: pdb_policy::Circumstances,
 }
 
-/// `None` when the pod does not exist.
-async fn live_facts(
+/// The facts from the caches, with the pod and its PDB read from the API only where the cache
+/// could turn a denial into an allow ([`pdb_policy::fresh_reads`]), or where the pod is not
+/// cached yet. `None` when the pod does not exist.
+async fn facts(
     ctx: &Context,
     namespace: &str,
     name: &str,
     policy: &PodDisruptionBudgetPolicy,
-) -> Result<Option<LiveFacts>, live::ReadError> {
-    let read_error = |what: String| {
-        move |source| live::ReadError {
-            what,
-            source: Box::new(source),
+) -> Result<Option<Facts>, live::ReadError> {
+    let (mut pdbs, mut pods) = ctx.caches.namespace_objects(namespace);
+    let cached = pods
+        .iter()
+        .position(|p| p.metadata.name.as_deref() == Some(name))
+        .map(|i| pods.remove(i));
+    let mut pod_is_fresh = cached.is_none();
+    let mut pod = match cached {
+        Some(pod) => pod,
+        None => match ctx.live.pod(namespace, name).await? {
+            Some(pod) => pod,
+            None => return Ok(None),
+        },
+    };
+    let mut read_fresh = true;
+    loop {
+        let circumstances = live::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
+        pods.push(pod.clone());
+        let decision = eviction::decide(&pod, &pdbs);
+        let reads = pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
+        let reads: Vec<_> = reads
+            .into_iter()
+            .filter(|read| !(pod_is_fresh && *read == pdb_policy::FreshRead::Pod))
+            .collect();
+        if !read_fresh || reads.is_empty() {
+            return Ok(Some(Facts {
+                pod,
+                pdbs,
+                pods,
+                circumstances,
+            }));
         }
-    };
-    let Some(pod) = ctx
-        .live
-        .pod(namespace, name)
-        .await
-        .map_err(read_error(format!("pod {namespace}/{name}")))?
-    else {
-        return Ok(None);
-    };
-    let pdbs = ctx.live.pdbs(namespace).await.map_err(read_error(format!(
-        "the PodDisruptionBudgets of namespace {namespace}"
-    )))?;
-    let circumstances = live::circumstances(ctx.live.as_ref(), &pod, Some(policy)).await?;
-    Ok(Some(LiveFacts {
-        pod,
-        pdbs,
-        circumstances,
-    }))
+        pods.pop();
+        // One round of reads: the answer on fresh facts is final.
+        read_fresh = false;
+        let pdb_name = reads.iter().find_map(|read| match read {
+            pdb_policy::FreshRead::Pdb(pdb) => Some(pdb.as_str()),
+            pdb_policy::FreshRead::Pod => None,
+        });
+        let read_pod = reads.contains(&pdb_policy::FreshRead::Pod);
+        let (fresh_pod, fresh_pdb) = futures::try_join!(
+            async {
+                match read_pod {
+                    true => ctx.live.pod(namespace, name).await.map(Some),
+                    false => Ok(None),
+                }
+            },
+            async {
+                match pdb_name {
+                    Some(pdb) => ctx.live.pdb(namespace, pdb).await.map(Some),
+                    None => Ok(None),
+                }
+            },
+        )?;
+        if let Some(fresh) = fresh_pod {
+            let Some(fresh) = fresh else {
+                return Ok(None);
+            };
+            pod = fresh;
+            pod_is_fresh = true;
+        }
+        if let (Some(pdb_name), Some(fresh)) = (pdb_name, fresh_pdb) {
+            pdbs.retain(|p| p.metadata.name.as_deref() != Some(pdb_name));
+            pdbs.extend(fresh);
+        }
+    }
 }
 
 #[cfg(test)]

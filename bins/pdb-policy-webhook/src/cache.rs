@@ -15,8 +15,8 @@ use std::sync::{Arc, RwLock};
 use evictkit_runtime::index::Grouped;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, HostPathVolumeSource, Namespace, Pod, PodCondition, PodSpec, PodStatus,
-    Volume,
+    EmptyDirVolumeSource, EphemeralVolumeSource, HostPathVolumeSource, Namespace,
+    PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodSpec, PodStatus, Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -241,13 +241,19 @@ where
 }
 
 /// What of a Pod the decisions read: identity, labels, deletionTimestamp, phase, conditions
-/// (type and status), and whether a volume keeps data on the node.
+/// (type and status), and the volumes that may keep data on the node (a claim's name, to
+/// follow it to its PersistentVolume).
 pub fn project_pod(projected: &mut Pod) {
     let pod = std::mem::take(projected);
     let volumes = pod.spec.and_then(|s| s.volumes).map(|volumes| {
         volumes
             .into_iter()
-            .filter(|v| v.host_path.is_some() || v.empty_dir.is_some())
+            .filter(|v| {
+                v.host_path.is_some()
+                    || v.empty_dir.is_some()
+                    || v.persistent_volume_claim.is_some()
+                    || v.ephemeral.is_some()
+            })
             .map(|v| Volume {
                 name: v.name,
                 empty_dir: v.empty_dir.map(|e| EmptyDirVolumeSource {
@@ -255,6 +261,13 @@ pub fn project_pod(projected: &mut Pod) {
                     ..Default::default()
                 }),
                 host_path: v.host_path.map(|_| HostPathVolumeSource::default()),
+                persistent_volume_claim: v.persistent_volume_claim.map(|c| {
+                    PersistentVolumeClaimVolumeSource {
+                        claim_name: c.claim_name,
+                        read_only: None,
+                    }
+                }),
+                ephemeral: v.ephemeral.map(|_| EphemeralVolumeSource::default()),
                 ..Default::default()
             })
             .collect()

@@ -92,10 +92,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let own_metrics = metrics::WebhookMetrics::register(manager.metrics())?;
     let caches = Caches::start(&client, manager.shutdown());
     if serves_webhook {
+        // The eviction webhook's reads on a client of their own, without the QPS limit: behind
+        // the watches' limit a drain's reviews queued past the apiserver's timeout. They are
+        // few (see `live`) and each bounded by its review's deadline.
+        let reads = evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)
+            .await
+            .context("connecting to the Kubernetes API for the eviction webhook's reads")?;
         let ctx = Arc::new(Context {
             caches: caches.clone(),
             metrics: own_metrics.clone(),
-            live: Arc::new(client.clone()),
+            live: live::Consistent::new(Arc::new(reads)),
         });
         let webhooks = admission::webhooks(ctx, manager.metrics().clone());
         manager.serve_webhooks(webhooks, "admission webhooks")?;

@@ -1,27 +1,30 @@
-//! What the eviction webhook reads from the API at the moment of the eviction, not from its
-//! caches: the pod and the PDBs of its namespace (a cache a moment behind misses a pod that just
-//! turned not Ready, or the `disruptedPods` entry of a concurrent eviction, and would let the
-//! eviction through), and the PersistentVolumeClaims and PersistentVolumes behind the pod's
-//! volumes (not cached at all: only an eviction of a not-Ready pod needs them). Evictions are
-//! rare next to the watch traffic, so a few reads each cost little.
+//! What the eviction webhook reads from the API rather than from its caches: a pod or a PDB
+//! where a cache a moment behind could turn a denial into an allow (see
+//! `admission::validate_eviction`), and the PersistentVolumeClaims and PersistentVolumes behind
+//! a not-Ready pod's volumes (not cached at all: only such an eviction needs them).
+//!
+//! During a drain hundreds of reviews arrive at once, many needing the same object: the pod
+//! and PDB reads are shared ([`Consistent`]), one in flight per object, and go through a client
+//! of their own without the QPS limit of the watches' client.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use evictkit_api::PodDisruptionBudgetPolicy;
 use evictkit_core::{eviction, pdb_policy};
-use futures::future::BoxFuture;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::ListParams;
 use kube::{Api, Client};
 
 /// A read that failed, naming the object.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("cannot read {what}: {source}")]
 pub struct ReadError {
     pub what: String,
     #[source]
-    pub source: Box<kube::Error>,
+    pub source: Arc<kube::Error>,
 }
 
 /// The reads; the API client in production.
@@ -31,10 +34,11 @@ pub trait LiveReads: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, kube::Result<Option<Pod>>>;
-    fn pdbs<'a>(
+    fn pdb<'a>(
         &'a self,
         namespace: &'a str,
-    ) -> BoxFuture<'a, kube::Result<Vec<PodDisruptionBudget>>>;
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<PodDisruptionBudget>>>;
     fn claim<'a>(
         &'a self,
         namespace: &'a str,
@@ -57,13 +61,15 @@ impl LiveReads for Client {
         })
     }
 
-    fn pdbs<'a>(
+    fn pdb<'a>(
         &'a self,
         namespace: &'a str,
-    ) -> BoxFuture<'a, kube::Result<Vec<PodDisruptionBudget>>> {
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<PodDisruptionBudget>>> {
         Box::pin(async move {
-            let api = Api::<PodDisruptionBudget>::namespaced(self.clone(), namespace);
-            Ok(api.list(&ListParams::default()).await?.items)
+            Api::<PodDisruptionBudget>::namespaced(self.clone(), namespace)
+                .get_opt(name)
+                .await
         })
     }
 
@@ -105,7 +111,7 @@ pub async fn node_local_claims(
             .await
             .map_err(|source| ReadError {
                 what: format!("PersistentVolumeClaim {namespace}/{claim_name}"),
-                source: Box::new(source),
+                source: Arc::new(source),
             })?;
         let Some(bound) = claim
             .and_then(|c| c.spec)
@@ -116,7 +122,7 @@ pub async fn node_local_claims(
         };
         let pv = reads.volume(&bound).await.map_err(|source| ReadError {
             what: format!("PersistentVolume {bound} (of claim {namespace}/{claim_name})"),
-            source: Box::new(source),
+            source: Arc::new(source),
         })?;
         if pv.as_ref().is_some_and(pdb_policy::is_node_local) {
             local.insert(volume.to_owned());
@@ -141,4 +147,111 @@ pub async fn circumstances(
         circumstances.node_local_claims = node_local_claims(reads, pod).await?;
     }
     Ok(circumstances)
+}
+
+/// A read shared by every review that asks for it while it is in flight.
+type SharedRead<T> = Shared<BoxFuture<'static, Result<T, ReadError>>>;
+
+/// One kind's reads in flight, by `namespace/name`.
+struct InFlight<T: Clone>(Arc<Mutex<HashMap<String, SharedRead<T>>>>);
+
+impl<T: Clone + Send + Sync + 'static> InFlight<T> {
+    fn new() -> Self {
+        Self(Arc::new(Mutex::new(HashMap::new())))
+    }
+
+    /// The read of `key` in flight, or `read` started now. It runs as a task of its own, so a
+    /// review that stops waiting (its deadline passed) does not cancel it for the others, and
+    /// it leaves the map when it ends: a review arriving later reads afresh.
+    fn join(
+        &self,
+        key: String,
+        read: impl FnOnce() -> BoxFuture<'static, Result<T, ReadError>>,
+    ) -> SharedRead<T> {
+        let mut in_flight = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shared) = in_flight.get(&key) {
+            return shared.clone();
+        }
+        let (map, task_key, what) = (self.0.clone(), key.clone(), key.clone());
+        let read = read();
+        let task = tokio::spawn(async move {
+            let result = read.await;
+            map.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&task_key);
+            result
+        });
+        let shared = async move {
+            task.await.unwrap_or_else(|join| {
+                Err(ReadError {
+                    what,
+                    source: Arc::new(kube::Error::Service(Box::new(join))),
+                })
+            })
+        }
+        .boxed()
+        .shared();
+        in_flight.insert(key, shared.clone());
+        shared
+    }
+}
+
+/// The pod and PDB reads of the eviction webhook, one in flight per object.
+pub struct Consistent {
+    reads: Arc<dyn LiveReads>,
+    pods: InFlight<Option<Pod>>,
+    pdbs: InFlight<Option<PodDisruptionBudget>>,
+}
+
+impl Consistent {
+    pub fn new(reads: Arc<dyn LiveReads>) -> Self {
+        Self {
+            reads,
+            pods: InFlight::new(),
+            pdbs: InFlight::new(),
+        }
+    }
+
+    /// The reads behind, for those not shared (claims and volumes).
+    pub fn reads(&self) -> &dyn LiveReads {
+        self.reads.as_ref()
+    }
+
+    /// Pod `namespace/name` as the API has it now; `None` when it does not exist.
+    pub async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ReadError> {
+        let (reads, ns, n) = (self.reads.clone(), namespace.to_owned(), name.to_owned());
+        let key = format!("{namespace}/{name}");
+        self.pods
+            .join(key, move || {
+                async move {
+                    reads.pod(&ns, &n).await.map_err(|source| ReadError {
+                        what: format!("pod {ns}/{n}"),
+                        source: Arc::new(source),
+                    })
+                }
+                .boxed()
+            })
+            .await
+    }
+
+    /// PodDisruptionBudget `namespace/name` as the API has it now.
+    pub async fn pdb(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PodDisruptionBudget>, ReadError> {
+        let (reads, ns, n) = (self.reads.clone(), namespace.to_owned(), name.to_owned());
+        let key = format!("{namespace}/{name}");
+        self.pdbs
+            .join(key, move || {
+                async move {
+                    reads.pdb(&ns, &n).await.map_err(|source| ReadError {
+                        what: format!("PodDisruptionBudget {ns}/{n}"),
+                        source: Arc::new(source),
+                    })
+                }
+                .boxed()
+            })
+            .await
+    }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::live::LiveReads;
 use evictkit_api::{
     PodDisruptionBudgetPolicySpec, PolicyMode, StricterEviction, UnhealthyPodEvictionPolicyType,
 };
@@ -55,10 +56,16 @@ struct Live {
     volumes: Vec<PersistentVolume>,
     /// Every read hangs, as against an apiserver too busy to answer.
     stalled: bool,
+    /// Every read takes this long.
+    latency: std::time::Duration,
+    /// The reads made, e.g. `pod web-0`.
+    reads: std::sync::Mutex<Vec<String>>,
 }
 
 impl Live {
-    async fn stall(&self) {
+    async fn stall(&self, read: String) {
+        self.reads.lock().unwrap().push(read);
+        tokio::time::sleep(self.latency).await;
         if self.stalled {
             futures::future::pending::<()>().await;
         }
@@ -74,14 +81,18 @@ fn named<'a, K: kube::Resource>(objects: &'a [K], name: &str) -> Option<&'a K> {
 impl LiveReads for Live {
     fn pod<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, kube::Result<Option<Pod>>> {
         Box::pin(async move {
-            self.stall().await;
+            self.stall(format!("pod {name}")).await;
             Ok(named(&self.pods, name).cloned())
         })
     }
-    fn pdbs<'a>(&'a self, _: &'a str) -> BoxFuture<'a, kube::Result<Vec<PodDisruptionBudget>>> {
+    fn pdb<'a>(
+        &'a self,
+        _: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<PodDisruptionBudget>>> {
         Box::pin(async move {
-            self.stall().await;
-            Ok(self.pdbs.clone())
+            self.stall(format!("pdb {name}")).await;
+            Ok(named(&self.pdbs, name).cloned())
         })
     }
     fn claim<'a>(
@@ -90,7 +101,7 @@ impl LiveReads for Live {
         name: &'a str,
     ) -> BoxFuture<'a, kube::Result<Option<PersistentVolumeClaim>>> {
         Box::pin(async move {
-            self.stall().await;
+            self.stall(format!("claim {name}")).await;
             Ok(named(&self.claims, name).cloned())
         })
     }
@@ -99,7 +110,7 @@ impl LiveReads for Live {
         name: &'a str,
     ) -> BoxFuture<'a, kube::Result<Option<PersistentVolume>>> {
         Box::pin(async move {
-            self.stall().await;
+            self.stall(format!("volume {name}")).await;
             Ok(named(&self.volumes, name).cloned())
         })
     }
@@ -127,11 +138,15 @@ fn context(caches: Caches) -> Arc<Context> {
 }
 
 fn context_with(caches: Caches, live: Live) -> Arc<Context> {
+    context_reading(caches, Arc::new(live))
+}
+
+fn context_reading(caches: Caches, live: Arc<Live>) -> Arc<Context> {
     let metrics = Metrics::new("test").unwrap();
     Arc::new(Context {
         caches,
         metrics: WebhookMetrics::register(&metrics).unwrap(),
-        live: Arc::new(live),
+        live: Consistent::new(live),
     })
 }
 
@@ -584,4 +599,145 @@ async fn eviction_webhook_answers_retry_before_the_apiservers_deadline() {
         "{}",
         response.result.message
     );
+}
+
+fn synced_budget(desired: i32, current: i32) -> PodDisruptionBudget {
+    pdb(
+        "web",
+        None,
+        json!({"observedGeneration": 1, "currentHealthy": current, "desiredHealthy": desired, "disruptionsAllowed": current - desired, "expectedPods": current}),
+    )
+}
+
+/// Issue 30: where the caches cannot change the answer, the review reads nothing from the API
+/// (a drain's reviews went through a 20 QPS client, two reads each, and timed out).
+#[tokio::test]
+async fn eviction_webhook_decides_from_the_caches_where_they_cannot_change_the_answer() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    // (case, pods, policy, allowed)
+    let cases = [
+        (
+            "a strict count with a pod to spare",
+            vec![
+                pod("web-0", synced),
+                pod("web-1", synced),
+                pod("web-2", synced),
+                pod("web-3", synced),
+            ],
+            strict(&["example.com/Synced"], false),
+            true,
+        ),
+        (
+            "a strict count already short",
+            vec![
+                pod("web-0", synced),
+                pod("web-1", &["Ready"]),
+                pod("web-2", &["Ready"]),
+            ],
+            strict(&["example.com/Synced"], false),
+            false,
+        ),
+        (
+            "a Ready pod without local storage",
+            vec![pod("web-0", synced), pod("web-1", synced)],
+            strict(&[], true),
+            true,
+        ),
+    ];
+    for (case, pods, policy, allowed) in cases {
+        let live = Arc::new(Live {
+            pods: pods.clone(),
+            pdbs: vec![synced_budget(2, pods.len() as i32)],
+            ..Live::default()
+        });
+        let caches = Caches::of(
+            pods.clone(),
+            live.pdbs.clone(),
+            vec![namespace("team")],
+            vec![policy],
+        );
+        let response = evict(context_reading(caches, live.clone()), "web-0").await;
+        assert_eq!(
+            response.allowed, allowed,
+            "{case}: {}",
+            response.result.message
+        );
+        assert_eq!(*live.reads.lock().unwrap(), Vec::<String>::new(), "{case}");
+    }
+}
+
+/// Issue 30: where the caches could turn a denial into an allow, the review reads the object
+/// fresh: a pod not cached yet, a pod cached Pending, a strict count with no pod to spare.
+#[tokio::test]
+async fn eviction_webhook_reads_fresh_only_what_could_change_the_answer() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let pending = |name: &str| {
+        let mut p = pod(name, synced);
+        p.status.as_mut().unwrap().phase = Some("Pending".into());
+        p
+    };
+    let peers = vec![pod("web-1", synced), pod("web-2", synced)];
+    // (case, cached subject, desiredHealthy, reads)
+    let cases = [
+        ("not cached", None, 1, vec!["pod web-0"]),
+        (
+            "cached Pending",
+            Some(pending("web-0")),
+            1,
+            vec!["pod web-0"],
+        ),
+        (
+            "no pod to spare",
+            Some(pod("web-0", synced)),
+            2,
+            vec!["pdb web"],
+        ),
+    ];
+    for (case, cached, desired, reads) in cases {
+        let mut live_pods = peers.clone();
+        live_pods.push(pod("web-0", synced));
+        let live = Arc::new(Live {
+            pods: live_pods,
+            pdbs: vec![synced_budget(desired, 3)],
+            ..Live::default()
+        });
+        let mut cached_pods = peers.clone();
+        cached_pods.extend(cached);
+        let caches = Caches::of(
+            cached_pods,
+            live.pdbs.clone(),
+            vec![namespace("team")],
+            vec![strict(&["example.com/Synced"], false)],
+        );
+        let response = evict(context_reading(caches, live.clone()), "web-0").await;
+        assert!(response.allowed, "{case}: {}", response.result.message);
+        assert_eq!(*live.reads.lock().unwrap(), reads, "{case}");
+    }
+}
+
+/// Issue 30: concurrent reviews that need the same object read it once between them.
+#[tokio::test]
+async fn eviction_webhook_shares_one_read_per_object_between_concurrent_reviews() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let pods: Vec<Pod> = (0..8).map(|i| pod(&format!("web-{i}"), synced)).collect();
+    let live = Arc::new(Live {
+        pods: pods.clone(),
+        // 8 healthy, 7 desired: every pod's strict count is at its boundary.
+        pdbs: vec![synced_budget(7, 8)],
+        latency: std::time::Duration::from_millis(200),
+        ..Live::default()
+    });
+    // web-0 is not cached yet.
+    let caches = Caches::of(
+        pods[1..].to_vec(),
+        live.pdbs.clone(),
+        vec![namespace("team")],
+        vec![strict(&["example.com/Synced"], false)],
+    );
+    let ctx = context_reading(caches, live.clone());
+    let reviews = (0..8).map(|i| evict(ctx.clone(), if i < 4 { "web-0" } else { "web-1" }));
+    futures::future::join_all(reviews).await;
+    let reads = live.reads.lock().unwrap().clone();
+    let count = |read: &str| reads.iter().filter(|r| *r == read).count();
+    assert_eq!((count("pod web-0"), count("pdb web")), (1, 1), "{reads:?}");
 }

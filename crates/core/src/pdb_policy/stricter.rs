@@ -98,6 +98,41 @@ pub fn stricter_eviction(
     if rules.required_pod_conditions.is_empty() || unhealthy_path == UnhealthyPath::AlwaysAllow {
         return None;
     }
+    let count = strict_count(
+        pod,
+        pdb,
+        pods,
+        &rules.required_pod_conditions,
+        circumstances,
+    );
+    (count.after < count.desired).then(|| {
+        deny(
+            Rule::RequiredPodConditions,
+            format!(
+                "the disruption budget {pdb_name} needs {} healthy pods and would have {} with conditions Ready, {} True",
+                count.desired,
+                count.after,
+                rules.required_pod_conditions.join(", ")
+            ),
+        )
+    })
+}
+
+/// The strict count of a PDB's pods with `pod` evicted.
+struct StrictCount {
+    desired: i32,
+    after: i32,
+    /// Whether `pod` itself counted as strictly healthy.
+    subject_counted: bool,
+}
+
+fn strict_count(
+    pod: &Pod,
+    pdb: &PodDisruptionBudget,
+    pods: &[Pod],
+    required_pod_conditions: &[String],
+    circumstances: &Circumstances,
+) -> StrictCount {
     let desired = pdb
         .status
         .as_ref()
@@ -121,8 +156,7 @@ pub fn stricter_eviction(
         p.metadata.deletion_timestamp.is_none()
             && !recently_disrupted(p)
             && eviction::is_pod_ready(p)
-            && rules
-                .required_pod_conditions
+            && required_pod_conditions
                 .iter()
                 .all(|kind| condition_true(p, kind))
     };
@@ -130,16 +164,78 @@ pub fn stricter_eviction(
         .iter()
         .filter(|p| eviction::selects(pdb, p) && strictly_healthy(p))
         .count() as i32;
-    let after = healthy - i32::from(strictly_healthy(pod));
-    (after < desired).then(|| {
-        deny(
-            Rule::RequiredPodConditions,
-            format!(
-                "the disruption budget {pdb_name} needs {desired} healthy pods and would have {after} with conditions Ready, {} True",
-                rules.required_pod_conditions.join(", ")
-            ),
-        )
-    })
+    let subject_counted = strictly_healthy(pod);
+    StrictCount {
+        desired,
+        after: healthy - i32::from(subject_counted),
+        subject_counted,
+    }
+}
+
+/// An object the eviction webhook must read from the API rather than trust its cache of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FreshRead {
+    /// The pod being evicted.
+    Pod,
+    /// Its PodDisruptionBudget, by name.
+    Pdb(String),
+}
+
+/// What a cache a watch delay behind could have wrong in a way that turns the stricter rules'
+/// allow into a denial, given the same arguments as [`stricter_eviction`] (which allows them):
+/// a pod cached Pending (its PDBs are ignored; it may run by now), a Ready pod with local
+/// storage under a policy protecting it (it may have turned not Ready), and a strict count
+/// with no pod to spare (one eviction not seen yet in `disruptedPods` flips it; so does the
+/// pod itself turning strictly healthy). A denial is never re-read: a stale one costs the
+/// evictor a retry, not an eviction.
+pub fn fresh_reads(
+    pod: &Pod,
+    decision: &EvictionDecision,
+    pdbs: &[PodDisruptionBudget],
+    pods: &[Pod],
+    policy: &PodDisruptionBudgetPolicy,
+    circumstances: &Circumstances,
+) -> Vec<FreshRead> {
+    let Some(rules) = policy.spec.eviction.as_ref() else {
+        return Vec::new();
+    };
+    if decision.outcome == Outcome::PdbsIgnored(eviction::PdbsIgnoredBecause::Pending) {
+        return vec![FreshRead::Pod];
+    }
+    if stricter_eviction(pod, decision, pdbs, pods, policy, circumstances).is_some() {
+        return Vec::new();
+    }
+    let pdb = match eviction::selecting_pdbs(pod, pdbs).as_slice() {
+        [pdb] => *pdb,
+        _ => return Vec::new(),
+    };
+    let mut reads = Vec::new();
+    let has_local_storage =
+        local_storage_volume(pod, &BTreeSet::new()).is_some() || !claim_volumes(pod).is_empty();
+    if rules.protect_unhealthy_pods_with_local_storage
+        && has_local_storage
+        && eviction::is_pod_ready(pod)
+    {
+        reads.push(FreshRead::Pod);
+    }
+    let strict = !rules.required_pod_conditions.is_empty()
+        && UnhealthyPath::of(pod, pdb) != UnhealthyPath::AlwaysAllow;
+    if strict {
+        let count = strict_count(
+            pod,
+            pdb,
+            pods,
+            &rules.required_pod_conditions,
+            circumstances,
+        );
+        if count.after == count.desired {
+            reads.push(FreshRead::Pdb(name_of(&pdb.metadata.name)));
+            if !count.subject_counted && !reads.contains(&FreshRead::Pod) {
+                reads.push(FreshRead::Pod);
+            }
+        }
+    }
+    reads
 }
 
 /// The disruption controller's `DeletionTimeout`: a pod in a PDB's `status.disruptedPods` is

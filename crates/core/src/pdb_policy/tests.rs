@@ -962,3 +962,95 @@ fn the_apiserver_wraps_only_a_webhook_denial() {
         );
     }
 }
+
+/// Issue 30: the eviction webhook decides from its caches, and reads fresh only what a watch
+/// delay could have wrong in a way that turns an allow into a denial.
+#[test]
+fn fresh_reads_only_where_a_stale_cache_could_allow() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let ready = &["Ready"][..];
+    let empty_dir = Volume {
+        name: "data".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    };
+    let pending = |mut p: Pod| {
+        p.status.as_mut().unwrap().phase = Some("Pending".into());
+        p
+    };
+    let budget = |desired: i32| with_status(pdb("web", Some("web"), int(1), None), 1, 3, desired);
+    let web = || FreshRead::Pdb("web".into());
+    // (case, subject, its app's other pods, desiredHealthy, policy, reads)
+    let cases: Vec<(
+        &str,
+        Pod,
+        Vec<Pod>,
+        i32,
+        PodDisruptionBudgetPolicy,
+        Vec<FreshRead>,
+    )> = vec![
+        (
+            "a pod to spare",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            1,
+            strict_policy(&["example.com/Synced"], false),
+            vec![],
+        ),
+        (
+            "no pod to spare: one eviction not seen yet flips it",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            2,
+            strict_policy(&["example.com/Synced"], false),
+            vec![web()],
+        ),
+        (
+            "no pod to spare, the pod not strictly healthy here: it may be by now",
+            pod("s", "web", ready),
+            vec![pod("a", "web", synced), pod("b", "web", synced)],
+            2,
+            strict_policy(&["example.com/Synced"], false),
+            vec![web(), FreshRead::Pod],
+        ),
+        (
+            "denied already: a stale denial costs a retry only",
+            pod("s", "web", synced),
+            vec![pod("a", "web", synced), pod("b", "web", ready)],
+            2,
+            strict_policy(&["example.com/Synced"], false),
+            vec![],
+        ),
+        (
+            "cached Pending: its PDBs ignored, it may run by now",
+            pending(pod("s", "web", synced)),
+            vec![pod("a", "web", ready)],
+            2,
+            strict_policy(&["example.com/Synced"], false),
+            vec![FreshRead::Pod],
+        ),
+        (
+            "Ready with local storage under protection: it may not be Ready by now",
+            with_volume(pod("s", "web", ready), empty_dir.clone()),
+            vec![pod("a", "web", ready)],
+            1,
+            strict_policy(&[], true),
+            vec![FreshRead::Pod],
+        ),
+        (
+            "Ready with local storage, not protected",
+            with_volume(pod("s", "web", ready), empty_dir),
+            vec![pod("a", "web", ready)],
+            1,
+            strict_policy(&[], false),
+            vec![],
+        ),
+    ];
+    for (case, subject, mut pods, desired, p, want) in cases {
+        pods.push(subject.clone());
+        let pdbs = [budget(desired)];
+        let decision = eviction::decide(&subject, &pdbs);
+        let got = fresh_reads(&subject, &decision, &pdbs, &pods, &p, &at_now());
+        assert_eq!(got, want, "{case}");
+    }
+}
