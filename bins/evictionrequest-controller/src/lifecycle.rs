@@ -194,7 +194,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
 
     let requests = {
         let (evictions, to_evictions) = (eviction_store.clone(), to_evictions.clone());
-        let metrics = settings.metrics.clone();
+        let (metrics, forget) = (settings.metrics.clone(), settings.metrics.clone());
         watcher(
             api::<EvictionRequest>(&client, namespace),
             watcher::Config::default(),
@@ -202,12 +202,15 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         .default_backoff()
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(request)) = event {
-                metrics.forget_request(request);
+                forget.forget_request(request);
             }
         })
         .reflect(request_writer)
         .touched_objects()
         .inspect(move |request| {
+            if let Ok(request) = request {
+                metrics.request_queue.added(&ObjectRef::from_obj(request));
+            }
             if let Ok(request) = request
                 && let (Some(ns), Some(uid)) = (request.namespace(), target_uid_of_request(request))
             {
@@ -220,6 +223,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     let evictions = {
         let (requests, to_requests) = (request_store.clone(), to_requests.clone());
         let context = context.clone();
+        let metrics = settings.metrics.clone();
         watcher(
             api::<Eviction>(&client, namespace),
             watcher::Config::default(),
@@ -236,6 +240,9 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         .reflect(eviction_writer)
         .touched_objects()
         .inspect(move |eviction| {
+            if let Ok(eviction) = eviction {
+                metrics.eviction_queue.added(&ObjectRef::from_obj(eviction));
+            }
             if let Ok(eviction) = eviction
                 && let (Some(ns), Some(uid)) =
                     (eviction.namespace(), target_uid_of_eviction(eviction))
@@ -294,6 +301,15 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             .await;
         }))
     };
+    let request_triggers = {
+        let queue = settings.metrics.request_queue.clone();
+        request_triggers.inspect(move |request| queue.added(request))
+    };
+    let eviction_triggers = {
+        let queue = settings.metrics.eviction_queue.clone();
+        stream::select(pod_changes, eviction_triggers)
+            .inspect(move |eviction| queue.added(eviction))
+    };
     let request_controller = {
         let ready = ready.clone();
         Controller::for_stream(requests, request_store.clone())
@@ -305,11 +321,14 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                     let ready = ready.clone();
                     async move {
                         ready.await;
+                        let queue = context.metrics.request_queue.clone();
+                        let _work = queue.started(&ObjectRef::from_obj(request.as_ref()));
                         let reconciles = context.metrics.request_reconciles.clone();
                         unless_superseded(reconciles.wrap(reconcile_request)(request, context).await)
                     }
                 },
-                |request: Arc<EvictionRequest>, error: &Error, _: Arc<Context>| {
+                |request: Arc<EvictionRequest>, error: &Error, context: Arc<Context>| {
+                    context.metrics.request_queue.retries.inc();
                     tracing::warn!(request = %id(request.as_ref()), %error, "reconcile failed; retrying");
                     Action::requeue(Duration::from_secs(5))
                 },
@@ -321,18 +340,21 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         let ready = ready.clone();
         Controller::for_stream(evictions, eviction_store.clone())
             .with_config(settings.controller.clone())
-            .reconcile_on(stream::select(pod_changes, eviction_triggers))
+            .reconcile_on(eviction_triggers)
             .graceful_shutdown_on(token.cancelled_owned())
             .run(
                 move |eviction: Arc<Eviction>, context: Arc<Context>| {
                     let ready = ready.clone();
                     async move {
                         ready.await;
+                        let queue = context.metrics.eviction_queue.clone();
+                        let _work = queue.started(&ObjectRef::from_obj(eviction.as_ref()));
                         let reconciles = context.metrics.eviction_reconciles.clone();
                         unless_superseded(reconciles.wrap(reconcile_eviction)(eviction, context).await)
                     }
                 },
-                |eviction: Arc<Eviction>, error: &Error, _: Arc<Context>| {
+                |eviction: Arc<Eviction>, error: &Error, context: Arc<Context>| {
+                    context.metrics.eviction_queue.retries.inc();
                     tracing::warn!(eviction = %id(eviction.as_ref()), %error, "reconcile failed; retrying");
                     Action::requeue(Duration::from_secs(5))
                 },

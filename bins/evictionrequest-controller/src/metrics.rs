@@ -1,5 +1,5 @@
 //! KEP-4563's metrics (names as the KEP spells them), and the workqueue metrics the KEP lists
-//! with `name="evictionrequests"`.
+//! with `name="evictionrequests"`; [`QueueMetrics`] also serve the lifecycle mode's queues.
 //!
 //! The per-request series are recomputed on every reconcile of a request and removed when the
 //! request is deleted, so the registry holds only live requests.
@@ -12,14 +12,14 @@ use std::time::Instant;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_runtime::metrics::{Metrics, MetricsError};
 use evictkit_runtime::reconcile::Reconciles;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{Lookup, ObjectRef};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
 };
 
-/// Label value of the KEP's workqueue metrics.
+/// Label value of the KEP's workqueue metrics for the CRD mode's one queue.
 const QUEUE_NAME: &str = "evictionrequests";
 
 /// `result` of an imperative eviction: the pod was evicted.
@@ -76,7 +76,7 @@ struct Published {
     interceptors: Option<i64>,
 }
 
-/// workqueue_* of client-go, for the controller's queue of EvictionRequests.
+/// workqueue_* of client-go for one queue of a controller, told apart by the label `name`.
 #[derive(Clone)]
 pub struct QueueMetrics {
     pub depth: IntGauge,
@@ -85,20 +85,20 @@ pub struct QueueMetrics {
     pub work_duration: Histogram,
     pub retries: IntCounter,
     pub unfinished: UnfinishedWork,
-    /// Keys waiting, with the time they were first added (client-go's queue_duration).
-    waiting: Arc<Mutex<HashMap<Key, Instant>>>,
+    /// Objects (namespace, name) waiting, with the time they were first added (client-go's
+    /// queue_duration).
+    waiting: Arc<Mutex<HashMap<QueueKey, Instant>>>,
+}
+
+type QueueKey = (Option<String>, String);
+
+fn queue_key<K: Lookup + ?Sized>(key: &ObjectRef<K>) -> QueueKey {
+    (key.namespace.clone(), key.name.clone())
 }
 
 impl RequestMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
         let per_interceptor = ["namespace", "evictionrequest", "pod", "interceptor"];
-        let queue_opts =
-            |name: &str, help: &str| Opts::new(name, help).const_label("name", QUEUE_NAME);
-        let histogram = |name: &str, help: &str| {
-            HistogramOpts::new(name, help)
-                .const_label("name", QUEUE_NAME)
-                .buckets(prometheus::exponential_buckets(0.001, 4.0, 10).unwrap_or_default())
-        };
         Ok(Self {
             imperative_evictions: metrics.add(IntCounterVec::new(
                     Opts::new(
@@ -145,40 +145,7 @@ impl RequestMetrics {
                     "EvictionRequests canceled because their pod's evictkit.io/eviction-interceptors annotation is malformed.",
                 ),
             )?,
-            queue: QueueMetrics {
-                depth: metrics.add(IntGauge::with_opts(queue_opts(
-                        "workqueue_depth",
-                        "Current depth of the workqueue.",
-                    )),
-                )?,
-                adds: metrics.add(IntCounter::with_opts(queue_opts(
-                        "workqueue_adds_total",
-                        "Total number of adds handled by the workqueue.",
-                    )),
-                )?,
-                queue_duration: metrics.add(Histogram::with_opts(histogram(
-                        "workqueue_queue_duration_seconds",
-                        "How long in seconds an item stays in the workqueue before being requested.",
-                    )),
-                )?,
-                work_duration: metrics.add(Histogram::with_opts(histogram(
-                        "workqueue_work_duration_seconds",
-                        "How long in seconds processing an item from the workqueue takes.",
-                    )),
-                )?,
-                retries: metrics.add(IntCounter::with_opts(queue_opts(
-                        "workqueue_retries_total",
-                        "Total number of retries handled by the workqueue.",
-                    )),
-                )?,
-                unfinished: metrics.add(Gauge::with_opts(queue_opts(
-                        "workqueue_unfinished_work_seconds",
-                        "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
-                    ))
-                    .map(UnfinishedWork::new),
-                )?,
-                waiting: Arc::default(),
-            },
+            queue: QueueMetrics::register(metrics, QUEUE_NAME)?,
             reconciles: Reconciles::new(metrics, "evictionrequest"),
             published: Arc::default(),
         })
@@ -251,11 +218,7 @@ impl RequestMetrics {
                 ]);
             }
         }
-        self.queue
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.queue.forget(key);
     }
 
     /// Sets (`on`) or removes the series of one published state.
@@ -291,19 +254,71 @@ impl RequestMetrics {
 }
 
 impl QueueMetrics {
-    /// A trigger for `key` arrived (a watch event of the request or of its pod).
-    pub fn added(&self, key: &Key) {
+    /// Registers the families' series of the queue `name` (client-go's queue name).
+    pub fn register(metrics: &Metrics, name: &str) -> Result<Self, MetricsError> {
+        let queue_opts =
+            |family: &str, help: &str| Opts::new(family, help).const_label("name", name);
+        let histogram = |family: &str, help: &str| {
+            HistogramOpts::new(family, help)
+                .const_label("name", name)
+                .buckets(prometheus::exponential_buckets(0.001, 4.0, 10).unwrap_or_default())
+        };
+        Ok(Self {
+            depth: metrics.add(IntGauge::with_opts(queue_opts(
+                    "workqueue_depth",
+                    "Current depth of the workqueue.",
+                )),
+            )?,
+            adds: metrics.add(IntCounter::with_opts(queue_opts(
+                    "workqueue_adds_total",
+                    "Total number of adds handled by the workqueue.",
+                )),
+            )?,
+            queue_duration: metrics.add(Histogram::with_opts(histogram(
+                    "workqueue_queue_duration_seconds",
+                    "How long in seconds an item stays in the workqueue before being requested.",
+                )),
+            )?,
+            work_duration: metrics.add(Histogram::with_opts(histogram(
+                    "workqueue_work_duration_seconds",
+                    "How long in seconds processing an item from the workqueue takes.",
+                )),
+            )?,
+            retries: metrics.add(IntCounter::with_opts(queue_opts(
+                    "workqueue_retries_total",
+                    "Total number of retries handled by the workqueue.",
+                )),
+            )?,
+            unfinished: metrics.add(Gauge::with_opts(queue_opts(
+                    "workqueue_unfinished_work_seconds",
+                    "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads.",
+                ))
+                .map(UnfinishedWork::new),
+            )?,
+            waiting: Arc::default(),
+    })
+    }
+
+    /// A trigger for `key` arrived (a watch event of the object or of one it concerns).
+    pub fn added<K: Lookup + ?Sized>(&self, key: &ObjectRef<K>) {
         self.adds.inc();
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.entry(key.clone()).or_insert_with(Instant::now);
+        waiting.entry(queue_key(key)).or_insert_with(Instant::now);
+        self.depth.set(waiting.len() as i64);
+    }
+
+    /// `key` is gone: it no longer waits.
+    pub fn forget<K: Lookup + ?Sized>(&self, key: &ObjectRef<K>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.remove(&queue_key(key));
         self.depth.set(waiting.len() as i64);
     }
 
     /// Work on `key` starts; it ends when the returned guard is dropped, which observes
     /// workqueue_work_duration_seconds.
-    pub fn started(&self, key: &Key) -> Work {
+    pub fn started<K: Lookup + ?Sized>(&self, key: &ObjectRef<K>) -> Work {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(since) = waiting.remove(key) {
+        if let Some(since) = waiting.remove(&queue_key(key)) {
             self.queue_duration.observe(since.elapsed().as_secs_f64());
         }
         self.depth.set(waiting.len() as i64);
@@ -401,5 +416,26 @@ mod tests {
         assert!(value(&queue) >= 0.02, "{}", value(&queue));
         drop(work);
         assert_eq!(value(&queue), 0.0, "finished");
+    }
+
+    #[test]
+    fn queues_of_one_registry_are_told_apart_by_name() {
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let requests = QueueMetrics::register(&metrics, "requests").unwrap();
+        let evictions = QueueMetrics::register(&metrics, "evictions").unwrap();
+        let key = Key::new("uid-1").within("ns");
+        requests.added(&key);
+        requests.added(&key);
+        evictions.added(&key);
+        evictions.forget(&key);
+        let text = metrics.encode().unwrap();
+        for sample in [
+            r#"workqueue_depth{name="requests"} 1"#,
+            r#"workqueue_adds_total{name="requests"} 2"#,
+            r#"workqueue_depth{name="evictions"} 0"#,
+            r#"workqueue_adds_total{name="evictions"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == sample), "{sample} in\n{text}");
+        }
     }
 }

@@ -68,6 +68,187 @@ async fn every_metric_of_the_alerts_and_the_dashboard_is_exported() -> Result<()
 }
 
 // ---------------------------------------------------------------------------------------------
+// Each API mode on its own
+// ---------------------------------------------------------------------------------------------
+// The test above merges every component's families, so a family one mode lacks passes when the
+// other mode has it; an operator runs one mode (lifecycle by default on v1.37) and its panels
+// and alerts read only that one's.
+
+/// client-go's workqueue families, which KEP-4563 lists for the controller's queues.
+const WORKQUEUE_FAMILIES: [&str; 6] = [
+    "workqueue_depth",
+    "workqueue_adds_total",
+    "workqueue_queue_duration_seconds",
+    "workqueue_work_duration_seconds",
+    "workqueue_unfinished_work_seconds",
+    "workqueue_retries_total",
+];
+
+#[tokio::test]
+async fn the_lifecycle_mode_alone_exports_the_kep_metrics_and_its_workqueues() -> Result<()> {
+    let env = TestEnv::new("observability-lifecycle").await?;
+    let controller = env.start_lifecycle_controller().await?;
+    keep_lifecycle_request_in_progress(&env).await?;
+    wait_for_sample(
+        &controller,
+        "evictionrequest_controller_responder_state{",
+        "1",
+    )
+    .await?;
+    // Upstream's controller names its queues after itself ("evictionrequest-controller"), one
+    // per kind it reconciles.
+    let queues = [
+        "evictionrequest-controller_eviction_request",
+        "evictionrequest-controller_eviction",
+    ];
+    let mut wanted = workqueue_series(&queues);
+    wanted.extend([
+        (
+            "evictionrequest_controller_responder_state",
+            vec![
+                ("target_name", "responded"),
+                ("target_type", "pod"),
+                ("responder", HOLDING_RESPONDER),
+                ("state", "Active"),
+            ],
+        ),
+        (
+            "evictionrequest_controller_requester_intent",
+            vec![
+                ("target_name", "responded"),
+                ("requester", REQUESTER_KEY),
+                ("intent", INTENT_EVICTION),
+            ],
+        ),
+        (
+            "evictionrequest_controller_target_responders",
+            vec![("target_name", "responded"), ("target_type", "pod")],
+        ),
+        (
+            "imperative_eviction_responder_controller_failed_evictions",
+            vec![],
+        ),
+    ]);
+    ensure_series(&controller, &wanted)?;
+    // The watch events of the request and of its Eviction went through both queues.
+    for queue in queues {
+        let series = format!("workqueue_adds_total{{name=\"{queue}\"}}");
+        let adds = controller.metric_value(&series)?.unwrap_or_default();
+        ensure!(adds >= 1.0, "{series} is {adds}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_crd_mode_alone_exports_the_kep_metrics_and_its_workqueue() -> Result<()> {
+    let env = TestEnv::new("observability-crd").await?;
+    let controller = env.start_eviction_request_controller().await?;
+    keep_crd_request_in_progress(&env).await?;
+    wait_for_sample(
+        &controller,
+        "evictionrequest_controller_active_interceptor{",
+        "1",
+    )
+    .await?;
+    let mut wanted = workqueue_series(&["evictionrequests"]);
+    wanted.extend([
+        (
+            "evictionrequest_controller_active_interceptor",
+            vec![("pod", "intercepted"), ("interceptor", HOLDING_INTERCEPTOR)],
+        ),
+        (
+            "evictionrequest_controller_active_requester",
+            vec![("pod", "intercepted"), ("requester", REQUESTER)],
+        ),
+        (
+            "evictionrequest_controller_pod_interceptors",
+            vec![("pod", "intercepted")],
+        ),
+    ]);
+    ensure_series(&controller, &wanted)
+}
+
+/// A series wanted: its metric (a histogram's family stands for its `_count`) and label values.
+type Wanted = (&'static str, Vec<(&'static str, &'static str)>);
+
+fn workqueue_series(queues: &[&'static str]) -> Vec<Wanted> {
+    queues
+        .iter()
+        .flat_map(|queue| WORKQUEUE_FAMILIES.map(|family| (family, vec![("name", *queue)])))
+        .collect()
+}
+
+/// Fails naming every wanted series the component's exposition lacks.
+fn ensure_series(component: &Component, wanted: &[Wanted]) -> Result<()> {
+    let samples = samples(&component.metrics()?);
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|(metric, labels)| {
+            !samples.iter().any(|(name, values)| {
+                (name == metric || *name == format!("{metric}_count"))
+                    && labels
+                        .iter()
+                        .all(|(label, value)| values.get(*label).map(String::as_str) == Some(value))
+            })
+        })
+        .map(|(metric, labels)| format!("  {metric}{labels:?}"))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{} series missing:\n{}\nexported:\n{}",
+        missing.len(),
+        missing.join("\n"),
+        samples
+            .iter()
+            .map(|(name, labels)| format!("  {name}{labels:?}"))
+            .filter(
+                |line| line.contains("workqueue_") || line.contains("evictionrequest_controller_")
+            )
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    Ok(())
+}
+
+/// The samples of an exposition: metric name and label values.
+fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| {
+            let (series, _value) = line.rsplit_once(' ')?;
+            let Some((name, labels)) = series.split_once('{') else {
+                return Some((series.to_owned(), BTreeMap::new()));
+            };
+            Some((name.to_owned(), labels_of(labels.strip_suffix('}')?)))
+        })
+        .collect()
+}
+
+/// `a="x",b="y\"z"` as a map (values unescaped).
+fn labels_of(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while let Some((label, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => value.extend(chars.next().map(|(_, c)| if c == 'n' { '\n' } else { c })),
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.insert(label.trim_start_matches(',').to_owned(), value);
+        rest = &after[end..];
+    }
+    labels
+}
+
+// ---------------------------------------------------------------------------------------------
 // The components and their families
 // ---------------------------------------------------------------------------------------------
 
@@ -174,6 +355,12 @@ async fn scrape_every_component(env: &TestEnv) -> Result<BTreeMap<String, String
 
 /// One EvictionRequest of each API whose first interceptor (responder) never answers.
 async fn keep_requests_in_progress(env: &TestEnv) -> Result<()> {
+    keep_crd_request_in_progress(env).await?;
+    keep_lifecycle_request_in_progress(env).await
+}
+
+/// An evictkit.io EvictionRequest for the pod "intercepted", held by its first interceptor.
+async fn keep_crd_request_in_progress(env: &TestEnv) -> Result<()> {
     let mut intercepted = objects::pod("intercepted", "intercepted");
     intercepted.metadata.annotations = Some(
         [(
@@ -184,7 +371,11 @@ async fn keep_requests_in_progress(env: &TestEnv) -> Result<()> {
     );
     let intercepted = ready(env, intercepted).await?;
     eviction_request::request_eviction(&env.client, &intercepted, REQUESTER).await?;
+    Ok(())
+}
 
+/// A lifecycle.k8s.io EvictionRequest for the pod "responded", held by its first responder.
+async fn keep_lifecycle_request_in_progress(env: &TestEnv) -> Result<()> {
     let mut responded = objects::pod("responded", "responded");
     responded.spec.get_or_insert_default().eviction_responders = Some(vec![EvictionResponder {
         name: HOLDING_RESPONDER.into(),
@@ -564,6 +755,16 @@ mod extractor {
             ["x", "y", "z"]
         );
         assert_eq!(names("count(up) * 0.5"), ["up"]);
+    }
+
+    #[test]
+    fn samples_carry_their_label_values() {
+        let text = "# TYPE a gauge\na 1\nb_count{name=\"x-y_z\",q=\"say \\\"hi\\\", ok\"} 2\n";
+        let samples = samples(text);
+        assert_eq!(samples[0], ("a".to_owned(), BTreeMap::new()));
+        assert_eq!(samples[1].0, "b_count");
+        assert_eq!(samples[1].1["name"], "x-y_z");
+        assert_eq!(samples[1].1["q"], "say \"hi\", ok");
     }
 
     #[test]

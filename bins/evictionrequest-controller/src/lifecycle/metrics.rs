@@ -1,6 +1,7 @@
-//! The metrics KEP-4563 names for beta, as upstream's controller spells them, for the
-//! `lifecycle.k8s.io` mode. Per-object series are replaced on every reconcile and removed with
-//! the object, so the registry holds only live EvictionRequests and Evictions.
+//! The metrics KEP-4563 names for beta, as upstream's controller spells them (labels
+//! included), for the `lifecycle.k8s.io` mode, and the workqueue metrics of its two queues.
+//! Per-object series are replaced on every reconcile and removed with the object, so the
+//! registry holds only live EvictionRequests and Evictions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,10 +11,17 @@ use evictkit_runtime::metrics::{Metrics, MetricsError};
 use evictkit_runtime::reconcile::Reconciles;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use prometheus::{IntCounter, IntGaugeVec, Opts};
+
+use crate::metrics::QueueMetrics;
 
 /// Label value of `target_type`: only pods can be targets.
 const TARGET_POD: &str = "pod";
+/// The workqueue `name`s of upstream's controller: its name (kube-controller-manager's
+/// `evictionrequest-controller`) and the kind each queue reconciles.
+const REQUEST_QUEUE: &str = "evictionrequest-controller_eviction_request";
+const EVICTION_QUEUE: &str = "evictionrequest-controller_eviction";
 
 /// (gauge prefix and namespace, object name).
 type SeriesOwner = (String, String);
@@ -22,13 +30,14 @@ type LabelValues = Vec<String>;
 
 #[derive(Clone)]
 pub struct LifecycleMetrics {
-    /// `evictionrequest_controller_responder_state{namespace, eviction, target, target_type,
-    /// responder, state}` = 1.
+    /// `evictionrequest_controller_responder_state{namespace, eviction, target_name,
+    /// target_type, responder, state}` = 1.
     responder_state: IntGaugeVec,
-    /// `evictionrequest_controller_requester_intent{namespace, evictionrequest, target,
+    /// `evictionrequest_controller_requester_intent{namespace, evictionrequest, target_name,
     /// target_type, requester, intent}` = 1.
     requester_intent: IntGaugeVec,
-    /// `evictionrequest_controller_target_responders{namespace, eviction, target, target_type}`.
+    /// `evictionrequest_controller_target_responders{namespace, eviction, target_name,
+    /// target_type}`: the KEP names it; upstream's controller has since dropped it.
     target_responders: IntGaugeVec,
     /// `imperative_eviction_responder_controller_failed_evictions`: failed Eviction API calls
     /// of the imperative-eviction.k8s.io/evictor responder.
@@ -38,6 +47,10 @@ pub struct LifecycleMetrics {
     pub request_reconciles: Reconciles,
     /// The Eviction controller's reconciles (`evictkit_reconcile*{controller="eviction"}`).
     pub eviction_reconciles: Reconciles,
+    /// `workqueue_*{name="evictionrequest-controller_eviction_request"}`.
+    pub request_queue: QueueMetrics,
+    /// `workqueue_*{name="evictionrequest-controller_eviction"}`.
+    pub eviction_queue: QueueMetrics,
     /// Label sets published per object (namespace/name), to remove those that no longer apply.
     published: Arc<Mutex<HashMap<SeriesOwner, Vec<LabelValues>>>>,
 }
@@ -53,7 +66,7 @@ impl LifecycleMetrics {
                     &[
                         "namespace",
                         "eviction",
-                        "target",
+                        "target_name",
                         "target_type",
                         "responder",
                         "state",
@@ -68,7 +81,7 @@ impl LifecycleMetrics {
                     &[
                         "namespace",
                         "evictionrequest",
-                        "target",
+                        "target_name",
                         "target_type",
                         "requester",
                         "intent",
@@ -80,7 +93,7 @@ impl LifecycleMetrics {
                         "evictionrequest_controller_target_responders",
                         "Responders of each Eviction, the default one included (KEP-4563).",
                     ),
-                    &["namespace", "eviction", "target", "target_type"],
+                    &["namespace", "eviction", "target_name", "target_type"],
                 ),
             )?,
             failed_evictions: metrics.add(IntCounter::new(
@@ -92,6 +105,8 @@ impl LifecycleMetrics {
             )?,
             request_reconciles: Reconciles::new(metrics, "evictionrequest"),
             eviction_reconciles: Reconciles::new(metrics, "eviction"),
+            request_queue: QueueMetrics::register(metrics, REQUEST_QUEUE)?,
+            eviction_queue: QueueMetrics::register(metrics, EVICTION_QUEUE)?,
             published: Arc::default(),
         })
     }
@@ -141,6 +156,7 @@ impl LifecycleMetrics {
     }
 
     pub fn forget_request(&self, request: &EvictionRequest) {
+        self.request_queue.forget(&ObjectRef::from_obj(request));
         let (namespace, name) = Self::key(request);
         self.publish(
             ("request:".to_owned() + &namespace, name),
@@ -199,6 +215,7 @@ impl LifecycleMetrics {
     }
 
     pub fn forget_eviction(&self, eviction: &Eviction) {
+        self.eviction_queue.forget(&ObjectRef::from_obj(eviction));
         let (namespace, name) = Self::key(eviction);
         self.publish(
             ("state:".to_owned() + &namespace, name.clone()),
@@ -210,5 +227,46 @@ impl LifecycleMetrics {
             &self.target_responders,
             Vec::new(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::lifecycle::v1alpha1::{
+        EvictionRequestPodReference, EvictionRequestSpec, EvictionRequestTarget,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    #[test]
+    fn a_request_is_published_with_upstreams_labels_and_goes_with_it() {
+        let registry = Arc::new(Metrics::new("test").unwrap());
+        let metrics = LifecycleMetrics::register(&registry).unwrap();
+        let request = EvictionRequest {
+            metadata: ObjectMeta {
+                name: Some("drain-web-0".into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            spec: EvictionRequestSpec {
+                intent: "Eviction".into(),
+                requester: "example.com/drain".into(),
+                target: EvictionRequestTarget {
+                    pod: Some(EvictionRequestPodReference {
+                        name: "web-0".into(),
+                        uid: "uid-1".into(),
+                    }),
+                },
+            },
+            status: None,
+        };
+        let series = r#"evictionrequest_controller_requester_intent{evictionrequest="drain-web-0",intent="Eviction",namespace="ns",requester="example.com/drain",target_name="web-0",target_type="pod"} 1"#;
+        metrics.observe_request(&request);
+        let text = registry.encode().unwrap();
+        assert!(text.lines().any(|l| l == series), "{series} in\n{text}");
+        metrics.forget_request(&request);
+        let text = registry.encode().unwrap();
+        assert!(!text.contains("drain-web-0"), "{text}");
     }
 }
