@@ -56,11 +56,16 @@ pub struct EventRecorder {
 impl EventRecorder {
     /// A recorder with a client of its own (see the module docs), limited to `limit`.
     pub async fn new(limit: RateLimit, component: &str) -> Result<Self, ClientError> {
-        Ok(Self {
-            client: client::build(limit).await?,
+        Ok(Self::from_client(client::build(limit).await?, component))
+    }
+
+    /// A recorder sending through `client`, which should be one for Events only.
+    pub fn from_client(client: Client, component: &str) -> Self {
+        Self {
+            client,
             reporter: Reporter::from(component),
             correlator: Arc::new(Mutex::new(Correlator::new(Limits::CLIENT_GO))),
-        })
+        }
     }
 
     /// A `Normal` event: `reason` is PascalCase (e.g. `TaintManagerEviction`), `action` what was
