@@ -30,6 +30,7 @@ use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_du
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
+use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
@@ -166,6 +167,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 ),
             },
             controller: args.controller.config(),
+            // A replica serving the webhook is ready once it serves: its Service must not
+            // lose it while the controller lists.
+            listing: (!args.roles.runs(Role::Webhook)).then(|| manager.readiness().clone()),
         });
         if !args.enabled {
             tracing::warn!(
@@ -208,6 +212,8 @@ struct Settings {
     /// `--mode eviction-request`: asks for and withdraws EvictionRequests; `None`: evicts.
     requester: Option<Requester>,
     controller: controller::Config,
+    /// Held not ready while a term's caches make their first list; `None`: not held.
+    listing: Option<Readiness>,
 }
 
 /// What reconcile needs, with the per-pod state of this term: rebuilt from the API each term,
@@ -233,6 +239,13 @@ impl std::ops::Deref for Context {
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let (node_store, node_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
+    let listed = settings.listing.as_ref().map(|readiness| {
+        let caches = (node_store.clone(), pod_store.clone());
+        readiness.until_listed(async move {
+            let _ = future::join(caches.0.wait_until_ready(), caches.1.wait_until_ready()).await;
+            tracing::info!("caches listed");
+        })
+    });
     let rounds = Arc::new(Mutex::new(Rounds::default()));
     let context = Arc::new(Context {
         client: client.clone(),
@@ -288,7 +301,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             })
     };
 
-    Controller::for_stream(pods, pod_store)
+    let controller = Controller::for_stream(pods, pod_store)
         .with_config(context.controller.clone())
         .reconcile_on(label_changes)
         .graceful_shutdown_on(token.cancelled_owned())
@@ -302,8 +315,8 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
                 tracing::debug!(%error, "reconcile ended with an error");
             }
             future::ready(())
-        })
-        .await;
+        });
+    future::join(controller, future::OptionFuture::from(listed)).await;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -26,6 +26,7 @@ use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
 use evictkit_core::eviction_request::State;
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
+use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
@@ -170,6 +171,9 @@ pub struct Settings {
     /// budget before any pod's mark was cleared (a new leader with 158 due cleared its first
     /// mark 20 s after taking the Lease).
     pub controller: kube::runtime::controller::Config,
+    /// Held not ready while a term's caches make their first list; `None`: not held (a
+    /// replica serving the webhook is ready once it serves).
+    pub listing: Option<Readiness>,
 }
 
 struct Context {
@@ -309,7 +313,10 @@ pub async fn control<R: Request>(
             })
     };
     let sweep = async {
-        ready.await;
+        match &settings.listing {
+            Some(readiness) => readiness.until_listed(ready.clone()).await,
+            None => ready.clone().await,
+        }
         loop {
             sweep(&context, &request_store).await;
             tokio::select! {

@@ -187,6 +187,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             dry_run: args.common.dry_run,
             recorder: manager.recorder(COMPONENT).await?,
             controller: args.controller.config(),
+            listing: (!args.roles.runs(Role::Webhook)).then(|| manager.readiness().clone()),
         });
         let lifecycle = requester.api() == ApiMode::Lifecycle;
         let namespace = args.namespace.clone();
