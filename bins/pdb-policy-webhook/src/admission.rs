@@ -259,10 +259,11 @@ async fn validate_eviction(
     let Facts {
         pod,
         pdbs,
-        pods,
+        others,
         circumstances,
     } = facts;
     let decision = eviction::decide(&pod, &pdbs);
+    let pods = with_subject(&others, &pod);
     match pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, &policy, &circumstances) {
         Some(denial) => {
             ctx.metrics
@@ -279,13 +280,23 @@ async fn validate_eviction(
     }
 }
 
-/// The pod, the PDBs and pods of its namespace (the pod among them), and the pod's node-local
-/// claims, as the eviction is decided on.
+/// The pod, the PDBs and the other pods of its namespace, and the pod's node-local claims, as
+/// the eviction is decided on.
 struct Facts {
     pod: Pod,
     pdbs: Vec<PodDisruptionBudget>,
-    pods: Vec<Pod>,
+    /// Shared with the cache: a namespace's pods are not copied per review.
+    others: Vec<Arc<Pod>>,
     circumstances: pdb_policy::Circumstances,
+}
+
+/// The pods of the namespace, `pod` among them, as the decisions take them.
+fn with_subject<'a>(others: &'a [Arc<Pod>], pod: &'a Pod) -> Vec<&'a Pod> {
+    others
+        .iter()
+        .map(|p| p.as_ref())
+        .chain(std::iter::once(pod))
+        .collect()
 }
 
 /// The facts from the caches, with the pod and its PDB read from the API only where the cache
@@ -297,14 +308,18 @@ async fn facts(
     name: &str,
     policy: &PodDisruptionBudgetPolicy,
 ) -> Result<Option<Facts>, live::ReadError> {
-    let (mut pdbs, mut pods) = ctx.caches.namespace_objects(namespace);
-    let cached = pods
+    // A namespace has few PDBs; its pods are shared with the cache.
+    let mut pdbs: Vec<PodDisruptionBudget> = (ctx.caches.pdbs.in_namespace(namespace).iter())
+        .map(|p| p.as_ref().clone())
+        .collect();
+    let mut others = ctx.caches.pods.in_namespace(namespace);
+    let cached = others
         .iter()
         .position(|p| p.metadata.name.as_deref() == Some(name))
-        .map(|i| pods.remove(i));
+        .map(|i| others.remove(i));
     let mut pod_is_fresh = cached.is_none();
     let mut pod = match cached {
-        Some(pod) => pod,
+        Some(pod) => pod.as_ref().clone(),
         None => match ctx.live.pod(namespace, name).await? {
             Some(pod) => pod,
             None => return Ok(None),
@@ -313,8 +328,8 @@ async fn facts(
     let mut read_fresh = true;
     loop {
         let circumstances = live::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
-        pods.push(pod.clone());
         let decision = eviction::decide(&pod, &pdbs);
+        let pods = with_subject(&others, &pod);
         let reads = pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
         let reads: Vec<_> = reads
             .into_iter()
@@ -324,11 +339,10 @@ async fn facts(
             return Ok(Some(Facts {
                 pod,
                 pdbs,
-                pods,
+                others,
                 circumstances,
             }));
         }
-        pods.pop();
         // One round of reads: the answer on fresh facts is final.
         read_fresh = false;
         let pdb_name = reads.iter().find_map(|read| match read {

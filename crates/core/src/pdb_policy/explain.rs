@@ -118,8 +118,9 @@ pub fn explain(
 ) -> Explanation {
     let decision = eviction::decide(pod, pdbs);
     let selecting: Vec<&PodDisruptionBudget> = eviction::selecting_pdbs(pod, pdbs);
+    let pods: Vec<&Pod> = pods.iter().collect();
     let stricter =
-        policy.and_then(|p| stricter_eviction(pod, &decision, pdbs, pods, p, circumstances));
+        policy.and_then(|p| stricter_eviction(pod, &decision, pdbs, &pods, p, circumstances));
     let prediction = match &stricter {
         Some(denial) => Prediction {
             code: 429,

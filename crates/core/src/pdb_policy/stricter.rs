@@ -11,6 +11,7 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 
 use super::{Rule, condition_true, name_of, object_id_of};
+use crate::labels::LabelSelectorMatcher;
 
 /// A stricter eviction rule that denies an eviction the apiserver would allow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,7 +50,7 @@ pub fn stricter_eviction(
     pod: &Pod,
     decision: &EvictionDecision,
     pdbs: &[PodDisruptionBudget],
-    pods: &[Pod],
+    pods: &[&Pod],
     policy: &PodDisruptionBudgetPolicy,
     circumstances: &Circumstances,
 ) -> Option<StricterDenial> {
@@ -129,7 +130,7 @@ struct StrictCount {
 fn strict_count(
     pod: &Pod,
     pdb: &PodDisruptionBudget,
-    pods: &[Pod],
+    pods: &[&Pod],
     required_pod_conditions: &[String],
     circumstances: &Circumstances,
 ) -> StrictCount {
@@ -160,9 +161,19 @@ fn strict_count(
                 .iter()
                 .all(|kind| condition_true(p, kind))
     };
+    // The selector is parsed once for all the pods (eviction::selects parses it per pod).
+    let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
+    let matcher = LabelSelectorMatcher::new(selector).ok();
+    let empty = Default::default();
+    let selected = |p: &Pod| {
+        p.metadata.namespace == pdb.metadata.namespace
+            && matcher
+                .as_ref()
+                .is_some_and(|m| m.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
+    };
     let healthy = pods
         .iter()
-        .filter(|p| eviction::selects(pdb, p) && strictly_healthy(p))
+        .filter(|p| selected(p) && strictly_healthy(p))
         .count() as i32;
     let subject_counted = strictly_healthy(pod);
     StrictCount {
@@ -192,7 +203,7 @@ pub fn fresh_reads(
     pod: &Pod,
     decision: &EvictionDecision,
     pdbs: &[PodDisruptionBudget],
-    pods: &[Pod],
+    pods: &[&Pod],
     policy: &PodDisruptionBudgetPolicy,
     circumstances: &Circumstances,
 ) -> Vec<FreshRead> {

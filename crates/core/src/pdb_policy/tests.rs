@@ -584,7 +584,8 @@ fn stricter_eviction_rules() {
         pods.push(subject.clone());
         let pdbs = [budget];
         let decision = eviction::decide(&subject, &pdbs);
-        let got = stricter_eviction(&subject, &decision, &pdbs, &pods, &p, &at_now());
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let got = stricter_eviction(&subject, &decision, &pdbs, &refs, &p, &at_now());
         assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
         if let Some(denial) = got {
             assert!(
@@ -684,7 +685,8 @@ fn stricter_eviction_counts_disrupted_pods_and_follows_claims() {
             now,
             node_local_claims: local.iter().map(|v| v.to_string()).collect(),
         };
-        let got = stricter_eviction(&subject, &decision, &pdbs, &pods, &p, &circumstances);
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let got = stricter_eviction(&subject, &decision, &pdbs, &refs, &p, &circumstances);
         assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
         if let Some(denial) = got
             && denial.rule == Rule::ProtectUnhealthyPodsWithLocalStorage
@@ -1050,7 +1052,8 @@ fn fresh_reads_only_where_a_stale_cache_could_allow() {
         pods.push(subject.clone());
         let pdbs = [budget(desired)];
         let decision = eviction::decide(&subject, &pdbs);
-        let got = fresh_reads(&subject, &decision, &pdbs, &pods, &p, &at_now());
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let got = fresh_reads(&subject, &decision, &pdbs, &refs, &p, &at_now());
         assert_eq!(got, want, "{case}");
     }
 }
