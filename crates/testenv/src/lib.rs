@@ -27,6 +27,7 @@ use anyhow::{Context, Result, bail};
 use evictkit_runtime::client::RateLimit;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Config;
 use kube::api::{DeleteParams, PostParams};
@@ -239,6 +240,28 @@ impl TestEnv {
             wait::DEFAULT_TIMEOUT,
             &format!("{count} Ready pods"),
             |pods| pods.len() == count && pods.iter().all(objects::pod_ready),
+        )
+        .await
+    }
+
+    /// Waits until the disruption controller has observed the PDB `name`'s latest spec and its
+    /// status satisfies `holds` (`what` names that state in a timeout).
+    pub async fn wait_for_observed_budget(
+        &self,
+        name: &str,
+        what: &str,
+        holds: impl Fn(&PodDisruptionBudgetStatus) -> bool,
+    ) -> Result<PodDisruptionBudget> {
+        wait::wait_for(
+            &self.api::<PodDisruptionBudget>(),
+            name,
+            wait::DEFAULT_TIMEOUT,
+            &format!("observed with {what}"),
+            |pdb: &PodDisruptionBudget| {
+                pdb.status.as_ref().is_some_and(|status| {
+                    status.observed_generation == pdb.metadata.generation && holds(status)
+                })
+            },
         )
         .await
     }

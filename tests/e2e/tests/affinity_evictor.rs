@@ -295,18 +295,8 @@ async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
         None,
     ))
     .await?;
-    wait::wait_for(
-        &env.api::<PodDisruptionBudget>(),
-        "db",
-        DEFAULT_TIMEOUT,
-        "observed",
-        |pdb: &PodDisruptionBudget| {
-            pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(2)
-            })
-        },
-    )
-    .await?;
+    env.wait_for_observed_budget("db", "expectedPods=2", |s| s.expected_pods == Some(2))
+        .await?;
 
     label_node(&env, &node, json!({USER_B: "someone-else"})).await?;
     // Blocked: the pod stays, says why, and the failures are counted per pod.
@@ -410,17 +400,9 @@ async fn a_budget_of_one_moves_every_pod_without_spending_it_on_conflicts() -> R
         None,
     ))
     .await?;
-    wait::wait_for(
-        &env.api::<PodDisruptionBudget>(),
-        "web",
-        DEFAULT_TIMEOUT,
-        "one disruption allowed",
-        |pdb: &PodDisruptionBudget| {
-            pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.disruptions_allowed == Some(1)
-            })
-        },
-    )
+    env.wait_for_observed_budget("web", "disruptionsAllowed=1", |s| {
+        s.disruptions_allowed == Some(1)
+    })
     .await?;
     env.create_node(objects::node("new", &[(USER_B, &env.namespace)], vec![]))
         .await?;
@@ -817,18 +799,8 @@ async fn eviction_request_mode_on_the_upstream_api() -> Result<()> {
         None,
     ))
     .await?;
-    wait::wait_for(
-        &env.api::<PodDisruptionBudget>(),
-        "db",
-        DEFAULT_TIMEOUT,
-        "observed",
-        |pdb: &PodDisruptionBudget| {
-            pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(1)
-            })
-        },
-    )
-    .await?;
+    env.wait_for_observed_budget("db", "expectedPods=1", |s| s.expected_pods == Some(1))
+        .await?;
 
     label_node(&env, &node, json!({USER_B: null})).await?;
     let requests = env.api::<LifecycleRequest>();
@@ -912,18 +884,8 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
         ))
         .await?;
         held.push(wait::wait_for(&pods, app, DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?);
-        wait::wait_for(
-            &env.api::<PodDisruptionBudget>(),
-            app,
-            DEFAULT_TIMEOUT,
-            "observed",
-            |pdb: &PodDisruptionBudget| {
-                pdb.status.as_ref().is_some_and(|s| {
-                    s.observed_generation == pdb.metadata.generation && s.expected_pods == Some(1)
-                })
-            },
-        )
-        .await?;
+        env.wait_for_observed_budget(app, "expectedPods=1", |s| s.expected_pods == Some(1))
+            .await?;
     }
     let (db, cache) = (&held[0], &held[1]);
 

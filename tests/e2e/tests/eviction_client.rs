@@ -43,17 +43,10 @@ fn evictions_counted(metrics: &Metrics, outcome: &str) -> Result<f64> {
 
 /// Waits until the PDB `name` is observed with `disruptions_allowed`.
 async fn wait_for_budget(env: &TestEnv, name: &str, disruptions_allowed: i32) -> Result<()> {
-    wait::wait_for(
-        &env.api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(),
+    env.wait_for_observed_budget(
         name,
-        DEFAULT_TIMEOUT,
-        &format!("observed with disruptionsAllowed={disruptions_allowed}"),
-        |pdb| {
-            pdb.status.as_ref().is_some_and(|status| {
-                status.observed_generation == pdb.metadata.generation
-                    && status.disruptions_allowed == Some(disruptions_allowed)
-            })
-        },
+        &format!("disruptionsAllowed={disruptions_allowed}"),
+        |status| status.disruptions_allowed == Some(disruptions_allowed),
     )
     .await
     .map(drop)

@@ -11,9 +11,7 @@ use evictkit_runtime::eviction_request::{TargetPod, request_eviction};
 use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 const CRD_REQUESTER: &str = "drain.example.com";
@@ -88,18 +86,8 @@ async fn each_subcommand_prints_its_answer_and_exits_with_its_code() -> Result<(
         None,
     ))
     .await?;
-    wait::wait_for(
-        &env.api::<PodDisruptionBudget>(),
-        "web",
-        DEFAULT_TIMEOUT,
-        "observed with currentHealthy=2",
-        |pdb| {
-            pdb.status.as_ref().is_some_and(|s| {
-                s.observed_generation == pdb.metadata.generation && s.current_healthy == Some(2)
-            })
-        },
-    )
-    .await?;
+    env.wait_for_observed_budget("web", "currentHealthy=2", |s| s.current_healthy == Some(2))
+        .await?;
     let ns = env.namespace.as_str();
 
     let allowed = kubectl_evictkit(&env, &["explain", &format!("{ns}/batch-0")])?;

@@ -46,17 +46,10 @@ async fn wait_for_pdb(
     name: &str,
     disruptions_allowed: i32,
 ) -> Result<PodDisruptionBudget> {
-    wait::wait_for(
-        &env.api::<PodDisruptionBudget>(),
+    env.wait_for_observed_budget(
         name,
-        DEFAULT_TIMEOUT,
-        &format!("observed with disruptionsAllowed={disruptions_allowed}"),
-        |pdb: &PodDisruptionBudget| {
-            pdb.status.as_ref().is_some_and(|status| {
-                status.observed_generation == pdb.metadata.generation
-                    && status.disruptions_allowed == Some(disruptions_allowed)
-            })
-        },
+        &format!("disruptionsAllowed={disruptions_allowed}"),
+        |status| status.disruptions_allowed == Some(disruptions_allowed),
     )
     .await
 }
