@@ -35,7 +35,9 @@ use evictkit_runtime::shutdown::CancellationToken;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec,
+};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -145,9 +147,41 @@ fn evictions_of(store: &Store<Eviction>, namespace: &str, uid: &str) -> Vec<Arc<
         .collect()
 }
 
-/// The pod fields the decisions read; everything else is dropped from the cache.
+/// The pod fields the decisions read; everything else is dropped from the cache. Of the
+/// containers' statuses only their finish times stay (the grace to report counts from them).
 fn strip_pod(pod: &mut Pod) {
+    let finished = |statuses: Option<Vec<ContainerStatus>>| {
+        let kept: Vec<ContainerStatus> = statuses
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let finished_at = c.state?.terminated?.finished_at;
+                Some(ContainerStatus {
+                    name: c.name,
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            finished_at,
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                })
+            })
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    };
+    let statuses = pod.status.as_mut().map(|status| {
+        (
+            finished(status.init_container_statuses.take()),
+            finished(status.container_statuses.take()),
+        )
+    });
     crate::strip_pod_but_spec(pod, &[MIRROR_POD_ANNOTATION]);
+    if let (Some(status), Some((init, containers))) = (pod.status.as_mut(), statuses) {
+        status.init_container_statuses = init;
+        status.container_statuses = containers;
+    }
     pod.spec = pod.spec.take().map(|spec| PodSpec {
         eviction_responders: spec.eviction_responders,
         scheduling_group: spec.scheduling_group,
@@ -681,7 +715,13 @@ async fn reconcile_eviction(
             .pod(&namespace, &reference.name, &reference.uid)
             .await?
     };
-    let target = Target::of(pod.as_deref(), &reference.uid);
+    let target = match Target::of(pod.as_deref(), &reference.uid) {
+        Target::Gone => context
+            .pods
+            .removed_at(&reference.uid)
+            .map_or(Target::Gone, |at| Target::Removed(whole_seconds(at))),
+        present => present,
+    };
     let mut requeue = None;
     let mut current = eviction.as_ref().clone();
 

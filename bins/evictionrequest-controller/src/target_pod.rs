@@ -10,10 +10,11 @@
 //! reported needs no GET: once evicted, every later look at its requests would otherwise read
 //! it again ([`TargetPods::observe`]).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -32,15 +33,15 @@ pub(crate) struct TargetPods {
 /// How long a reported deletion is remembered: requests of a deleted pod settle within it.
 const DELETED_MEMORY: Duration = Duration::from_secs(10 * 60);
 
-/// UIDs of pods whose deletion the watch reported, oldest first.
+/// UIDs of pods whose deletion the watch reported, with when, oldest first.
 #[derive(Default)]
 struct Deleted {
-    uids: HashSet<String>,
+    uids: HashMap<String, Timestamp>,
     order: VecDeque<(Instant, String)>,
 }
 
 impl Deleted {
-    fn insert(&mut self, uid: String, now: Instant) {
+    fn insert(&mut self, uid: String, now: Instant, at: Timestamp) {
         while let Some((at, _)) = self.order.front() {
             if now.duration_since(*at) < DELETED_MEMORY {
                 break;
@@ -49,7 +50,7 @@ impl Deleted {
                 self.uids.remove(&old);
             }
         }
-        if self.uids.insert(uid.clone()) {
+        if self.uids.insert(uid.clone(), at).is_none() {
             self.order.push_back((now, uid));
         }
     }
@@ -84,8 +85,14 @@ impl TargetPods {
             self.deleted
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(uid, Instant::now());
+                .insert(uid, Instant::now(), Timestamp::now());
         }
+    }
+
+    /// When the watch reported the removal of the pod of UID `uid`, if it did lately.
+    pub(crate) fn removed_at(&self, uid: &str) -> Option<Timestamp> {
+        let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        deleted.uids.get(uid).copied()
     }
 
     /// The pod `namespace/name` as the cache holds it, without a read.
@@ -113,7 +120,7 @@ impl TargetPods {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .uids
-            .contains(uid)
+            .contains_key(uid)
         {
             return Ok(cached);
         }

@@ -10,8 +10,9 @@
 //! Where the doc comments leave a choice open, upstream's unreleased controller
 //! (kubernetes/kubernetes `pkg/controller/evictionrequest`) is followed: Evictions are named
 //! `pod-<n>-<pod name>`; a target gone or terminal wins over a cancellation; the active
-//! responder of a pod that is being deleted gets [`Config::graceful_completion_delay`] to report
-//! its `completionTime` before it is marked Interrupted.
+//! responder of a pod that is gone or terminal gets [`Config::graceful_completion_delay`] from
+//! the pod's end (the later of its deletionTimestamp and its last container's finish, or its
+//! observed removal) to report its `completionTime` before it is marked Interrupted.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,7 +72,8 @@ pub struct Config {
     /// The active responder is Interrupted when its heartbeat (or, before one, its startTime) is
     /// older. The API's deadline is 20 minutes; the apiserver refuses an earlier hand-over.
     pub heartbeat_timeout: SignedDuration,
-    /// How long the active responder of a pod being deleted may take to report completion.
+    /// How long the active responder of a pod that is gone or terminal may take to report
+    /// completion, from the pod's end.
     pub graceful_completion_delay: SignedDuration,
 }
 
@@ -89,6 +91,9 @@ impl Default for Config {
 pub enum Target<'a> {
     /// No pod of that name and UID exists.
     Gone,
+    /// Gone, and the pod watch reported its removal at this time (the grace to report counts
+    /// from it; a removal not seen, e.g. across a restart, is [`Target::Gone`]).
+    Removed(Timestamp),
     Present(&'a Pod),
 }
 
@@ -101,9 +106,13 @@ impl<'a> Target<'a> {
         }
     }
 
+    pub fn is_gone(self) -> bool {
+        matches!(self, Self::Gone | Self::Removed(_))
+    }
+
     fn terminal(self) -> bool {
         match self {
-            Self::Gone => false,
+            Self::Gone | Self::Removed(_) => false,
             Self::Present(pod) => pod
                 .status
                 .as_ref()
@@ -112,10 +121,25 @@ impl<'a> Target<'a> {
         }
     }
 
-    fn deleted_at(self) -> Option<Timestamp> {
+    /// When the target stopped, for the active responder's grace to report: the later of the
+    /// pod's deletionTimestamp and its last container's finish, or when it was seen removed.
+    fn stopped_at(self) -> Option<Timestamp> {
         match self {
             Self::Gone => None,
-            Self::Present(pod) => pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+            Self::Removed(at) => Some(at),
+            Self::Present(pod) => {
+                let status = pod.status.as_ref();
+                let finished = status
+                    .into_iter()
+                    .flat_map(|s| {
+                        let init = s.init_container_statuses.iter().flatten();
+                        init.chain(s.container_statuses.iter().flatten())
+                    })
+                    .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+                    .map(|t| t.0);
+                let deleted = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+                finished.chain(deleted).max()
+            }
         }
     }
 }
@@ -153,7 +177,7 @@ pub fn initial_responders(target: Target<'_>) -> Vec<TargetResponder> {
             .as_ref()
             .and_then(|spec| spec.eviction_responders.clone())
             .unwrap_or_default(),
-        Target::Gone => Vec::new(),
+        Target::Gone | Target::Removed(_) => Vec::new(),
     };
     let mut responders: Vec<TargetResponder> = declared
         .into_iter()
@@ -508,7 +532,7 @@ pub fn progress(
     responders.sort_by(responder_order);
     let before: Vec<String> = responders.iter().map(|r| r.state.clone()).collect();
 
-    let gone = target == Target::Gone;
+    let gone = target.is_gone();
     let terminal = target.terminal();
     let canceled = !gone && !terminal && !has_eviction_intent(requests);
     let mut requeue_after = None;
@@ -523,7 +547,7 @@ pub fn progress(
                 if status.is_some_and(|s| s.completion_time.is_some()) {
                     responders[i].state = STATE_COMPLETED.to_owned();
                 } else if let Some(wait) = target
-                    .deleted_at()
+                    .stopped_at()
                     .map(|at| config.graceful_completion_delay - now.duration_since(at))
                     .filter(|wait| wait.is_positive())
                 {

@@ -529,6 +529,38 @@ async fn a_pod_deleted_by_someone_else_is_target_evicted_everywhere() -> Result<
     env.ensure_no_invalid_writes()
 }
 
+/// Upstream's grace: the active responder's final report within 5 s of its pod's removal is
+/// honoured (Completed), not refused because the responder was already marked Interrupted.
+#[tokio::test]
+async fn a_responders_report_just_after_its_pod_is_removed_is_honoured() -> Result<()> {
+    let env = TestEnv::new("lc-late-report").await?;
+    let _controller = start(&env, "lifecycle").await?;
+    let pod = ready_pod(&env, "late-0", &[(OWNER, 10000)]).await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    let eviction = wait_eviction(&env, &pod, "owner active", |e| {
+        state(e, OWNER).as_deref() == Some(STATE_ACTIVE)
+    })
+    .await?;
+
+    // The owner removes the pod itself, then reports.
+    env.api::<Pod>()
+        .delete("late-0", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait::wait_for_deletion(&env.api::<Pod>(), "late-0", DEFAULT_TIMEOUT).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    respond(&env, &eviction, OWNER, "migrated", true).await?;
+    let eviction = wait_eviction(&env, &pod, "TargetEvicted", |e| {
+        eviction_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+    })
+    .await?;
+    ensure!(
+        state(&eviction, OWNER).as_deref() == Some(STATE_COMPLETED),
+        "{}",
+        wait::describe(Some(&eviction))
+    );
+    env.ensure_no_invalid_writes()
+}
+
 /// A pod of a pod group, and a pod that does not exist: the request fails as invalid and no
 /// Eviction is made.
 #[tokio::test]

@@ -125,7 +125,7 @@ pub fn expires_at(
     } else if let Some(failed) = true_condition(request, CONDITION_FAILED) {
         // A refusal stays while its target exists, asked for or not.
         let due = match failed.reason == REASON_EVICTION_INVALID {
-            true => target == Target::Gone,
+            true => target.is_gone(),
             false => withdrawn,
         };
         if !due {

@@ -458,6 +458,91 @@ fn a_pod_being_deleted_gives_the_active_responder_a_grace_to_report() {
 }
 
 #[test]
+fn the_grace_to_report_counts_from_the_last_containers_finish_when_later_than_the_deletion() {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
+    let finished = |at: i64| ContainerStatus {
+        name: "app".into(),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                finished_at: Some(Time(t(at))),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    };
+    let a = request("a.example.com/r", INTENT_EVICTION, 0);
+    let e = eviction(Some(status(
+        vec![responder(IMPERATIVE, 100, STATE_ACTIVE)],
+        vec![entry(IMPERATIVE, Some(0), None, None)],
+    )));
+    // Deleted at 8, its last container finished at 10: the grace runs to 15.
+    let mut deleting = pod(&[]);
+    deleting.metadata.deletion_timestamp = Some(Time(t(8)));
+    let status = deleting.status.as_mut().unwrap();
+    status.phase = Some("Failed".into());
+    status.container_statuses = Some(vec![finished(6), finished(10)]);
+    let p = progress(&e, Target::Present(&deleting), &[&a], t(14), &config());
+    assert_eq!(states(&p)[0].1, STATE_ACTIVE, "still within the grace");
+    assert_eq!(p.requeue_after, Some(SignedDuration::from_secs(1)));
+    // Terminal without a deletion: the grace counts from the finish alone.
+    deleting.metadata.deletion_timestamp = None;
+    let p = progress(&e, Target::Present(&deleting), &[&a], t(12), &config());
+    assert_eq!(states(&p)[0].1, STATE_ACTIVE, "terminal, within the grace");
+    let p = progress(&e, Target::Present(&deleting), &[&a], t(15), &config());
+    assert_eq!(states(&p)[0].1, STATE_INTERRUPTED);
+}
+
+#[test]
+fn a_responder_reports_within_the_grace_after_its_pod_is_removed() {
+    let a = request("a.example.com/r", INTENT_EVICTION, 0);
+    let active = |completion| {
+        eviction(Some(status(
+            vec![responder(IMPERATIVE, 100, STATE_ACTIVE)],
+            vec![entry(IMPERATIVE, Some(0), None, completion)],
+        )))
+    };
+    // The watch saw the pod go at 10.
+    let p = progress(
+        &active(None),
+        Target::Removed(t(10)),
+        &[&a],
+        t(11),
+        &config(),
+    );
+    assert_eq!(states(&p)[0].1, STATE_ACTIVE);
+    assert_eq!(
+        cond(&p, CONDITION_TARGET_EVICTED),
+        ("False", REASON_AWAITING_EVICTION)
+    );
+    assert_eq!(p.requeue_after, Some(SignedDuration::from_secs(4)));
+    let p = progress(
+        &active(Some(11)),
+        Target::Removed(t(10)),
+        &[&a],
+        t(12),
+        &config(),
+    );
+    assert_eq!(states(&p)[0].1, STATE_COMPLETED);
+    assert_eq!(
+        cond(&p, CONDITION_TARGET_EVICTED),
+        ("True", REASON_POD_DELETED)
+    );
+    let p = progress(
+        &active(None),
+        Target::Removed(t(10)),
+        &[&a],
+        t(15),
+        &config(),
+    );
+    assert_eq!(states(&p)[0].1, STATE_INTERRUPTED);
+    assert_eq!(
+        cond(&p, CONDITION_TARGET_EVICTED),
+        ("True", REASON_POD_DELETED)
+    );
+}
+
+#[test]
 fn a_target_gone_before_the_first_step_leaves_every_responder_inactive() {
     let a = request("a.example.com/r", INTENT_EVICTION, 0);
     let p = progress(&eviction(None), Target::Gone, &[&a], t(1), &config());
