@@ -31,7 +31,9 @@ use evictkit_core::eviction_request::{self as core};
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 pub use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::lifecycle_request::{self, Apis, REDISCOVERY};
 use evictkit_runtime::manager::Manager;
+use evictkit_runtime::shutdown::CancellationToken;
 use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -128,8 +130,11 @@ pub struct Args {
     pub namespace: Option<String>,
     /// Which EvictionRequest API the controller serves: `lifecycle` (Kubernetes' own
     /// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
-    /// (evictionrequests.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
-    /// The requesters' `--eviction-request-api` follows the same rule.
+    /// (evictionrequests.evictkit.io), or `auto`: each of the two that discovery shows, both
+    /// while both exist, so requests on the CRD (in flight, or from requesters still on `crd`)
+    /// are finished while requesters move to lifecycle.k8s.io; discovery is checked again
+    /// every 30s, so turning the gate on needs no restart. Requesters' `--eviction-request-api
+    /// auto` asks through lifecycle.k8s.io whenever it is served, else the CRD.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
     #[command(flatten)]
@@ -181,67 +186,125 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         manager.serve_webhooks(webhooks, "the validating webhook")?;
     }
-    let api = if args.roles.runs(Role::Controller) {
-        args.api
-            .resolve(&client)
-            .await
-            .context("discovery of lifecycle.k8s.io/v1alpha1")?
-    } else {
-        ApiMode::Crd
-    };
-    if api == ApiMode::Lifecycle {
-        tracing::info!(requested = ?args.api, "serving lifecycle.k8s.io/v1alpha1 EvictionRequests and Evictions");
+    if args.roles.runs(Role::Controller) {
+        let mode = args.api;
         anyhow::ensure!(
-            args.heartbeat_timeout >= lifecycle::API_HEARTBEAT_DEADLINE,
-            "--heartbeat-timeout ({:?}) must be at least 20m with --api lifecycle: the apiserver refuses to interrupt a responder earlier",
+            args.heartbeat_timeout >= lifecycle::API_HEARTBEAT_DEADLINE
+                || mode == ApiMode::Crd
+                || (mode == ApiMode::Auto
+                    && !lifecycle_request::served(&client)
+                        .await
+                        .context("discovery of lifecycle.k8s.io/v1alpha1")?),
+            "--heartbeat-timeout ({:?}) must be at least 20m where lifecycle.k8s.io/v1alpha1 is served: the apiserver refuses to interrupt a responder earlier",
             args.heartbeat_timeout
         );
-        let settings = Arc::new(lifecycle::Settings {
-            evictions: manager.evictions(),
-            recorder: manager.recorder(COMPONENT).await?,
-            metrics: lifecycle::LifecycleMetrics::register(manager.metrics())?,
-            pod_live_reads: metrics::pod_live_reads(manager.metrics())?,
-            config: evictkit_core::lifecycle::Config {
-                heartbeat_timeout,
-                ..evictkit_core::lifecycle::Config::default()
-            },
-            backoff: Backoff {
-                initial: args.eviction_backoff_initial,
-                max: args.eviction_backoff_max,
-            },
-            finished_ttl: (!args.finished_ttl.is_zero())
-                .then(|| SignedDuration::try_from(args.finished_ttl))
-                .transpose()
-                .context("--finished-ttl is too long")?,
-            dry_run: args.common.dry_run,
-            namespace: args.namespace.clone(),
-            controller: args.controller.config(),
-        });
+        let pod_live_reads = metrics::pod_live_reads(manager.metrics())?;
+        let backoff = Backoff {
+            initial: args.eviction_backoff_initial,
+            max: args.eviction_backoff_max,
+        };
+        let lifecycle_settings = if mode == ApiMode::Crd {
+            None
+        } else {
+            Some(Arc::new(lifecycle::Settings {
+                evictions: manager.evictions(),
+                recorder: manager.recorder(COMPONENT).await?,
+                metrics: lifecycle::LifecycleMetrics::register(manager.metrics())?,
+                pod_live_reads: pod_live_reads.clone(),
+                config: evictkit_core::lifecycle::Config {
+                    heartbeat_timeout,
+                    ..evictkit_core::lifecycle::Config::default()
+                },
+                backoff,
+                finished_ttl: (!args.finished_ttl.is_zero())
+                    .then(|| SignedDuration::try_from(args.finished_ttl))
+                    .transpose()
+                    .context("--finished-ttl is too long")?,
+                dry_run: args.common.dry_run,
+                namespace: args.namespace.clone(),
+                controller: args.controller.config(),
+            }))
+        };
+        let crd_settings = if mode == ApiMode::Lifecycle {
+            None
+        } else {
+            Some(Arc::new(Settings {
+                evictions: manager.evictions(),
+                recorder: manager.recorder(COMPONENT).await?,
+                metrics: RequestMetrics::register(manager.metrics())?,
+                pod_live_reads,
+                config: core::Config { heartbeat_timeout },
+                backoff,
+                finished_ttl: (!args.finished_ttl.is_zero()).then_some(args.finished_ttl),
+                dry_run: args.common.dry_run,
+                namespace: args.namespace.clone(),
+                controller: args.controller.config(),
+            }))
+        };
         manager.lead(LEASE_NAME, move |term| {
-            lifecycle::control(client.clone(), settings.clone(), term)
-        });
-    } else if args.roles.runs(Role::Controller) {
-        tracing::info!(requested = ?args.api, "serving evictionrequests.evictkit.io");
-        let settings = Arc::new(Settings {
-            evictions: manager.evictions(),
-            recorder: manager.recorder(COMPONENT).await?,
-            metrics: RequestMetrics::register(manager.metrics())?,
-            pod_live_reads: metrics::pod_live_reads(manager.metrics())?,
-            config: core::Config { heartbeat_timeout },
-            backoff: Backoff {
-                initial: args.eviction_backoff_initial,
-                max: args.eviction_backoff_max,
-            },
-            finished_ttl: (!args.finished_ttl.is_zero()).then_some(args.finished_ttl),
-            dry_run: args.common.dry_run,
-            namespace: args.namespace.clone(),
-            controller: args.controller.config(),
-        });
-        manager.lead(LEASE_NAME, move |term| {
-            control(client.clone(), settings.clone(), term)
+            serve_apis(
+                client.clone(),
+                mode,
+                crd_settings.clone(),
+                lifecycle_settings.clone(),
+                term,
+            )
         });
     }
     Ok(manager.run().await?)
+}
+
+/// Runs the controller of each API that `mode` serves ([`ApiMode::controlled`]) until `term`
+/// ends; `auto` looks at discovery again every [`REDISCOVERY`] until it serves both, so an API
+/// turned on later is served without a restart, and one served is never dropped while its
+/// requests may be in flight.
+async fn serve_apis(
+    client: kube::Client,
+    mode: ApiMode,
+    crd: Option<Arc<Settings>>,
+    lifecycle: Option<Arc<lifecycle::Settings>>,
+    term: CancellationToken,
+) {
+    let mut serving = Apis::default();
+    let mut controllers = Vec::new();
+    loop {
+        let discovered = if mode == ApiMode::Auto {
+            match lifecycle_request::discover(&client).await {
+                Ok(discovered) => discovered,
+                Err(error) => {
+                    tracing::warn!(%error, "discovery of the EvictionRequest APIs failed; trying again");
+                    Apis::default()
+                }
+            }
+        } else {
+            Apis::default()
+        };
+        let wanted = mode.controlled(discovered);
+        if let (true, false, Some(settings)) = (wanted.crd, serving.crd, &crd) {
+            tracing::info!(requested = ?mode, "serving evictionrequests.evictkit.io");
+            serving.crd = true;
+            let run = control(client.clone(), settings.clone(), term.clone());
+            controllers.push(tokio::spawn(run));
+        }
+        if let (true, false, Some(settings)) = (wanted.lifecycle, serving.lifecycle, &lifecycle) {
+            tracing::info!(requested = ?mode, "serving lifecycle.k8s.io/v1alpha1 EvictionRequests and Evictions");
+            serving.lifecycle = true;
+            let run = lifecycle::control(client.clone(), settings.clone(), term.clone());
+            controllers.push(tokio::spawn(run));
+        }
+        if mode != ApiMode::Auto || (serving.crd && serving.lifecycle) {
+            break;
+        }
+        tokio::select! {
+            () = term.cancelled() => break,
+            () = tokio::time::sleep(REDISCOVERY) => {}
+        }
+    }
+    for controller in controllers {
+        if let Err(error) = controller.await {
+            tracing::error!(%error, "an EvictionRequest controller panicked");
+        }
+    }
 }
 
 /// What both modes' pod caches keep of a pod's metadata and status: identity, labels, owners,

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use evictkit_api::keys::LIFECYCLE_API_VERSION;
+use evictkit_api::keys::{API_VERSION as CRD_API_VERSION, LIFECYCLE_API_VERSION};
 use evictkit_core::lifecycle::cleanup::{Done, requester_done};
 use evictkit_core::lifecycle::{
     CONDITION_FAILED, REASON_EVICTION_INVALID, ROLE_REQUESTER, request_settled,
@@ -41,12 +41,27 @@ const MAX_NAME: usize = 253;
 /// Which EvictionRequest API a component speaks (`--api` of evictionrequest-controller,
 /// `--eviction-request-api` of the requesters): `lifecycle` (Kubernetes' own
 /// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
-/// (evictionrequests.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
+/// (evictionrequests.evictkit.io), or `auto`: a requester asks through lifecycle when discovery
+/// shows it, else the CRD; the controller serves every one of the two the cluster has
+/// ([`ApiMode::controlled`]). Both look again every [`REDISCOVERY`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiMode {
     Auto,
     Crd,
     Lifecycle,
+}
+
+/// How often `auto` looks at discovery again, so that turning the EvictionRequestAPI gate on
+/// is followed without a restart.
+pub const REDISCOVERY: Duration = Duration::from_secs(30);
+
+/// Which of the two EvictionRequest APIs (are served, or to serve).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Apis {
+    /// evictionrequests.evictkit.io (the CRD is installed).
+    pub crd: bool,
+    /// lifecycle.k8s.io/v1alpha1 (the EvictionRequestAPI gate is on).
+    pub lifecycle: bool,
 }
 
 impl ApiMode {
@@ -58,14 +73,54 @@ impl ApiMode {
             chosen => chosen,
         })
     }
+
+    /// The APIs the evictionrequest-controller serves when the cluster has `discovered`.
+    /// `auto` serves both while both exist: requests still in flight on the CRD, and those
+    /// of requesters that have not switched to lifecycle.k8s.io yet (pinned to `crd`, or not
+    /// restarted), keep their controller (KEP-4563 "Version Skew Strategy").
+    pub fn controlled(self, discovered: Apis) -> Apis {
+        match self {
+            Self::Auto => discovered,
+            Self::Crd => Apis {
+                crd: true,
+                lifecycle: false,
+            },
+            Self::Lifecycle => Apis {
+                crd: false,
+                lifecycle: true,
+            },
+        }
+    }
+}
+
+/// Which EvictionRequest APIs the apiserver serves now.
+pub async fn discover(client: &Client) -> Result<Apis, kube::Error> {
+    Ok(Apis {
+        crd: serves(client, CRD_API_VERSION, &["evictionrequests"]).await?,
+        lifecycle: served(client).await?,
+    })
 }
 
 /// Whether the apiserver serves `lifecycle.k8s.io/v1alpha1` EvictionRequests and Evictions.
 pub async fn served(client: &Client) -> Result<bool, kube::Error> {
-    match client.list_api_group_resources(LIFECYCLE_API_VERSION).await {
+    serves(
+        client,
+        LIFECYCLE_API_VERSION,
+        &["evictions", "evictionrequests"],
+    )
+    .await
+}
+
+/// Whether `api_version` is served with all of `resources`.
+async fn serves(
+    client: &Client,
+    api_version: &str,
+    resources: &[&str],
+) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(api_version).await {
         Ok(list) => {
             let names: BTreeSet<&str> = list.resources.iter().map(|r| r.name.as_str()).collect();
-            Ok(names.contains("evictions") && names.contains("evictionrequests"))
+            Ok(resources.iter().all(|r| names.contains(r)))
         }
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
         Err(error) => Err(error),
@@ -385,5 +440,26 @@ mod tests {
             "web-0-acme-io-drain-now"
         );
         assert_eq!(request_name(&"p".repeat(250), "acme.io/x").len(), 253);
+    }
+
+    #[test]
+    fn auto_controls_every_served_api_and_pinned_modes_their_own() {
+        let apis = |crd, lifecycle| Apis { crd, lifecycle };
+        for (mode, discovered, controlled) in [
+            (ApiMode::Auto, apis(true, true), apis(true, true)),
+            (ApiMode::Auto, apis(true, false), apis(true, false)),
+            (ApiMode::Auto, apis(false, true), apis(false, true)),
+            (ApiMode::Auto, apis(false, false), apis(false, false)),
+            (ApiMode::Crd, apis(true, true), apis(true, false)),
+            (ApiMode::Crd, apis(false, false), apis(true, false)),
+            (ApiMode::Lifecycle, apis(true, true), apis(false, true)),
+            (ApiMode::Lifecycle, apis(false, false), apis(false, true)),
+        ] {
+            assert_eq!(
+                mode.controlled(discovered),
+                controlled,
+                "{mode:?} {discovered:?}"
+            );
+        }
     }
 }

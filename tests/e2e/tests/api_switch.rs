@@ -1,0 +1,146 @@
+//! The rolling switch from the evictkit.io CRD to Kubernetes' own EvictionRequest API
+//! (`lifecycle.k8s.io/v1alpha1`) on the v1.37 test cluster, which serves both (KEP-4563
+//! "Version Skew Strategy"): components are upgraded one at a time, so for a while a request
+//! is in flight on the CRD, a requester not yet upgraded still asks through the CRD, and an
+//! upgraded one asks through lifecycle.k8s.io. The evictionrequest-controller in `auto` serves
+//! both, and every pod asked for goes.
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::keys::EVICTION_INTERCEPTORS;
+use evictkit_runtime::eviction_request::InterceptorClient;
+use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::component::Component;
+use evictkit_testenv::objects;
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use k8s_openapi::api::core::v1::Pod;
+
+/// A requester before its upgrade: pinned to the CRD (or not restarted since the gate went on).
+const NOT_UPGRADED: RequesterNames = RequesterNames {
+    crd: "not-upgraded.example.com",
+    lifecycle: "example.com/not-upgraded",
+};
+/// A requester after its upgrade, in `auto`.
+const UPGRADED: RequesterNames = RequesterNames {
+    crd: "upgraded.example.com",
+    lifecycle: "example.com/upgraded",
+};
+const INTERCEPTOR: &str = "migrate.example.com";
+
+/// Starts the controller (no webhook) for this namespace with `--api api`; waits for its Lease.
+async fn start(env: &TestEnv, api: &str) -> Result<Component> {
+    let ns = env.namespace.as_str();
+    let api = format!("--api={api}");
+    let mut component = env.start_component(
+        "evictionrequest-controller",
+        &[
+            "--roles=controller",
+            &api,
+            "--namespace",
+            ns,
+            "--leader-election-namespace",
+            ns,
+            "--eviction-backoff-initial=200ms",
+            "--eviction-backoff-max=1s",
+        ],
+    )?;
+    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while component.metric_value("evictkit_leader")? != Some(1.0) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Lease taken; log:\n{}",
+            component.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(component)
+}
+
+async fn ready_pod(env: &TestEnv, name: &str, interceptors: Option<&str>) -> Result<Pod> {
+    let mut pod = objects::pod(name, name);
+    if let Some(interceptors) = interceptors {
+        pod.metadata.annotations =
+            Some([(EVICTION_INTERCEPTORS.to_owned(), interceptors.to_owned())].into());
+    }
+    env.create(&pod).await?;
+    wait::wait_for(
+        &env.api::<Pod>(),
+        name,
+        DEFAULT_TIMEOUT,
+        "ready",
+        objects::pod_ready,
+    )
+    .await
+}
+
+async fn gone(env: &TestEnv, controller: &Component, name: &str, why: &str) -> Result<()> {
+    wait::wait_for_deletion(&env.api::<Pod>(), name, DEFAULT_TIMEOUT)
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "pod {name} ({why}) was not removed: {error:#}; controller log:\n{}",
+                controller.log_tail(30)
+            )
+        })
+}
+
+#[tokio::test]
+async fn a_rolling_switch_to_the_lifecycle_api_removes_every_pod_asked_for() -> Result<()> {
+    let env = TestEnv::new("api-switch").await?;
+    env.apply_crd("EvictionRequest").await?;
+    ensure!(
+        ApiMode::Auto.resolve(&env.client).await? == ApiMode::Lifecycle,
+        "the test cluster (v1.37, EvictionRequestAPI on) serves lifecycle.k8s.io/v1alpha1"
+    );
+    let not_upgraded = Requester::new(env.client.clone(), ApiMode::Crd, NOT_UPGRADED).await?;
+
+    // Before the upgrade: the controller serves the CRD; a request is held by an interceptor.
+    let before = start(&env, "crd").await?;
+    let held = ready_pod(&env, "held", Some(INTERCEPTOR)).await?;
+    let held_request = not_upgraded.request_eviction(&held).await?;
+    let interceptor = InterceptorClient::new(env.client.clone(), INTERCEPTOR);
+    let request = wait::wait_for(
+        &env.api::<EvictionRequest>(),
+        &held_request,
+        DEFAULT_TIMEOUT,
+        "handed to the interceptor",
+        |r| interceptor.is_active(r),
+    )
+    .await?;
+    drop(before);
+
+    // The controller is upgraded first and runs in `auto`, as the chart's default.
+    let after = start(&env, "auto").await?;
+    // The requester not upgraded yet still asks through the CRD; the upgraded one, in
+    // `auto`, through lifecycle.k8s.io.
+    let pinned = ready_pod(&env, "pinned", None).await?;
+    not_upgraded.request_eviction(&pinned).await?;
+    let upgraded = Requester::new(env.client.clone(), ApiMode::Auto, UPGRADED).await?;
+    assert_eq!(upgraded.api(), ApiMode::Lifecycle);
+    let switched = ready_pod(&env, "switched", None).await?;
+    upgraded.request_eviction(&switched).await?;
+    // The request in flight across the upgrade goes on where it was.
+    interceptor.complete(&request, "migrated").await?;
+
+    gone(&env, &after, "switched", "asked through lifecycle.k8s.io").await?;
+    gone(
+        &env,
+        &after,
+        "pinned",
+        "asked through the CRD after the upgrade",
+    )
+    .await?;
+    gone(
+        &env,
+        &after,
+        "held",
+        "in flight on the CRD across the upgrade",
+    )
+    .await?;
+    Ok(())
+}
