@@ -725,6 +725,23 @@ async fn reconcile_eviction(
     let mut requeue = None;
     let mut current = eviction.as_ref().clone();
 
+    let siblings = context.evictions_of(&namespace, &reference.uid);
+    let sibling_refs: Vec<&Eviction> = siblings.iter().map(Arc::as_ref).collect();
+    if !core::is_finished(&current)
+        && let Some(message) = core::eviction_invalid(&current, target, &sibling_refs)
+    {
+        let now = whole_seconds(Timestamp::now());
+        let step = core::refuse(&current, &message, now);
+        warn(
+            &context.recorder,
+            &current,
+            "EvictionInvalid",
+            "Validate",
+            &message,
+        )
+        .await;
+        current = apply_eviction_status(&context, &current, &step).await?;
+    }
     if !core::is_finished(&current) {
         if imperative_evictor_active(&current) {
             let (written, wait) = imperative_evictor(&current, target, &context).await?;

@@ -333,7 +333,7 @@ pub fn is_finished(eviction: &Eviction) -> bool {
 }
 
 /// The Eviction a target's requests follow: the one that evicted it, else the oldest still in
-/// progress, else the latest failed one. `true` when a new Eviction is needed (none, or only
+/// progress (of equally old ones, one under way first, then by name), else the latest failed one. `true` when a new Eviction is needed (none, or only
 /// failed ones: a new Eviction intent starts over).
 pub fn relevant_eviction<'a>(evictions: &[&'a Eviction]) -> (Option<&'a Eviction>, bool) {
     let transition = |e: &Eviction, kind: &str| {
@@ -350,8 +350,17 @@ pub fn relevant_eviction<'a>(evictions: &[&'a Eviction]) -> (Option<&'a Eviction
         .copied()
         .filter(|e| !is_finished(e))
         .min_by(|a, b| {
+            // Timestamps are whole seconds: on a tie, one already under way (responders
+            // listed) stays the one followed.
+            let fresh = |e: &Eviction| {
+                e.status
+                    .as_ref()
+                    .and_then(|s| s.target_responders.as_ref())
+                    .is_none_or(Vec::is_empty)
+            };
             created(a)
                 .cmp(&created(b))
+                .then_with(|| fresh(a).cmp(&fresh(b)))
                 .then_with(|| a.metadata.name.cmp(&b.metadata.name))
         });
     let failed = evictions
@@ -413,6 +422,63 @@ pub fn request_invalid(
             reference.name
         )),
         _ => None,
+    }
+}
+
+/// Why an Eviction is refused on its own (upstream validates Evictions as well as requests, so
+/// one made by hand or a second for one target does not activate responders), as the `Failed`
+/// message with reason `EvictionInvalid`: a target other than a pod, an active Eviction of the
+/// same target that is not the one its requests follow, a pod in a scheduling group.
+/// `evictions` are all the target's Evictions, this one included.
+pub fn eviction_invalid(
+    eviction: &Eviction,
+    target: Target<'_>,
+    evictions: &[&Eviction],
+) -> Option<String> {
+    if eviction.spec.target.pod.is_none() {
+        return Some("Unsupported target type: only pods can be evicted.".to_owned());
+    }
+    let (relevant, _) = relevant_eviction(evictions);
+    if let Some(relevant) = relevant.filter(|e| !is_finished(e))
+        && relevant.metadata.uid != eviction.metadata.uid
+    {
+        return Some(format!(
+            "Active Eviction already exists for the same target: {}.",
+            relevant.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
+    match target {
+        Target::Present(pod) if in_pod_group(pod) => Some(format!(
+            "Target pod {} references a SchedulingGroup. Eviction is currently not supported.",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )),
+        _ => None,
+    }
+}
+
+/// The step of a refused Eviction: `Failed=True` (EvictionInvalid) and `TargetEvicted=False`,
+/// its generation observed; the rest of the status (and so every responder) as it was.
+pub fn refuse(eviction: &Eviction, message: &str, now: Timestamp) -> Progress {
+    let old = eviction.status.clone().unwrap_or_default();
+    let conditions = invalid_conditions(old.conditions.as_deref(), message, now);
+    let responders = old.responders.map(|list| {
+        list.into_iter()
+            .map(|r| ResponderStatus {
+                name: r.name,
+                start_time: r.start_time,
+                ..ResponderStatus::default()
+            })
+            .collect()
+    });
+    Progress {
+        status: EvictionStatus {
+            conditions: Some(conditions),
+            observed_generation: eviction.metadata.generation,
+            responders,
+            ..old
+        },
+        transitions: Vec::new(),
+        requeue_after: None,
     }
 }
 

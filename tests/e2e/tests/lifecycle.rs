@@ -561,6 +561,48 @@ async fn a_responders_report_just_after_its_pod_is_removed_is_honoured() -> Resu
     env.ensure_no_invalid_writes()
 }
 
+/// Upstream validates Evictions themselves: a second active Eviction of one pod, made by hand,
+/// is Failed (EvictionInvalid) and activates no responder; the first goes on.
+#[tokio::test]
+async fn a_second_eviction_made_by_hand_is_refused() -> Result<()> {
+    let env = TestEnv::new("lc-second").await?;
+    let _controller = start(&env, "lifecycle").await?;
+    let pod = ready_pod(&env, "twice-0", &[(OWNER, 10000)]).await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    let first = wait_eviction(&env, &pod, "owner active", |e| {
+        state(e, OWNER).as_deref() == Some(STATE_ACTIVE)
+    })
+    .await?;
+
+    let second: Eviction = serde_json::from_value(json!({
+        "apiVersion": "lifecycle.k8s.io/v1alpha1",
+        "kind": "Eviction",
+        "metadata": { "name": "by-hand-twice-0" },
+        "spec": { "target": { "pod": { "name": "twice-0", "uid": uid(&pod) } } },
+    }))?;
+    env.create(&second).await?;
+    let refused = wait::wait_for(
+        &env.api::<Eviction>(),
+        "by-hand-twice-0",
+        DEFAULT_TIMEOUT,
+        "refused",
+        |e| eviction_condition(e, CONDITION_FAILED, "True", REASON_EVICTION_INVALID),
+    )
+    .await?;
+    ensure!(
+        state(&refused, OWNER).as_deref() != Some(STATE_ACTIVE),
+        "no responder activated by the second Eviction: {}",
+        wait::describe(Some(&refused))
+    );
+    let first = env.api::<Eviction>().get(&first.name_any()).await?;
+    ensure!(
+        state(&first, OWNER).as_deref() == Some(STATE_ACTIVE),
+        "the first goes on: {}",
+        wait::describe(Some(&first))
+    );
+    env.ensure_no_invalid_writes()
+}
+
 /// A pod of a pod group, and a pod that does not exist: the request fails as invalid and no
 /// Eviction is made.
 #[tokio::test]

@@ -654,3 +654,85 @@ fn early_validation_refuses_missing_mismatched_and_pod_group_targets() {
         }
     }
 }
+
+#[test]
+fn evictions_are_validated_themselves_as_upstream() {
+    let named = |name: &str, created: i64, failed: bool| {
+        let mut e = eviction(failed.then(|| EvictionStatus {
+            conditions: Some(invalid_conditions(None, "", t(created))),
+            ..EvictionStatus::default()
+        }));
+        e.metadata.name = Some(name.into());
+        e.metadata.uid = Some(format!("uid-{name}"));
+        e.metadata.creation_timestamp = Some(Time(t(created)));
+        e
+    };
+    let first = named("pod-1-web-0", 0, false);
+    let second = named("pod-2-web-0", 5, false);
+    let failed_first = named("pod-1-web-0", 0, true);
+    let running = pod(&[]);
+    let mut grouped = pod(&[]);
+    grouped.spec.as_mut().unwrap().scheduling_group = Some(Default::default());
+    let mut podless = named("pod-3-web-0", 6, false);
+    podless.spec.target.pod = None;
+    let present = Target::Present(&running);
+    // Made within the same second as the first (timestamps are whole seconds), and sorting
+    // before it by name: the one already under way stays the one followed.
+    let mut under_way = named("pod-1-web-0", 0, false);
+    under_way.status = Some(status(
+        vec![responder(IMPERATIVE, 100, STATE_ACTIVE)],
+        vec![entry(IMPERATIVE, Some(0), None, None)],
+    ));
+    let same_second = named("by-hand-web-0", 0, false);
+    let cases: [(&Eviction, Target<'_>, Vec<&Eviction>, Option<&str>); 8] = [
+        (&under_way, present, vec![&same_second, &under_way], None),
+        (
+            &same_second,
+            present,
+            vec![&same_second, &under_way],
+            Some("Active Eviction already exists"),
+        ),
+        (&first, present, vec![&first, &second], None),
+        (
+            &second,
+            present,
+            vec![&first, &second],
+            Some("Active Eviction already exists"),
+        ),
+        (&second, present, vec![&failed_first, &second], None),
+        (&second, Target::Gone, vec![&second], None),
+        (
+            &first,
+            Target::Present(&grouped),
+            vec![&first],
+            Some("SchedulingGroup"),
+        ),
+        (
+            &podless,
+            present,
+            vec![&podless],
+            Some("Unsupported target type"),
+        ),
+    ];
+    for (eviction, target, all, expected) in cases {
+        let got = eviction_invalid(eviction, target, &all);
+        match expected {
+            None => assert_eq!(got, None, "{:?}", eviction.metadata.name),
+            Some(text) => assert!(got.as_deref().is_some_and(|m| m.contains(text)), "{got:?}"),
+        }
+    }
+    // The refusal: Failed (EvictionInvalid), its generation observed, no responder touched.
+    let mut refused = second.clone();
+    refused.metadata.generation = Some(2);
+    let p = refuse(&refused, "Active Eviction already exists.", t(7));
+    assert_eq!(
+        cond(&p, CONDITION_FAILED),
+        ("True", REASON_EVICTION_INVALID)
+    );
+    assert_eq!(
+        cond(&p, CONDITION_TARGET_EVICTED),
+        ("False", REASON_EVICTION_FAILED)
+    );
+    assert_eq!(p.status.observed_generation, Some(2));
+    assert!(states(&p).is_empty() && p.transitions.is_empty());
+}
