@@ -96,8 +96,9 @@ pub struct Args {
     /// Which EvictionRequest API `--mode eviction-request` uses (KEP-4563): `lifecycle`
     /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
     /// gate; requester evictkit.io/affinity-evictor), `crd` (evictionrequests.evictkit.io;
-    /// requester affinity-evictor.evictkit.io), or `auto`: lifecycle when discovery shows it,
-    /// else crd.
+    /// requester affinity-evictor.evictkit.io), or `auto`: lifecycle when discovery shows it at
+    /// start-up, else crd (a request made through the CRD before a restart is still withdrawn
+    /// there). Upgrade the evictionrequest-controller first: in `auto` it serves both.
     #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
     pub eviction_request_api: ApiMode,
     /// Watch and evict pods of this namespace only (default: all namespaces), e.g. to try the

@@ -108,8 +108,10 @@ pub struct Args {
     /// Which EvictionRequest API to request evictions through (KEP-4563): `lifecycle`
     /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
     /// gate; requester evictkit.io/descheduler-bridge), `crd` (evictionrequests.evictkit.io;
-    /// requester descheduler-bridge.evictkit.io), or `auto`: lifecycle when discovery shows it,
-    /// else crd. Run the evictionrequest-controller on the same API.
+    /// requester descheduler-bridge.evictkit.io), or `auto`: lifecycle when discovery shows it
+    /// at start-up, else crd (a request made through the CRD before a restart is still
+    /// withdrawn there). Run the evictionrequest-controller on the same API or in `auto`, which
+    /// serves both; upgrade it first.
     #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
     pub eviction_request_api: ApiMode,
 }

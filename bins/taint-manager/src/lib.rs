@@ -144,7 +144,9 @@ pub struct Args {
     /// Which EvictionRequest API to request evictions through (KEP-4563): `lifecycle`
     /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
     /// gate; requester evictkit.io/taint-manager), `crd` (evictionrequests.evictkit.io; requester
-    /// taint-manager.evictkit.io), or `auto`: lifecycle when discovery shows it, else crd.
+    /// taint-manager.evictkit.io), or `auto`: lifecycle when discovery shows it at start-up,
+    /// else crd (a request made through the CRD before a restart is still withdrawn there).
+    /// Upgrade the evictionrequest-controller first: in `auto` it serves both.
     #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
     pub eviction_request_api: ApiMode,
     /// Act on pods of this namespace only (default: all namespaces), e.g. to try the

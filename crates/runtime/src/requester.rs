@@ -24,24 +24,33 @@ pub struct RequesterNames {
 #[derive(Clone)]
 pub struct Requester {
     client: Client,
+    /// As the flag says: `auto` also withdraws what it asked through the CRD before it switched.
+    requested: ApiMode,
     api: ApiMode,
     names: RequesterNames,
 }
 
 impl Requester {
-    /// `api` as the flag says; `auto` is decided now, by discovery.
+    /// `api` as the flag says; `auto` is decided now, by discovery: a requester moves to
+    /// lifecycle.k8s.io at its first start after the gate went on. That is safe because the
+    /// evictionrequest-controller in `auto` serves the CRD too while it is installed.
     pub async fn new(
         client: Client,
-        api: ApiMode,
+        requested: ApiMode,
         names: RequesterNames,
     ) -> Result<Self, kube::Error> {
-        let api = api.resolve(&client).await?;
+        let api = requested.resolve(&client).await?;
         tracing::info!(
             ?api,
             requester = names.crd,
             "EvictionRequest API of this requester"
         );
-        Ok(Self { client, api, names })
+        Ok(Self {
+            client,
+            requested,
+            api,
+            names,
+        })
     }
 
     /// The API in use: [`ApiMode::Crd`] or [`ApiMode::Lifecycle`].
@@ -128,17 +137,24 @@ impl Requester {
                 if standing {
                     lifecycle::withdraw(&self.client, target, self.name()).await?;
                 }
-                Ok(standing)
+                // Asked through the CRD before a restart moved it to lifecycle.k8s.io: the
+                // controller still serves that request, so it is withdrawn there too.
+                let earlier = self.requested == ApiMode::Auto && self.withdraw_crd(target).await?;
+                Ok(standing || earlier)
             }
-            _ => {
-                let listed = crd::find_target(&self.client, target)
-                    .await?
-                    .is_some_and(|r| r.spec.requesters.iter().any(|r| r.name == self.name()));
-                if listed {
-                    crd::withdraw_target(&self.client, target, self.name()).await?;
-                }
-                Ok(listed)
-            }
+            _ => self.withdraw_crd(target).await,
         }
+    }
+
+    /// Withdraws this requester from `target`'s request on the CRD; whether it was listed.
+    async fn withdraw_crd(&self, target: &TargetPod) -> Result<bool, EvictionRequestError> {
+        let name = self.names.crd;
+        let listed = crd::find_target(&self.client, target)
+            .await?
+            .is_some_and(|r| r.spec.requesters.iter().any(|r| r.name == name));
+        if listed {
+            crd::withdraw_target(&self.client, target, name).await?;
+        }
+        Ok(listed)
     }
 }

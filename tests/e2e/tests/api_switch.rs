@@ -3,13 +3,15 @@
 //! "Version Skew Strategy"): components are upgraded one at a time, so for a while a request
 //! is in flight on the CRD, a requester not yet upgraded still asks through the CRD, and an
 //! upgraded one asks through lifecycle.k8s.io. The evictionrequest-controller in `auto` serves
-//! both, and every pod asked for goes.
+//! both, and every pod asked for goes; a requester that moved to lifecycle.k8s.io at its
+//! restart withdraws what it asked through the CRD before.
 
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::EVICTION_INTERCEPTORS;
+use evictkit_core::eviction_request::State;
 use evictkit_runtime::eviction_request::InterceptorClient;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::requester::{Requester, RequesterNames};
@@ -142,5 +144,43 @@ async fn a_rolling_switch_to_the_lifecycle_api_removes_every_pod_asked_for() -> 
         "in flight on the CRD across the upgrade",
     )
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_requester_moved_by_its_restart_withdraws_what_it_asked_through_the_crd() -> Result<()> {
+    let env = TestEnv::new("api-switch-withdraw").await?;
+    env.apply_crd("EvictionRequest").await?;
+    let _controller = start(&env, "auto").await?;
+    // Before its restart the requester was on the CRD (started before the gate went on).
+    let before = Requester::new(env.client.clone(), ApiMode::Crd, UPGRADED).await?;
+    let pod = ready_pod(&env, "kept", Some(INTERCEPTOR)).await?;
+    let request = before.request_eviction(&pod).await?;
+    let interceptor = InterceptorClient::new(env.client.clone(), INTERCEPTOR);
+    let requests = env.api::<EvictionRequest>();
+    wait::wait_for(
+        &requests,
+        &request,
+        DEFAULT_TIMEOUT,
+        "handed to the interceptor",
+        |r| interceptor.is_active(r),
+    )
+    .await?;
+
+    // Restarted in `auto`, it speaks lifecycle.k8s.io and changes its mind.
+    let after = Requester::new(env.client.clone(), ApiMode::Auto, UPGRADED).await?;
+    assert_eq!(after.api(), ApiMode::Lifecycle);
+    ensure!(
+        after.withdraw(&pod).await?,
+        "the request made through the CRD before the restart was not withdrawn"
+    );
+    wait::wait_for(&requests, &request, DEFAULT_TIMEOUT, "Canceled", |r| {
+        State::of(r) == State::Canceled
+    })
+    .await?;
+    ensure!(
+        env.api::<Pod>().get_opt("kept").await?.is_some(),
+        "the pod went"
+    );
     Ok(())
 }
