@@ -134,7 +134,8 @@ pub struct Args {
     /// while both exist, so requests on the CRD (in flight, or from requesters still on `crd`)
     /// are finished while requesters move to lifecycle.k8s.io; discovery is checked again
     /// every 30s, so turning the gate on needs no restart. Requesters' `--eviction-request-api
-    /// auto` asks through lifecycle.k8s.io whenever it is served, else the CRD.
+    /// auto` asks through lifecycle.k8s.io when it is served at their start-up, else the CRD:
+    /// upgrade (restart) this controller first.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
     #[command(flatten)]

@@ -42,8 +42,8 @@ const MAX_NAME: usize = 253;
 /// `--eviction-request-api` of the requesters): `lifecycle` (Kubernetes' own
 /// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
 /// (evictionrequests.evictkit.io), or `auto`: a requester asks through lifecycle when discovery
-/// shows it, else the CRD; the controller serves every one of the two the cluster has
-/// ([`ApiMode::controlled`]). Both look again every [`REDISCOVERY`].
+/// shows it at start-up, else the CRD; the controller serves every one of the two the cluster
+/// has ([`ApiMode::controlled`]), looking again every [`REDISCOVERY`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiMode {
     Auto,
@@ -51,8 +51,8 @@ pub enum ApiMode {
     Lifecycle,
 }
 
-/// How often `auto` looks at discovery again, so that turning the EvictionRequestAPI gate on
-/// is followed without a restart.
+/// How often the controller in `auto` looks at discovery again, so that it serves
+/// lifecycle.k8s.io without a restart once the EvictionRequestAPI gate is turned on.
 pub const REDISCOVERY: Duration = Duration::from_secs(30);
 
 /// Which of the two EvictionRequest APIs (are served, or to serve).
