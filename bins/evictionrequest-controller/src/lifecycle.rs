@@ -923,14 +923,30 @@ async fn imperative_evictor(
                 .message
                 .clone()
                 .unwrap_or_else(|| "The target pod is gone.".to_owned());
-            let written = write_own_status(context, eviction, &own, &message, now, true).await?;
+            let written =
+                write_own_status(context, eviction, &own, &message, now, None, true).await?;
             return Ok((written, None));
         }
     };
     match imperative(pod) {
         Imperative::Evict => {}
-        // Terminating pods are not evicted again; its deletion wakes this Eviction.
-        Imperative::Terminating => return Ok((None, None)),
+        // Terminating pods are not evicted again; its deletion wakes this Eviction. Until then
+        // the evictor heartbeats, with the deletion deadline as its expected completion, so a
+        // long termination is not Interrupted at the heartbeat deadline.
+        Imperative::Terminating => {
+            let deadline = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+            let (due, next) = core::terminating_report(&own, deadline, now);
+            if !due {
+                return Ok((None, Some(next.unsigned_abs())));
+            }
+            let message = own
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("Pod {} is terminating.", id(pod)));
+            let written =
+                write_own_status(context, eviction, &own, &message, now, deadline, false).await?;
+            return Ok((written, Some(next.unsigned_abs())));
+        }
         // Mirror and DaemonSet pods: said once, in the message and a Warning Event; the pod
         // stays, and the responder is interrupted at the heartbeat deadline.
         Imperative::Unsupported(message) => {
@@ -945,7 +961,8 @@ async fn imperative_evictor(
                 &message,
             )
             .await;
-            let written = write_own_status(context, eviction, &own, &message, now, false).await?;
+            let written =
+                write_own_status(context, eviction, &own, &message, now, None, false).await?;
             return Ok((written, None));
         }
     }
@@ -967,7 +984,8 @@ async fn imperative_evictor(
             context.retries.forget(&uid);
             let message = format!("Evicted pod {pod_id} through the Eviction API.");
             normal(&context.recorder, eviction, "Evicting", "Evict", &message).await;
-            let written = write_own_status(context, eviction, &own, &message, now, false).await?;
+            let written =
+                write_own_status(context, eviction, &own, &message, now, None, false).await?;
             return Ok((written, None));
         }
         // Accepted, but a 429 like any other (as in the CRD mode): if the background eviction
@@ -987,7 +1005,8 @@ async fn imperative_evictor(
                 )
                 .await;
             }
-            let written = write_own_status(context, eviction, &own, &message, now, false).await?;
+            let written =
+                write_own_status(context, eviction, &own, &message, now, None, false).await?;
             return Ok((written, Some(delay)));
         }
         EvictionOutcome::Gone => return Ok((None, None)),
@@ -1019,6 +1038,7 @@ async fn imperative_evictor(
         &own,
         &message_eviction_failed(failures),
         now,
+        None,
         false,
     )
     .await?;
@@ -1032,14 +1052,15 @@ fn terminal(pod: &Pod) -> bool {
         .is_some_and(|phase| phase == "Succeeded" || phase == "Failed")
 }
 
-/// The imperative evictor's own entry: message, heartbeat (at most every 20 s), and, when
-/// `complete`, its completionTime.
+/// The imperative evictor's own entry: message, heartbeat (at most every 20 s), its
+/// `expected` completion if known, and, when `complete`, its completionTime.
 async fn write_own_status(
     context: &Context,
     eviction: &Eviction,
     own: &k8s_openapi::api::lifecycle::v1alpha1::ResponderStatus,
     message: &str,
     now: Timestamp,
+    expected: Option<Timestamp>,
     complete: bool,
 ) -> Result<Option<Eviction>, Error> {
     let heartbeat = match own.heartbeat_time.as_ref() {
@@ -1048,6 +1069,7 @@ async fn write_own_status(
     };
     let unchanged = own.message.as_deref() == Some(message)
         && own.heartbeat_time.as_ref().map(|h| h.0) == Some(heartbeat)
+        && own.expected_completion_time.as_ref().map(|t| t.0) == expected
         && !complete;
     if unchanged || context.dry_run {
         return Ok(None);
@@ -1057,6 +1079,9 @@ async fn write_own_status(
         "message": message,
         "heartbeatTime": Time(heartbeat),
     });
+    if let Some(expected) = expected {
+        entry["expectedCompletionTime"] = json!(Time(expected));
+    }
     if complete {
         entry["completionTime"] = json!(Time(now));
     }

@@ -775,6 +775,27 @@ pub fn imperative_evictor_active(eviction: &Eviction) -> bool {
             })
 }
 
+/// While its pod terminates, the imperative evictor heartbeats at least this often (as
+/// upstream's), so a termination longer than the heartbeat deadline is not Interrupted.
+pub const TERMINATING_HEARTBEAT: SignedDuration = SignedDuration::from_mins(3);
+
+/// The imperative evictor's report while its pod terminates, with the pod's deletion deadline
+/// (its deletionTimestamp) as `expectedCompletionTime`: whether it is due now (no heartbeat for
+/// [`TERMINATING_HEARTBEAT`], or another deadline), and when to look again.
+pub fn terminating_report(
+    own: &ResponderStatus,
+    deadline: Option<Timestamp>,
+    now: Timestamp,
+) -> (bool, SignedDuration) {
+    let since = own.heartbeat_time.as_ref().map(|h| now.duration_since(h.0));
+    let stale = since.is_none_or(|since| since >= TERMINATING_HEARTBEAT);
+    let moved = own.expected_completion_time.as_ref().map(|t| t.0) != deadline;
+    match since {
+        Some(since) if !stale && !moved => (false, TERMINATING_HEARTBEAT - since),
+        _ => (true, TERMINATING_HEARTBEAT),
+    }
+}
+
 /// A responder's own status entry.
 pub fn own_status<'a>(eviction: &'a Eviction, responder: &str) -> Option<&'a ResponderStatus> {
     responder_status(eviction.status.as_ref(), responder)

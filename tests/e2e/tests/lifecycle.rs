@@ -603,6 +603,67 @@ async fn a_second_eviction_made_by_hand_is_refused() -> Result<()> {
     env.ensure_no_invalid_writes()
 }
 
+/// Upstream's imperative evictor heartbeats while its pod terminates, with the deletion
+/// deadline as its expectedCompletionTime, so a long termination is not Interrupted at the
+/// 20-minute heartbeat deadline. A finalizer holds the pod in its termination here.
+#[tokio::test]
+async fn the_imperative_evictor_reports_the_deletion_deadline_while_its_pod_terminates()
+-> Result<()> {
+    const HOLD: &str = "example.com/hold";
+    let env = TestEnv::new("lc-terminating").await?;
+    let _controller = start(&env, "lifecycle").await?;
+    let mut held = objects::pod("slow-0", "slow-0");
+    held.metadata.finalizers = Some(vec![HOLD.into()]);
+    env.create(&held).await?;
+    let pod = wait::wait_for(
+        &env.api::<Pod>(),
+        "slow-0",
+        DEFAULT_TIMEOUT,
+        "ready",
+        objects::pod_ready,
+    )
+    .await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+
+    let terminating = wait::wait_for(
+        &env.api::<Pod>(),
+        "slow-0",
+        DEFAULT_TIMEOUT,
+        "terminating",
+        |p| p.metadata.deletion_timestamp.is_some(),
+    )
+    .await?;
+    let deadline = terminating.metadata.deletion_timestamp.clone();
+    let expected = |e: &Eviction| {
+        e.status
+            .as_ref()
+            .and_then(|s| s.responders.as_ref())
+            .and_then(|list| list.iter().find(|r| r.name == IMPERATIVE))
+            .and_then(|r| r.expected_completion_time.clone())
+    };
+    let result = wait_eviction(
+        &env,
+        &pod,
+        "expecting completion at the deletion deadline",
+        |e| expected(e) == deadline && state(e, IMPERATIVE).as_deref() == Some(STATE_ACTIVE),
+    )
+    .await;
+    env.api::<Pod>()
+        .patch(
+            "slow-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await?;
+    result?;
+    wait_eviction(&env, &pod, "TargetEvicted", |e| {
+        eviction_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+            && state(e, IMPERATIVE).as_deref() == Some(STATE_COMPLETED)
+    })
+    .await?;
+    env.ensure_no_invalid_writes()
+}
+
 /// A pod of a pod group, and a pod that does not exist: the request fails as invalid and no
 /// Eviction is made.
 #[tokio::test]

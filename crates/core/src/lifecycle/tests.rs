@@ -736,3 +736,29 @@ fn evictions_are_validated_themselves_as_upstream() {
     assert_eq!(p.status.observed_generation, Some(2));
     assert!(states(&p).is_empty() && p.transitions.is_empty());
 }
+
+#[test]
+fn a_terminating_pods_evictor_heartbeats_with_the_deletion_deadline() {
+    let reported = |heartbeat: i64, expected: Option<i64>| ResponderStatus {
+        expected_completion_time: expected.map(|s| Time(t(s))),
+        ..entry(IMPERATIVE, Some(0), Some(heartbeat), None)
+    };
+    let mins = |m: i64| SignedDuration::from_mins(m);
+    let cases = [
+        // First look at the terminating pod: report the deadline now.
+        (reported(10, None), t(60), (true, mins(3))),
+        // Reported lately with that deadline: look again when 3 minutes are up.
+        (reported(60, Some(3600)), t(120), (false, mins(2))),
+        // 3 minutes since the last heartbeat: report again.
+        (reported(60, Some(3600)), t(240), (true, mins(3))),
+        // The deadline moved (a shorter grace period): report it.
+        (reported(60, Some(7200)), t(70), (true, mins(3))),
+    ];
+    for (own, now, expected) in cases {
+        assert_eq!(
+            terminating_report(&own, Some(t(3600)), now),
+            expected,
+            "{own:?}"
+        );
+    }
+}
