@@ -210,68 +210,46 @@ pub fn has_eviction_intent(requests: &[&EvictionRequest]) -> bool {
 }
 
 /// `.status.requesters`: every requester that ever asked, with its current intent (a deleted
-/// request, or one no longer there, counts as Withdrawn). Known requesters keep their place;
-/// new ones follow in order of creation. Beyond [`MAX_REQUESTERS`] the Withdrawn ones are
-/// dropped first (the API's rule), the longest-gone first.
+/// request, or one no longer there, counts as Withdrawn), in upstream's order, rebuilt at each
+/// step: requests asking for eviction, then withdrawn ones, then deleted ones (each oldest
+/// first, then by requester), then requesters known only from the previous status (by name).
+/// Beyond [`MAX_REQUESTERS`] the tail goes, so Withdrawn ones are dropped first (the API's
+/// rule).
 pub fn requesters(previous: &[Requester], requests: &[&EvictionRequest]) -> Vec<Requester> {
-    let mut current: Vec<&EvictionRequest> = requests.to_vec();
-    current.sort_by(|a, b| {
-        let created = |r: &EvictionRequest| r.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        created(a)
-            .cmp(&created(b))
-            .then_with(|| a.spec.requester.cmp(&b.spec.requester))
-    });
-    let intent_of = |name: &str| {
-        let mut found = false;
-        for request in current.iter().filter(|r| r.spec.requester == name) {
-            found = true;
-            if !is_deleted(request) && request.spec.intent == INTENT_EVICTION {
-                return Some(INTENT_EVICTION);
-            }
-        }
-        found.then_some(INTENT_WITHDRAWN)
-    };
-    // (requester, whether an EvictionRequest still stands behind it)
-    let mut merged: Vec<(Requester, bool)> = Vec::new();
+    // (no request behind it, request deleted, not asking for eviction, created, requester)
+    type Rank<'a> = (bool, bool, bool, Option<Timestamp>, &'a str);
+    let mut ranked: Vec<(Rank<'_>, &str)> = requests
+        .iter()
+        .map(|r| {
+            let deleted = is_deleted(r);
+            let evicting = !deleted && r.spec.intent == INTENT_EVICTION;
+            let intent = if deleted {
+                INTENT_WITHDRAWN
+            } else {
+                r.spec.intent.as_str()
+            };
+            let created = r.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let name = r.spec.requester.as_str();
+            ((false, deleted, !evicting, created, name), intent)
+        })
+        .chain(previous.iter().map(|old| {
+            (
+                (true, true, true, None, old.name.as_str()),
+                INTENT_WITHDRAWN,
+            )
+        }))
+        .collect();
+    ranked.sort_by(|a, b| a.0.cmp(&b.0));
     let mut seen = BTreeSet::new();
-    for old in previous {
-        if !seen.insert(old.name.clone()) {
-            continue;
-        }
-        let intent = intent_of(&old.name);
-        merged.push((
-            Requester {
-                name: old.name.clone(),
-                intent: intent.unwrap_or(INTENT_WITHDRAWN).to_owned(),
-            },
-            intent.is_some(),
-        ));
-    }
-    for request in &current {
-        if seen.insert(request.spec.requester.clone()) {
-            let intent = intent_of(&request.spec.requester).unwrap_or(INTENT_WITHDRAWN);
-            merged.push((
-                Requester {
-                    name: request.spec.requester.clone(),
-                    intent: intent.to_owned(),
-                },
-                true,
-            ));
-        }
-    }
-    let mut excess = merged.len().saturating_sub(MAX_REQUESTERS);
-    // Withdrawn without a request first, then Withdrawn with one.
-    for backed in [false, true] {
-        merged.retain(|(requester, has_request)| {
-            let drop = excess > 0 && *has_request == backed && requester.intent == INTENT_WITHDRAWN;
-            if drop {
-                excess -= 1;
-            }
-            !drop
-        });
-    }
-    merged.truncate(MAX_REQUESTERS);
-    merged.into_iter().map(|(requester, _)| requester).collect()
+    ranked
+        .into_iter()
+        .filter(|((_, _, _, _, name), _)| seen.insert(*name))
+        .take(MAX_REQUESTERS)
+        .map(|((_, _, _, _, name), intent)| Requester {
+            name: name.to_owned(),
+            intent: intent.to_owned(),
+        })
+        .collect()
 }
 
 /// The Eviction's participant labels: each requester's and responder's name as a key, valued

@@ -196,7 +196,7 @@ fn target_responders_are_the_pods_plus_the_imperative_evictor_at_priority_100() 
 }
 
 #[test]
-fn requesters_keep_their_place_and_withdrawals_are_remembered() {
+fn requesters_are_ordered_as_upstream_and_withdrawals_are_remembered() {
     let a = request("a.example.com/r", INTENT_EVICTION, 1);
     let b = request("b.example.com/r", INTENT_WITHDRAWN, 2);
     let mut c = request("c.example.com/r", INTENT_EVICTION, 3);
@@ -213,10 +213,25 @@ fn requesters_keep_their_place_and_withdrawals_are_remembered() {
     assert_eq!(
         pairs,
         [
-            ("gone.example.com/r", INTENT_WITHDRAWN),
             ("a.example.com/r", INTENT_EVICTION),
             ("b.example.com/r", INTENT_WITHDRAWN),
             ("c.example.com/r", INTENT_WITHDRAWN),
+            ("gone.example.com/r", INTENT_WITHDRAWN),
+        ]
+    );
+    // Upstream rebuilds the order at each step: requests asking for eviction first (oldest
+    // first), then withdrawn ones, deleted ones, and requesters known only from the status.
+    let later = request("later.example.com/r", INTENT_EVICTION, 5);
+    let got = requesters(&got, &[&later, &b, &a]);
+    let names: Vec<&str> = got.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "a.example.com/r",
+            "later.example.com/r",
+            "b.example.com/r",
+            "c.example.com/r",
+            "gone.example.com/r",
         ]
     );
 }
