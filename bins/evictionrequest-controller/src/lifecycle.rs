@@ -484,7 +484,18 @@ async fn reconcile_request(
         Expiry::Never => None,
     };
     let done = || Ok(expiry.map_or_else(Action::await_change, Action::requeue));
+    if !core::request_needs_sync(&request) {
+        return done();
+    }
     if core::request_settled(&request) {
+        // Its spec changed after it settled: observed, its conditions kept (a final state is
+        // never left).
+        let conditions = request
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        apply_request_status(&context, &request, conditions).await?;
         return done();
     }
     let namespace = request.namespace().unwrap_or_default();

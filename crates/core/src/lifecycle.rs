@@ -497,6 +497,13 @@ pub fn request_settled(request: &EvictionRequest) -> bool {
             .is_some_and(|c| c.status == "True" && c.reason == REASON_EVICTION_INVALID)
 }
 
+/// Whether a request needs a sync: any not settled, and a settled one whose spec changed since
+/// (as upstream, its observedGeneration keeps following the spec).
+pub fn request_needs_sync(request: &EvictionRequest) -> bool {
+    let observed = request.status.as_ref().and_then(|s| s.observed_generation);
+    !request_settled(request) || observed != request.metadata.generation
+}
+
 /// An EvictionRequest's conditions follow its target's relevant Eviction; before there is
 /// one, both are False with reason AwaitingEviction. A new Eviction resets them the same way.
 pub fn request_conditions(

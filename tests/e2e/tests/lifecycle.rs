@@ -682,6 +682,28 @@ async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
         wait::describe(Some(&refused))
     );
 
+    // Settled, its spec still observed: a withdrawal moves observedGeneration (as upstream).
+    let withdrawn = env
+        .api::<EvictionRequest>()
+        .patch(
+            &refused.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "intent": INTENT_WITHDRAWN } })),
+        )
+        .await?;
+    let generation = withdrawn.metadata.generation;
+    wait_request(
+        &env,
+        &grouped,
+        DRAIN,
+        "observed after the withdrawal",
+        |r| {
+            r.status.as_ref().and_then(|s| s.observed_generation) == generation
+                && request_condition(r, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
+        },
+    )
+    .await?;
+
     let mut missing = objects::pod("ghost-0", "ghost");
     missing.metadata.uid = Some("6b0c2b0e-4ad9-4c5e-9d2f-1d1f4c3a9e77".into());
     missing.metadata.namespace = Some(env.namespace.clone());

@@ -777,3 +777,35 @@ fn a_terminating_pods_evictor_heartbeats_with_the_deletion_deadline() {
         );
     }
 }
+
+#[test]
+fn a_settled_request_is_looked_at_again_when_its_spec_changes() {
+    let refused = |generation: i64, observed: i64| {
+        let mut r = request("a.example.com/r", INTENT_WITHDRAWN, 0);
+        r.metadata.generation = Some(generation);
+        r.status = Some(
+            k8s_openapi::api::lifecycle::v1alpha1::EvictionRequestStatus {
+                conditions: Some(invalid_conditions(
+                    None,
+                    "Target pod web-0 not found.",
+                    t(1),
+                )),
+                observed_generation: Some(observed),
+            },
+        );
+        r
+    };
+    assert!(
+        !request_needs_sync(&refused(1, 1)),
+        "settled, spec observed"
+    );
+    assert!(
+        request_needs_sync(&refused(2, 1)),
+        "settled, spec changed since"
+    );
+    assert!(request_needs_sync(&request(
+        "a.example.com/r",
+        INTENT_EVICTION,
+        0
+    )));
+}
