@@ -270,15 +270,14 @@ impl EvictionClient {
         let uid = metadata.uid.clone().ok_or_else(|| incomplete("uid"))?;
 
         if self.evicted_lately(&uid) {
-            self.count(&EvictionOutcome::Conflict {
-                message: String::new(),
-            });
             tracing::debug!(pod = %pod_ref, %uid, "evicted already; the caller's cache is behind");
-            return Ok(EvictionOutcome::Conflict {
+            let outcome = EvictionOutcome::Conflict {
                 message: format!(
                     "pod {pod_ref} (uid {uid}) was evicted already; its deletion is not yet in the cache"
                 ),
-            });
+            };
+            self.count(&outcome);
+            return Ok(outcome);
         }
         let eviction = eviction_of(namespace, name, &uid);
         let params = PostParams {
