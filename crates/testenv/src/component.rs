@@ -110,7 +110,8 @@ impl TestEnv {
         self.start_eviction_request_controller_on("lifecycle").await
     }
 
-    async fn start_eviction_request_controller_on(&self, api: &str) -> Result<Component> {
+    /// The same with `--api=<api>` (`crd`, `lifecycle` or `auto`).
+    pub async fn start_eviction_request_controller_on(&self, api: &str) -> Result<Component> {
         let ns = self.namespace.as_str();
         let api = format!("--api={api}");
         let mut controller = self.start_component(

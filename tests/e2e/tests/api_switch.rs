@@ -35,22 +35,7 @@ const INTERCEPTOR: &str = "migrate.example.com";
 
 /// Starts the controller (no webhook) for this namespace with `--api api`; waits for its Lease.
 async fn start(env: &TestEnv, api: &str) -> Result<Component> {
-    let ns = env.namespace.as_str();
-    let api = format!("--api={api}");
-    let mut component = env.start_component(
-        "evictionrequest-controller",
-        &[
-            "--roles=controller",
-            &api,
-            "--namespace",
-            ns,
-            "--leader-election-namespace",
-            ns,
-            "--eviction-backoff-initial=200ms",
-            "--eviction-backoff-max=1s",
-        ],
-    )?;
-    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    let component = env.start_eviction_request_controller_on(api).await?;
     let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
     while component.metric_value("evictkit_leader")? != Some(1.0) {
         ensure!(
