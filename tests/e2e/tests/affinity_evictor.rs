@@ -1247,17 +1247,34 @@ async fn replaced_agent(env: &TestEnv, before: &Pod) -> Result<Pod> {
 }
 
 /// What `kubectl rollout restart` writes: an update of the DaemonSet's pod template.
-async fn rollout_restart(env: &TestEnv, at: &str) -> Result<DaemonSet> {
-    Ok(env
-        .api::<DaemonSet>()
-        .patch(
-            "agent",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
-                "kubectl.kubernetes.io/restartedAt": at
-            }}}}})),
-        )
-        .await?)
+/// `kubectl rollout restart` of the DaemonSet, repeated until its template as the webhook left
+/// it satisfies `done` (or the patience ends; the caller asserts): the apiserver acts on a
+/// webhook configuration a moment after it is created, so an update right after the evictor's
+/// restart can pass through none.
+async fn rollout_restart_until(
+    env: &TestEnv,
+    at: &str,
+    done: impl Fn(&DaemonSet) -> bool,
+) -> Result<DaemonSet> {
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let mut attempt = 0;
+    loop {
+        let updated = env
+            .api::<DaemonSet>()
+            .patch(
+                "agent",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                    "kubectl.kubernetes.io/restartedAt": format!("{at}-{attempt}")
+                }}}}})),
+            )
+            .await?;
+        if done(&updated) || tokio::time::Instant::now() >= deadline {
+            return Ok(updated);
+        }
+        attempt += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// KEP-4328's rollback test for DaemonSets (its Test2), and issue 28's finding 4 for templates
@@ -1300,7 +1317,7 @@ async fn daemonset_rollback_the_merge_comes_out_while_off_and_back_when_on() -> 
 
     // Off: the next update takes the merge out; a removed label removes nothing.
     let evictor = restart(&env, evictor, &["--enabled=false"]).await?;
-    let updated = rollout_restart(&env, "off").await?;
+    let updated = rollout_restart_until(&env, "off", |d| merged(d) == (false, false)).await?;
     ensure!(
         merged(&updated) == (false, false),
         "the merge is still in the template: {:?}",
@@ -1338,7 +1355,7 @@ async fn daemonset_rollback_the_merge_comes_out_while_off_and_back_when_on() -> 
 
     // On again: the next update merges it back in; a removed label evicts the pod for good.
     let evictor = restart(&env, evictor, &[]).await?;
-    let updated = rollout_restart(&env, "on").await?;
+    let updated = rollout_restart_until(&env, "on", |d| merged(d) == (true, true)).await?;
     ensure!(
         merged(&updated) == (true, true),
         "not merged again: {:?}",
