@@ -13,15 +13,17 @@
 //! - any other metric of one component is `evictkit_<component>_<name>`, `<component>` the
 //!   binary's name in snake case (`evictkit_taint_manager_paused_zones`);
 //! - `process_*` is the prometheus crate's process collector (CPU, memory, file descriptors;
-//!   Linux only), named as every Prometheus client names it.
+//!   Linux only), named as every Prometheus client names it;
+//! - `evictkit_tokio_alive_tasks` and `evictkit_open_connections` are read when /metrics is
+//!   scraped: the tasks alive in the binary's tokio runtime and the established TCP connections
+//!   of its network namespace (a pod's own), so a soak sees a task or connection leak.
 //!
 //! Units and types follow Prometheus' conventions: counters end in `_total`, durations are
 //! histograms in `_seconds`. A labelled series that alerts take a `rate()` of is created at
 //! start-up (with its label values known then), so it exists, at 0, before the first event.
 //!
-//! Three families are older than the rule and keep their names until the e2e tests, benches and
-//! dashboards that read them are renamed with them: `pdb_policy_webhook_*`,
-//! `descheduler_bridge_pod_evacuations*` and `evictkit_evictionrequest_*`.
+//! [`Metrics::register`] refuses a name that breaks the rule, so a binary whose names drift does
+//! not start (and its tests fail), rather than leave an alert that never fires.
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -47,10 +49,47 @@ pub(crate) const EVICTION_OUTCOMES: [&str; 7] = [
     "error",
 ];
 
+/// The names a KEP, or the upstream component evictkit replaces, gives, kept exactly; one ending
+/// in `_` stands for every name it begins.
+const UPSTREAM_NAMES: [&str; 9] = [
+    // KEP-4328
+    "evictions_node_affinity_total",
+    "pod_failed_eviction_node_affinity_total",
+    // kube-controller-manager's taint-eviction-controller (KEP-3902)
+    "taint_eviction_controller_",
+    // KEP-4563, and upstream's controllers of lifecycle.k8s.io with their client-go queues
+    "evictionrequest_controller_",
+    "imperative_eviction_responder_controller_",
+    "workqueue_",
+    // KEP-1397
+    "pod_evacuations",
+    "pod_evacuations_in_progress",
+    // every Prometheus client's process collector
+    "process_",
+];
+
+/// Whether the family `name` keeps the naming rule (module docs) in the registry of the
+/// component whose own prefix is `own_prefix` (`evictkit_taint_manager_`); `shared` when the
+/// family carries the constant `component` label.
+fn keeps_naming_rule(name: &str, own_prefix: &str, shared: bool) -> bool {
+    let upstream = UPSTREAM_NAMES.iter().any(|upstream| match upstream.strip_suffix('_') {
+        Some(_) => name.starts_with(upstream),
+        None => name == *upstream,
+    });
+    upstream
+        || (name.starts_with(own_prefix) && name.len() > own_prefix.len())
+        || (shared && name.starts_with("evictkit_"))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
     #[error("cannot register metric: {0}")]
     Register(#[source] prometheus::Error),
+    #[error(
+        "metric {name} breaks the naming rule: a name a KEP gives, evictkit_<name> with a \
+         component label, or {own_prefix}<name>"
+    )]
+    Name { name: String, own_prefix: String },
     #[error("cannot encode metrics: {0}")]
     Encode(#[source] prometheus::Error),
 }
@@ -60,10 +99,15 @@ pub enum MetricsError {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// `evictkit_<component>_`, `<component>` in snake case: the prefix of the component's own.
+    own_prefix: String,
     /// `evictkit_evictions_total{component, outcome, dry_run}`: one per eviction attempt.
     pub(crate) evictions: IntCounterVec,
     /// `evictkit_admission_reviews_total{component, webhook, allowed}`.
     pub(crate) admission_reviews: IntCounterVec,
+    /// `evictkit_admission_review_errors_total{component, webhook}`: reviews the webhook could
+    /// not decide (unreadable, or a read it needs failed or timed out).
+    pub(crate) admission_review_errors: IntCounterVec,
     /// `evictkit_leader`: 1 while this replica holds the Lease.
     pub(crate) leader: IntGauge,
     /// `evictkit_leader_terms_lost_total`: terms as leader that ended because the Lease was lost.
@@ -76,6 +120,11 @@ pub struct Metrics {
     pub(crate) reconcile_errors: IntCounterVec,
     /// `evictkit_reconcile_duration_seconds{component, controller}`.
     pub(crate) reconcile_duration: HistogramVec,
+    /// `evictkit_tokio_alive_tasks{component}`: tasks alive in the runtime, read at each scrape.
+    tokio_alive_tasks: IntGauge,
+    /// `evictkit_open_connections{component}`: established TCP connections of the network
+    /// namespace (the pod's), read at each scrape.
+    open_connections: IntGauge,
 }
 
 impl Metrics {
@@ -95,6 +144,16 @@ impl Metrics {
                 "AdmissionReviews answered, by webhook path and decision.",
             ),
             &["webhook", "allowed"],
+        )
+        .map_err(MetricsError::Register)?;
+        let admission_review_errors = IntCounterVec::new(
+            opts(
+                "evictkit_admission_review_errors_total",
+                "AdmissionReviews the webhook could not decide (unreadable, or a read it needs \
+                 failed or would outlast the apiserver's timeout), by webhook path; each is also \
+                 counted in evictkit_admission_reviews_total.",
+            ),
+            &["webhook"],
         )
         .map_err(MetricsError::Register)?;
         let leader = IntGauge::with_opts(opts(
@@ -141,33 +200,64 @@ impl Metrics {
             &["controller"],
         )
         .map_err(MetricsError::Register)?;
+        let tokio_alive_tasks = IntGauge::with_opts(opts(
+            "evictkit_tokio_alive_tasks",
+            "Tasks alive in the binary's tokio runtime when /metrics was read; a number that \
+             grows with uptime is a task leak.",
+        ))
+        .map_err(MetricsError::Register)?;
+        let open_connections = IntGauge::with_opts(opts(
+            "evictkit_open_connections",
+            "Established TCP connections of the network namespace (the pod's) when /metrics was \
+             read, from /proc/self/net/tcp and tcp6.",
+        ))
+        .map_err(MetricsError::Register)?;
         let metrics = Self {
             registry,
+            own_prefix: format!("evictkit_{}_", component.replace('-', "_")),
             evictions,
             admission_reviews,
+            admission_review_errors,
             leader,
             leader_terms_lost,
             certificate_reloads,
             reconciles,
             reconcile_errors,
             reconcile_duration,
+            tokio_alive_tasks,
+            open_connections,
         };
         metrics.register(metrics.evictions.clone())?;
         metrics.register(metrics.admission_reviews.clone())?;
+        metrics.register(metrics.admission_review_errors.clone())?;
         metrics.register(metrics.leader.clone())?;
         metrics.register(metrics.leader_terms_lost.clone())?;
         metrics.register(metrics.certificate_reloads.clone())?;
         metrics.register(metrics.reconciles.clone())?;
         metrics.register(metrics.reconcile_errors.clone())?;
         metrics.register(metrics.reconcile_duration.clone())?;
+        metrics.register(metrics.tokio_alive_tasks.clone())?;
+        metrics.register(metrics.open_connections.clone())?;
         // The crate's collector reads /proc/self; it exists on Linux only, where we run.
         #[cfg(target_os = "linux")]
         metrics.register(prometheus::process_collector::ProcessCollector::for_self())?;
         Ok(metrics)
     }
 
-    /// Registers a component's own metric.
+    /// Registers a component's own metric; refuses one whose name breaks the naming rule.
     pub fn register<C: Collector + 'static>(&self, collector: C) -> Result<(), MetricsError> {
+        for desc in collector.desc() {
+            let shared = desc
+                .const_label_pairs
+                .iter()
+                .any(|pair| pair.name() == "component");
+            if !keeps_naming_rule(&desc.fq_name, &self.own_prefix, shared) {
+                return Err(MetricsError::Name {
+                    name: desc.fq_name.clone(),
+                    own_prefix: self.own_prefix.clone(),
+                });
+            }
+        }
         self.registry
             .register(Box::new(collector))
             .map_err(MetricsError::Register)
@@ -185,6 +275,16 @@ impl Metrics {
 
     /// Everything registered, in the Prometheus text exposition format.
     pub fn encode(&self) -> Result<String, MetricsError> {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.tokio_alive_tasks
+                .set(gauge_value(runtime.metrics().num_alive_tasks()));
+        }
+        let established: usize = ["/proc/self/net/tcp", "/proc/self/net/tcp6"]
+            .iter()
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .map(|table| established_connections(&table))
+            .sum();
+        self.open_connections.set(gauge_value(established));
         let mut buffer = Vec::new();
         TextEncoder::new()
             .encode(&self.registry.gather(), &mut buffer)
@@ -192,6 +292,19 @@ impl Metrics {
         // The text encoder writes only UTF-8.
         Ok(String::from_utf8_lossy(&buffer).into_owned())
     }
+}
+
+fn gauge_value(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Established connections in a /proc/net/tcp(6) table: rows whose `st` column is `01`.
+fn established_connections(table: &str) -> usize {
+    table
+        .lines()
+        .skip(1)
+        .filter(|row| row.split_whitespace().nth(3) == Some("01"))
+        .count()
 }
 
 #[cfg(test)]
@@ -215,6 +328,46 @@ mod tests {
     }
 
     #[test]
+    fn established_connections_count_state_01_rows_only() {
+        let header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        let row = |state: &str| {
+            format!(
+                "   0: 0100007F:1F90 0100007F:C350 {state} 00000000:00000000 00:00000000 00000000 65532 0 1 1\n"
+            )
+        };
+        for (rows, expected) in [
+            (vec![], 0),
+            (vec!["0A"], 0),
+            (vec!["01"], 1),
+            (vec!["01", "0A", "01", "06"], 2),
+        ] {
+            let table =
+                header.to_owned() + &rows.iter().map(|state| row(state)).collect::<String>();
+            assert_eq!(established_connections(&table), expected, "{rows:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_scrape_reads_the_alive_tasks_and_connections() {
+        let metrics = Metrics::new("taint-manager").unwrap();
+        let _task = tokio::spawn(std::future::pending::<()>());
+        let text = metrics.encode().unwrap();
+        let tasks: i64 = text
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(r#"evictkit_tokio_alive_tasks{component="taint-manager"} "#)
+            })
+            .expect("the task gauge")
+            .parse()
+            .unwrap();
+        assert!(tasks >= 1, "{text}");
+        assert!(
+            text.contains("# TYPE evictkit_open_connections gauge"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn every_registry_exports_the_process_metrics() {
         let text = Metrics::new("taint-manager").unwrap().encode().unwrap();
         for family in [
@@ -227,6 +380,44 @@ mod tests {
                 "{family}: {text}"
             );
         }
+    }
+
+    #[test]
+    fn names_keep_the_rule() {
+        let own = "evictkit_taint_manager_";
+        // (name, shared: carries the component label, keeps the rule)
+        let cases = [
+            ("evictions_node_affinity_total", false, true),
+            ("taint_eviction_controller_pod_deletions_total", false, true),
+            ("evictionrequest_controller_active_interceptor", false, true),
+            ("workqueue_depth", false, true),
+            ("pod_evacuations", false, true),
+            ("pod_evacuations_in_progress", false, true),
+            ("pod_evacuations_total", false, false),
+            ("process_open_fds", false, true),
+            ("evictkit_taint_manager_paused_zones", false, true),
+            ("evictkit_taint_manager_", false, false),
+            ("evictkit_leader", true, true),
+            ("evictkit_leader", false, false),
+            ("evictkit_affinity_evictor_violating_pods", false, false),
+            ("pdb_policy_webhook_denials_total", false, false),
+            ("descheduler_bridge_pod_evacuations", false, false),
+            ("evictkit_evictionrequest_invalid_interceptors_total", false, false),
+        ];
+        for (name, shared, keeps) in cases {
+            assert_eq!(keeps_naming_rule(name, own, shared), keeps, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_name_that_breaks_the_rule_is_refused() {
+        let metrics = Metrics::new("pdb-policy-webhook").unwrap();
+        let old = prometheus::IntCounter::new("pdb_policy_webhook_denials_total", "old").unwrap();
+        let error = metrics.register(old).unwrap_err().to_string();
+        assert!(error.contains("evictkit_pdb_policy_webhook_<name>"), "{error}");
+        let own =
+            prometheus::IntCounter::new("evictkit_pdb_policy_webhook_denials_total", "new").unwrap();
+        metrics.register(own).unwrap();
     }
 
     #[test]
