@@ -120,17 +120,11 @@ async fn build_webhooks() -> Vec<Webhook> {
     );
 
     let pdb = metrics("pdb-policy-webhook");
-    let context = pdb_policy_webhook::admission::Context {
-        caches: pdb_policy_webhook::cache::Caches::of(
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-        ),
-        metrics: pdb_policy_webhook::metrics::WebhookMetrics::register(&pdb)
-            .expect("fresh registry"),
-        live: pdb_policy_webhook::live::Consistent::new(Arc::new(client)),
-    };
+    let context = pdb_policy_webhook::admission::Context::new(
+        pdb_policy_webhook::cache::Caches::of(Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+        pdb_policy_webhook::metrics::WebhookMetrics::register(&pdb).expect("fresh registry"),
+        pdb_policy_webhook::live::Consistent::new(Arc::new(client)),
+    );
     serve(
         "pdb-policy-webhook",
         pdb_policy_webhook::admission::webhooks(Arc::new(context), pdb).into_router(),

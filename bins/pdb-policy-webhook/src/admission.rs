@@ -3,7 +3,7 @@
 //! AdmissionResponse. Dry-run requests get the same answer: nothing here has side effects
 //! beyond metrics (the webhook configurations declare `sideEffects: None`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
@@ -29,6 +29,23 @@ pub struct Context {
     pub metrics: Arc<WebhookMetrics>,
     /// The eviction webhook's reads at the moment of the eviction.
     pub live: Consistent,
+    /// The evictions this replica allowed that its caches do not show yet.
+    pub allowed: Mutex<pdb_policy::AllowedEvictions>,
+}
+
+impl Context {
+    pub fn new(caches: Caches, metrics: Arc<WebhookMetrics>, live: Consistent) -> Self {
+        Self {
+            caches,
+            metrics,
+            live,
+            allowed: Mutex::default(),
+        }
+    }
+
+    fn allowed(&self) -> std::sync::MutexGuard<'_, pdb_policy::AllowedEvictions> {
+        self.allowed.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A decision plus its result label for the metrics.
@@ -244,8 +261,9 @@ async fn validate_eviction(
             result: "error",
         }
     };
-    let facts = match deadline.bound(facts(ctx, namespace, name, &policy)).await {
-        Ok(Ok(Some(facts))) => facts,
+    let decided = deadline.bound(decide(ctx, namespace, name, &policy, request.dry_run));
+    let denial = match decided.await {
+        Ok(Ok(Some(denial))) => denial,
         // The apiserver answers 404 itself.
         Ok(Ok(None)) => return Reviewed::allowed(),
         Ok(Err(error)) => return undecided(error.to_string()),
@@ -256,15 +274,7 @@ async fn validate_eviction(
             );
         }
     };
-    let Facts {
-        pod,
-        pdbs,
-        others,
-        circumstances,
-    } = facts;
-    let decision = eviction::decide(&pod, &pdbs);
-    let pods = with_subject(&others, &pod);
-    match pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, &policy, &circumstances) {
+    match denial {
         Some(denial) => {
             ctx.metrics
                 .denials
@@ -280,6 +290,62 @@ async fn validate_eviction(
     }
 }
 
+/// The stricter rules' answer on [`facts`], counting the evictions this replica allowed and
+/// its caches do not show yet ([`pdb_policy::AllowedEvictions`]): concurrent reviews of one
+/// PDB decide one at a time on them, so where k pods may go exactly k are allowed. An allow
+/// that takes a place of a strict count is held (a dry run's is not: nothing goes). `None`
+/// when the pod does not exist.
+async fn decide(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    policy: &PodDisruptionBudgetPolicy,
+    dry_run: bool,
+) -> Result<Option<Option<pdb_policy::StricterDenial>>, live::ReadError> {
+    loop {
+        let Some(facts) = facts(ctx, namespace, name, policy).await? else {
+            return Ok(None);
+        };
+        let Facts {
+            pod,
+            pdbs,
+            others,
+            mut circumstances,
+            fresh,
+        } = facts;
+        let pods = with_subject(&others, &pod);
+        let decision = eviction::decide(&pod, &pdbs);
+        let mut allowed = ctx.allowed();
+        let not_seen = allowed.not_seen(namespace, &pods, &pdbs, circumstances.now);
+        if not_seen != circumstances.allowed_not_seen {
+            // Another review was allowed since these facts were gathered: at a boundary it
+            // now reached, the facts are gathered again with the reads it needs.
+            circumstances.allowed_not_seen = not_seen;
+            let reads =
+                pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
+            if reads.iter().any(|read| !fresh.contains(read)) {
+                continue;
+            }
+        }
+        let denial =
+            pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, policy, &circumstances);
+        if denial.is_none()
+            && !dry_run
+            && pdb_policy::takes_a_strict_place(
+                &pod,
+                &decision,
+                &pdbs,
+                &pods,
+                policy,
+                &circumstances,
+            )
+        {
+            allowed.allowed(&pod, circumstances.now);
+        }
+        return Ok(Some(denial));
+    }
+}
+
 /// The pod, the PDBs and the other pods of its namespace, and the pod's node-local claims, as
 /// the eviction is decided on.
 struct Facts {
@@ -287,7 +353,10 @@ struct Facts {
     pdbs: Vec<PodDisruptionBudget>,
     /// Shared with the cache: a namespace's pods are not copied per review.
     others: Vec<Arc<Pod>>,
+    /// With the allows held when the facts were gathered.
     circumstances: pdb_policy::Circumstances,
+    /// What was read from the API rather than the caches.
+    fresh: Vec<pdb_policy::FreshRead>,
 }
 
 /// The pods of the namespace, `pod` among them, as the decisions take them.
@@ -317,7 +386,10 @@ async fn facts(
         .iter()
         .position(|p| p.metadata.name.as_deref() == Some(name))
         .map(|i| others.remove(i));
-    let mut pod_is_fresh = cached.is_none();
+    let mut fresh = Vec::new();
+    if cached.is_none() {
+        fresh.push(pdb_policy::FreshRead::Pod);
+    }
     let mut pod = match cached {
         Some(pod) => pod.as_ref().clone(),
         None => match ctx.live.pod(namespace, name).await? {
@@ -327,13 +399,15 @@ async fn facts(
     };
     let mut read_fresh = true;
     loop {
-        let circumstances = live::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
+        let mut circumstances = live::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
         let decision = eviction::decide(&pod, &pdbs);
         let pods = with_subject(&others, &pod);
+        circumstances.allowed_not_seen =
+            (ctx.allowed()).not_seen(namespace, &pods, &pdbs, circumstances.now);
         let reads = pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
         let reads: Vec<_> = reads
             .into_iter()
-            .filter(|read| !(pod_is_fresh && *read == pdb_policy::FreshRead::Pod))
+            .filter(|read| !fresh.contains(read))
             .collect();
         if !read_fresh || reads.is_empty() {
             return Ok(Some(Facts {
@@ -341,6 +415,7 @@ async fn facts(
                 pdbs,
                 others,
                 circumstances,
+                fresh,
             }));
         }
         // One round of reads: the answer on fresh facts is final.
@@ -364,17 +439,17 @@ async fn facts(
                 }
             },
         )?;
-        if let Some(fresh) = fresh_pod {
-            let Some(fresh) = fresh else {
+        if let Some(fresh_pod) = fresh_pod {
+            let Some(fresh_pod) = fresh_pod else {
                 return Ok(None);
             };
-            pod = fresh;
-            pod_is_fresh = true;
+            pod = fresh_pod;
         }
-        if let (Some(pdb_name), Some(fresh)) = (pdb_name, fresh_pdb) {
+        if let (Some(pdb_name), Some(fresh_pdb)) = (pdb_name, fresh_pdb) {
             pdbs.retain(|p| p.metadata.name.as_deref() != Some(pdb_name));
-            pdbs.extend(fresh);
+            pdbs.extend(fresh_pdb);
         }
+        fresh.extend(reads);
     }
 }
 

@@ -98,11 +98,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let reads = evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)
             .await
             .context("connecting to the Kubernetes API for the eviction webhook's reads")?;
-        let ctx = Arc::new(Context {
-            caches: caches.clone(),
-            metrics: own_metrics.clone(),
-            live: live::Consistent::new(Arc::new(reads)),
-        });
+        let ctx = Arc::new(Context::new(
+            caches.clone(),
+            own_metrics.clone(),
+            live::Consistent::new(Arc::new(reads)),
+        ));
         let webhooks = admission::webhooks(ctx, manager.metrics().clone());
         manager.serve_webhooks(webhooks, "admission webhooks")?;
     }

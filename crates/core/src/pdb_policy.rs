@@ -315,10 +315,12 @@ fn object_id(pdb: &PodDisruptionBudget) -> String {
     object_id_of(&pdb.metadata.namespace, &pdb.metadata.name)
 }
 
+mod allowed;
 mod explain;
 mod stricter;
 #[cfg(test)]
 mod tests;
 
+pub use allowed::*;
 pub use explain::*;
 pub use stricter::*;

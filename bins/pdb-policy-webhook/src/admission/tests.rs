@@ -142,12 +142,12 @@ fn context_with(caches: Caches, live: Live) -> Arc<Context> {
 }
 
 fn context_reading(caches: Caches, live: Arc<Live>) -> Arc<Context> {
-    let metrics = Metrics::new("test").unwrap();
-    Arc::new(Context {
+    let metrics = Metrics::new("pdb-policy-webhook").unwrap();
+    Arc::new(Context::new(
         caches,
-        metrics: WebhookMetrics::register(&metrics).unwrap(),
-        live: Consistent::new(live),
-    })
+        WebhookMetrics::register(&metrics).unwrap(),
+        Consistent::new(live),
+    ))
 }
 
 fn request(resource: Value, name: &str, object: Value) -> Value {
@@ -740,4 +740,46 @@ async fn eviction_webhook_shares_one_read_per_object_between_concurrent_reviews(
     let reads = live.reads.lock().unwrap().clone();
     let count = |read: &str| reads.iter().filter(|r| *r == read).count();
     assert_eq!((count("pod web-0"), count("pdb web")), (1, 1), "{reads:?}");
+}
+
+/// An eviction review as an evictor sends it, not a dry run.
+async fn evict_for_real(ctx: Arc<Context>, name: String) -> AdmissionResponse {
+    let mut review = eviction_review(&name);
+    review["request"]["dryRun"] = json!(false);
+    answer(ctx, "validate-eviction", review).await
+}
+
+/// Issue 30, the boundary case: N concurrent reviews of one PDB where k may go allow exactly k
+/// on one replica (each decided on the same cached snapshot, all N were allowed), and read the
+/// PDB at most once per round trip between them.
+#[tokio::test]
+async fn eviction_webhook_allows_exactly_what_the_budget_spares_among_concurrent_reviews() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let pods: Vec<Pod> = (0..8).map(|i| pod(&format!("web-{i}"), synced)).collect();
+    // (minAvailable as desiredHealthy of 8, allowed k)
+    for (desired, k) in [(7, 1), (6, 2), (5, 3)] {
+        let live = Arc::new(Live {
+            pods: pods.clone(),
+            pdbs: vec![synced_budget(desired, 8)],
+            latency: std::time::Duration::from_millis(100),
+            ..Live::default()
+        });
+        let caches = Caches::of(
+            pods.clone(),
+            live.pdbs.clone(),
+            vec![namespace("team")],
+            vec![strict(&["example.com/Synced"], false)],
+        );
+        let ctx = context_reading(caches, live.clone());
+        let reviews = (0..8).map(|i| evict_for_real(ctx.clone(), format!("web-{i}")));
+        let responses = futures::future::join_all(reviews).await;
+        let allowed = responses.iter().filter(|r| r.allowed).count();
+        assert_eq!(allowed, k, "desiredHealthy {desired}");
+        let reads = live.reads.lock().unwrap().clone();
+        let pdb_reads = reads.iter().filter(|r| *r == "pdb web").count();
+        assert!(
+            (1..=k).contains(&pdb_reads),
+            "desiredHealthy {desired}: {reads:?}"
+        );
+    }
 }

@@ -31,6 +31,9 @@ pub struct Circumstances {
     /// The pod's volumes whose PersistentVolumeClaim is bound to a node-local
     /// PersistentVolume ([`is_node_local`]), resolved by the caller through [`claim_volumes`].
     pub node_local_claims: BTreeSet<String>,
+    /// Pods of the namespace this replica allowed to be evicted and has not seen going yet
+    /// ([`super::AllowedEvictions`]): the strict count takes them as gone already.
+    pub allowed_not_seen: BTreeSet<String>,
 }
 
 impl Circumstances {
@@ -39,6 +42,7 @@ impl Circumstances {
         Self {
             now,
             node_local_claims: BTreeSet::new(),
+            allowed_not_seen: BTreeSet::new(),
         }
     }
 }
@@ -56,25 +60,8 @@ pub fn stricter_eviction(
 ) -> Option<StricterDenial> {
     let rules = policy.spec.eviction.as_ref()?;
     let policy_name = name_of(&policy.metadata.name);
-    // The budget's counters here may be behind the apiserver's, which decides after this
-    // webhook on its own read: a refusal by the counters (exhausted, not yet observed, ...) may
-    // be an allow there, so the rules hold whatever they say.
-    let pdb_name = match &decision.outcome {
-        Outcome::UnhealthyPodAlwaysAllowed { pdb }
-        | Outcome::UnhealthyPodHealthyBudget { pdb, .. }
-        | Outcome::BudgetAllows { pdb, .. }
-        | Outcome::BudgetNotObserved { pdb, .. }
-        | Outcome::NegativeDisruptionsAllowed { pdb, .. }
-        | Outcome::TooManyDisruptedPods { pdb, .. }
-        | Outcome::NoDisruptionsAllowed { pdb, .. } => pdb,
-        Outcome::PdbsIgnored(_)
-        | Outcome::NoPdb
-        | Outcome::MultiplePdbs { .. }
-        | Outcome::UnrecognizedUnhealthyPodEvictionPolicy { .. } => return None,
-    };
-    let pdb = pdbs
-        .iter()
-        .find(|p| p.metadata.name.as_ref() == Some(pdb_name))?;
+    let pdb = decided_pdb(decision, pdbs)?;
+    let pdb_name = &name_of(&pdb.metadata.name);
     let unhealthy_path = UnhealthyPath::of(pod, pdb);
     let deny = |rule: Rule, why: String| StricterDenial {
         rule,
@@ -119,6 +106,58 @@ pub fn stricter_eviction(
     })
 }
 
+/// Whether allowing the eviction of `pod` takes a place of a strict count (the pod counts in
+/// one): the webhook then holds the allow until its caches see the pod go
+/// ([`super::AllowedEvictions`]). Same arguments as [`stricter_eviction`], which allows it.
+pub fn takes_a_strict_place(
+    pod: &Pod,
+    decision: &EvictionDecision,
+    pdbs: &[PodDisruptionBudget],
+    pods: &[&Pod],
+    policy: &PodDisruptionBudgetPolicy,
+    circumstances: &Circumstances,
+) -> bool {
+    let Some(rules) = policy.spec.eviction.as_ref() else {
+        return false;
+    };
+    let Some(pdb) = decided_pdb(decision, pdbs) else {
+        return false;
+    };
+    !rules.required_pod_conditions.is_empty()
+        && UnhealthyPath::of(pod, pdb) != UnhealthyPath::AlwaysAllow
+        && strict_count(
+            pod,
+            pdb,
+            pods,
+            &rules.required_pod_conditions,
+            circumstances,
+        )
+        .subject_counted
+}
+
+/// The PDB `decision` decided on, also where its counters refuse: the apiserver decides after
+/// this webhook on its own read, so the stricter rules hold whatever the counters here say.
+fn decided_pdb<'a>(
+    decision: &EvictionDecision,
+    pdbs: &'a [PodDisruptionBudget],
+) -> Option<&'a PodDisruptionBudget> {
+    let pdb_name = match &decision.outcome {
+        Outcome::UnhealthyPodAlwaysAllowed { pdb }
+        | Outcome::UnhealthyPodHealthyBudget { pdb, .. }
+        | Outcome::BudgetAllows { pdb, .. }
+        | Outcome::BudgetNotObserved { pdb, .. }
+        | Outcome::NegativeDisruptionsAllowed { pdb, .. }
+        | Outcome::TooManyDisruptedPods { pdb, .. }
+        | Outcome::NoDisruptionsAllowed { pdb, .. } => pdb,
+        Outcome::PdbsIgnored(_)
+        | Outcome::NoPdb
+        | Outcome::MultiplePdbs { .. }
+        | Outcome::UnrecognizedUnhealthyPodEvictionPolicy { .. } => return None,
+    };
+    pdbs.iter()
+        .find(|p| p.metadata.name.as_ref() == Some(pdb_name))
+}
+
 /// The strict count of a PDB's pods with `pod` evicted.
 struct StrictCount {
     desired: i32,
@@ -153,9 +192,13 @@ fn strict_count(
                 .is_ok_and(|t| t > circumstances.now)
         })
     };
+    let allowed_not_seen = |p: &Pod| {
+        (p.metadata.name.as_ref()).is_some_and(|n| circumstances.allowed_not_seen.contains(n))
+    };
     let strictly_healthy = |p: &Pod| {
         p.metadata.deletion_timestamp.is_none()
             && !recently_disrupted(p)
+            && !allowed_not_seen(p)
             && eviction::is_pod_ready(p)
             && required_pod_conditions
                 .iter()

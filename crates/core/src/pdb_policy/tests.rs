@@ -1,7 +1,7 @@
 //! Table tests: one tuple a case.
 #![allow(clippy::type_complexity)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use evictkit_api::{PodDisruptionBudgetPolicySpec, StricterEviction};
@@ -682,8 +682,8 @@ fn stricter_eviction_counts_disrupted_pods_and_follows_claims() {
         let pdbs = [budget];
         let decision = eviction::decide(&subject, &pdbs);
         let circumstances = Circumstances {
-            now,
             node_local_claims: local.iter().map(|v| v.to_string()).collect(),
+            ..Circumstances::at(now)
         };
         let refs: Vec<&Pod> = pods.iter().collect();
         let got = stricter_eviction(&subject, &decision, &pdbs, &refs, &p, &circumstances);
@@ -1055,5 +1055,136 @@ fn fresh_reads_only_where_a_stale_cache_could_allow() {
         let refs: Vec<&Pod> = pods.iter().collect();
         let got = fresh_reads(&subject, &decision, &pdbs, &refs, &p, &at_now());
         assert_eq!(got, want, "{case}");
+    }
+}
+
+fn with_uid(mut pod: Pod, uid: &str) -> Pod {
+    pod.metadata.uid = Some(uid.into());
+    pod
+}
+
+/// Issue 30: an allowed eviction is held until the pod is seen going, or for the hold.
+#[test]
+fn allowed_evictions_are_held_until_the_pod_is_seen_going() {
+    let now = Timestamp::now();
+    let subject = with_uid(pod("s", "web", &["Ready"]), "1");
+    let terminating = {
+        let mut p = subject.clone();
+        p.metadata.deletion_timestamp = Some(Time(now));
+        p
+    };
+    let budget = with_status(pdb("web", Some("web"), int(1), None), 1, 2, 1);
+    let second = jiff::SignedDuration::from_secs(1);
+    // (case, the pod as the decision sees it, its PDB, time since the allow, still held)
+    let cases: Vec<(
+        &str,
+        Option<Pod>,
+        PodDisruptionBudget,
+        jiff::SignedDuration,
+        bool,
+    )> = vec![
+        (
+            "still there",
+            Some(subject.clone()),
+            budget.clone(),
+            second,
+            true,
+        ),
+        (
+            "terminating",
+            Some(terminating),
+            budget.clone(),
+            second,
+            false,
+        ),
+        ("gone", None, budget.clone(), second, false),
+        (
+            "another pod under its name",
+            Some(with_uid(subject.clone(), "2")),
+            budget.clone(),
+            second,
+            false,
+        ),
+        (
+            "in the PDB's disruptedPods",
+            Some(subject.clone()),
+            with_disrupted(budget.clone(), &[("s", second)], now),
+            second,
+            false,
+        ),
+        (
+            "held as long as the hold",
+            Some(subject.clone()),
+            budget.clone(),
+            ALLOWED_EVICTION_HOLD - second,
+            true,
+        ),
+        (
+            "past the hold: the apiserver refused it after the webhook",
+            Some(subject.clone()),
+            budget,
+            ALLOWED_EVICTION_HOLD,
+            false,
+        ),
+    ];
+    for (case, seen, budget, since, held) in cases {
+        let mut allowed = AllowedEvictions::default();
+        allowed.allowed(&subject, now - since);
+        let pods: Vec<&Pod> = seen.iter().collect();
+        let pdbs = [budget];
+        assert_eq!(
+            allowed.not_seen("other", &pods, &pdbs, now),
+            BTreeSet::new(),
+            "{case}: another namespace"
+        );
+        let want: BTreeSet<String> = held.then(|| "s".to_owned()).into_iter().collect();
+        assert_eq!(allowed.not_seen("ns", &pods, &pdbs, now), want, "{case}");
+        // Released once is released for good.
+        assert_eq!(allowed.not_seen("ns", &pods, &pdbs, now), want, "{case}");
+    }
+}
+
+/// Issue 30, the boundary case: reviews decided one after the other on the same snapshot of a
+/// PDB that spares k pods (minAvailable n-k) allow exactly k once the allowed are held; the
+/// pod of a held allow asked again is allowed again without taking a second place.
+#[test]
+fn the_strict_count_takes_held_allows_as_gone() {
+    let synced = &["Ready", "example.com/Synced"][..];
+    let policy = strict_policy(&["example.com/Synced"], false);
+    let pods: Vec<Pod> = (0..8)
+        .map(|i| with_uid(pod(&format!("web-{i}"), "web", synced), &i.to_string()))
+        .collect();
+    let refs: Vec<&Pod> = pods.iter().collect();
+    let now = Timestamp::now();
+    for k in 1..=3 {
+        let pdbs = [with_status(
+            pdb("web", Some("web"), int(8 - k), None),
+            k,
+            8,
+            8 - k,
+        )];
+        let mut allowed = AllowedEvictions::default();
+        let mut decide = |subject: &Pod| {
+            let decision = eviction::decide(subject, &pdbs);
+            let mut circumstances = Circumstances::at(now);
+            circumstances.allowed_not_seen = allowed.not_seen("ns", &refs, &pdbs, now);
+            let denial =
+                stricter_eviction(subject, &decision, &pdbs, &refs, &policy, &circumstances);
+            let takes =
+                takes_a_strict_place(subject, &decision, &pdbs, &refs, &policy, &circumstances);
+            if denial.is_none() && takes {
+                allowed.allowed(subject, now);
+            }
+            denial.is_none()
+        };
+        let passed: Vec<bool> = pods.iter().map(&mut decide).collect();
+        assert_eq!(
+            passed.iter().filter(|p| **p).count(),
+            k as usize,
+            "minAvailable {}: {passed:?}",
+            8 - k
+        );
+        assert!(decide(&pods[0]), "minAvailable {}: web-0 again", 8 - k);
+        assert!(!decide(&pods[7]), "minAvailable {}: web-7 again", 8 - k);
     }
 }
