@@ -1,5 +1,5 @@
-//! The bridge's metrics, named as KEP-1397 names them (`pod_evacuations`,
-//! `pod_evacuations_in_progress`) behind the component's prefix `descheduler_bridge_`:
+//! The bridge's metrics, named exactly as KEP-1397 names them (`pod_evacuations`,
+//! `pod_evacuations_in_progress`; a counter without `_total`, as the KEP spells it):
 //! evacuations by result (the webhook's `requested`, `repeated`, `failed`, `refused`,
 //! `already_evacuating`; the controller's `evicted`, `canceled`, `expired`, `withdrawn`) and
 //! the evacuations in progress. The webhook answers on every replica, so each replica counts the evacuations it
@@ -31,9 +31,9 @@ pub const ALREADY_EVACUATING: &str = "already_evacuating";
 
 #[derive(Clone)]
 pub struct BridgeMetrics {
-    /// `descheduler_bridge_pod_evacuations{result}`.
+    /// `pod_evacuations{result}`.
     pub evacuations: IntCounterVec,
-    /// `descheduler_bridge_pod_evacuations_in_progress`.
+    /// `pod_evacuations_in_progress`.
     in_progress: InProgress,
     /// The EvictionRequest controller's reconciles
     /// (`evictkit_reconcile*{controller="evictionrequest"}`).
@@ -69,16 +69,16 @@ impl BridgeMetrics {
     pub fn register(metrics: &Metrics) -> Result<Self, MetricsError> {
         let evacuations = IntCounterVec::new(
             Opts::new(
-                "descheduler_bridge_pod_evacuations",
-                "Descheduler evictions turned into EvictionRequests (requested, repeated, failed, refused, already_evacuating: another requester's request is evicting the pod) and how the evacuations ended (evicted, canceled, expired, withdrawn) (KEP-1397 pod_evacuations).",
+                "pod_evacuations",
+                "Descheduler evictions turned into EvictionRequests (requested, repeated, failed, refused, already_evacuating: another requester's request is evicting the pod) and how the evacuations ended (evicted, canceled, expired, withdrawn) (KEP-1397).",
             ),
             &["result"],
         )
         .map_err(MetricsError::Register)?;
         let in_progress = InProgress {
             gauge: IntGauge::new(
-                "descheduler_bridge_pod_evacuations_in_progress",
-                "EvictionRequests with the descheduler's requester that have not ended yet (KEP-1397 pod_evacuations_in_progress); exported by the Lease holder only.",
+                "pod_evacuations_in_progress",
+                "EvictionRequests with the descheduler's requester that have not ended yet (KEP-1397); exported by the Lease holder only.",
             )
             .map_err(MetricsError::Register)?,
             counted: Arc::default(),

@@ -91,7 +91,7 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
         Err(error) => {
             context.metrics.count(metrics::FAILED);
             tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot read the pod to evict");
-            return Admission::deny(
+            return Admission::undecided(
                 500,
                 format!("descheduler-bridge cannot read pod {namespace}/{name}: {error}"),
             );
@@ -104,7 +104,7 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
             context.metrics.count(metrics::FAILED);
             tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot read the pod's EvictionRequests");
             // Not allowed: the pod may be under another requester's eviction.
-            return Admission::deny(
+            return Admission::undecided(
                 500,
                 format!(
                     "descheduler-bridge cannot read the EvictionRequests of pod {namespace}/{name}: {error}"
@@ -131,7 +131,7 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
                         core::evacuation_message(namespace, name, &request_name),
                     )
                 }
-                Err(error) => Admission::deny(500, format!("descheduler-bridge: {error}")),
+                Err(error) => Admission::undecided(500, format!("descheduler-bridge: {error}")),
             }
         }
         Admit::Evacuate => evacuate(&context, &pod, namespace, name).await,
@@ -189,7 +189,7 @@ async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> 
             context.metrics.count(metrics::FAILED);
             tracing::warn!(pod = %id, %error, "cannot request the eviction");
             // Not allowed: letting the eviction through would skip the pod's interceptors.
-            return Admission::deny(
+            return Admission::undecided(
                 500,
                 format!("descheduler-bridge cannot request the eviction of pod {id}: {error}"),
             );

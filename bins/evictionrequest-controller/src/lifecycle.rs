@@ -65,7 +65,7 @@ pub struct Settings {
     pub evictions: EvictionClient,
     pub recorder: EventRecorder,
     pub metrics: LifecycleMetrics,
-    /// `evictkit_evictionrequest_pod_live_reads_total` ([`crate::target_pod`]).
+    /// `evictkit_evictionrequest_controller_pod_live_reads_total` ([`crate::target_pod`]).
     pub pod_live_reads: prometheus::IntCounterVec,
     pub config: core::Config,
     pub backoff: Backoff,

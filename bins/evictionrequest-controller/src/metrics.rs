@@ -34,12 +34,12 @@ const RESULTS: [&str; 3] = [EVICTED, IN_BACKGROUND, FAILED];
 
 type Key = ObjectRef<EvictionRequest>;
 
-/// `evictkit_evictionrequest_pod_live_reads_total{found}` of either mode: target pods read from
+/// `evictkit_evictionrequest_controller_pod_live_reads_total{found}` of either mode: target pods read from
 /// the API because the cache had none of the request's UID (`found`: the API had it).
 pub fn pod_live_reads(metrics: &Metrics) -> Result<IntCounterVec, MetricsError> {
     metrics.add(IntCounterVec::new(
             Opts::new(
-                "evictkit_evictionrequest_pod_live_reads_total",
+                "evictkit_evictionrequest_controller_pod_live_reads_total",
                 "Target pods read from the API because the pod cache had no pod of the request's name and UID (found: whether the API had it).",
             ),
             &["found"],
@@ -141,7 +141,7 @@ impl RequestMetrics {
                 ),
             )?,
             invalid_interceptors: metrics.add(IntCounter::new(
-                    "evictkit_evictionrequest_invalid_interceptors_total",
+                    "evictkit_evictionrequest_controller_invalid_interceptors_total",
                     "EvictionRequests canceled because their pod's evictkit.io/eviction-interceptors annotation is malformed.",
                 ),
             )?,
@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn unfinished_work_counts_the_reconciles_in_progress() {
-        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let metrics = Arc::new(Metrics::new("evictionrequest-controller").unwrap());
         let queue = RequestMetrics::register(&metrics).unwrap().queue;
         let key = Key::new("uid-1").within("ns");
         let value = |queue: &QueueMetrics| {
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn queues_of_one_registry_are_told_apart_by_name() {
-        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let metrics = Arc::new(Metrics::new("evictionrequest-controller").unwrap());
         let requests = QueueMetrics::register(&metrics, "requests").unwrap();
         let evictions = QueueMetrics::register(&metrics, "evictions").unwrap();
         let key = Key::new("uid-1").within("ns");

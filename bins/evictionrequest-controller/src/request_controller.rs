@@ -37,7 +37,7 @@ pub(crate) struct Settings {
     pub(crate) evictions: EvictionClient,
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: RequestMetrics,
-    /// `evictkit_evictionrequest_pod_live_reads_total` ([`target_pod`]).
+    /// `evictkit_evictionrequest_controller_pod_live_reads_total` ([`target_pod`]).
     pub(crate) pod_live_reads: prometheus::IntCounterVec,
     pub(crate) config: core::Config,
     pub(crate) backoff: Backoff,

@@ -6,7 +6,7 @@
 //! the same name while the cache still holds the predecessor's UID. Judged on the cache alone,
 //! such a request would be refused for good ("not found", "UID mismatch") or read as evicted.
 //! A cache miss is confirmed by one GET before any such decision; the GETs are counted in
-//! `evictkit_evictionrequest_pod_live_reads_total{found}`. A pod whose deletion the watch
+//! `evictkit_evictionrequest_controller_pod_live_reads_total{found}`. A pod whose deletion the watch
 //! reported needs no GET: once evicted, every later look at its requests would otherwise read
 //! it again ([`TargetPods::observe`]).
 
@@ -25,7 +25,7 @@ use prometheus::IntCounterVec;
 pub(crate) struct TargetPods {
     client: Client,
     cache: Store<Pod>,
-    /// `evictkit_evictionrequest_pod_live_reads_total{found}` ([`crate::metrics::pod_live_reads`]).
+    /// `evictkit_evictionrequest_controller_pod_live_reads_total{found}` ([`crate::metrics::pod_live_reads`]).
     live_reads: IntCounterVec,
     deleted: Arc<Mutex<Deleted>>,
 }

@@ -149,7 +149,7 @@ async fn validate(
         ),
         Err(error) => {
             tracing::warn!(%error, "SubjectAccessReview failed");
-            Admission::deny(
+            Admission::undecided(
                 500,
                 format!(
                     "cannot check whether user {username:?} may delete pod {namespace}/{}: {error}",

@@ -252,7 +252,7 @@ async fn validate_eviction(
     let undecided = |why: String| {
         tracing::warn!(pod = %pod_id, %why, "cannot decide the eviction");
         Reviewed {
-            admission: Admission::deny(
+            admission: Admission::undecided(
                 429,
                 format!(
                     "pdb-policy-webhook cannot decide the eviction of pod {pod_id}: {why}; retry"

@@ -13,23 +13,23 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaug
 const WEBHOOKS: [&str; 3] = ["mutate-pdb", "validate-pdb", "validate-eviction"];
 
 pub struct WebhookMetrics {
-    /// `pdb_policy_webhook_admission_requests_total{webhook, result}`; result is `allowed`,
+    /// `evictkit_pdb_policy_webhook_admission_requests_total{webhook, result}`; result is `allowed`,
     /// `warned`, `mutated`, `denied`, or `error` (an eviction denied because a live read
     /// failed or would have outlasted the apiserver's timeout).
     pub requests: IntCounterVec,
-    /// `pdb_policy_webhook_admission_duration_seconds{webhook}`.
+    /// `evictkit_pdb_policy_webhook_admission_duration_seconds{webhook}`.
     pub duration: HistogramVec,
-    /// `pdb_policy_webhook_pdbs_defaulted_total{mode}`: PDBs whose unhealthyPodEvictionPolicy
+    /// `evictkit_pdb_policy_webhook_pdbs_defaulted_total{mode}`: PDBs whose unhealthyPodEvictionPolicy
     /// the mutating webhook set (`Default`) or overwrote (`Enforce`).
     pub defaulted: IntCounterVec,
-    /// `pdb_policy_webhook_warnings_total{rule}`.
+    /// `evictkit_pdb_policy_webhook_warnings_total{rule}`.
     pub warnings: IntCounterVec,
-    /// `pdb_policy_webhook_denials_total{rule}`.
+    /// `evictkit_pdb_policy_webhook_denials_total{rule}`.
     pub denials: IntCounterVec,
-    /// `pdb_policy_webhook_nonconforming_budgets{policy}`: PDBs where the policy is in force
+    /// `evictkit_pdb_policy_webhook_nonconforming_budgets{policy}`: PDBs where the policy is in force
     /// whose unhealthyPodEvictionPolicy is not what it sets (controller role).
     pub nonconforming: IntGaugeVec,
-    /// `pdb_policy_webhook_budgets_enforced_total`: existing PDBs whose field the controller
+    /// `evictkit_pdb_policy_webhook_budgets_enforced_total`: existing PDBs whose field the controller
     /// set for an Enforce policy.
     pub enforced: IntCounter,
     /// The controller role's status reconciles
@@ -44,13 +44,13 @@ impl WebhookMetrics {
         };
         let own = Self {
             requests: counter(
-                "pdb_policy_webhook_admission_requests_total",
+                "evictkit_pdb_policy_webhook_admission_requests_total",
                 "AdmissionReviews answered, by webhook (mutate-pdb, validate-pdb, validate-eviction) and result (allowed, warned, mutated, denied, error).",
                 &["webhook", "result"],
             )?,
             duration: HistogramVec::new(
                 HistogramOpts::new(
-                    "pdb_policy_webhook_admission_duration_seconds",
+                    "evictkit_pdb_policy_webhook_admission_duration_seconds",
                     "Time to decide one AdmissionReview, by webhook.",
                 )
                 .buckets(vec![
@@ -60,30 +60,30 @@ impl WebhookMetrics {
             )
             .map_err(MetricsError::Register)?,
             defaulted: counter(
-                "pdb_policy_webhook_pdbs_defaulted_total",
+                "evictkit_pdb_policy_webhook_pdbs_defaulted_total",
                 "PodDisruptionBudgets whose unhealthyPodEvictionPolicy was set, by policy mode (Default, Enforce).",
                 &["mode"],
             )?,
             warnings: counter(
-                "pdb_policy_webhook_warnings_total",
+                "evictkit_pdb_policy_webhook_warnings_total",
                 "Admission warnings given, by rule.",
                 &["rule"],
             )?,
             denials: counter(
-                "pdb_policy_webhook_denials_total",
+                "evictkit_pdb_policy_webhook_denials_total",
                 "Requests denied, by rule.",
                 &["rule"],
             )?,
             nonconforming: IntGaugeVec::new(
                 Opts::new(
-                    "pdb_policy_webhook_nonconforming_budgets",
+                    "evictkit_pdb_policy_webhook_nonconforming_budgets",
                     "PodDisruptionBudgets where the policy is in force whose unhealthyPodEvictionPolicy differs from what it sets, by policy.",
                 ),
                 &["policy"],
             )
             .map_err(MetricsError::Register)?,
             enforced: IntCounter::new(
-                "pdb_policy_webhook_budgets_enforced_total",
+                "evictkit_pdb_policy_webhook_budgets_enforced_total",
                 "Existing PodDisruptionBudgets whose unhealthyPodEvictionPolicy the controller set for an Enforce policy.",
             )
             .map_err(MetricsError::Register)?,

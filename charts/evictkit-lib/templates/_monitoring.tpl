@@ -5,7 +5,8 @@ its alerts (.Values.metrics.prometheusRule.{enabled, additionalLabels}).
 
 Call with a dict: `include "evictkit.monitoring" (dict "root" . "alerts" $alerts)`, where $alerts
 is the component's own rules as a YAML list (a string). Every component also gets the no-leader
-alert while leader election is on: without a leader, its controller acts nowhere.
+alert while leader election is on (without a leader, its controller acts nowhere), and the
+webhook-errors alert while it serves webhooks (.Values.webhook.enabled).
 */}}
 {{- define "evictkit.monitoring" -}}
 {{- $root := .root -}}
@@ -14,6 +15,7 @@ alert while leader election is on: without a leader, its controller acts nowhere
 {{- $serviceMonitor := $metrics.serviceMonitor | default dict -}}
 {{- $prometheusRule := $metrics.prometheusRule | default dict -}}
 {{- $leaderElection := $root.Values.leaderElection | default dict -}}
+{{- $webhook := $root.Values.webhook | default dict -}}
 {{- if $serviceMonitor.enabled }}
 {{- if and (hasKey $service "enabled") (not $service.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.service.enabled: the ServiceMonitor selects that Service" }}
@@ -71,6 +73,21 @@ spec:
               has held the leader-election Lease for 5 minutes, so its controller acts nowhere.
               Look for Lease errors in the pods' logs (RBAC on coordination.k8s.io leases, an
               unreachable apiserver) and at evictkit_leader_terms_lost_total.
+        {{- end }}
+        {{- if $webhook.enabled }}
+        - alert: EvictkitWebhookErrors
+          expr: sum by (namespace, job, webhook) (rate(evictkit_admission_review_errors_total{ {{- include "evictkit.metricsSelector" $root -}} }[5m])) > 0
+          for: 10m
+          labels:
+            severity: warning
+          annotations:
+            summary: A webhook of {{ include "evictkit.component" $root }} cannot decide the reviews it gets.
+            description: >-
+              {{ include "evictkit.fullname" $root }} has denied AdmissionReviews at
+              {{ "{{" }} $labels.webhook {{ "}}" }} for 10 minutes because it could not decide
+              them (a read of the Kubernetes API failed or would have outlasted the apiserver's
+              timeout, or the review was unreadable); what the webhook guards waits meanwhile.
+              Its log names the objects and the errors.
         {{- end }}
         {{- with .alerts }}
         {{- . | nindent 8 }}

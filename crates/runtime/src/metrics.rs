@@ -72,10 +72,12 @@ const UPSTREAM_NAMES: [&str; 9] = [
 /// component whose own prefix is `own_prefix` (`evictkit_taint_manager_`); `shared` when the
 /// family carries the constant `component` label.
 fn keeps_naming_rule(name: &str, own_prefix: &str, shared: bool) -> bool {
-    let upstream = UPSTREAM_NAMES.iter().any(|upstream| match upstream.strip_suffix('_') {
-        Some(_) => name.starts_with(upstream),
-        None => name == *upstream,
-    });
+    let upstream = UPSTREAM_NAMES
+        .iter()
+        .any(|upstream| match upstream.strip_suffix('_') {
+            Some(_) => name.starts_with(upstream),
+            None => name == *upstream,
+        });
     upstream
         || (name.starts_with(own_prefix) && name.len() > own_prefix.len())
         || (shared && name.starts_with("evictkit_"))
@@ -402,7 +404,11 @@ mod tests {
             ("evictkit_affinity_evictor_violating_pods", false, false),
             ("pdb_policy_webhook_denials_total", false, false),
             ("descheduler_bridge_pod_evacuations", false, false),
-            ("evictkit_evictionrequest_invalid_interceptors_total", false, false),
+            (
+                "evictkit_evictionrequest_invalid_interceptors_total",
+                false,
+                false,
+            ),
         ];
         for (name, shared, keeps) in cases {
             assert_eq!(keeps_naming_rule(name, own, shared), keeps, "{name}");
@@ -414,9 +420,12 @@ mod tests {
         let metrics = Metrics::new("pdb-policy-webhook").unwrap();
         let old = prometheus::IntCounter::new("pdb_policy_webhook_denials_total", "old").unwrap();
         let error = metrics.register(old).unwrap_err().to_string();
-        assert!(error.contains("evictkit_pdb_policy_webhook_<name>"), "{error}");
-        let own =
-            prometheus::IntCounter::new("evictkit_pdb_policy_webhook_denials_total", "new").unwrap();
+        assert!(
+            error.contains("evictkit_pdb_policy_webhook_<name>"),
+            "{error}"
+        );
+        let own = prometheus::IntCounter::new("evictkit_pdb_policy_webhook_denials_total", "new")
+            .unwrap();
         metrics.register(own).unwrap();
     }
 

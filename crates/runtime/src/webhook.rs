@@ -162,6 +162,8 @@ pub enum WebhookError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admission {
     denial: Option<(u16, String)>,
+    /// The webhook could not decide: counted in `evictkit_admission_review_errors_total`.
+    undecided: bool,
     warnings: Vec<String>,
     patch: Option<json_patch::Patch>,
 }
@@ -170,6 +172,7 @@ impl Admission {
     pub fn allow() -> Self {
         Self {
             denial: None,
+            undecided: false,
             warnings: Vec::new(),
             patch: None,
         }
@@ -181,6 +184,16 @@ impl Admission {
         Self {
             denial: Some((code, message.into())),
             ..Self::allow()
+        }
+    }
+
+    /// Denies, as [`Admission::deny`], because the webhook could not decide (a read it needs
+    /// failed or would outlast the apiserver's timeout): the server counts it as an error, which
+    /// the charts alert on, where a denial by a rule is the webhook doing its job.
+    pub fn undecided(code: u16, message: impl Into<String>) -> Self {
+        Self {
+            undecided: true,
+            ..Self::deny(code, message)
         }
     }
 
@@ -249,8 +262,9 @@ fn deny_with_uid(uid: &str, code: u16, message: &str) -> AdmissionResponse {
 }
 
 /// A route's review: the body in, the response out (with the request's uid, even when the body
-/// does not parse).
-type Handler = Arc<dyn Fn(Bytes, Deadline) -> BoxFuture<'static, AdmissionResponse> + Send + Sync>;
+/// does not parse), and whether the webhook could not decide.
+type Handler =
+    Arc<dyn Fn(Bytes, Deadline) -> BoxFuture<'static, (AdmissionResponse, bool)> + Send + Sync>;
 
 #[derive(Clone)]
 struct Route {
@@ -307,6 +321,10 @@ impl Webhooks {
     {
         let handler = Arc::new(handler);
         let webhook: Arc<str> = path.into();
+        // At 0 from the start, so an alert on its rate() sees the route before its first error.
+        self.metrics
+            .admission_review_errors
+            .with_label_values(&[path]);
         let route = Route {
             path: webhook.clone(),
             handler: Arc::new(move |body: Bytes, deadline: Deadline| {
@@ -317,11 +335,12 @@ impl Webhooks {
                         Err(error) => {
                             let uid = uid_of(&body);
                             tracing::warn!(%webhook, %uid, %error, "unreadable AdmissionReview");
-                            return deny_with_uid(
+                            let denial = deny_with_uid(
                                 &uid,
                                 400,
                                 &format!("unreadable AdmissionReview: {error}"),
                             );
+                            return (denial, true);
                         }
                     };
                     // Built before the handler takes the request, so the uid cannot get lost.
@@ -333,7 +352,8 @@ impl Webhooks {
                     );
                     let decision = handler(request, deadline).await;
                     tracing::debug!(%webhook, uid = %response.uid, %object, allowed = decision.is_allowed(), "admission reviewed");
-                    decision.apply(response)
+                    let undecided = decision.undecided;
+                    (decision.apply(response), undecided)
                 })
             }),
             metrics: self.metrics.clone(),
@@ -617,13 +637,20 @@ async fn review(
     body: Bytes,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let deadline = Deadline::of_call(arrived, query.as_deref());
-    let response = (route.handler)(body, deadline).await;
+    let (response, undecided) = (route.handler)(body, deadline).await;
     let allowed = if response.allowed { "true" } else { "false" };
     route
         .metrics
         .admission_reviews
         .with_label_values(&[&route.path, allowed])
         .inc();
+    if undecided {
+        route
+            .metrics
+            .admission_review_errors
+            .with_label_values(&[&route.path])
+            .inc();
+    }
     Json(response.into_review())
 }
 
@@ -705,6 +732,43 @@ mod tests {
             .await
             .unwrap();
         serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn reviews_it_cannot_decide_are_counted_as_errors_and_denials_are_not() {
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let router = Webhooks::new(metrics.clone())
+            .route(
+                "/validate",
+                |request: AdmissionRequest<DynamicObject>| async move {
+                    match request.name.as_str() {
+                        "unknown" => Admission::undecided(429, "cannot read the pod; retry"),
+                        _ => Admission::deny(429, "Eviction triggered evacuation"),
+                    }
+                },
+            )
+            .into_router();
+        let errors = || {
+            let text = metrics.encode().unwrap();
+            let series =
+                r#"evictkit_admission_review_errors_total{component="test",webhook="/validate"} "#;
+            text.lines()
+                .find_map(|line| line.strip_prefix(series).map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {series}in {text}"))
+        };
+        assert_eq!(errors(), "0", "the series exists before the first error");
+        let denied = serde_json::to_vec(&review_of("uid-1", "denied")).unwrap();
+        assert_eq!(
+            post(&router, "/validate", denied).await["response"]["allowed"],
+            false
+        );
+        assert_eq!(errors(), "0", "a denial by a rule is no error");
+        let unknown = serde_json::to_vec(&review_of("uid-2", "unknown")).unwrap();
+        let review = post(&router, "/validate", unknown).await;
+        assert_eq!(review["response"]["status"]["code"], 429);
+        assert_eq!(errors(), "1");
+        post(&router, "/validate", b"{}".to_vec()).await;
+        assert_eq!(errors(), "2", "an unreadable review");
     }
 
     #[tokio::test]

@@ -283,7 +283,7 @@ impl TestEnv {
 }
 
 /// Fails naming the `refused` requests (of `requested`), or when `controller` read past its
-/// cache for pods that were gone (`evictkit_evictionrequest_pod_live_reads_total{found="false"}`)
+/// cache for pods that were gone (`evictkit_evictionrequest_controller_pod_live_reads_total{found="false"}`)
 /// more than once per ten requests: every pod existed when requested and went by eviction, a
 /// deletion its watch reports, so such reads are wasted calls (a few may race the watch).
 pub fn ensure_none_refused(
@@ -296,7 +296,8 @@ pub fn ensure_none_refused(
         "{} of {requested} requests refused: {refused:#?}",
         refused.len()
     );
-    let reads = controller.metric_samples("evictkit_evictionrequest_pod_live_reads_total")?;
+    let reads =
+        controller.metric_samples("evictkit_evictionrequest_controller_pod_live_reads_total")?;
     eprintln!("{reads:?}");
     let gone_reads: f64 = reads
         .iter()

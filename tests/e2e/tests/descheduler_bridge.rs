@@ -484,13 +484,11 @@ impl Bridge {
             .collect())
     }
 
-    /// The bridge's `descheduler_bridge_pod_evacuations{result}`.
+    /// The bridge's `pod_evacuations{result}`.
     fn evacuations(&self, result: &str) -> Result<f64> {
         Ok(self
             .bridge
-            .metric_value(&format!(
-                "descheduler_bridge_pod_evacuations{{result=\"{result}\"}}"
-            ))?
+            .metric_value(&format!("pod_evacuations{{result=\"{result}\"}}"))?
             .unwrap_or(0.0))
     }
 }

@@ -337,7 +337,8 @@ async fn malformed_interceptors_cancel_naming_the_entry() -> Result<()> {
     assert_eq!(reason, "ValidationFailed");
     assert!(message.contains("entry 2 \"Not_A_Name\""), "{message}");
     assert_eq!(
-        controller.metric_value("evictkit_evictionrequest_invalid_interceptors_total")?,
+        controller
+            .metric_value("evictkit_evictionrequest_controller_invalid_interceptors_total")?,
         Some(1.0)
     );
     Ok(())
@@ -1641,4 +1642,69 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
         }
     }
     evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
+}
+
+/// Issue 29 goal 4: a request without interceptors costs the controller at most 4 API writes,
+/// Events and the `--finished-ttl` deletion included (the audit log, the controller as the
+/// chart's ServiceAccount). Before: 8 (a label patch, 2 status patches, the eviction, the
+/// deletion and 3 Events: InterceptorActivated, Evicting, Evicted).
+#[tokio::test]
+async fn a_request_without_interceptors_costs_at_most_four_writes() -> Result<()> {
+    let env = env("evr-writes").await?;
+    let identity = env
+        .chart_identity("evictionrequest-controller", &[])
+        .await?;
+    let ns = env.namespace.as_str();
+    let mut controller = env.start_component_as(
+        "evictionrequest-controller",
+        &[
+            "--api=crd",
+            "--roles=controller",
+            "--namespace",
+            ns,
+            "--leader-election-namespace",
+            ns,
+            "--finished-ttl=2s",
+        ],
+        &identity.kubeconfig,
+    )?;
+    controller.wait_ready(DEFAULT_TIMEOUT).await?;
+    let pods = ["p-1", "p-2", "p-3"];
+    for name in pods {
+        let pod = ready_pod(&env, name, None).await?;
+        request_eviction(&env.client, &pod, DRAIN).await?;
+    }
+    for name in pods {
+        wait::wait_for_deletion(&env.api::<Pod>(), name, DEFAULT_TIMEOUT).await?;
+    }
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while !env
+        .api::<EvictionRequest>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .is_empty()
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "requests left after --finished-ttl; log:\n{}",
+            controller.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The audit log is written as calls complete; give the last ones a moment.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = env.writes_by(&identity.username)?;
+    let total: usize = writes.values().sum();
+    ensure!(
+        total <= 4 * pods.len(),
+        "{total} writes for {} requests ({:.2} each), more than 4 each: {writes:#?}",
+        pods.len(),
+        total as f64 / pods.len() as f64
+    );
+    ensure!(
+        writes.get("create pods/eviction") == Some(&pods.len()),
+        "one eviction per pod: {writes:#?}"
+    );
+    Ok(())
 }

@@ -636,7 +636,7 @@ async fn default_mode_fills_the_field_only_when_unset_and_enforce_overwrites_it(
         "Default mode keeps the PDB's own choice"
     );
     assert_eq!(
-        webhook.metric("pdb_policy_webhook_pdbs_defaulted_total{mode=\"Default\"}")?,
+        webhook.metric("evictkit_pdb_policy_webhook_pdbs_defaulted_total{mode=\"Default\"}")?,
         1.0
     );
 
@@ -676,10 +676,13 @@ async fn default_mode_fills_the_field_only_when_unset_and_enforce_overwrites_it(
         .await?;
     assert_eq!(policy_of(&dry), Some("AlwaysAllow"));
     assert!(pdbs.get_opt("dry").await?.is_none());
-    assert!(webhook.metric("pdb_policy_webhook_pdbs_defaulted_total{mode=\"Enforce\"}")? >= 2.0);
+    assert!(
+        webhook.metric("evictkit_pdb_policy_webhook_pdbs_defaulted_total{mode=\"Enforce\"}")?
+            >= 2.0
+    );
     assert!(
         webhook.metric(
-            "pdb_policy_webhook_admission_requests_total{result=\"mutated\",webhook=\"mutate-pdb\"}"
+            "evictkit_pdb_policy_webhook_admission_requests_total{result=\"mutated\",webhook=\"mutate-pdb\"}"
         )? >= 3.0
     );
     Ok(())
@@ -842,7 +845,7 @@ async fn existing_budgets_are_reported_and_enforce_brings_them_into_conformance(
     let webhook = Webhook::start(&[&env], "webhook,controller").await?;
     let id = |name: &str| format!("{}/{name}", env.namespace);
     let gauge = format!(
-        "pdb_policy_webhook_nonconforming_budgets{{policy=\"{}\"}}",
+        "evictkit_pdb_policy_webhook_nonconforming_budgets{{policy=\"{}\"}}",
         policy.name
     );
     let status_is = |budgets: i32, conforming: i32, others: Vec<String>| {
@@ -1066,10 +1069,15 @@ async fn overlapping_blocking_and_empty_budgets_are_denied_warned_or_allowed() -
         }
     }
     assert!(
-        webhook.metric("pdb_policy_webhook_denials_total{rule=\"NeverAllowsDisruption\"}")? >= 2.0
+        webhook
+            .metric("evictkit_pdb_policy_webhook_denials_total{rule=\"NeverAllowsDisruption\"}")?
+            >= 2.0
     );
-    assert!(webhook.metric("pdb_policy_webhook_warnings_total{rule=\"SelectsNoPods\"}")? >= 1.0);
-    assert!(webhook.metric("pdb_policy_webhook_admission_requests_total{result=\"denied\",webhook=\"validate-pdb\"}")? >= 4.0);
+    assert!(
+        webhook.metric("evictkit_pdb_policy_webhook_warnings_total{rule=\"SelectsNoPods\"}")?
+            >= 1.0
+    );
+    assert!(webhook.metric("evictkit_pdb_policy_webhook_admission_requests_total{result=\"denied\",webhook=\"validate-pdb\"}")? >= 4.0);
     Ok(())
 }
 
@@ -1208,11 +1216,13 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
     );
     assert_eq!(printed[0]["policy"], format!("{}-strict", env.namespace));
     assert!(
-        webhook.metric("pdb_policy_webhook_denials_total{rule=\"RequiredPodConditions\"}")? >= 2.0
+        webhook
+            .metric("evictkit_pdb_policy_webhook_denials_total{rule=\"RequiredPodConditions\"}")?
+            >= 2.0
     );
     assert!(
         webhook.metric(
-            "pdb_policy_webhook_denials_total{rule=\"ProtectUnhealthyPodsWithLocalStorage\"}"
+            "evictkit_pdb_policy_webhook_denials_total{rule=\"ProtectUnhealthyPodsWithLocalStorage\"}"
         )? >= 2.0
     );
     Ok(())

@@ -277,11 +277,7 @@ async fn wait_until_called(descheduler: &Client, metrics_port: u16) -> Result<()
         Err((429, _)) => {}
         other => bail!("the first eviction of web-0 got {other:?}, not 429"),
     }
-    let requested = support::metric_sum(
-        metrics_port,
-        "descheduler_bridge_pod_evacuations",
-        &["requested"],
-    )?;
+    let requested = support::metric_sum(metrics_port, "pod_evacuations", &["requested"])?;
     if requested != 1.0 {
         bail!("the bridge counted {requested} evacuations after the first eviction");
     }

@@ -337,7 +337,7 @@ async fn register(client: &Client, port: u16, ca_pem: &str, metrics_port: u16) -
 fn validate_eviction_count(metrics_port: u16) -> Result<f64> {
     support::metric_sum(
         metrics_port,
-        "pdb_policy_webhook_admission_requests_total",
+        "evictkit_pdb_policy_webhook_admission_requests_total",
         &["validate-eviction"],
     )
 }

@@ -428,7 +428,7 @@ fn reviews(metrics_port: u16) -> Result<Vec<(&'static str, f64)>> {
         .map(|&result| {
             let count = support::metric_sum(
                 metrics_port,
-                "pdb_policy_webhook_admission_requests_total",
+                "evictkit_pdb_policy_webhook_admission_requests_total",
                 &["validate-eviction", &format!("result=\"{result}\"")],
             )?;
             Ok((result, count))
