@@ -9,6 +9,7 @@ mod crds;
 mod demo;
 mod fuzz;
 mod image;
+mod links;
 mod packages;
 mod test;
 
@@ -29,6 +30,8 @@ enum Command {
     GenCrds,
     /// Fail if crds/ or the chart copies differ from what gen-crds would write.
     CheckCrds,
+    /// Fail on a dead relative link or #anchor in README.md, docs/ or a chart's README.md.
+    CheckLinks,
     /// Build, lint and render every chart, check that each chart's schema refuses bad values
     /// and that its generated README.md and values.schema.json are current, and server-side
     /// dry-run apply the output against the running control plane (start it with
@@ -62,6 +65,7 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::GenCrds => crds::generate(),
         Command::CheckCrds => crds::check(),
+        Command::CheckLinks => links::check(),
         Command::CheckCharts => charts::check(&cluster::running()?),
         Command::ChartDocs => chart_docs::generate(),
         Command::Cluster(args) => cluster::run(args),

@@ -41,6 +41,7 @@ pub fn run(args: Args) -> Result<()> {
         .then(BackgroundBuild::fuzz_targets)
         .transpose()?;
     step("cargo fmt --check", cargo(&["fmt", "--all", "--check"]))?;
+    step("documentation links", crate::links::check())?;
     step(
         "cargo clippy",
         cargo(&[
