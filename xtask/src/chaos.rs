@@ -368,6 +368,7 @@ pub fn run(args: Args) -> Result<()> {
         kcm_controllers: "*,-taint-eviction-controller".into(),
         feature_gates: String::new(),
         real_node: !stops.is_empty(),
+        kubernetes: None,
     })?;
     let rows = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -80,6 +80,13 @@ pub struct UpArgs {
     #[arg(long)]
     #[serde(default)]
     pub real_node: bool,
+    /// The Kubernetes release of the control plane, e.g. v1.35.4 (default: the one
+    /// tests/controlplane/go.mod pins), built from its Go module into
+    /// ~/.cache/evictkit/k8s-<version>. Releases before v1.37 have no EvictionRequestAPI gate and
+    /// serve no lifecycle.k8s.io: the gate is left out for them.
+    #[arg(long, value_name = "VERSION")]
+    #[serde(default)]
+    pub kubernetes: Option<String>,
 }
 
 impl Default for UpArgs {
@@ -89,6 +96,7 @@ impl Default for UpArgs {
             kcm_controllers: "*".into(),
             feature_gates: String::new(),
             real_node: false,
+            kubernetes: None,
         }
     }
 }
@@ -357,7 +365,7 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
         down()?;
     }
 
-    let bin_dir = build_control_plane()?;
+    let bin_dir = build_control_plane(args.kubernetes.as_deref())?;
     let node_ip = if args.real_node {
         real_node::ensure_packages()?;
         // Always through cargo (seconds when nothing changed): archives left from an older
@@ -432,7 +440,11 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     })?;
 
     let pki_path = |file: &str| dir.join("pki").join(file).display().to_string();
-    let feature_gates = format!("--feature-gates={}", feature_gates(&args.feature_gates));
+    let lifecycle_api = serves_lifecycle_api(args.kubernetes.as_deref())?;
+    let feature_gates = format!(
+        "--feature-gates={}",
+        feature_gates(&args.feature_gates, lifecycle_api)
+    );
     eprintln!("==> starting kube-apiserver on https://127.0.0.1:{apiserver_port}");
     let mut apiserver_args = match &node_ip {
         // Pods on the real node reach the apiserver through the `kubernetes` Service.
@@ -461,7 +473,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
         &format!("--audit-log-path={}", dir.join("audit.log").display()),
         "--audit-log-format=json",
         &feature_gates,
-        &format!("--runtime-config={}", runtime_config(&args.feature_gates)),
+        &format!(
+            "--runtime-config={}",
+            runtime_config(&args.feature_gates, lifecycle_api)
+        ),
         &format!("--service-cluster-ip-range={}", real_node::SERVICE_CIDR),
     ]));
     cluster.start("kube-apiserver", &apiserver_args)?;
@@ -555,9 +570,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     Ok(cluster)
 }
 
-/// The feature gates every component gets: upstream's EvictionRequest API on unless `extra` sets it.
-fn feature_gates(extra: &str) -> String {
-    if extra.contains(EVICTION_REQUEST_GATE) {
+/// The feature gates every component gets: upstream's EvictionRequest API on unless `extra` sets
+/// it or the release has no such gate (`lifecycle_api` false).
+fn feature_gates(extra: &str, lifecycle_api: bool) -> String {
+    if !lifecycle_api || extra.contains(EVICTION_REQUEST_GATE) {
         extra.to_string()
     } else if extra.is_empty() {
         format!("{EVICTION_REQUEST_GATE}=true")
@@ -566,11 +582,31 @@ fn feature_gates(extra: &str) -> String {
     }
 }
 
-/// The alpha group is served only with its gate on.
-fn runtime_config(extra: &str) -> String {
-    let on = feature_gates(extra).contains(&format!("{EVICTION_REQUEST_GATE}=true"));
+/// The alpha group is served only with its gate on; a release without it is not told of it
+/// (its apiserver refuses an unknown group).
+fn runtime_config(extra: &str, lifecycle_api: bool) -> String {
+    if !lifecycle_api {
+        return String::new();
+    }
+    let on = feature_gates(extra, true).contains(&format!("{EVICTION_REQUEST_GATE}=true"));
     format!("{LIFECYCLE_GROUP_VERSION}={on}")
 }
+
+/// Whether Kubernetes `version` (None: the pinned v1.37.2) has the EvictionRequestAPI gate and
+/// lifecycle.k8s.io/v1alpha1: v1.37 and later (v1.36.3's pkg/features has no such gate).
+fn serves_lifecycle_api(version: Option<&str>) -> Result<bool> {
+    let Some(version) = version else {
+        return Ok(true);
+    };
+    let minor = version
+        .strip_prefix("v1.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|minor| minor.parse::<u32>().ok())
+        .with_context(|| format!("{version} is not a Kubernetes release (v1.MINOR.PATCH)"))?;
+    Ok(minor >= FIRST_MINOR_WITH_LIFECYCLE_API)
+}
+
+const FIRST_MINOR_WITH_LIFECYCLE_API: u32 = 37;
 
 const EVICTION_REQUEST_GATE: &str = "EvictionRequestAPI";
 const LIFECYCLE_GROUP_VERSION: &str = "lifecycle.k8s.io/v1alpha1";
@@ -663,15 +699,20 @@ fn status() -> Result<()> {
     Ok(())
 }
 
-/// Runs tests/controlplane/build.sh (builds only what is missing) and returns the bin directory.
-fn build_control_plane() -> Result<PathBuf> {
+/// Runs tests/controlplane/build.sh for `version` (None: the pinned one; builds only what is
+/// missing) and returns the bin directory.
+fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
     crate::packages::ensure(
         &[crate::packages::CA_CERTIFICATES],
         "the Go module proxy (TLS)",
     )?;
     let script = crate::workspace_root().join("tests/controlplane/build.sh");
-    let output = Command::new("bash")
-        .arg(&script)
+    let mut command = Command::new("bash");
+    command.arg(&script);
+    if let Some(version) = version {
+        command.args(["--kubernetes", version]);
+    }
+    let output = command
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
@@ -935,17 +976,41 @@ mod tests {
 
     #[test]
     fn upstream_eviction_request_api_is_on_unless_named() {
-        assert_eq!(feature_gates(""), "EvictionRequestAPI=true");
-        assert_eq!(feature_gates("A=true"), "EvictionRequestAPI=true,A=true");
+        assert_eq!(feature_gates("", true), "EvictionRequestAPI=true");
         assert_eq!(
-            feature_gates("EvictionRequestAPI=false"),
+            feature_gates("A=true", true),
+            "EvictionRequestAPI=true,A=true"
+        );
+        assert_eq!(
+            feature_gates("EvictionRequestAPI=false", true),
             "EvictionRequestAPI=false"
         );
-        assert_eq!(runtime_config(""), "lifecycle.k8s.io/v1alpha1=true");
+        assert_eq!(runtime_config("", true), "lifecycle.k8s.io/v1alpha1=true");
         assert_eq!(
-            runtime_config("EvictionRequestAPI=false"),
+            runtime_config("EvictionRequestAPI=false", true),
             "lifecycle.k8s.io/v1alpha1=false"
         );
+    }
+
+    #[test]
+    fn releases_before_v1_37_get_no_eviction_request_gate() {
+        for (version, lifecycle) in [
+            (None, true),
+            (Some("v1.37.2"), true),
+            (Some("v1.38.0"), true),
+            (Some("v1.36.3"), false),
+            (Some("v1.34.4"), false),
+        ] {
+            assert_eq!(
+                serves_lifecycle_api(version).unwrap(),
+                lifecycle,
+                "{version:?}"
+            );
+        }
+        assert!(serves_lifecycle_api(Some("1.35")).is_err());
+        assert_eq!(feature_gates("", false), "");
+        assert_eq!(feature_gates("A=true", false), "A=true");
+        assert_eq!(runtime_config("", false), "");
     }
 
     #[test]

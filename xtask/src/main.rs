@@ -11,6 +11,7 @@ mod fuzz;
 mod image;
 mod links;
 mod packages;
+mod soak;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +60,11 @@ enum Command {
     /// AdmissionReview), each for a bounded time (nightly toolchain and cargo-fuzz, installed
     /// when missing).
     Fuzz(fuzz::Args),
+    /// Install the umbrella chart on a real node and churn it for --hours (all five components
+    /// exercised every minute), sampling RSS, CPU, connections, tasks, objects, Events and log
+    /// lines; fails on growth, a restart, an unexplained error line or leftovers of gone pods
+    /// (starts its own cluster: set EVICTKIT_CLUSTER_DIR).
+    Soak(soak::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         Command::Chaos(args) => chaos::run(args),
         Command::Image(args) => image::run(args),
         Command::Fuzz(args) => fuzz::run(args),
+        Command::Soak(args) => soak::run(args),
     }
 }
 

@@ -95,6 +95,7 @@ pub fn run(args: &Args) -> Result<()> {
             kcm_controllers: "*,-taint-eviction-controller,-node-lifecycle-controller".into(),
             feature_gates: String::new(),
             real_node: false,
+            kubernetes: None,
         })?;
         runtime.block_on(async {
             let client = support::client(&cluster).await?;

@@ -71,6 +71,10 @@ pub struct Args {
     /// Pods per sequence (each on a kwok node of its own), with --sequences.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// The Kubernetes release of the bench's cluster (and so of the upstream controller compared
+    /// with), e.g. v1.35.4; default: the pinned one (`cargo xtask cluster up --kubernetes`).
+    #[arg(long, value_name = "VERSION")]
+    kubernetes: Option<String>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -92,6 +96,7 @@ pub fn run(args: &Args) -> Result<()> {
         kcm_controllers: "*,-taint-eviction-controller".into(),
         feature_gates: String::new(),
         real_node: false,
+        kubernetes: args.kubernetes.clone(),
     })?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
