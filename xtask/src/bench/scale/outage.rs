@@ -53,6 +53,8 @@ pub const HEADER: &[&str] = &[
     "cpu_seconds",
     "rss_kib",
     "peak_rss_kib",
+    "events",
+    "events_per_pod",
 ];
 
 /// The audit user of upstream's controller under `--use-service-account-credentials`: it
@@ -63,6 +65,8 @@ const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:node-controller";
 const EVENT_REASON: &str = "TaintManagerEviction";
 /// Concurrent node patches of the outage (all nodes "at once", within the client's reach).
 const NODE_CONCURRENCY: usize = 32;
+/// Quiet time after which a side's Events of the outage count as all sent.
+const EVENTS_SETTLE: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -198,11 +202,25 @@ async fn run_side(
         support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
             .await
             .with_context(|| format!("{}; see {}", side.label(), measured.log.display()))?;
+    // Events still queued when the last pod went are sent after it (upstream's broadcaster
+    // holds up to 1,000): they count, so wait until they stop, at most 1.5 times their budget's
+    // time for 1,000 more.
+    let events_deadline = Instant::now() + Duration::from_secs_f64(1500.0 / qps) + EVENTS_SETTLE;
+    let mut calls = taint_controller_calls(&user, since)?;
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < EVENTS_SETTLE && Instant::now() < events_deadline {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = taint_controller_calls(&user, since)?;
+        if event_writes(&now) != event_writes(&calls) {
+            quiet_since = Instant::now();
+        }
+        calls = now;
+    }
     Ok(Run {
         deleted,
         deletes,
         tainted_at,
-        calls: taint_controller_calls(&user, since)?,
+        calls,
         cpu_seconds: measured.cpu_seconds()? - cpu_before,
         rss_kib: measured.rss_kib()?,
         peak_rss_kib: support::peak_rss_kib(measured.pid())?,
@@ -252,6 +270,15 @@ fn taint_controller_calls(user: &str, since: Timestamp) -> Result<BTreeMap<Strin
         }
     }
     Ok(calls)
+}
+
+/// The Event writes (creates and series patches) among a side's calls.
+fn event_writes(calls: &BTreeMap<String, usize>) -> usize {
+    calls
+        .iter()
+        .filter(|(call, _)| call.ends_with(" events"))
+        .map(|(_, count)| count)
+        .sum()
 }
 
 /// A kube-controller-manager with only `controllers`, each controller with a client of its
@@ -407,6 +434,7 @@ fn row(scenario: &Scenario, qps: f64, side: Side, run: &Run) -> Vec<String> {
         .map(|(_, count)| count)
         .sum();
     let budget_per_pod = budget_calls as f64 / pods;
+    let events = run.calls.get("create events").copied().unwrap_or(0);
     let bound = if budget_per_pod > 0.0 {
         qps / budget_per_pod
     } else {
@@ -432,6 +460,8 @@ fn row(scenario: &Scenario, qps: f64, side: Side, run: &Run) -> Vec<String> {
         format!("{:.2}", run.cpu_seconds),
         run.rss_kib.to_string(),
         run.peak_rss_kib.to_string(),
+        events.to_string(),
+        format!("{:.3}", events as f64 / pods),
     ]
 }
 
@@ -446,7 +476,7 @@ fn print_row(row: &[String]) {
     println!(
         "    {:<8} deleted {}/{} ({} deletes); wall {} s; taint->deletion p50 {} s p99 {} s max {} s; \
          {} deletions/s; {} calls/pod ({} on the work budget: q/k bound {}/s, {} of it); \
-         CPU {} s; RSS {} KiB (peak {})",
+         CPU {} s; RSS {} KiB (peak {}); {} Events created ({} per pod)",
         value("controller"),
         value("pods_deleted"),
         value("pods_due"),
@@ -463,5 +493,7 @@ fn print_row(row: &[String]) {
         value("cpu_seconds"),
         value("rss_kib"),
         value("peak_rss_kib"),
+        value("events"),
+        value("events_per_pod"),
     );
 }
