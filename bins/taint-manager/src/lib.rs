@@ -11,9 +11,11 @@
 //! `TaintEvictionPolicy` objects customise what happens (KEP-3902's user stories): `Evict`
 //! through the Eviction API (PodDisruptionBudgets respected), `EvictionRequest` (KEP-4563: the
 //! pod's interceptors act first; withdrawn when the pod is no longer due), `Ignore` a taint,
-//! or force-delete pods stuck terminating on unreachable nodes. A zone guard applies the node
-//! lifecycle controller's zone states: removals slow down or stop in a zone where many nodes
-//! are not ready at once.
+//! or force-delete pods stuck terminating on unreachable nodes. An opt-in zone guard
+//! (`--zone-guard`, for clusters where something other than the node lifecycle controller
+//! taints nodes) applies that controller's zone states to removals: they slow down or stop in a
+//! zone where many nodes are not ready at once. By default, as upstream, nothing is paced here:
+//! the node lifecycle controller paces the tainting of nodes.
 //!
 //! Reads top to bottom: flags, wiring, the watches ([`watches`]), `reconcile` of one pod
 //! ([`reconcile`]), and the removal it makes ([`actions`]). The decisions are in [`evictkit_core::taints`] and
@@ -53,7 +55,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{ArgAction, Parser};
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
 use evictkit_core::zone_disruption::{
@@ -110,7 +112,9 @@ a pod that does not tolerate a NoExecute taint of its node is deleted at once, a
 it with tolerationSeconds is deleted when that window ends (timed as upstream; after a restart the \
 window is recovered from the taints' timeAdded), and nothing happens to pods that tolerate it forever. Unlike upstream, \
 failed deletes are retried with backoff while the pod is due, deletes carry the pod's UID, and \
-terminating pods are not deleted again.\n\n\
+terminating pods are not deleted again. As upstream, removals are not paced by zone (the node \
+lifecycle controller paces the tainting of nodes); --zone-guard applies its zone states to pod \
+removals, for clusters where something else taints nodes.\n\n\
 A TaintEvictionPolicy (kubectl get taintevictionpolicies) selects taints, namespaces and pods and \
 sets the action: Delete, Evict (Eviction API, PodDisruptionBudgets respected), EvictionRequest \
 (KEP-4563, requester taint-manager.evictkit.io, withdrawn when the pod is no longer due) or Ignore; \
@@ -119,6 +123,15 @@ forceDeleteTerminatingAfter force-deletes pods stuck terminating on unreachable 
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Pace pod removals by zone (off by default, as upstream: kube-controller-manager's
+    /// node-lifecycle-controller paces the tainting of nodes by zone, and its
+    /// taint-eviction-controller, which this replaces, removes a tainted node's pods at once).
+    /// Turn it on only where something other than node-lifecycle-controller taints nodes
+    /// NoExecute: it applies node-lifecycle's zone states to pod removals, so a small zone
+    /// partially disrupted removes nothing, not even for a taint set by hand.
+    #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true")]
+    pub zone_guard: bool,
     /// Zone guard (kube-controller-manager's flag and default): pod removals per second in a
     /// zone whose nodes are all not ready while another zone's are not (upstream: nodes
     /// tainted per second). 0 pauses such zones. Zones in the Normal state are not paced.
@@ -220,6 +233,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .await
         .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?,
+        zone_guard: args.zone_guard,
         zone_flags: ZoneFlags {
             node_eviction_rate: args.node_eviction_rate,
             secondary_node_eviction_rate: args.secondary_node_eviction_rate,
@@ -264,6 +278,8 @@ struct Settings {
     backoff: Backoff,
     /// Asks for and withdraws EvictionRequests (action `EvictionRequest`).
     requester: Requester,
+    /// `--zone-guard`: without it, no zone state is kept and nothing is paced by zone.
+    zone_guard: bool,
     zone_flags: ZoneFlags,
     pacer: Pacer,
     namespace: Option<String>,

@@ -69,8 +69,9 @@ fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
 
 /// Node watch: a change of a node's NoExecute taints re-plans the pods on it (upstream's node
 /// updates, which it handles before pod updates; here every reconcile reads the node cache,
-/// which the watch updates first). A change of a node's taints, zone or readiness also re-runs
-/// the zone guard, and the pods of zones whose state changed are re-planned.
+/// which the watch updates first). With `--zone-guard`, a change of a node's taints, zone or
+/// readiness also re-runs the zone guard, and the pods of zones whose state changed are
+/// re-planned.
 pub fn node_changes(
     client: &Client,
     writer: reflector::store::Writer<Node>,
@@ -126,7 +127,7 @@ pub fn node_changes(
                 }
                 watcher::Event::Init => {}
             }
-            if synced && zone_may_change {
+            if context.zone_guard && synced && zone_may_change {
                 pods.extend(zone_guard(&context, &index));
             }
             stream::iter(pods)

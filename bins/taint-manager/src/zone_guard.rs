@@ -1,4 +1,5 @@
-//! The zone guard: node-lifecycle's zone states ([`evictkit_core::zone_disruption`]) applied to
+//! The zone guard (opt-in, `--zone-guard`; upstream paces nothing here, its node lifecycle
+//! controller paces the tainting of nodes): node-lifecycle's zone states ([`evictkit_core::zone_disruption`]) applied to
 //! pod removals. Per zone (region and zone), from the nodes' Ready conditions: Normal, removals
 //! at once; PartialDisruption, at `--secondary-node-eviction-rate` pod removals per second in
 //! zones larger than `--large-cluster-size-threshold`, none in smaller ones; FullDisruption, at

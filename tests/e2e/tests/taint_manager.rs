@@ -928,7 +928,42 @@ async fn stays_not_ready_and_tainted(env: &TestEnv, node: &str) -> Result<()> {
     Ok(())
 }
 
-/// Issue 15 item 2: node-lifecycle's zone states with its defaults. A zone of 4 kwok nodes, 3
+/// Issue 29: without --zone-guard the taint-manager paces nothing, as upstream's
+/// taint-eviction-controller (node-lifecycle paces the tainting of nodes, not the removal of
+/// pods). In a small zone 3 of whose 4 nodes are down (partially disrupted, where the opt-in
+/// guard would pause removals), a NoExecute taint set by hand on the 4th removes its pod at once.
+#[tokio::test]
+async fn by_default_a_partially_disrupted_zone_does_not_hold_removals_back() -> Result<()> {
+    let _shared = EXCLUSIVE.read().await;
+    let env = TestEnv::new("tm-nozone").await?;
+    let zone = [
+        (LABEL_TOPOLOGY_REGION, "e2e"),
+        (LABEL_TOPOLOGY_ZONE, env.namespace.as_str()),
+    ];
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        let node = objects::node(name, &zone, vec![]);
+        nodes.push(env.create_node(node).await?.name_any());
+    }
+    let manager = start(&env, &[]).await?;
+    for node in &nodes[..3] {
+        report_ready(&env, node, "False").await?;
+        let taint = no_execute(TAINT_NODE_NOT_READY, Some(now_seconds()));
+        set_taints(&env, node, vec![taint]).await?;
+    }
+    for node in &nodes[..3] {
+        stays_not_ready_and_tainted(&env, node).await?;
+    }
+    env.create(&pod_on("manual", &nodes[3], vec![])).await?;
+    set_taints(&env, &nodes[3], vec![no_execute(TAINT, None)]).await?;
+    deletion_of(&env, "manual", Duration::from_secs(5))
+        .await
+        .with_context(|| format!("taint-manager log: {}", manager.log_tail(20)))?;
+    ensure!(metric(&manager, "evictkit_taint_manager_paused_zones")? == 0.0);
+    release(&env).await
+}
+
+/// Issue 15 item 2 (the opt-in --zone-guard): node-lifecycle's zone states with its defaults. A zone of 4 kwok nodes, 3
 /// of them going down (more than 2, 0.75 >= 0.55, not more than 50 nodes): partial disruption,
 /// removals stop. The 4th going down too while other zones are healthy: full disruption,
 /// removals at --node-eviction-rate. Zones are region and zone.
@@ -945,7 +980,7 @@ async fn zone_guard_follows_node_lifecycle_zone_states() -> Result<()> {
         let node = objects::node(name, &zone, vec![]);
         nodes.push(env.create_node(node).await?.name_any());
     }
-    let manager = start(&env, &["--node-eviction-rate=0.5"]).await?;
+    let manager = start(&env, &["--zone-guard", "--node-eviction-rate=0.5"]).await?;
 
     for node in &nodes[..3] {
         report_ready(&env, node, "False").await?;
