@@ -70,17 +70,6 @@ impl Removal {
     }
 
     /// The note of the Event that announces the removal (upstream's for a plain Delete).
-    /// What an Event folding many pods' announcements says was done (see
-    /// `EventRecorder::publish_or_fold`).
-    fn summary(&self) -> &'static str {
-        match self {
-            Removal::Delete { .. } => "Marking for deletion",
-            Removal::Evict { .. } => "Evicting",
-            Removal::EvictionRequest { .. } => "Requesting eviction of",
-            Removal::ForceDelete => "Force deleting",
-        }
-    }
-
     fn announcement(&self, pod: &str, node: &str) -> String {
         match self {
             Removal::Delete { policy: None } => format!("Marking for deletion Pod {pod}"),
@@ -175,17 +164,7 @@ pub async fn remove(
     let announced_now = !requested_before && context.mark(key.clone());
     if announced_now {
         let note = removal.announcement(&name, node_name);
-        // Past their budget, announcements fold into one Event on the node (an outage).
-        let node_ref = node.map_or_else(
-            || ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node_name.to_owned()),
-                ..ObjectReference::default()
-            },
-            |node| node.object_ref(&()),
-        );
-        record_in_background(context, pod, note, node_ref, removal.summary());
+        record_in_background(context, pod, "Delete", note);
     }
     context.due(&key);
     if !requested_before {
@@ -448,26 +427,18 @@ async fn set_disruption_target(
     Ok(pod_condition::set(client, pod, condition).await?)
 }
 
-/// The Normal Event announcing a removal, recorded off the caller's path, as upstream's event
-/// broadcaster does: the announcement must not delay (or, under client rate limits, queue
-/// before) the removal itself. Past its kind's budget it is folded into one Event on `node`
-/// whose note begins with `summary`.
-fn record_in_background(
+/// A Normal Event recorded off the caller's path, as upstream's event broadcaster does: the
+/// announcement of a removal must not delay (or, under client rate limits, queue before) the
+/// removal itself.
+pub(crate) fn record_in_background(
     context: &Context,
     pod: &Pod,
+    action: &'static str,
     note: String,
-    node: ObjectReference,
-    summary: &'static str,
 ) {
     let (recorder, pod) = (context.recorder.clone(), pod.clone());
     spawn_in_term(context.term.clone(), async move {
-        let fold = Fold {
-            into: &node,
-            summary,
-        };
-        recorder
-            .publish_or_fold(&pod, EventType::Normal, EVENT_REASON, "Delete", &note, fold)
-            .await;
+        recorder.normal(&pod, EVENT_REASON, action, &note).await;
     });
 }
 
