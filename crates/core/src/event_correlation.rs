@@ -79,13 +79,26 @@ pub enum Correlation {
     },
 }
 
+/// What identifies the object of an Event (client-go's keys leave out the field path).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ObjectKey {
+pub(crate) struct ObjectKey {
     api_version: Option<String>,
     kind: Option<String>,
     namespace: Option<String>,
     name: Option<String>,
     uid: Option<String>,
+}
+
+impl ObjectKey {
+    pub(crate) fn of(object: &ObjectReference) -> Self {
+        Self {
+            api_version: object.api_version.clone(),
+            kind: object.kind.clone(),
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+            uid: object.uid.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -114,9 +127,34 @@ enum SeriesKey {
 
 /// A token bucket, full when first seen (golang.org/x/time/rate, as client-go's filter uses).
 #[derive(Debug, Clone)]
-struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     at: Timestamp,
+}
+
+impl Bucket {
+    /// Takes a token from `bucket` (a full one of `burst` if there is none yet), `burst` at
+    /// most, one more every `refill_every`; whether there was one.
+    pub(crate) fn take(
+        bucket: Option<Bucket>,
+        burst: u32,
+        refill_every: SignedDuration,
+        now: Timestamp,
+    ) -> (Bucket, bool) {
+        let burst = f64::from(burst);
+        let mut bucket = bucket.unwrap_or(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        let elapsed = now.duration_since(bucket.at).as_secs_f64().max(0.0);
+        bucket.tokens = (bucket.tokens + elapsed / refill_every.as_secs_f64()).min(burst);
+        bucket.at = bucket.at.max(now);
+        let allowed = bucket.tokens >= 1.0;
+        if allowed {
+            bucket.tokens -= 1.0;
+        }
+        (bucket, allowed)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -138,14 +176,14 @@ struct Series {
 /// `size` insertions is always kept, and never more than `2 * size` are (client-go's LRU keeps
 /// exactly `size`, at the price of a list node per key).
 #[derive(Debug)]
-struct Recent<K, V> {
+pub(crate) struct Recent<K, V> {
     size: usize,
     current: HashMap<K, V>,
     previous: HashMap<K, V>,
 }
 
 impl<K: Eq + Hash, V> Recent<K, V> {
-    fn new(size: usize) -> Self {
+    pub(crate) fn new(size: usize) -> Self {
         Self {
             size: size.max(1),
             current: HashMap::new(),
@@ -153,13 +191,13 @@ impl<K: Eq + Hash, V> Recent<K, V> {
         }
     }
 
-    fn take(&mut self, key: &K) -> Option<V> {
+    pub(crate) fn take(&mut self, key: &K) -> Option<V> {
         self.current
             .remove(key)
             .or_else(|| self.previous.remove(key))
     }
 
-    fn put(&mut self, key: K, value: V) {
+    pub(crate) fn put(&mut self, key: K, value: V) {
         if self.current.len() >= self.size {
             self.previous = std::mem::take(&mut self.current);
         }
@@ -197,13 +235,7 @@ impl Correlator {
 
     pub fn correlate(&mut self, event: Occurrence<'_>, now: Timestamp) -> Correlation {
         let spam = SpamKey {
-            object: ObjectKey {
-                api_version: event.regarding.api_version.clone(),
-                kind: event.regarding.kind.clone(),
-                namespace: event.regarding.namespace.clone(),
-                name: event.regarding.name.clone(),
-                uid: event.regarding.uid.clone(),
-            },
+            object: ObjectKey::of(event.regarding),
             warning: event.warning,
         };
         let group = AggregateKey {
@@ -283,19 +315,12 @@ impl Correlator {
     }
 
     fn allow(&mut self, key: SpamKey, now: Timestamp) -> bool {
-        let burst = f64::from(self.limits.spam_burst);
-        let mut bucket = self.buckets.take(&key).unwrap_or(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        let elapsed = now.duration_since(bucket.at).as_secs_f64().max(0.0);
-        let refill = elapsed / self.limits.spam_refill_every.as_secs_f64();
-        bucket.tokens = (bucket.tokens + refill).min(burst);
-        bucket.at = bucket.at.max(now);
-        let allowed = bucket.tokens >= 1.0;
-        if allowed {
-            bucket.tokens -= 1.0;
-        }
+        let (bucket, allowed) = Bucket::take(
+            self.buckets.take(&key),
+            self.limits.spam_burst,
+            self.limits.spam_refill_every,
+            now,
+        );
         self.buckets.put(key, bucket);
         allowed
     }
@@ -314,4 +339,4 @@ impl Correlator {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

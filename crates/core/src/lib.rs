@@ -11,6 +11,7 @@
 //! | [`node_selector`] | `NodeSelector` matching, a pod's required node affinity, the `evictkit.io/required-during-execution` annotation (KEP-4328) | component-helpers `nodeaffinity` |
 //! | [`affinity_eviction`] | KEP-4328: per pod on a node, violation or not; which label changes matter; folding the execution-time selector into the scheduling-time one | `nodeaffinity` |
 //! | [`event_correlation`] | which Events reach the apiserver: the spam filter per object, aggregation of similar Events, series of repeats | client-go `tools/record` `EventCorrelator` |
+//! | [`event_folding`] | many objects' Events of one kind folded into one Event on an object they share (a pod's node) once they exceed their budget, where upstream's broadcaster drops them | evictkit's own; client-go `tools/record` drops at a full queue |
 //! | [`backoff`] | the wait before an object's next attempt after failed ones, for every controller | client-go `workqueue` (per-item exponential failure rate limiter) |
 //! | [`taints`] | toleration matching and the NoExecute plan of the taint-manager (KEP-3902) | `Toleration.ToleratesTaint`, `tainteviction` controller |
 //! | [`taint_policy`] | KEP-3902: the TaintEvictionPolicy governing a taint of a pod (precedence), the per-pod plan (Delete/Evict/Ignore, upstream's toleration windows recovered after a restart, force-delete of stuck pods) | evictkit's own, on top of [`taints`] |
@@ -30,6 +31,7 @@ pub mod affinity_eviction;
 pub mod backoff;
 pub mod descheduler_bridge;
 pub mod event_correlation;
+pub mod event_folding;
 pub mod eviction;
 pub mod eviction_request;
 pub mod labels;

@@ -324,7 +324,7 @@ fn cpu_per_event_is_flat_in_the_number_of_objects() {
 }
 
 /// This thread's CPU time (Linux's schedstat, in nanoseconds).
-fn thread_cpu() -> std::time::Duration {
+pub(crate) fn thread_cpu() -> std::time::Duration {
     let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
     let nanos = stat.split_whitespace().next().unwrap().parse().unwrap();
     std::time::Duration::from_nanos(nanos)
