@@ -312,6 +312,28 @@ impl TestEnv {
             ));
     }
 
+    /// For a test that needs upstream's `lifecycle.k8s.io/v1alpha1` (Kubernetes v1.37+ with the
+    /// EvictionRequestAPI gate): false when the cluster serves it; true, with the reason printed,
+    /// when it does not (`cargo xtask test --kubernetes v1.36.3`), and the test returns at once:
+    /// `if env.skip_without_lifecycle_api().await? { return Ok(()); }`.
+    pub async fn skip_without_lifecycle_api(&self) -> Result<bool> {
+        if evictkit_runtime::lifecycle_request::served(&self.client).await? {
+            return Ok(false);
+        }
+        let version = self
+            .client
+            .apiserver_version()
+            .await
+            .map_or_else(|error| format!("unknown: {error}"), |info| info.git_version);
+        println!(
+            "SKIPPED {}: the cluster (Kubernetes {version}) serves no lifecycle.k8s.io/v1alpha1, \
+             which the test needs (Kubernetes v1.37+ with the EvictionRequestAPI gate); the \
+             components' `auto` API is the evictkit.io CRD there",
+            std::thread::current().name().unwrap_or("this test")
+        );
+        Ok(true)
+    }
+
     pub(crate) fn remember_webhook(&self, name: String, mutating: bool) {
         self.cluster_scoped
             .lock()

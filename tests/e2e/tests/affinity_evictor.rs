@@ -779,6 +779,9 @@ async fn daemonset_pod_its_template_would_recreate_is_not_evicted() -> Result<()
 #[tokio::test]
 async fn eviction_request_mode_on_the_upstream_api() -> Result<()> {
     let env = TestEnv::new("affinity-lc").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = env.start_lifecycle_controller().await?;
     let ns = env.namespace.clone();
     let evictor = start(&env, &["--mode=eviction-request"]).await?;

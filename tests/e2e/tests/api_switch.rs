@@ -79,6 +79,9 @@ async fn gone(env: &TestEnv, controller: &Component, name: &str, why: &str) -> R
 #[tokio::test]
 async fn a_rolling_switch_to_the_lifecycle_api_removes_every_pod_asked_for() -> Result<()> {
     let env = TestEnv::new("api-switch").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     env.apply_crd("EvictionRequest").await?;
     ensure!(
         ApiMode::Auto.resolve(&env.client).await? == ApiMode::Lifecycle,
@@ -135,6 +138,9 @@ async fn a_rolling_switch_to_the_lifecycle_api_removes_every_pod_asked_for() -> 
 #[tokio::test]
 async fn a_requester_moved_by_its_restart_withdraws_what_it_asked_through_the_crd() -> Result<()> {
     let env = TestEnv::new("api-switch-withdraw").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     env.apply_crd("EvictionRequest").await?;
     let _controller = start(&env, "auto").await?;
     // Before its restart the requester was on the CRD (started before the gate went on).

@@ -1051,6 +1051,14 @@ async fn complete_responder(t: &Bridge, eviction: &Eviction) -> Result<()> {
 /// the Eviction goes with it.
 #[tokio::test]
 async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
+    // setup_on starts the controller on lifecycle.k8s.io: ask the cluster first.
+    if TestEnv::new("desched-lc-probe")
+        .await?
+        .skip_without_lifecycle_api()
+        .await?
+    {
+        return Ok(());
+    }
     let t = setup_on("lifecycle", "desched-lc-flow", "1h", &[]).await?;
     let pods = t.workload_with("web", 1, &[(RESPONDER, 10000)]).await?;
     let pod = &pods[0];
@@ -1138,6 +1146,14 @@ async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
 /// request.
 #[tokio::test]
 async fn ttl_expiry_withdraws_the_lifecycle_request() -> Result<()> {
+    // setup_on starts the controller on lifecycle.k8s.io: ask the cluster first.
+    if TestEnv::new("desched-lc-probe")
+        .await?
+        .skip_without_lifecycle_api()
+        .await?
+    {
+        return Ok(());
+    }
     let t = setup_on(
         "lifecycle",
         "desched-lc-ttl",
@@ -1202,6 +1218,14 @@ const DRAIN: &str = "example.com/drain";
 /// request counts against the descheduler's per-node limit.
 #[tokio::test]
 async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result<()> {
+    // setup_on starts the controller on lifecycle.k8s.io: ask the cluster first.
+    if TestEnv::new("desched-lc-probe")
+        .await?
+        .skip_without_lifecycle_api()
+        .await?
+    {
+        return Ok(());
+    }
     let t = setup_on("lifecycle", "desched-others", "1h", &[]).await?;
     let pods = t.workload_with("web", 3, &[(RESPONDER, 10000)]).await?;
     let (plain, opted, other) = (&pods[0], &pods[1], &pods[2]);

@@ -315,6 +315,9 @@ async fn respond(
 #[tokio::test]
 async fn the_imperative_evictor_evicts_a_pod_without_responders() -> Result<()> {
     let env = TestEnv::new("lc-imperative").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let controller = start(&env, "auto").await?;
     let pod = ready_pod(&env, "web-0", &[]).await?;
     let asked = Timestamp::from_second(Timestamp::now().as_second())?;
@@ -376,6 +379,9 @@ async fn the_imperative_evictor_evicts_a_pod_without_responders() -> Result<()> 
 #[tokio::test]
 async fn responders_take_turns_by_priority_each_with_its_own_start_time() -> Result<()> {
     let env = TestEnv::new("lc-turns").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "db-0", &[(HELPER, 1000), (OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -430,6 +436,9 @@ async fn responders_take_turns_by_priority_each_with_its_own_start_time() -> Res
 #[tokio::test]
 async fn two_requesters_withdraw_one_then_both_then_one_asks_again() -> Result<()> {
     let env = TestEnv::new("lc-withdraw").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "cache-0", &[(OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -499,6 +508,9 @@ async fn two_requesters_withdraw_one_then_both_then_one_asks_again() -> Result<(
 #[tokio::test]
 async fn a_pod_deleted_by_someone_else_is_target_evicted_everywhere() -> Result<()> {
     let env = TestEnv::new("lc-deleted").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "job-0", &[(OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -534,6 +546,9 @@ async fn a_pod_deleted_by_someone_else_is_target_evicted_everywhere() -> Result<
 #[tokio::test]
 async fn a_responders_report_just_after_its_pod_is_removed_is_honoured() -> Result<()> {
     let env = TestEnv::new("lc-late-report").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "late-0", &[(OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -566,6 +581,9 @@ async fn a_responders_report_just_after_its_pod_is_removed_is_honoured() -> Resu
 #[tokio::test]
 async fn a_second_eviction_made_by_hand_is_refused() -> Result<()> {
     let env = TestEnv::new("lc-second").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "twice-0", &[(OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -611,6 +629,9 @@ async fn the_imperative_evictor_reports_the_deletion_deadline_while_its_pod_term
 -> Result<()> {
     const HOLD: &str = "example.com/hold";
     let env = TestEnv::new("lc-terminating").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let mut held = objects::pod("slow-0", "slow-0");
     held.metadata.finalizers = Some(vec![HOLD.into()]);
@@ -669,6 +690,9 @@ async fn the_imperative_evictor_reports_the_deletion_deadline_while_its_pod_term
 #[tokio::test]
 async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
     let env = TestEnv::new("lc-refused").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let grouped = env.create(&pod_group_member("gang-0", "gang")).await?;
     request(&env, &grouped, DRAIN, INTENT_EVICTION).await?;
@@ -733,6 +757,9 @@ async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
 #[tokio::test]
 async fn a_terminal_pod_is_target_evicted() -> Result<()> {
     let env = TestEnv::new("lc-terminal").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let mut pod = objects::pod("batch-0", "batch-0");
     pod.metadata.annotations = Some(
@@ -777,6 +804,9 @@ async fn a_terminal_pod_is_target_evicted() -> Result<()> {
 #[tokio::test]
 async fn the_imperative_evictor_does_not_evict_a_mirror_pod() -> Result<()> {
     let env = TestEnv::new("lc-mirror").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let mut pod = objects::pod("static-0", "static-0");
     // The apiserver accepts a mirror pod only bound to a node.
@@ -809,6 +839,9 @@ async fn the_imperative_evictor_does_not_evict_a_mirror_pod() -> Result<()> {
 #[tokio::test]
 async fn the_imperative_evictor_backs_off_while_a_budget_blocks() -> Result<()> {
     let env = TestEnv::new("lc-pdb").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "api-0", &[]).await?;
     env.create(&objects::pdb(
@@ -866,6 +899,9 @@ async fn the_imperative_evictor_backs_off_while_a_budget_blocks() -> Result<()> 
 #[tokio::test]
 async fn a_controller_restart_mid_flow_loses_nothing() -> Result<()> {
     let env = TestEnv::new("lc-restart").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let mut controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "queue-0", &[(OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -898,6 +934,9 @@ async fn a_controller_restart_mid_flow_loses_nothing() -> Result<()> {
 #[ignore = "waits out the API's 20-minute heartbeat deadline"]
 async fn a_silent_responder_is_interrupted_after_the_heartbeat_deadline() -> Result<()> {
     let env = TestEnv::new("lc-heartbeat").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let pod = ready_pod(&env, "slow-0", &[(OWNER, 10000)]).await?;
     request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
@@ -937,6 +976,9 @@ async fn a_silent_responder_is_interrupted_after_the_heartbeat_deadline() -> Res
 #[tokio::test]
 async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
     let env = TestEnv::new("lc-fresh").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let controller = start(&env, "lifecycle").await?;
     let client = env.client.clone();
     let mut refused = Vec::new();
@@ -994,6 +1036,9 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
 #[tokio::test]
 async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
     let env = TestEnv::new("lc-successor").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let _controller = start(&env, "lifecycle").await?;
     let target = |pod: &Pod| {
         let mut pod = pod.clone();
@@ -1064,6 +1109,9 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
 #[tokio::test]
 async fn the_charts_grant_what_the_upstream_api_needs() -> Result<()> {
     let env = TestEnv::new("lc-rbac").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let controller_identity = env
         .chart_identity("evictionrequest-controller", &[])
         .await?;
