@@ -24,6 +24,11 @@ pub struct Args {
     /// as pods (tests/e2e/tests/installed.rs).
     #[arg(long)]
     installed_only: bool,
+    /// The Kubernetes release of the control plane, e.g. v1.35.4 (default: the pinned one; see
+    /// `cargo xtask cluster up --kubernetes`). Tests that need lifecycle.k8s.io print why they
+    /// skip on releases without it.
+    #[arg(long, value_name = "VERSION")]
+    kubernetes: Option<String>,
     /// Passed to the end-to-end test binary, e.g. a test name filter.
     #[arg(last = true)]
     e2e_args: Vec<String>,
@@ -31,7 +36,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.installed_only {
-        return installed(args.keep_cluster, None);
+        return installed(args.keep_cluster, None, args.kubernetes);
     }
     let root = crate::workspace_root();
     disk_check(&root);
@@ -75,7 +80,10 @@ pub fn run(args: Args) -> Result<()> {
         run_command(Command::new(root.join("tests/descheduler/build.sh")).current_dir(&root)),
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
-    let control_plane = cluster::up(&test_cluster())?;
+    let control_plane = cluster::up(&cluster::UpArgs {
+        kubernetes: args.kubernetes.clone(),
+        ..test_cluster()
+    })?;
     // Every test binary runs, so one failure does not hide another.
     let mut e2e = vec!["test", "--package", "e2e", "--no-fail-fast", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
@@ -121,7 +129,7 @@ pub fn run(args: Args) -> Result<()> {
         )?;
     }
     match early_images {
-        Some(early) => installed(args.keep_cluster, Some(early)),
+        Some(early) => installed(args.keep_cluster, Some(early), args.kubernetes),
         None => Ok(()),
     }
 }
@@ -132,7 +140,11 @@ const FUZZ_SECONDS_PER_TARGET: u32 = 30;
 
 /// The installed stage: the component images, a cluster with a real node, and
 /// tests/e2e/tests/installed.rs, which helm-installs the umbrella chart there.
-fn installed(keep_cluster: bool, early_images: Option<BackgroundBuild>) -> Result<()> {
+fn installed(
+    keep_cluster: bool,
+    early_images: Option<BackgroundBuild>,
+    kubernetes: Option<String>,
+) -> Result<()> {
     let started = Instant::now();
     if let Some(early) = early_images {
         step("static release build (started early)", early.finish())?;
@@ -150,7 +162,10 @@ fn installed(keep_cluster: bool, early_images: Option<BackgroundBuild>) -> Resul
         ),
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
-    let control_plane = cluster::up(&installed_cluster())?;
+    let control_plane = cluster::up(&cluster::UpArgs {
+        kubernetes,
+        ..installed_cluster()
+    })?;
     eprintln!(
         "==> images and real-node cluster in {:.0}s",
         started.elapsed().as_secs_f64()
