@@ -2,9 +2,11 @@
 //! One binary over the components' own subcommands: pdb-policy-webhook's `explain` (a pod,
 //! or every pod of a node), evictionrequest-controller's `describe`, and a listing of the
 //! EvictionRequests of both APIs. Exit codes tell a refused eviction from an error, so a
-//! script can gate a drain on `kubectl evictkit drain-preview NODE`.
+//! script can gate a drain on `kubectl evictkit drain-preview NODE`; `drain` is kubectl drain
+//! through EvictionRequests.
 
 mod connection;
+mod drain;
 mod requests;
 
 use std::io::Write as _;
@@ -27,15 +29,30 @@ use crate::requests::Scope;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  done; for explain and drain-preview: every eviction would be allowed; for describe also
-     when the pod has no request
+  0  done; for explain and drain-preview: every eviction would be allowed; for drain: every
+     pod is gone; for describe also when the pod has no request
   1  error: the cluster cannot be reached, or the pod, node or namespace does not exist
   2  bad usage (unknown flag, missing argument)
-  3  explain and drain-preview: at least one eviction would be refused";
+  3  explain and drain-preview: at least one eviction would be refused; drain: pods are left
+     on the node (refused by drain's rules, or still there at --timeout or Ctrl-C)";
+
+/// The top-level help's examples: one per command.
+const EXAMPLES: &str = "\
+Examples:
+  kubectl evictkit explain shop/web-0
+  kubectl evictkit drain-preview node-1
+  kubectl evictkit drain node-1 node-2 --ignore-daemonsets --timeout 10m
+  kubectl evictkit requests -A
+  kubectl evictkit describe web-0 -n shop";
 
 /// Why pods will or will not evict, and the EvictionRequests in flight (evictkit).
 #[derive(Debug, Parser)]
-#[command(name = "kubectl evictkit", bin_name = "kubectl evictkit", version, after_help = EXIT_CODES)]
+#[command(
+    name = "kubectl evictkit",
+    bin_name = "kubectl evictkit",
+    version,
+    after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}")
+)]
 struct Cli {
     /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
     #[arg(long, global = true, value_name = "PATH")]
@@ -105,6 +122,12 @@ enum Command {
         #[arg(short = 'A', long)]
         all_namespaces: bool,
     },
+    /// kubectl drain, cooperative: cordons the nodes, asks each pod to go through an
+    /// EvictionRequest (lifecycle.k8s.io where served, else evictkit.io's CRD) so its
+    /// interceptors or responders act first, and shows each pod's progress; at --timeout or
+    /// Ctrl-C it withdraws its requests and says what it left.
+    #[command(after_help = EXIT_CODES)]
+    Drain(drain::DrainArgs),
     /// A pod's EvictionRequest in words: requesters, interceptors and their timeline,
     /// conditions. -o json|yaml: the pod's EvictionRequests (and lifecycle.k8s.io Evictions).
     Describe {
@@ -130,6 +153,8 @@ struct EvictionWebhook {
 enum Answer {
     Done,
     WouldBeBlocked,
+    /// drain: pods are left on the node.
+    Left,
 }
 
 impl Answer {
@@ -145,7 +170,7 @@ impl Answer {
         match result {
             Ok(Self::Done) => 0,
             Err(_) => 1,
-            Ok(Self::WouldBeBlocked) => 3,
+            Ok(Self::WouldBeBlocked | Self::Left) => 3,
         }
     }
 }
@@ -197,6 +222,7 @@ async fn run(cli: Cli) -> Result<Answer> {
             }
             Ok(Answer::Done)
         }
+        Command::Drain(args) => drain::run(&client, args).await,
         Command::Describe { pod, api } => {
             let (namespace, name) = qualify(&pod, &namespace)?;
             match cli.output.structured() {
@@ -383,6 +409,15 @@ mod tests {
         let error =
             Cli::try_parse_from(["kubectl-evictkit", "requests", "-o", "wide"]).unwrap_err();
         assert_eq!(error.exit_code(), 2);
+        // drain needs a node, and takes kubectl's duration syntax.
+        let error = Cli::try_parse_from(["kubectl-evictkit", "drain"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        let error = Cli::try_parse_from(["kubectl-evictkit", "drain", "n", "--timeout", "ten"])
+            .unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        assert!(
+            Cli::try_parse_from(["kubectl-evictkit", "drain", "n", "--timeout", "1m30s"]).is_ok()
+        );
         let help = Cli::try_parse_from(["kubectl-evictkit", "--help"])
             .unwrap_err()
             .to_string();
@@ -390,6 +425,18 @@ mod tests {
             help.contains("3  explain and drain-preview: at least one eviction would be refused"),
             "{help}"
         );
+        // Every command is listed with an example.
+        use clap::CommandFactory as _;
+        for command in Cli::command().get_subcommands() {
+            let name = command.get_name();
+            if name != "help" {
+                assert!(
+                    help.contains(&format!("  {name} "))
+                        && help.contains(&format!("kubectl evictkit {name} ")),
+                    "{name}: {help}"
+                );
+            }
+        }
         let cli = Cli::try_parse_from([
             "kubectl-evictkit",
             "describe",

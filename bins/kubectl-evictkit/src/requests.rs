@@ -11,6 +11,7 @@ use evictkit_core::eviction_request::State;
 use evictkit_core::lifecycle::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, STATE_ACTIVE,
 };
+use evictkit_core::table::{Table, age};
 use evictkit_runtime::lifecycle_request;
 use jiff::Timestamp;
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
@@ -211,7 +212,10 @@ impl Row {
                 .iter()
                 .map(|r| r.name.clone())
                 .collect(),
-            active_interceptor: status.and_then(|s| s.active_interceptors.first().cloned()),
+            // A finished request keeps its last interceptor in activeInterceptors: none acts.
+            active_interceptor: status
+                .and_then(|s| s.active_interceptors.first().cloned())
+                .filter(|_| phase == IN_PROGRESS),
             phase,
             created: created(request.metadata.creation_timestamp.as_ref()),
         }
@@ -251,7 +255,8 @@ impl Row {
             active_interceptor: eviction
                 .and_then(|e| e.status.as_ref()?.target_responders.as_ref())
                 .and_then(|responders| responders.iter().find(|r| r.state == STATE_ACTIVE))
-                .map(|r| r.name.clone()),
+                .map(|r| r.name.clone())
+                .filter(|_| phase == IN_PROGRESS),
             phase,
             created: requests
                 .iter()
@@ -273,9 +278,9 @@ fn created(time: Option<&Time>) -> Option<Timestamp> {
     time.map(|t| t.0)
 }
 
-/// kubectl's columns: upper-case headers, two spaces between columns, `<none>` for nothing.
+/// The rows as kubectl prints a table (`<none>` for nothing).
 pub fn table(rows: &[Row], now: Timestamp) -> String {
-    let header = [
+    let mut table = Table::new(&[
         "NAMESPACE",
         "POD",
         "API",
@@ -283,56 +288,24 @@ pub fn table(rows: &[Row], now: Timestamp) -> String {
         "ACTIVE INTERCEPTOR",
         "PHASE",
         "AGE",
-    ];
+    ]);
     let none = || "<none>".to_owned();
-    let cells: Vec<[String; 7]> = rows
-        .iter()
-        .map(|row| {
-            [
-                row.namespace.clone(),
-                row.pod.clone(),
-                row.api.to_owned(),
-                if row.requesters.is_empty() {
-                    none()
-                } else {
-                    row.requesters.join(",")
-                },
-                row.active_interceptor.clone().unwrap_or_else(none),
-                row.phase.clone(),
-                row.created.map_or_else(none, |t| age(now, t)),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for line in &cells {
-        for (width, cell) in widths.iter_mut().zip(line) {
-            *width = (*width).max(cell.len());
-        }
+    for row in rows {
+        table.row(vec![
+            row.namespace.clone(),
+            row.pod.clone(),
+            row.api.to_owned(),
+            if row.requesters.is_empty() {
+                none()
+            } else {
+                row.requesters.join(",")
+            },
+            row.active_interceptor.clone().unwrap_or_else(none),
+            row.phase.clone(),
+            row.created.map_or_else(none, |t| age(now, t)),
+        ]);
     }
-    let line = |cells: &[&str]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
-    let mut out = line(&header);
-    for row in &cells {
-        out.push_str(&line(&row.each_ref().map(String::as_str)));
-    }
-    out
-}
-
-/// Age in kubectl's coarse units: seconds up to two minutes, then minutes, hours, days.
-fn age(now: Timestamp, then: Timestamp) -> String {
-    let seconds = now.duration_since(then).as_secs().max(0);
-    match seconds {
-        0..120 => format!("{seconds}s"),
-        120..7_200 => format!("{}m", seconds / 60),
-        7_200..172_800 => format!("{}h", seconds / 3_600),
-        _ => format!("{}d", seconds / 86_400),
-    }
+    table.render()
 }
 
 #[cfg(test)]
@@ -361,8 +334,16 @@ mod tests {
         ]}))
         .unwrap();
         canceled.spec.target.pod.as_mut().unwrap().name = "web-1".into();
+        // The controller leaves the last interceptor in activeInterceptors once the pod went.
+        let mut evicted = request.clone();
+        evicted.status = serde_json::from_value(json!({
+            "activeInterceptors": ["imperative-eviction.k8s.io"],
+            "conditions": [{"type": "Evicted", "status": "True", "reason": "TargetDeleted", "message": "", "lastTransitionTime": "2026-11-25T11:59:00Z"}],
+        }))
+        .unwrap();
+        evicted.spec.target.pod.as_mut().unwrap().name = "web-2".into();
         let listing = Listing {
-            crd: vec![canceled, request],
+            crd: vec![canceled, evicted, request],
             ..Listing::default()
         };
         let printed = table(&listing.rows(), now());
@@ -373,6 +354,7 @@ mod tests {
                 "NAMESPACE  POD    API          REQUESTERS                                 ACTIVE INTERCEPTOR  PHASE                    AGE",
                 "shop       web-0  evictkit.io  drain.example.com,descheduler.sigs.k8s.io  backup.example.com  InProgress               3m",
                 "shop       web-1  evictkit.io  <none>                                     <none>              Canceled (NoRequesters)  3m",
+                "shop       web-2  evictkit.io  drain.example.com,descheduler.sigs.k8s.io  <none>              Evicted (TargetDeleted)  3m",
             ],
             "{printed}"
         );
@@ -441,23 +423,6 @@ mod tests {
         );
         // The pod's oldest request, withdrawn or not, dates the row.
         assert_eq!(age(now(), rows[1].created.unwrap()), "60m");
-    }
-
-    #[test]
-    fn ages_use_kubectls_coarse_units() {
-        let ago = |seconds: i64| age(now(), now() - jiff::SignedDuration::from_secs(seconds));
-        assert_eq!(
-            [
-                ago(5),
-                ago(119),
-                ago(120),
-                ago(7_199),
-                ago(7_200),
-                ago(172_800),
-                ago(-3)
-            ],
-            ["5s", "119s", "2m", "119m", "2h", "2d", "0s"].map(String::from)
-        );
     }
 
     #[test]

@@ -74,11 +74,14 @@ pub const DESCHEDULER_REQUESTER: &str = "descheduler-bridge.evictkit.io";
 pub const TAINT_MANAGER_REQUESTER: &str = "taint-manager.evictkit.io";
 /// Requester name of `affinity-evictor` in `--mode=eviction-request`.
 pub const AFFINITY_EVICTOR_REQUESTER: &str = "affinity-evictor.evictkit.io";
+/// Requester name of `kubectl evictkit drain`.
+pub const DRAIN_REQUESTER: &str = "kubectl-drain.evictkit.io";
 /// The same requesters on Kubernetes' own `lifecycle.k8s.io` API, whose `spec.requester` is a
 /// domain-prefixed key (`*.k8s.io` and `*.kubernetes.io` domains are reserved).
 pub const DESCHEDULER_REQUESTER_KEY: &str = "evictkit.io/descheduler-bridge";
 pub const TAINT_MANAGER_REQUESTER_KEY: &str = "evictkit.io/taint-manager";
 pub const AFFINITY_EVICTOR_REQUESTER_KEY: &str = "evictkit.io/affinity-evictor";
+pub const DRAIN_REQUESTER_KEY: &str = "evictkit.io/kubectl-drain";
 
 /// Standard label: the name of the application (Helm charts and the objects we create).
 pub const LABEL_APP_NAME: &str = "app.kubernetes.io/name";

@@ -21,6 +21,8 @@
 //! | [`lifecycle`] | KEP-4563 as v1.37 serves it (`lifecycle.k8s.io/v1alpha1`): one Eviction per pod aggregating EvictionRequests, requesters, responder selection and progression, conditions | the v1.37 types and `pkg/apis/lifecycle/validation`; upstream's unreleased `pkg/controller/evictionrequest` where they are silent |
 //! | [`descheduler_bridge`] | KEP-1397 through KEP-4563: which descheduler evictions become EvictionRequests (the 429 "in background" answer), and when the bridge withdraws (request ended, TTL) | the descheduler's `EvictionsInBackground` protocol (`pkg/descheduler/evictions`) |
 //! | [`requester`] | KEP-4563, requester side: whether the controller has taken a request up, refused it, or ended it without the pod going (both APIs) | evictkit's own, from the controller's `observedGeneration` and conditions |
+//! | [`drain`] | KEP-4563's canonical requester, `kubectl evictkit drain`: which pods a drain asks to go, leaves or refuses; where each pod's eviction stands | k8s.io/kubectl `pkg/drain` filters |
+//! | [`table`] | kubectl's tables for people, and its coarse ages | kubectl's printers |
 //! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
 //!
 //! Invalid user input is a typed error, never a panic; where upstream tolerates invalid input
@@ -30,6 +32,7 @@
 pub mod affinity_eviction;
 pub mod backoff;
 pub mod descheduler_bridge;
+pub mod drain;
 pub mod event_correlation;
 pub mod event_folding;
 pub mod eviction;
@@ -39,6 +42,7 @@ pub mod lifecycle;
 pub mod node_selector;
 pub mod pdb_policy;
 pub mod requester;
+pub mod table;
 pub mod taint_policy;
 pub mod taints;
 pub mod zone_disruption;
