@@ -1,18 +1,27 @@
 //! `kubectl evictkit` run the way users run it: the control plane's own kubectl finds
 //! `target/debug/kubectl-evictkit` on PATH (built by `cargo build --workspace --bins`, as the
 //! components are). Checks what each subcommand prints and its exit code: 0 allowed or done,
-//! 1 an error, 2 bad usage, 3 an eviction that would be refused.
+//! 1 an error, 2 bad usage, 3 an eviction that would be refused (drain: pods left).
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
+use evictkit_api::keys::{DRAIN_REQUESTER_KEY, IMPERATIVE_EVICTOR_RESPONDER};
 use evictkit_runtime::eviction_request::{TargetPod, request_eviction};
-use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION};
+use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
-use k8s_openapi::api::core::v1::Pod;
+use evictkit_testenv::wait::DEFAULT_TIMEOUT;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{EvictionResponder, Node, Pod};
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
 
 const CRD_REQUESTER: &str = "drain.example.com";
 const LIFECYCLE_REQUESTER: &str = "example.com/maintenance";
@@ -27,6 +36,14 @@ struct Run {
 
 /// `kubectl evictkit <args> --kubeconfig <the test cluster's>`, with target/debug first on PATH.
 fn kubectl_evictkit(env: &TestEnv, args: &[&str]) -> Result<Run> {
+    let output = plugin_command(env, args)?
+        .output()
+        .context("running kubectl evictkit")?;
+    Ok(Run::of(&output))
+}
+
+/// The command [`kubectl_evictkit`] runs, for a test that does something while it runs.
+fn plugin_command(env: &TestEnv, args: &[&str]) -> Result<Command> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
@@ -41,20 +58,25 @@ fn kubectl_evictkit(env: &TestEnv, args: &[&str]) -> Result<Run> {
         &std::env::var_os("PATH").unwrap_or_default(),
     )))?;
     let kubeconfig = env.kubeconfig().to_string_lossy().into_owned();
-    let output = Command::new(env.control_plane_bin("kubectl")?)
+    let mut command = Command::new(env.control_plane_bin("kubectl")?);
+    command
         .arg("evictkit")
         .args(args)
         .args(["--kubeconfig", &kubeconfig])
         .env("PATH", path)
         // The plugin must take the cluster from --kubeconfig, not from the environment.
-        .env_remove("KUBECONFIG")
-        .output()
-        .context("running kubectl evictkit")?;
-    Ok(Run {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
+        .env_remove("KUBECONFIG");
+    Ok(command)
+}
+
+impl Run {
+    fn of(output: &std::process::Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
 }
 
 fn pod_on(node: &str, name: &str, app: &str) -> Pod {
@@ -219,5 +241,216 @@ async fn each_subcommand_prints_its_answer_and_exits_with_its_code() -> Result<(
             "{described:?}"
         );
     }
+    Ok(())
+}
+
+/// A pod on `node` with `responders` in `spec.evictionResponders` (lifecycle.k8s.io).
+fn pod_with_responders(node: &str, name: &str, responders: &[(&str, i32)]) -> Pod {
+    let mut pod = pod_on(node, name, name);
+    pod.spec.get_or_insert_default().eviction_responders = Some(
+        responders
+            .iter()
+            .map(|(name, priority)| EvictionResponder {
+                name: (*name).to_owned(),
+                priority: *priority,
+            })
+            .collect(),
+    );
+    pod
+}
+
+/// Plays responder `example.com/backup` of `pod`: once the pod's Eviction makes it Active,
+/// heartbeats with `message`, then completes after a few seconds, as a backup that takes time
+/// would. Its own entry of `.status.responders`, by server-side apply.
+async fn play_backup(env: &TestEnv, pod: &Pod, message: &str) -> Result<()> {
+    let evictions = env.api::<Eviction>();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let eviction = loop {
+        let active = evictions
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.spec.target.pod.as_ref().is_some_and(|p| p.uid == uid)
+                    && e.status
+                        .as_ref()
+                        .and_then(|s| s.target_responders.as_ref())
+                        .is_some_and(|r| r.iter().any(|r| r.name == BACKUP && r.state == "Active"))
+            });
+        if let Some(eviction) = active {
+            break eviction;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{BACKUP} never became Active for pod {}",
+            pod.name_any()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let write = |complete: bool| {
+        let now = Time(Timestamp::from_second(Timestamp::now().as_second()).expect("a time"));
+        let mut entry = json!({ "name": BACKUP, "message": message, "heartbeatTime": now });
+        if complete {
+            entry["completionTime"] = json!(now);
+        }
+        json!({
+            "apiVersion": "lifecycle.k8s.io/v1alpha1",
+            "kind": "Eviction",
+            "metadata": { "name": eviction.name_any() },
+            "status": { "responders": [entry] },
+        })
+    };
+    let params = PatchParams::apply("example.com-backup").force();
+    evictions
+        .patch_status(&eviction.name_any(), &params, &Patch::Apply(write(false)))
+        .await
+        .context("the backup's heartbeat")?;
+    // Long enough for the drain to show the heartbeat and the message.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    evictions
+        .patch_status(&eviction.name_any(), &params, &Patch::Apply(write(true)))
+        .await
+        .context("the backup's completion")?;
+    Ok(())
+}
+
+const BACKUP: &str = "example.com/backup";
+
+/// `kubectl evictkit drain` over two nodes on the upstream API (the test cluster serves
+/// lifecycle.k8s.io): unmanaged pods stop a drain without --force and nothing is asked; with
+/// it, a pod whose responder (played here) backs up first goes once the responder completes,
+/// a pod without responders goes at once, and a pod its PDB protects is still there at
+/// --timeout: the drain withdraws its request, says what it left and exits 3; the nodes stay
+/// cordoned.
+#[tokio::test]
+async fn drain_asks_through_eviction_requests_and_withdraws_what_it_leaves() -> Result<()> {
+    let env = TestEnv::new("plugin-drain").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        let node = env.create_node(objects::node(name, &[], vec![])).await?;
+        nodes.push(node.metadata.name.unwrap_or_default());
+    }
+    let backup = env
+        .create(&pod_with_responders(
+            &nodes[0],
+            "backup-0",
+            &[(BACKUP, 2000)],
+        ))
+        .await?;
+    env.create(&pod_on(&nodes[1], "web-0", "web")).await?;
+    env.create(&pod_on(&nodes[1], "blocked-0", "blocked"))
+        .await?;
+    for app in ["backup-0", "web", "blocked"] {
+        env.wait_for_ready_pods(&format!("app={app}"), 1).await?;
+    }
+    env.create(&objects::pdb(
+        "blocked",
+        "blocked",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    env.wait_for_observed_budget("blocked", "currentHealthy=1", |s| {
+        s.current_healthy == Some(1)
+    })
+    .await?;
+    let ns = env.namespace.as_str();
+    let drain = |extra: &[&str]| -> Vec<String> {
+        ["drain", &nodes[0], &nodes[1]]
+            .iter()
+            .chain(extra)
+            .map(|a| (*a).to_owned())
+            .collect()
+    };
+
+    // Bare pods: refused without --force, and nothing asked.
+    let args = drain(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = kubectl_evictkit(&env, &args)?;
+    assert_eq!(refused.code, Some(3), "{refused:?}");
+    assert!(
+        refused.stderr.contains("--force")
+            && ["backup-0", "blocked-0", "web-0"]
+                .iter()
+                .all(|pod| refused.stderr.contains(&format!("{ns}/{pod}"))),
+        "{refused:?}"
+    );
+    let requests = env.api::<EvictionRequest>();
+    assert!(
+        requests
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "{refused:?}"
+    );
+
+    let args = drain(&["--force", "--timeout", "40s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let running = tokio::process::Command::from(plugin_command(&env, &args)?)
+        .kill_on_drop(true)
+        .output();
+    let (output, played) = tokio::join!(running, play_backup(&env, &backup, "copying 3 GiB"));
+    let run = Run::of(&output.context("running kubectl evictkit drain")?);
+    played.with_context(|| format!("{run:?}\ncontroller:\n{}", controller.log_tail(40)))?;
+    assert_eq!(run.code, Some(3), "{run:?}");
+    // Piped: plain lines, one per change of a pod.
+    assert!(
+        run.stdout.lines().any(
+            |l| l.contains(&format!("{ns}/backup-0 InProgress by {BACKUP}"))
+                && l.ends_with(": copying 3 GiB")
+        ),
+        "{run:?}"
+    );
+    for pod in ["backup-0", "web-0"] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.contains(&format!("{ns}/{pod} Gone"))
+                    || l.contains(&format!("{ns}/{pod} Evicted"))),
+            "{pod}: {run:?}"
+        );
+    }
+    assert!(
+        run.stderr
+            .contains("--timeout 40s passed; left on the node:")
+            && run.stderr.lines().any(|l| l.contains(&format!(
+                "{ns}/blocked-0: InProgress, {IMPERATIVE_EVICTOR_RESPONDER} active"
+            )) && l.ends_with("its EvictionRequest is withdrawn")),
+        "{run:?}"
+    );
+    // What it says holds: the blocked pod stays with its request withdrawn, the others are
+    // gone, the nodes stay cordoned.
+    env.api::<Pod>().get("blocked-0").await?;
+    let withdrawn = requests
+        .get(&lifecycle_request::request_name(
+            "blocked-0",
+            DRAIN_REQUESTER_KEY,
+        ))
+        .await?;
+    assert_eq!(withdrawn.spec.intent, INTENT_WITHDRAWN, "{run:?}");
+    for pod in ["backup-0", "web-0"] {
+        assert!(
+            env.api::<Pod>().get_opt(pod).await?.is_none(),
+            "{pod}: {run:?}"
+        );
+    }
+    for node in &nodes {
+        let node = Api::<Node>::all(env.client.clone()).get(node).await?;
+        assert_eq!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "{run:?}"
+        );
+    }
+    controller.stop();
     Ok(())
 }
