@@ -10,6 +10,7 @@ mod demo;
 mod fuzz;
 mod image;
 mod links;
+mod matrix;
 mod packages;
 mod soak;
 mod test;
@@ -65,6 +66,10 @@ enum Command {
     /// lines; fails on growth, a restart, an unexplained error line or leftovers of gone pods
     /// (starts its own cluster: set EVICTKIT_CLUSTER_DIR).
     Soak(soak::Args),
+    /// The compatibility run (not in CI): per Kubernetes release, the e2e suite, the installed
+    /// suite, `bench taint-manager --sequences` and the pdb explain oracle, each on a cluster of
+    /// that release; writes docs/versions.csv and docs/versions.md.
+    Matrix(matrix::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         Command::Image(args) => image::run(args),
         Command::Fuzz(args) => fuzz::run(args),
         Command::Soak(args) => soak::run(args),
+        Command::Matrix(args) => matrix::run(args),
     }
 }
 
