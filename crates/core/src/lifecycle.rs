@@ -395,10 +395,7 @@ pub fn request_invalid(
                 pod.metadata.uid.as_deref().unwrap_or_default()
             ))
         }
-        Some(pod) if in_pod_group(pod) => Some(format!(
-            "Target pod {} is part of a PodGroup. Eviction of such pods is currently not supported.",
-            reference.name
-        )),
+        Some(pod) if in_pod_group(pod) => Some(in_scheduling_group(&reference.name)),
         _ => None,
     }
 }
@@ -426,12 +423,17 @@ pub fn eviction_invalid(
         ));
     }
     match target {
-        Target::Present(pod) if in_pod_group(pod) => Some(format!(
-            "Target pod {} references a SchedulingGroup. Eviction is currently not supported.",
-            pod.metadata.name.as_deref().unwrap_or_default()
+        Target::Present(pod) if in_pod_group(pod) => Some(in_scheduling_group(
+            pod.metadata.name.as_deref().unwrap_or_default(),
         )),
         _ => None,
     }
+}
+
+/// The refusal of a pod in a scheduling group, the same for a request and an Eviction (as
+/// upstream's, whose integration test looks for "references a SchedulingGroup" in both).
+fn in_scheduling_group(pod: &str) -> String {
+    format!("Target pod {pod} references a SchedulingGroup. Eviction is currently not supported.")
 }
 
 /// The step of a refused Eviction: `Failed=True` (EvictionInvalid) and `TargetEvicted=False`,
@@ -695,7 +697,7 @@ pub fn progress(
                 CONDITION_FAILED,
                 true,
                 REASON_CANCELED_NO_REQUESTERS,
-                "Every requester has withdrawn its eviction intent.",
+                "No active requesters: every requester has withdrawn its eviction intent.",
             ),
         )
     } else if progression_done && !waiting_for_responder {
@@ -705,7 +707,7 @@ pub fn progress(
                 CONDITION_FAILED,
                 true,
                 REASON_NO_FURTHER_RESPONDER,
-                "Every responder has finished without evicting the target.",
+                "Every responder completed without evicting the target.",
             ),
         )
     } else {

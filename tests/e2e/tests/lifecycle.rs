@@ -16,9 +16,10 @@ use anyhow::{Context as _, Result, ensure};
 use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER as IMPERATIVE, POD_GROUP_LABEL};
 use evictkit_core::lifecycle::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, INTENT_WITHDRAWN,
-    REASON_CANCELED_NO_REQUESTERS, REASON_EVICTION_INVALID, REASON_POD_DELETED,
-    REASON_POD_TERMINAL, ROLE_REQUESTER, ROLE_RESPONDER, STATE_ACTIVE, STATE_CANCELED,
-    STATE_COMPLETED, STATE_INACTIVE, STATE_INTERRUPTED,
+    REASON_CANCELED_NO_REQUESTERS, REASON_EVICTION_FAILED, REASON_EVICTION_INVALID,
+    REASON_NO_FURTHER_RESPONDER, REASON_POD_DELETED, REASON_POD_TERMINAL, REASON_SUCCEEDED,
+    ROLE_REQUESTER, ROLE_RESPONDER, STATE_ACTIVE, STATE_CANCELED, STATE_COMPLETED, STATE_INACTIVE,
+    STATE_INTERRUPTED,
 };
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::lifecycle_request;
@@ -30,7 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -701,7 +702,7 @@ async fn pod_group_pods_and_missing_pods_are_refused() -> Result<()> {
     })
     .await?;
     ensure!(
-        format!("{refused:?}").contains("PodGroup"),
+        format!("{refused:?}").contains("references a SchedulingGroup"),
         "{}",
         wait::describe(Some(&refused))
     );
@@ -1156,4 +1157,539 @@ async fn the_charts_grant_what_the_upstream_api_needs() -> Result<()> {
         refused.join("\n")
     );
     env.ensure_no_invalid_writes()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream's integration scenarios (kubernetes/kubernetes PR #137133,
+// test/integration/evictionrequest): one test each, in our words; the table is in
+// docs/evictionrequest-upstream-parity.md.
+// ---------------------------------------------------------------------------------------------
+
+const RESPONDER_A: &str = "a.example.com/foo";
+const RESPONDER_B: &str = "b.example.com/bar";
+
+fn condition_message<'a>(conditions: Option<&'a Vec<Condition>>, kind: &str) -> &'a str {
+    conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == kind)
+        .map_or("", |c| c.message.as_str())
+}
+
+fn request_generation_observed(request: &EvictionRequest) -> bool {
+    request.status.as_ref().and_then(|s| s.observed_generation) == request.metadata.generation
+}
+
+fn eviction_generation_observed(eviction: &Eviction) -> bool {
+    eviction.status.as_ref().and_then(|s| s.observed_generation) == eviction.metadata.generation
+}
+
+/// The states of A, B and the imperative evictor, in that (upstream's selection) order.
+fn states(eviction: &Eviction) -> [Option<String>; 3] {
+    [
+        state(eviction, RESPONDER_A),
+        state(eviction, RESPONDER_B),
+        state(eviction, IMPERATIVE),
+    ]
+}
+
+fn are(eviction: &Eviction, expected: [&str; 3]) -> bool {
+    states(eviction) == expected.map(|s| Some(s.to_owned()))
+}
+
+/// A pod whose status the test writes (kwok leaves it alone), marked Running and Ready as
+/// upstream's test does, with `responders`.
+async fn pod_with_own_status(env: &TestEnv, name: &str, responders: &[(&str, i32)]) -> Result<Pod> {
+    let mut pod = objects::pod(name, name);
+    pod.metadata.annotations = Some(
+        [(
+            objects::CUSTOM_STATUS_ANNOTATION.0.to_owned(),
+            objects::CUSTOM_STATUS_ANNOTATION.1.to_owned(),
+        )]
+        .into(),
+    );
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.eviction_responders = Some(
+            responders
+                .iter()
+                .map(|(name, priority)| EvictionResponder {
+                    name: (*name).into(),
+                    priority: *priority,
+                })
+                .collect(),
+        );
+    }
+    env.create(&pod).await?;
+    let now = Time(Timestamp::from_second(Timestamp::now().as_second())?);
+    Ok(env
+        .api::<Pod>()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+            }})),
+        )
+        .await?)
+}
+
+/// Upstream `TestEvictionRequestValidation`: a request for a pod that does not exist, for a pod
+/// of that name with another UID, and for a pod in a scheduling group is Failed
+/// (EvictionInvalid) with its generation observed; withdrawn afterwards, the new generation is
+/// observed and the conditions stay.
+#[tokio::test]
+async fn upstream_request_validation() -> Result<()> {
+    let env = TestEnv::new("lc-up-request").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = start(&env, "lifecycle").await?;
+
+    let mut missing = objects::pod("missing-0", "missing");
+    missing.metadata.uid = Some("55fcee67-c0cb-409d-b610-c16d9d765b7b".into());
+    let existing = ready_pod(&env, "mismatch-0", &[]).await?;
+    let mut mismatched = existing.clone();
+    mismatched.metadata.uid = Some("55fcee67-c0cb-409d-b610-c16d9d765b7c".into());
+    let grouped = env.create(&pod_group_member("grouped-0", "group")).await?;
+
+    for (pod, expected) in [
+        (&missing, "not found"),
+        (&mismatched, "UID mismatch"),
+        (&grouped, "references a SchedulingGroup"),
+    ] {
+        let case = pod.name_any();
+        request(&env, pod, DRAIN, INTENT_EVICTION).await?;
+        let settled = |r: &EvictionRequest| {
+            request_condition(r, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
+                && request_condition(r, CONDITION_TARGET_EVICTED, "False", REASON_EVICTION_FAILED)
+                && request_generation_observed(r)
+        };
+        let refused = wait_request(&env, pod, DRAIN, "refused", settled)
+            .await
+            .with_context(|| case.clone())?;
+        let message = condition_message(
+            refused.status.as_ref().and_then(|s| s.conditions.as_ref()),
+            CONDITION_FAILED,
+        );
+        ensure!(
+            message.contains(expected),
+            "{case}: message {message:?} lacks {expected:?}"
+        );
+        ensure!(
+            refused.metadata.generation == Some(1),
+            "{case}: generation 1"
+        );
+
+        let withdrawn = request(&env, pod, DRAIN, INTENT_WITHDRAWN).await?;
+        ensure!(
+            withdrawn.metadata.generation == Some(2),
+            "{case}: generation 2"
+        );
+        let observed = wait_request(&env, pod, DRAIN, "generation 2 observed", |r| {
+            settled(r) && r.metadata.generation == Some(2)
+        })
+        .await
+        .with_context(|| case.clone())?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let later = env
+            .api::<EvictionRequest>()
+            .get(&observed.name_any())
+            .await?;
+        ensure!(
+            later.status == observed.status,
+            "{case}: the status changed after it settled: {}",
+            wait::describe(Some(&later))
+        );
+    }
+    ensure!(
+        env.api::<Eviction>()
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty(),
+        "no Eviction for refused requests"
+    );
+    env.ensure_no_invalid_writes()
+}
+
+/// Upstream `TestEvictionValidation`: an Eviction made by hand for a pod in a scheduling group
+/// is Failed (EvictionInvalid), its generation observed, and stays so.
+#[tokio::test]
+async fn upstream_eviction_validation() -> Result<()> {
+    let env = TestEnv::new("lc-up-eviction").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = start(&env, "lifecycle").await?;
+    let grouped = env.create(&pod_group_member("grouped-0", "group")).await?;
+    let by_hand: Eviction = serde_json::from_value(json!({
+        "apiVersion": "lifecycle.k8s.io/v1alpha1",
+        "kind": "Eviction",
+        "metadata": { "name": "evict-grouped-0" },
+        "spec": { "target": { "pod": { "name": "grouped-0", "uid": uid(&grouped) } } },
+    }))?;
+    env.create(&by_hand).await?;
+    let refused = wait::wait_for(
+        &env.api::<Eviction>(),
+        "evict-grouped-0",
+        DEFAULT_TIMEOUT,
+        "refused",
+        |e| {
+            eviction_condition(e, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
+                && eviction_condition(e, CONDITION_TARGET_EVICTED, "False", REASON_EVICTION_FAILED)
+                && eviction_generation_observed(e)
+        },
+    )
+    .await?;
+    let message = condition_message(
+        refused.status.as_ref().and_then(|s| s.conditions.as_ref()),
+        CONDITION_FAILED,
+    );
+    ensure!(
+        message.contains("references a SchedulingGroup"),
+        "message {message:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = env.api::<Eviction>().get("evict-grouped-0").await?;
+    ensure!(
+        later.status == refused.status,
+        "the status changed after it settled: {}",
+        wait::describe(Some(&later))
+    );
+    ensure!(
+        env.api::<Pod>().get_opt("grouped-0").await?.is_some(),
+        "the pod stays"
+    );
+    env.ensure_no_invalid_writes()
+}
+
+/// The cases of upstream's `TestEvictionRequestEvictionProcess`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Process {
+    /// "should evict - pod termination"
+    Termination,
+    /// "should evict - pod deletion"
+    Deletion,
+    /// "should cancel eviction, and allow for triggering it again via the same eviction request"
+    CancelThenSameRequest,
+    /// "... via different eviction request"
+    CancelThenAnotherRequest,
+    /// "complete responders without pod termination fails eviction, but recovers with a new
+    /// eviction"
+    CompleteWithoutTermination,
+    /// "should evict with pod termination, but last responder update fails"
+    TerminationWithoutLastReport,
+}
+
+/// Upstream's eviction process: a pod with responders B (priority 1000) and A (1001), one
+/// request; A is selected first, reports and completes; B is active and reports; then the case
+/// (withdraw and ask again, or every responder completing with the pod still there, each
+/// followed by a new Eviction); finally the pod is terminated or deleted, B reports its
+/// completion after that (or never), and the Eviction and the request say TargetEvicted.
+async fn eviction_process(case: Process) -> Result<()> {
+    let env = TestEnv::new(&format!("lc-up-{}", process_prefix(case))).await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = start(&env, "lifecycle").await?;
+    let pod = pod_with_own_status(
+        &env,
+        "test-pod",
+        &[(RESPONDER_B, 1000), (RESPONDER_A, 1001)],
+    )
+    .await?;
+    let terminate = matches!(
+        case,
+        Process::Termination
+            | Process::CompleteWithoutTermination
+            | Process::TerminationWithoutLastReport
+    );
+    let mut request_obj = request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    let awaiting = |conditions: Option<&Vec<Condition>>| {
+        has_condition(
+            conditions,
+            CONDITION_TARGET_EVICTED,
+            "False",
+            "AwaitingEviction",
+        ) && has_condition(conditions, CONDITION_FAILED, "False", "AwaitingEviction")
+    };
+    wait_request(&env, &pod, DRAIN, "awaiting eviction", |r| {
+        awaiting(r.status.as_ref().and_then(|s| s.conditions.as_ref()))
+            && request_generation_observed(r)
+    })
+    .await?;
+
+    let mut expected_labels: std::collections::BTreeMap<String, String> = [
+        (DRAIN, ROLE_REQUESTER),
+        (RESPONDER_A, ROLE_RESPONDER),
+        (RESPONDER_B, ROLE_RESPONDER),
+        (IMPERATIVE, ROLE_RESPONDER),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let mut expected_owners = vec![request_obj.metadata.uid.clone().unwrap_or_default()];
+    let metadata_ok =
+        |e: &Eviction, labels: &std::collections::BTreeMap<String, String>, owners: &[String]| {
+            e.labels() == labels
+                && owners
+                    .iter()
+                    .all(|uid| e.owner_references().iter().any(|o| &o.uid == uid))
+                && e.owner_references().len() == owners.len()
+        };
+    let eviction = wait_eviction(&env, &pod, "A selected", |e| {
+        e.name_any() == "pod-1-test-pod"
+            && metadata_ok(e, &expected_labels, &expected_owners)
+            && eviction_generation_observed(e)
+            && requester_intent(e, DRAIN).as_deref() == Some(INTENT_EVICTION)
+            && are(e, [STATE_ACTIVE, STATE_INACTIVE, STATE_INACTIVE])
+            && start_time(e, RESPONDER_A).is_some()
+            && awaiting(e.status.as_ref().and_then(|s| s.conditions.as_ref()))
+    })
+    .await?;
+    ensure!(
+        eviction
+            .spec
+            .target
+            .pod
+            .as_ref()
+            .map(|p| (p.name.as_str(), p.uid.as_str()))
+            == Some(("test-pod", uid(&pod).as_str())),
+        "spec.target: {}",
+        wait::describe(Some(&eviction))
+    );
+    let eviction = respond(&env, &eviction, RESPONDER_A, RESPONDER_A, false).await?;
+    respond(&env, &eviction, RESPONDER_A, RESPONDER_A, true).await?;
+    let eviction = wait_eviction(&env, &pod, "B selected", |e| {
+        are(e, [STATE_COMPLETED, STATE_ACTIVE, STATE_INACTIVE])
+            && start_time(e, RESPONDER_B).is_some()
+            && awaiting(e.status.as_ref().and_then(|s| s.conditions.as_ref()))
+    })
+    .await?;
+    let mut eviction = respond(&env, &eviction, RESPONDER_B, RESPONDER_B, false).await?;
+
+    match case {
+        Process::CancelThenSameRequest | Process::CancelThenAnotherRequest => {
+            request(&env, &pod, DRAIN, INTENT_WITHDRAWN).await?;
+            let canceled = wait_eviction(&env, &pod, "canceled", |e| {
+                are(e, [STATE_COMPLETED, STATE_CANCELED, STATE_INACTIVE])
+                    && eviction_condition(
+                        e,
+                        CONDITION_FAILED,
+                        "True",
+                        REASON_CANCELED_NO_REQUESTERS,
+                    )
+                    && eviction_condition(
+                        e,
+                        CONDITION_TARGET_EVICTED,
+                        "False",
+                        REASON_EVICTION_FAILED,
+                    )
+                    && eviction_generation_observed(e)
+            })
+            .await?;
+            let message = condition_message(
+                canceled.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                CONDITION_FAILED,
+            );
+            ensure!(
+                message.contains("No active requesters"),
+                "message {message:?}"
+            );
+            wait_request(&env, &pod, DRAIN, "canceled, generation 2 observed", |r| {
+                request_condition(r, CONDITION_FAILED, "True", REASON_CANCELED_NO_REQUESTERS)
+                    && r.metadata.generation == Some(2)
+                    && request_generation_observed(r)
+            })
+            .await?;
+            if case == Process::CancelThenAnotherRequest {
+                let other = request(&env, &pod, DESCHEDULE, INTENT_EVICTION).await?;
+                expected_labels.insert(DESCHEDULE.to_owned(), ROLE_REQUESTER.to_owned());
+                expected_owners.push(other.metadata.uid.clone().unwrap_or_default());
+                request_obj = other;
+            } else {
+                request_obj = request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+                ensure!(request_obj.metadata.generation == Some(3), "generation 3");
+            }
+        }
+        Process::CompleteWithoutTermination => {
+            // The imperative evictor, when its turn comes, finds a budget that allows nothing;
+            // the test then completes its entry, as upstream's third field manager does.
+            env.create(&objects::pdb(
+                "test-pod",
+                "test-pod",
+                Budget::MinAvailable(IntOrString::Int(1)),
+                None,
+            ))
+            .await?;
+            env.wait_for_observed_budget("test-pod", "blocking", |s| {
+                s.current_healthy == Some(1) && s.disruptions_allowed == Some(0)
+            })
+            .await?;
+            respond(&env, &eviction, RESPONDER_B, RESPONDER_B, true).await?;
+            let eviction = wait_eviction(&env, &pod, "imperative evictor active", |e| {
+                are(e, [STATE_COMPLETED, STATE_COMPLETED, STATE_ACTIVE])
+            })
+            .await?;
+            respond(&env, &eviction, IMPERATIVE, IMPERATIVE, true).await?;
+            // By name: the controller makes the next Eviction as soon as this one fails.
+            let failed = wait::wait_for(
+                &env.api::<Eviction>(),
+                "pod-1-test-pod",
+                DEFAULT_TIMEOUT,
+                "failed: no further responder",
+                |e| {
+                    are(e, [STATE_COMPLETED, STATE_COMPLETED, STATE_COMPLETED])
+                        && eviction_condition(
+                            e,
+                            CONDITION_FAILED,
+                            "True",
+                            REASON_NO_FURTHER_RESPONDER,
+                        )
+                        && eviction_generation_observed(e)
+                },
+            )
+            .await?;
+            let message = condition_message(
+                failed.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                CONDITION_FAILED,
+            );
+            ensure!(
+                message.contains("completed without evicting"),
+                "message {message:?}"
+            );
+        }
+        _ => {}
+    }
+    if matches!(
+        case,
+        Process::CancelThenSameRequest
+            | Process::CancelThenAnotherRequest
+            | Process::CompleteWithoutTermination
+    ) {
+        // Recovery: a new Eviction at once, A first again.
+        let second = wait_eviction(&env, &pod, "a second Eviction, A selected", |e| {
+            e.name_any() == "pod-2-test-pod"
+                && metadata_ok(e, &expected_labels, &expected_owners)
+                && are(e, [STATE_ACTIVE, STATE_INACTIVE, STATE_INACTIVE])
+        })
+        .await?;
+        respond(&env, &second, RESPONDER_A, RESPONDER_A, true).await?;
+        eviction = wait_eviction(&env, &pod, "B selected on the second Eviction", |e| {
+            e.name_any() == "pod-2-test-pod"
+                && are(e, [STATE_COMPLETED, STATE_ACTIVE, STATE_INACTIVE])
+        })
+        .await?;
+    }
+
+    if terminate {
+        env.api::<Pod>()
+            .patch_status(
+                "test-pod",
+                &PatchParams::default(),
+                // With its container's finish time, as upstream's test: the responder's grace
+                // counts from it.
+                &Patch::Merge(json!({"status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [{
+                        "name": "main", "image": objects::IMAGE, "imageID": "", "ready": false,
+                        "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 0, "finishedAt": Time(Timestamp::from_second(Timestamp::now().as_second())?)}},
+                    }],
+                }})),
+            )
+            .await?;
+    } else {
+        env.api::<Pod>()
+            .delete("test-pod", &DeleteParams::default().grace_period(0))
+            .await?;
+        wait::wait_for_deletion(&env.api::<Pod>(), "test-pod", DEFAULT_TIMEOUT).await?;
+    }
+    let b_ends = if case == Process::TerminationWithoutLastReport {
+        STATE_INTERRUPTED
+    } else {
+        // B's report comes after the pod's end, within upstream's 5 s grace.
+        respond(&env, &eviction, RESPONDER_B, RESPONDER_B, true).await?;
+        STATE_COMPLETED
+    };
+    let (reason, word) = if terminate {
+        (REASON_POD_TERMINAL, "terminal")
+    } else {
+        (REASON_POD_DELETED, "deleted")
+    };
+    let evicted = |conditions: Option<&Vec<Condition>>| {
+        has_condition(conditions, CONDITION_TARGET_EVICTED, "True", reason)
+            && has_condition(conditions, CONDITION_FAILED, "False", REASON_SUCCEEDED)
+            && condition_message(conditions, CONDITION_TARGET_EVICTED).contains(word)
+    };
+    let name = eviction.name_any();
+    let eviction = wait_eviction(&env, &pod, "TargetEvicted", |e| {
+        e.name_any() == name
+            && evicted(e.status.as_ref().and_then(|s| s.conditions.as_ref()))
+            && are(e, [STATE_COMPLETED, b_ends, STATE_INACTIVE])
+            && metadata_ok(e, &expected_labels, &expected_owners)
+            && eviction_generation_observed(e)
+    })
+    .await?;
+    let generation = request_obj.metadata.generation;
+    let requester = if case == Process::CancelThenAnotherRequest {
+        DESCHEDULE
+    } else {
+        DRAIN
+    };
+    wait_request(&env, &pod, requester, "TargetEvicted", |r| {
+        evicted(r.status.as_ref().and_then(|s| s.conditions.as_ref()))
+            && r.metadata.generation == generation
+            && request_generation_observed(r)
+    })
+    .await
+    .with_context(|| wait::describe(Some(&eviction)))?;
+    if terminate {
+        env.api::<Pod>()
+            .delete("test-pod", &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    env.ensure_no_invalid_writes()
+}
+
+fn process_prefix(case: Process) -> &'static str {
+    match case {
+        Process::Termination => "terminate",
+        Process::Deletion => "delete",
+        Process::CancelThenSameRequest => "cancel-same",
+        Process::CancelThenAnotherRequest => "cancel-other",
+        Process::CompleteWithoutTermination => "all-complete",
+        Process::TerminationWithoutLastReport => "no-report",
+    }
+}
+
+#[tokio::test]
+async fn upstream_process_pod_termination() -> Result<()> {
+    eviction_process(Process::Termination).await
+}
+
+#[tokio::test]
+async fn upstream_process_pod_deletion() -> Result<()> {
+    eviction_process(Process::Deletion).await
+}
+
+#[tokio::test]
+async fn upstream_process_cancel_then_the_same_request_again() -> Result<()> {
+    eviction_process(Process::CancelThenSameRequest).await
+}
+
+#[tokio::test]
+async fn upstream_process_cancel_then_another_request() -> Result<()> {
+    eviction_process(Process::CancelThenAnotherRequest).await
+}
+
+#[tokio::test]
+async fn upstream_process_all_responders_complete_without_termination() -> Result<()> {
+    eviction_process(Process::CompleteWithoutTermination).await
+}
+
+#[tokio::test]
+async fn upstream_process_termination_without_the_last_report() -> Result<()> {
+    eviction_process(Process::TerminationWithoutLastReport).await
 }

@@ -659,7 +659,7 @@ fn early_validation_refuses_missing_mismatched_and_pod_group_targets() {
         (None, false, Some("Target pod web-0 not found.")),
         (None, true, None),
         (Some(&other), false, Some("Target pod web-0 UID mismatch")),
-        (Some(&grouped), true, Some("part of a PodGroup")),
+        (Some(&grouped), true, Some("references a SchedulingGroup")),
     ];
     for (pod, has_eviction, expected) in cases {
         let got = request_invalid(&a, pod, has_eviction);
