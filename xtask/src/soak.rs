@@ -152,13 +152,16 @@ async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
         sample_every.as_secs_f64() / 60.0
     );
     take_sample(&client, &mut record, &mut gone, &logs, begin).await?;
-    let churned = loop {
+    let mut failed_rounds = Vec::new();
+    loop {
         let round_start = Instant::now();
         if round_start >= begin + duration {
-            break Ok(());
+            break;
         }
         if let Err(error) = churn.round(cluster, &mut logs).await {
-            break Err(error);
+            let minute = begin.elapsed().as_secs_f64() / 60.0;
+            eprintln!("==> soak {minute:5.1} min: a churn action failed: {error:#}");
+            failed_rounds.push(format!("at {minute:.1} min: {error:#}"));
         }
         logs.collect(&client, RELEASE_NAMESPACE, RELEASE_SELECTOR, None)
             .await?;
@@ -169,18 +172,24 @@ async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
             observe_gone(&client, &mut record, &mut gone).await?;
         }
         tokio::time::sleep(churn::ROUND.saturating_sub(round_start.elapsed())).await;
-    };
+    }
     logs.collect(&client, RELEASE_NAMESPACE, RELEASE_SELECTOR, None)
         .await?;
     take_sample(&client, &mut record, &mut gone, &logs, begin).await?;
     let deleted_leaders = churn.deleted_leaders.clone();
     let counts = churn.stop().await?;
-    churned.context("the churn failed")?;
     write_figures(&args.output, &record)?;
     // Windows as long as possible, at most an hour: the first sample (churn warming up) is left
     // out, so two windows fit in the rest of the run.
     let window = (duration.saturating_sub(sample_every).as_secs_f64() / 2.0).min(3600.0);
-    verdict(&record, &logs, &deleted_leaders, &counts, window)
+    verdict(
+        &record,
+        &logs,
+        &deleted_leaders,
+        &counts,
+        &failed_rounds,
+        window,
+    )
 }
 
 /// `helm upgrade --install` of the umbrella chart as the installed suite installs it, with
@@ -322,12 +331,26 @@ fn verdict(
     logs: &Logs,
     deleted_leaders: &[(String, Timestamp)],
     counts: &BTreeMap<String, usize>,
+    failed_rounds: &[String],
     window: f64,
 ) -> Result<()> {
     let mut missed = Vec::new();
     println!("soak: churn actions");
     for (action, count) in counts {
-        println!("  {action:48} {count:6}");
+        println!("  {action:60} {count:6}");
+    }
+    println!(
+        "soak: rounds ended by a failed action: {}",
+        failed_rounds.len()
+    );
+    for failure in failed_rounds {
+        println!("  {failure}");
+    }
+    if !failed_rounds.is_empty() {
+        missed.push(format!(
+            "{} rounds ended by a failed action",
+            failed_rounds.len()
+        ));
     }
     println!(
         "soak: growth, per component (largest pod), first vs last {:.0} min",
