@@ -135,6 +135,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
     register(client, port, &ca_pem, &user).await?;
     wait_until_called(&descheduler, metrics_port).await?;
+    let events_since = k8s_openapi::jiff::Timestamp::now();
 
     println!(
         "descheduler-bridge (release, taskset -c 0), {} pods annotated request-evict-only, evictions as {user}",
@@ -193,6 +194,12 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
         bail!("expected {} EvictionRequests, found {created}", args.pods);
     }
     println!("EvictionRequests created: {created} (one per pod, repeats joined them)");
+    let (events, occurrences) =
+        support::events_reported(client, "descheduler-bridge", events_since).await?;
+    println!(
+        "Events by descheduler-bridge: {events} created ({occurrences} occurrences), {:.3} per pod",
+        events as f64 / args.pods as f64
+    );
 
     let webhook = support::webhook_client(port, &ca_pem)?;
     println!(

@@ -159,6 +159,7 @@ async fn bench(
     let writes_before = support::audited_writes(&user)?;
     let interceptor_writes_before = interceptors.writes()?;
     let cpu_before = controller.cpu_seconds()?;
+    let events_since = k8s_openapi::jiff::Timestamp::now();
 
     println!(
         "{CONTROLLER} ({}, --roles controller, --api {}, --kube-api-qps {}), {} pods without PDBs, {} interceptors each{}",
@@ -250,6 +251,11 @@ async fn bench(
     let writes = support::audited_writes_since(&user, &writes_before)?;
     let controller_writes =
         print_writes(&format!("the controller ({user})"), &writes, args.requests);
+    let (events, occurrences) = support::events_reported(client, CONTROLLER, events_since).await?;
+    println!(
+        "  Events by {CONTROLLER}: {events} created ({occurrences} occurrences), {:.3} per request",
+        events as f64 / args.requests as f64
+    );
     let mut interceptor_writes = 0;
     for ((name, user), writes) in interceptors
         .users

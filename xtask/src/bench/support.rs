@@ -372,6 +372,27 @@ pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, u
     Ok(writes)
 }
 
+/// The Events `controller` (their reportingController) recorded since `since`, in all
+/// namespaces: how many it created, and how many occurrences they count (series included).
+pub async fn events_reported(
+    client: &Client,
+    controller: &str,
+    since: k8s_openapi::jiff::Timestamp,
+) -> Result<(usize, i64)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let mut created = 0;
+    let mut occurrences = 0;
+    for event in events.list(&Default::default()).await? {
+        let at = event.event_time.as_ref().map(|time| time.0);
+        if event.reporting_controller.as_deref() != Some(controller) || at < Some(since) {
+            continue;
+        }
+        created += 1;
+        occurrences += event.series.map_or(1, |series| i64::from(series.count));
+    }
+    Ok((created, occurrences))
+}
+
 /// The resource of an audit event with its subresource, e.g. `pods/eviction`.
 pub fn audited_resource(event: &serde_json::Value) -> String {
     let object = &event["objectRef"];
