@@ -197,15 +197,8 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
     if let Some(error) = existing.as_ref().and_then(refused) {
         return Err(error);
     }
-    let apply = PatchParams::apply(requester);
-    let request = api
-        .patch(
-            name,
-            &apply,
-            &Patch::Apply(requester_apply(&target, Some(requester))),
-        )
-        .await
-        .map_err(api_error("apply", &target.namespace, name, requester))?;
+    let labels = pod.meta().labels.as_ref().filter(|labels| !labels.is_empty());
+    let request = ask(&api, &target, requester, labels).await?;
     if let Some(error) = refused(&request) {
         return Err(error);
     }
@@ -231,13 +224,39 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
         }
     }
     tracing::info!(request = %format!("{}/{name}", target.namespace), requester, "re-created a canceled EvictionRequest");
-    api.patch(
-        name,
-        &apply,
-        &Patch::Apply(requester_apply(&target, Some(requester))),
-    )
-    .await
-    .map_err(api_error("apply", &target.namespace, name, requester))
+    ask(&api, &target, requester, labels).await
+}
+
+/// The requester's apply of its entry, with the pod's `labels`: the controller copies them
+/// to the request (KEP "Label Synchronization") and writes nothing when a request already
+/// has them, one write less per request. A label the controller has since set to the pod's
+/// newer value (this requester's copy of the pod is older) conflicts; the entry is then
+/// applied without labels, which stay the controller's.
+async fn ask(
+    api: &Api<EvictionRequest>,
+    target: &TargetPod,
+    requester: &str,
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<EvictionRequest, EvictionRequestError> {
+    let name = target.request_name();
+    let apply = PatchParams::apply(requester);
+    let mut body = requester_apply(target, Some(requester));
+    if let Some(labels) = labels {
+        body["metadata"]["labels"] = json!(labels);
+        match api.patch(name, &apply, &Patch::Apply(&body)).await {
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                body["metadata"]
+                    .as_object_mut()
+                    .map(|metadata| metadata.remove("labels"));
+            }
+            result => {
+                return result.map_err(api_error("apply", &target.namespace, name, requester));
+            }
+        }
+    }
+    api.patch(name, &apply, &Patch::Apply(&body))
+        .await
+        .map_err(api_error("apply", &target.namespace, name, requester))
 }
 
 /// Withdraws `requester` from the EvictionRequest of `pod`: the eviction is no longer needed
@@ -310,15 +329,9 @@ pub async fn withdraw_from(
     };
     let body = requester_apply(&target, None);
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &namespace);
-    apply_to_exactly(
-        &api,
-        &name,
-        request.metadata.uid.as_deref(),
-        &PatchParams::apply(requester),
-        body,
-    )
-    .await
-    .map_err(api_error("withdraw from", &namespace, &name, requester))
+    apply_to_exactly(&api, request, &PatchParams::apply(requester), body)
+        .await
+        .map_err(api_error("withdraw from", &namespace, &name, requester))
 }
 
 /// The EvictionRequest of `pod`, if any.
@@ -501,14 +514,13 @@ impl InterceptorClient {
     }
 }
 
-/// Server-side applies `body` (with `params`) to the object `name` only while
-/// it is the object of UID `uid`: read, then written at the resourceVersion read, read again
-/// after a concurrent write. `None` when it is gone or replaced under the same name. (A UID in
+/// Server-side applies `body` (with `params`) to `seen` only while it is that object (its
+/// UID): written at the resourceVersion seen, and after a concurrent write read again and
+/// written at the new one. `None` when it is gone or replaced under the same name. (A UID in
 /// the body is no precondition: the apiserver refuses it as an immutable field, 422.)
 pub(crate) async fn apply_to_exactly<K>(
     api: &Api<K>,
-    name: &str,
-    uid: Option<&str>,
+    seen: &K,
     params: &PatchParams,
     mut body: serde_json::Value,
 ) -> Result<Option<K>, kube::Error>
@@ -516,17 +528,24 @@ where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
 {
     const ATTEMPTS: usize = 3;
+    let name = seen.meta().name.clone().unwrap_or_default();
+    let uid = seen.meta().uid.as_deref();
+    let mut version = seen.meta().resource_version.clone();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let Some(current) = api.get_opt(name).await? else {
-            return Ok(None);
-        };
-        if current.meta().uid.as_deref() != uid {
-            return Ok(None);
+        // Unseen (no version to write at) or written meanwhile: read what is there now.
+        if attempt > 1 || version.is_none() {
+            let Some(current) = api.get_opt(&name).await? else {
+                return Ok(None);
+            };
+            if current.meta().uid.as_deref() != uid {
+                return Ok(None);
+            }
+            version.clone_from(&current.meta().resource_version);
         }
-        body["metadata"]["resourceVersion"] = json!(current.meta().resource_version);
-        match api.patch(name, params, &Patch::Apply(&body)).await {
+        body["metadata"]["resourceVersion"] = json!(version);
+        match api.patch(&name, params, &Patch::Apply(&body)).await {
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
             Err(error) if is_not_found(&error) => return Ok(None),
             result => return result.map(Some),

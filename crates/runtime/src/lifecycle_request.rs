@@ -275,7 +275,7 @@ fn target_uid(request: &EvictionRequest) -> Option<&str> {
 }
 
 /// Whether `request` is about `target` itself (not a predecessor of the same name).
-fn targets(request: &EvictionRequest, target: &TargetPod) -> bool {
+pub(crate) fn targets(request: &EvictionRequest, target: &TargetPod) -> bool {
     target_uid(request) == Some(target.uid.as_str())
 }
 
@@ -375,7 +375,7 @@ pub async fn withdraw_from(
     };
     let (api, name, body) = intent_apply(client, &target, requester, INTENT_WITHDRAWN);
     let params = PatchParams::apply(requester).force();
-    apply_to_exactly(&api, &name, request.metadata.uid.as_deref(), &params, body)
+    apply_to_exactly(&api, request, &params, body)
         .await
         .map_err(intent_error(&target, &name, requester, INTENT_WITHDRAWN))
 }
@@ -428,6 +428,80 @@ pub async fn clean_up(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::{Request, Response};
+    use kube::client::Body;
+    use std::sync::Mutex;
+
+    /// A client whose apiserver answers every call with `request` and records each call as
+    /// `METHOD path`.
+    fn recording(request: &impl serde::Serialize) -> (Client, Arc<Mutex<Vec<String>>>) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (seen, answer) = (calls.clone(), serde_json::to_vec(request).unwrap());
+        let service = tower::service_fn(move |call: Request<Body>| {
+            seen.lock()
+                .unwrap()
+                .push(format!("{} {}", call.method(), call.uri().path()));
+            let answer = answer.clone();
+            async move { Ok::<_, std::convert::Infallible>(Response::new(Body::from(answer))) }
+        });
+        (Client::new(service, "default"), calls)
+    }
+
+    #[tokio::test]
+    async fn withdrawing_reads_the_request_once() {
+        let requester = "example.com/drain";
+        let target = TargetPod {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: "uid-web-0".into(),
+        };
+        let request: EvictionRequest = serde_json::from_value(json!({
+            "apiVersion": LIFECYCLE_API_VERSION, "kind": "EvictionRequest",
+            "metadata": {"name": "web-0-example-com-drain", "namespace": "shop", "uid": "uid-request", "resourceVersion": "7"},
+            "spec": {"intent": INTENT_EVICTION, "requester": requester,
+                     "target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
+        }))
+        .unwrap();
+        let path = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/shop/evictionrequests/web-0-example-com-drain";
+        let (client, calls) = recording(&request);
+        withdraw(&client, &target, requester).await.unwrap();
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [format!("GET {path}"), format!("PATCH {path}")]
+        );
+        let (client, calls) = recording(&request);
+        let names = crate::requester::RequesterNames {
+            crd: "drain.example.com",
+            lifecycle: "example.com/drain",
+        };
+        let through = crate::requester::Requester::new(client, ApiMode::Lifecycle, names)
+            .await
+            .unwrap();
+        assert!(through.withdraw_target(&target).await.unwrap());
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [format!("GET {path}"), format!("PATCH {path}")]
+        );
+        // The same on the CRD.
+        let request: evictkit_api::eviction_request::EvictionRequest =
+            serde_json::from_value(json!({
+                "apiVersion": CRD_API_VERSION, "kind": "EvictionRequest",
+                "metadata": {"name": "uid-web-0", "namespace": "shop", "uid": "uid-request", "resourceVersion": "7"},
+                "spec": {"requesters": [{"name": "drain.example.com"}],
+                         "target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
+            }))
+            .unwrap();
+        let path = "/apis/evictkit.io/v1alpha1/namespaces/shop/evictionrequests/uid-web-0";
+        let (client, calls) = recording(&request);
+        let through = crate::requester::Requester::new(client, ApiMode::Crd, names)
+            .await
+            .unwrap();
+        assert!(through.withdraw_target(&target).await.unwrap());
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [format!("GET {path}"), format!("PATCH {path}")]
+        );
+    }
 
     #[test]
     fn request_names_are_valid_object_names_per_requester() {

@@ -131,12 +131,17 @@ impl Requester {
     pub async fn withdraw_target(&self, target: &TargetPod) -> Result<bool, EvictionRequestError> {
         match self.api {
             ApiMode::Lifecycle => {
+                // One read: the request as read is the one withdrawn from.
                 let standing = lifecycle::get(&self.client, target, self.name())
                     .await?
-                    .is_some_and(|r| r.spec.intent != lifecycle::INTENT_WITHDRAWN);
-                if standing {
-                    lifecycle::withdraw(&self.client, target, self.name()).await?;
+                    .filter(|r| {
+                        lifecycle::targets(r, target)
+                            && r.spec.intent != lifecycle::INTENT_WITHDRAWN
+                    });
+                if let Some(request) = &standing {
+                    lifecycle::withdraw_from(&self.client, request, self.name()).await?;
                 }
+                let standing = standing.is_some();
                 // Asked through the CRD before a restart moved it to lifecycle.k8s.io: the
                 // controller still serves that request, so it is withdrawn there too.
                 let earlier = self.requested == ApiMode::Auto && self.withdraw_crd(target).await?;
@@ -151,10 +156,10 @@ impl Requester {
         let name = self.names.crd;
         let listed = crd::find_target(&self.client, target)
             .await?
-            .is_some_and(|r| r.spec.requesters.iter().any(|r| r.name == name));
-        if listed {
-            crd::withdraw_target(&self.client, target, name).await?;
+            .filter(|r| r.spec.requesters.iter().any(|r| r.name == name));
+        if let Some(request) = &listed {
+            crd::withdraw_from(&self.client, request, name).await?;
         }
-        Ok(listed)
+        Ok(listed.is_some())
     }
 }
