@@ -19,6 +19,7 @@ use evictkit_api::conditions::{
     REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER, STATUS_FALSE, STATUS_TRUE,
 };
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
+use evictkit_core::event_folding::Fold;
 use evictkit_core::requester::Standing;
 use evictkit_core::taint_policy::disruption_target::{self, Mark};
 use evictkit_runtime::events::EventType;
@@ -27,11 +28,11 @@ use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::leader::spawn_in_term;
 use evictkit_runtime::pod_condition::{self, PodCondition};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::zone_guard::Admission;
 use crate::{Context, EVENT_REASON, Error, ZONE_RECHECK, name_of};
@@ -66,6 +67,17 @@ impl Removal {
             Removal::Evict { .. } => "Evict",
             Removal::EvictionRequest { .. } => "EvictionRequest",
             Removal::ForceDelete => "ForceDelete",
+        }
+    }
+
+    /// What an Event folding many pods' announcements says was done (see
+    /// `EventRecorder::publish_or_fold`).
+    fn summary(&self) -> &'static str {
+        match self {
+            Removal::Delete { .. } => "Marking for deletion",
+            Removal::Evict { .. } => "Evicting",
+            Removal::EvictionRequest { .. } => "Requesting eviction of",
+            Removal::ForceDelete => "Force deleting",
         }
     }
 
@@ -164,7 +176,17 @@ pub async fn remove(
     let announced_now = !requested_before && context.mark(key.clone());
     if announced_now {
         let note = removal.announcement(&name, node_name);
-        record_in_background(context, pod, "Delete", note);
+        // Past their budget, announcements fold into one Event on the node (an outage).
+        let node_ref = node.map_or_else(
+            || ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node_name.to_owned()),
+                ..ObjectReference::default()
+            },
+            |node| node.object_ref(&()),
+        );
+        record_in_background(context, pod, note, node_ref, removal.summary());
     }
     context.due(&key);
     if !requested_before {
@@ -427,18 +449,26 @@ async fn set_disruption_target(
     Ok(pod_condition::set(client, pod, condition).await?)
 }
 
-/// A Normal Event recorded off the caller's path, as upstream's event broadcaster does: the
-/// announcement of a removal must not delay (or, under client rate limits, queue before) the
-/// removal itself.
-pub(crate) fn record_in_background(
+/// The Normal Event announcing a removal, recorded off the caller's path, as upstream's event
+/// broadcaster does: the announcement must not delay (or, under client rate limits, queue
+/// before) the removal itself. Past its kind's budget it is folded into one Event on `node`
+/// whose note begins with `summary`.
+fn record_in_background(
     context: &Context,
     pod: &Pod,
-    action: &'static str,
     note: String,
+    node: ObjectReference,
+    summary: &'static str,
 ) {
     let (recorder, pod) = (context.recorder.clone(), pod.clone());
     spawn_in_term(context.term.clone(), async move {
-        recorder.normal(&pod, EVENT_REASON, action, &note).await;
+        let fold = Fold {
+            into: &node,
+            summary,
+        };
+        recorder
+            .publish_or_fold(&pod, EventType::Normal, EVENT_REASON, "Delete", &note, fold)
+            .await;
     });
 }
 
