@@ -9,6 +9,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Args, ValueEnum};
 use evictkit_api::PodDisruptionBudgetPolicy;
 use evictkit_core::pdb_policy::{self, Explanation};
+use evictkit_core::table::Table;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
@@ -148,7 +149,7 @@ async fn policies(client: &Client) -> Result<Vec<PodDisruptionBudgetPolicy>> {
 
 /// One row per pod, then its PDBs, the prediction's message and the advice, indented.
 pub fn table(explanations: &[Explanation]) -> String {
-    let header = [
+    let mut table = Table::new(&[
         "POD",
         "PHASE",
         "READY",
@@ -157,51 +158,30 @@ pub fn table(explanations: &[Explanation]) -> String {
         "POLICY",
         "EVICTION",
         "OUTCOME",
-    ];
-    let rows: Vec<[String; 8]> = explanations
-        .iter()
-        .map(|e| {
-            let pdbs: Vec<&str> = e.pdbs.iter().map(|p| p.name.as_str()).collect();
-            [
-                e.pod.clone(),
-                e.phase.clone(),
-                e.ready.to_string(),
-                e.terminating.to_string(),
-                if pdbs.is_empty() {
-                    "-".to_owned()
-                } else {
-                    pdbs.join(",")
-                },
-                e.policy.clone().unwrap_or_else(|| "-".to_owned()),
-                format!(
-                    "{} {}",
-                    e.prediction.code,
-                    if e.allowed() { "allowed" } else { "blocked" }
-                ),
-                format!("{} ({})", e.outcome, e.prediction.decided_by),
-            ]
-        })
-        .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
-    let mut out = line(header.to_vec());
-    for (row, e) in rows.iter().zip(explanations) {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    ]);
+    for e in explanations {
+        let pdbs: Vec<&str> = e.pdbs.iter().map(|p| p.name.as_str()).collect();
+        table.row(vec![
+            e.pod.clone(),
+            e.phase.clone(),
+            e.ready.to_string(),
+            e.terminating.to_string(),
+            if pdbs.is_empty() {
+                "-".to_owned()
+            } else {
+                pdbs.join(",")
+            },
+            e.policy.clone().unwrap_or_else(|| "-".to_owned()),
+            format!(
+                "{} {}",
+                e.prediction.code,
+                if e.allowed() { "allowed" } else { "blocked" }
+            ),
+            format!("{} ({})", e.outcome, e.prediction.decided_by),
+        ]);
         for pdb in &e.pdbs {
-            out.push_str(&format!(
-                "    PDB {}: minAvailable={} maxUnavailable={} unhealthyPodEvictionPolicy={} currentHealthy={} desiredHealthy={} disruptionsAllowed={} observedGeneration={}/{}\n",
+            table.detail(format!(
+                "PDB {}: minAvailable={} maxUnavailable={} unhealthyPodEvictionPolicy={} currentHealthy={} desiredHealthy={} disruptionsAllowed={} observedGeneration={}/{}",
                 pdb.name,
                 pdb.min_available.as_deref().unwrap_or("-"),
                 pdb.max_unavailable.as_deref().unwrap_or("-"),
@@ -214,16 +194,16 @@ pub fn table(explanations: &[Explanation]) -> String {
             ));
         }
         if !e.prediction.message.is_empty() {
-            out.push_str(&format!("    message: {}\n", e.prediction.message));
+            table.detail(format!("message: {}", e.prediction.message));
         }
         if let Some(cause) = &e.prediction.cause {
-            out.push_str(&format!("    cause: {cause}\n"));
+            table.detail(format!("cause: {cause}"));
         }
         for advice in &e.advice {
-            out.push_str(&format!("    -> {advice}\n"));
+            table.detail(format!("-> {advice}"));
         }
     }
-    out
+    table.render()
 }
 
 #[cfg(test)]
