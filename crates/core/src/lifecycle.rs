@@ -28,6 +28,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::eviction_request::is_part_of_workload;
 
 pub mod cleanup;
+mod describe;
+pub use describe::describe_pod;
 #[cfg(test)]
 mod tests;
 
@@ -786,75 +788,4 @@ pub fn terminating_report(
 /// A responder's own status entry.
 pub fn own_status<'a>(eviction: &'a Eviction, responder: &str) -> Option<&'a ResponderStatus> {
     responder_status(eviction.status.as_ref(), responder)
-}
-
-/// The Eviction in words, for `describe`: target, requesters, responders in selection order
-/// with their timeline, conditions.
-pub fn describe(eviction: &Eviction, now: Timestamp) -> Vec<String> {
-    let mut lines = Vec::new();
-    let status = eviction.status.as_ref();
-    let target = eviction.spec.target.pod.as_ref().map_or_else(
-        || "<none>".to_owned(),
-        |p| format!("pod {} (uid {})", p.name, p.uid),
-    );
-    lines.push(format!(
-        "Eviction {} of {target}",
-        eviction.metadata.name.as_deref().unwrap_or_default()
-    ));
-    let ago = |t: &Time| {
-        let seconds = now.duration_since(t.0).as_secs();
-        format!("{} ({seconds}s ago)", t.0)
-    };
-    for requester in status
-        .and_then(|s| s.requesters.as_deref())
-        .unwrap_or_default()
-    {
-        lines.push(format!(
-            "  requester {}: {}",
-            requester.name, requester.intent
-        ));
-    }
-    let mut responders = status
-        .and_then(|s| s.target_responders.clone())
-        .unwrap_or_default();
-    responders.sort_by(responder_order);
-    for responder in &responders {
-        lines.push(format!(
-            "  responder {} (priority {}): {}",
-            responder.name, responder.priority, responder.state
-        ));
-        if let Some(s) = responder_status(status, &responder.name) {
-            for (what, time) in [
-                ("started", &s.start_time),
-                ("last heartbeat", &s.heartbeat_time),
-                ("expects to complete", &s.expected_completion_time),
-                ("completed", &s.completion_time),
-            ] {
-                if let Some(time) = time {
-                    lines.push(format!("    {what} {}", ago(time)));
-                }
-            }
-            if let Some(message) = s.message.as_deref().filter(|m| !m.is_empty()) {
-                lines.push(format!("    message: {message}"));
-            }
-        }
-    }
-    for c in status
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default()
-    {
-        let message = if c.message.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", c.message)
-        };
-        lines.push(format!(
-            "  condition {}={} ({}) since {}{message}",
-            c.type_,
-            c.status,
-            c.reason,
-            ago(&c.last_transition_time)
-        ));
-    }
-    lines
 }

@@ -1,7 +1,6 @@
 //! `request`, `withdraw` and `describe` on Kubernetes' own `lifecycle.k8s.io` API.
 
 use anyhow::Context as _;
-use evictkit_core::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, condition, describe};
 use evictkit_runtime::eviction_request::TargetPod;
 use evictkit_runtime::lifecycle_request::{request_eviction, request_name, withdraw};
 use jiff::Timestamp;
@@ -86,11 +85,11 @@ pub async fn withdraw_request(
     Ok(())
 }
 
-/// Every Eviction of pods named `name` (oldest first) with its responders' timeline, then
-/// every EvictionRequest with its intent and conditions; whether the pod has any.
+/// Every Eviction of pods named `name` with its responders' timeline, then every
+/// EvictionRequest with its intent ([`evictkit_core::lifecycle::describe_pod`]); whether the pod has any.
 pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyhow::Result<bool> {
     let targets = |pod: Option<&str>| pod == Some(name);
-    let mut evictions: Vec<Eviction> = Api::<Eviction>::namespaced(client.clone(), namespace)
+    let evictions: Vec<Eviction> = Api::<Eviction>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .with_context(|| format!("cannot list Evictions in {namespace}"))?
@@ -98,7 +97,6 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyho
         .into_iter()
         .filter(|e| targets(e.spec.target.pod.as_ref().map(|p| p.name.as_str())))
         .collect();
-    evictions.sort_by_key(|e| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
     let requests: Vec<EvictionRequest> =
         Api::<EvictionRequest>::namespaced(client.clone(), namespace)
             .list(&ListParams::default())
@@ -111,34 +109,8 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyho
     if evictions.is_empty() && requests.is_empty() {
         return Ok(false);
     }
-    let now = Timestamp::now();
-    for eviction in &evictions {
-        for line in describe(eviction, now) {
-            println!("{line}");
-        }
-    }
-    for request in &requests {
-        let conditions = request
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref());
-        let said = [CONDITION_TARGET_EVICTED, CONDITION_FAILED]
-            .into_iter()
-            .filter_map(|kind| condition(conditions, kind))
-            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
-            .collect::<Vec<_>>()
-            .join(", ");
-        println!(
-            "EvictionRequest {}: {} wants {}{}",
-            request.name_any(),
-            request.spec.requester,
-            request.spec.intent,
-            if said.is_empty() {
-                String::new()
-            } else {
-                format!("; {said}")
-            }
-        );
+    for line in evictkit_core::lifecycle::describe_pod(&evictions, &requests, Timestamp::now()) {
+        println!("{line}");
     }
     Ok(true)
 }
