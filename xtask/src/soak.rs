@@ -114,6 +114,8 @@ struct Record {
     over_limit: std::collections::BTreeSet<String>,
     /// Pods whose /metrics did not answer at a sample.
     silent: Vec<String>,
+    /// EvictionRequests seen (kind/namespace/name/pod UID), by requester.
+    requests_by_requester: BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 struct ClusterRow {
@@ -242,6 +244,16 @@ async fn observe_gone(
     let mut by_kind = BTreeMap::new();
     for object in &objects {
         *by_kind.entry(object.kind).or_default() += 1;
+        for requester in &object.requesters {
+            record
+                .requests_by_requester
+                .entry(requester.clone())
+                .or_default()
+                .insert(format!(
+                    "{}/{}/{}/{}",
+                    object.kind, object.namespace, object.name, object.pod_uid
+                ));
+        }
     }
     Ok((by_kind, counts))
 }
@@ -390,6 +402,10 @@ fn verdict(
             }
         }
     }
+    println!("soak: EvictionRequests seen (polled once a round), by requester");
+    for (requester, requests) in &record.requests_by_requester {
+        println!("  {requester:48} {:6}", requests.len());
+    }
     let restarted: std::collections::BTreeSet<String> = record
         .pods
         .iter()
@@ -437,13 +453,12 @@ fn verdict(
         explained.len() + unexplained.len(),
         explained.len()
     );
-    for line in logs
-        .lines
-        .iter()
-        .filter(|l| l.level == Level::Warn)
-        .take(20)
-    {
-        println!("  warn {}: {}", line.pod, line.line);
+    let mut warnings: BTreeMap<String, usize> = BTreeMap::new();
+    for line in logs.lines.iter().filter(|l| l.level == Level::Warn) {
+        *warnings.entry(message(&line.line)).or_default() += 1;
+    }
+    for (message, count) in &warnings {
+        println!("  {count:5} x warn: {message}");
     }
     for line in &unexplained {
         println!("  UNEXPLAINED {}: {}", line.pod, line.line);
@@ -462,6 +477,17 @@ fn verdict(
     }
     println!("soak: passed");
     Ok(())
+}
+
+/// The message of a JSON log line with the error's first 120 characters (object names vary,
+/// so lines group by them only roughly), or the line's first 200 characters.
+fn message(line: &str) -> String {
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(line) else {
+        return line.chars().take(200).collect();
+    };
+    let field = |key: &str| json.get(key).and_then(|v| v.as_str()).unwrap_or_default();
+    let error: String = field("error").chars().take(120).collect();
+    format!("{} {error}", field("message")).trim().to_owned()
 }
 
 /// An error line of a leader the churn deleted, logged within [`SHUTDOWN_GRACE`] of its deletion.

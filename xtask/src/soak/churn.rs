@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use evictkit_api::keys::{
     DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS, REQUIRED_DURING_EXECUTION,
 };
+use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
@@ -130,9 +131,10 @@ impl Churn {
             // A requester deletes its requests once done with them (KEP-4563), as ours do.
             let cleaner = lifecycle.clone();
             let token = cleanup.clone();
+            let recorder = EventRecorder::from_client(client.clone(), "soak");
             tokio::spawn(async move {
                 cleaner
-                    .clean_up(Done::OnceOver, Some(NAMESPACE), token)
+                    .clean_up(Done::OnceOver, Some(NAMESPACE), &recorder, token)
                     .await;
             });
             requesters.push(lifecycle);

@@ -104,6 +104,8 @@ pub struct Target {
     pub pod: String,
     pub pod_uid: String,
     pub created: Option<Timestamp>,
+    /// Who asks (EvictionRequests; none for an Eviction).
+    pub requesters: Vec<String>,
 }
 
 pub const CRD_REQUESTS: &str = "evictionrequests.evictkit.io";
@@ -127,6 +129,12 @@ pub async fn eviction_objects(client: &Client) -> Result<Vec<Target>> {
                 pod: pod.name,
                 pod_uid: pod.uid,
                 created: request.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                requesters: request
+                    .spec
+                    .requesters
+                    .iter()
+                    .map(|r| r.name.clone())
+                    .collect(),
             });
         }
     }
@@ -143,6 +151,7 @@ pub async fn eviction_objects(client: &Client) -> Result<Vec<Target>> {
                 pod: pod.name,
                 pod_uid: pod.uid,
                 created: request.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                requesters: vec![request.spec.requester.clone()],
             });
         }
     }
@@ -159,6 +168,7 @@ pub async fn eviction_objects(client: &Client) -> Result<Vec<Target>> {
                 pod: pod.name,
                 pod_uid: pod.uid,
                 created: eviction.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                requesters: Vec::new(),
             });
         }
     }
@@ -445,6 +455,7 @@ mod tests {
             pod: name.into(),
             pod_uid: uid.into(),
             created: Some(Timestamp::from_second(0).unwrap()),
+            requesters: vec!["evictkit.io/soak".into()],
         };
         let objects = [target("a", "uid-a"), target("b", "uid-b")];
         let limit = Duration::from_secs(300);
