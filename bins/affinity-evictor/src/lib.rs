@@ -189,7 +189,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         && !settings.dry_run
                     {
                         requester
-                            .clean_up(Done::OnceOver, settings.namespace.as_deref(), term.clone())
+                            .clean_up(
+                                Done::OnceOver,
+                                settings.namespace.as_deref(),
+                                &settings.recorder,
+                                term.clone(),
+                            )
                             .await;
                     }
                 };

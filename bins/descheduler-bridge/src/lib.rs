@@ -204,7 +204,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         if !settings.dry_run {
                             let done = Done::OnceWithdrawn;
                             requester
-                                .clean_up(done, namespace.as_deref(), term.clone())
+                                .clean_up(
+                                    done,
+                                    namespace.as_deref(),
+                                    &settings.recorder,
+                                    term.clone(),
+                                )
                                 .await;
                         }
                     };

@@ -254,7 +254,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     let namespace = settings.namespace.as_deref();
                     let requester = &settings.requester;
                     requester
-                        .clean_up(Done::OnceOver, namespace, term.clone())
+                        .clean_up(Done::OnceOver, namespace, &settings.recorder, term.clone())
                         .await;
                 }
             };

@@ -29,6 +29,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use crate::events::EventRecorder;
 use crate::shutdown::CancellationToken;
 
 use crate::eviction_request::{EvictionRequestError, TargetPod, apply_to_exactly};
@@ -380,15 +381,20 @@ pub async fn withdraw_from(
         .map_err(intent_error(&target, &name, requester, INTENT_WITHDRAWN))
 }
 
+/// Event reason of a finished EvictionRequest its requester may not delete (RBAC).
+pub const REASON_DELETE_FORBIDDEN: &str = "EvictionRequestDeleteForbidden";
+
 /// Deletes `requester`'s own EvictionRequests (in `namespace`, or all) once it is `done` with
 /// them ([`requester_done`]), until `token` is cancelled. A requester notices this although the
 /// pod it asked about is gone, so nothing it asked for stays behind. Level-triggered: after a
-/// restart the list finds what is due.
+/// restart the list finds what is due. A deletion RBAC refuses is a Warning Event on the
+/// request through `recorder` as well as a log line, so `kubectl describe` shows why it stays.
 pub async fn clean_up(
     client: Client,
     requester: &'static str,
     done: Done,
     namespace: Option<&str>,
+    recorder: EventRecorder,
     token: CancellationToken,
 ) {
     let api: Api<EvictionRequest> = match namespace {
@@ -415,14 +421,42 @@ pub async fn clean_up(
                 }
                 Ok::<_, EvictionRequestError>(Action::await_change())
             },
-            |request: Arc<EvictionRequest>, error: &EvictionRequestError, _: Arc<Client>| {
+            move |request: Arc<EvictionRequest>, error: &EvictionRequestError, _: Arc<Client>| {
                 tracing::warn!(request = %request.name_any(), %error, "cannot delete a finished EvictionRequest; retrying");
+                if let Some(message) = forbidden(error) {
+                    let note = delete_forbidden_note(requester, message);
+                    let recorder = recorder.clone();
+                    tokio::spawn(async move {
+                        recorder
+                            .warning(request.as_ref(), REASON_DELETE_FORBIDDEN, "Delete", &note)
+                            .await;
+                    });
+                }
                 Action::requeue(Duration::from_secs(5))
             },
             Arc::new(client),
         )
         .for_each(|_| future::ready(()))
         .await;
+}
+
+/// The apiserver's message when RBAC refused the call (403).
+fn forbidden(error: &EvictionRequestError) -> Option<&str> {
+    match error {
+        EvictionRequestError::Api { source, .. } => match source.as_ref() {
+            kube::Error::Api(status) if status.code == 403 => Some(&status.message),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The Warning Event's note when RBAC refuses `requester` the deletion of its request.
+fn delete_forbidden_note(requester: &str, message: &str) -> String {
+    format!(
+        "{requester} may not delete its finished EvictionRequest, so it stays: {message} \
+         (grant delete on evictionrequests.lifecycle.k8s.io, as the component's chart does)"
+    )
 }
 
 #[cfg(test)]
@@ -445,6 +479,40 @@ mod tests {
             async move { Ok::<_, std::convert::Infallible>(Response::new(Body::from(answer))) }
         });
         (Client::new(service, "default"), calls)
+    }
+
+    #[test]
+    fn an_rbac_refusal_to_delete_is_told_with_the_permission_it_needs() {
+        let refusal = |code: u16, message: &str| EvictionRequestError::Api {
+            action: "delete",
+            request: "shop/web-0-evictkit-io-taint-manager".into(),
+            actor: "evictkit.io/taint-manager".into(),
+            source: Box::new(kube::Error::Api(Box::new(
+                serde_json::from_value(
+                    json!({"status": "Failure", "code": code, "message": message}),
+                )
+                .unwrap(),
+            ))),
+        };
+        let denied = "evictionrequests.lifecycle.k8s.io \"web-0-evictkit-io-taint-manager\" is forbidden: User \"system:serviceaccount:evictkit:taint-manager\" cannot delete resource \"evictionrequests\"";
+        let forbidden = refusal(403, denied);
+        assert_eq!(super::forbidden(&forbidden), Some(denied));
+        assert_eq!(
+            delete_forbidden_note("evictkit.io/taint-manager", denied),
+            format!(
+                "evictkit.io/taint-manager may not delete its finished EvictionRequest, so it stays: {denied} (grant delete on evictionrequests.lifecycle.k8s.io, as the component's chart does)"
+            )
+        );
+        // Anything else is retried quietly, as before.
+        assert_eq!(
+            super::forbidden(&refusal(500, "etcdserver: request timed out")),
+            None
+        );
+        let refused = EvictionRequestError::Refused {
+            request: "shop/x".into(),
+            message: "forbidden".into(),
+        };
+        assert_eq!(super::forbidden(&refused), None);
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@
 use evictkit_core::requester::{self as standing, Standing};
 use kube::{Client, Resource};
 
+use crate::events::EventRecorder;
 use crate::eviction_request::{self as crd, EvictionRequestError, TargetPod};
 use crate::lifecycle_request::{self as lifecycle, ApiMode};
 use crate::shutdown::CancellationToken;
@@ -108,13 +109,20 @@ impl Requester {
     }
 
     /// Deletes this requester's own EvictionRequests of `namespace` (or all) once it is `done`
-    /// with them, until `token` is cancelled ([`lifecycle::clean_up`]); for the holder of the
-    /// requester's Lease. On the CRD the evictionrequest-controller does that (the pod's
-    /// ownerReference, `--finished-ttl`), so this returns at once.
-    pub async fn clean_up(&self, done: Done, namespace: Option<&str>, token: CancellationToken) {
+    /// with them, until `token` is cancelled ([`lifecycle::clean_up`]; a deletion RBAC refuses
+    /// is a Warning Event through `recorder`); for the holder of the requester's Lease. On the
+    /// CRD the evictionrequest-controller does that (the pod's ownerReference,
+    /// `--finished-ttl`), so this returns at once.
+    pub async fn clean_up(
+        &self,
+        done: Done,
+        namespace: Option<&str>,
+        recorder: &EventRecorder,
+        token: CancellationToken,
+    ) {
         if self.api == ApiMode::Lifecycle {
-            let name = self.names.lifecycle;
-            lifecycle::clean_up(self.client.clone(), name, done, namespace, token).await;
+            let (name, recorder) = (self.names.lifecycle, recorder.clone());
+            lifecycle::clean_up(self.client.clone(), name, done, namespace, recorder, token).await;
         }
     }
 
