@@ -10,6 +10,7 @@ pub mod plot;
 mod scale;
 pub mod support;
 mod taint_manager;
+pub mod webhooks;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,6 +49,12 @@ enum Component {
     /// kube-controller-manager's taint-eviction-controller and the taint-manager at each
     /// --kube-api-qps. CSV and PNG plots under target/bench.
     Scale(scale::Args),
+    /// Each webhook under its own burst, measured by the apiserver's metrics (calls failed
+    /// open, requests refused, p99 of a call) and the webhook's restarts: a drain of many nodes
+    /// through pdb-policy-webhook (with the throughput without it), a burst of PDB writes. Prints
+    /// the table and writes docs/bench/webhooks.csv (set EVICTKIT_CLUSTER_DIR for a cluster of
+    /// your own with enough kwok nodes).
+    Webhooks(webhooks::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -58,5 +65,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Component::DeschedulerBridge(args) => descheduler_bridge::run(&args),
         Component::AffinityEvictor(args) => affinity_evictor::run(&args),
         Component::Scale(args) => scale::run(&args),
+        Component::Webhooks(args) => webhooks::run(&args),
     }
 }

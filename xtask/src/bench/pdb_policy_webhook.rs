@@ -24,9 +24,9 @@ use serde_json::{Value, json};
 use super::support::{self, Component, percentile};
 use crate::cluster::{self, Cluster};
 
-mod drain;
+pub(crate) mod drain;
 
-const NS: &str = "bench-pdb-policy";
+pub(crate) const NS: &str = "bench-pdb-policy";
 const POLICY: &str = "bench-pdb-policy";
 const PODS: usize = 50;
 const WEBHOOK_NAME: &str = "validate-eviction.bench.evictkit.io";
@@ -77,7 +77,22 @@ async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
     result
 }
 
-async fn setup(cluster: &Cluster, client: &Client) -> Result<()> {
+/// `cargo xtask bench webhooks`' drain: the namespace and policy of this bench, then
+/// [`drain::drains`] at the webhook's default client limit (as the chart runs it).
+pub(crate) async fn drain_scenario(
+    cluster: &Cluster,
+    binary: &Path,
+    nodes: usize,
+    per_node: usize,
+) -> Result<Vec<drain::Drain>> {
+    let client = support::client(cluster).await?;
+    setup(cluster, &client).await?;
+    let drains = drain::drains(cluster, &client, binary, nodes, per_node, drain::CHART_QPS).await;
+    teardown(&client).await;
+    drains
+}
+
+pub(crate) async fn setup(cluster: &Cluster, client: &Client) -> Result<()> {
     support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
@@ -134,7 +149,7 @@ async fn setup(cluster: &Cluster, client: &Client) -> Result<()> {
     Ok(())
 }
 
-async fn teardown(client: &Client) {
+pub(crate) async fn teardown(client: &Client) {
     let dp = DeleteParams::background();
     let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .delete(NS, &dp)
@@ -156,15 +171,19 @@ async fn teardown(client: &Client) {
 
 /// The webhook under test: the release binary pinned to one core, serving over HTTPS with the
 /// apiserver's certificate of the test PKI (issued for 127.0.0.1 by the cluster CA).
-struct Webhook {
-    server: Component,
-    port: u16,
-    metrics_port: u16,
-    ca_pem: String,
+pub(crate) struct Webhook {
+    pub(crate) server: Component,
+    pub(crate) port: u16,
+    pub(crate) metrics_port: u16,
+    pub(crate) ca_pem: String,
 }
 
 /// The webhook with `flags` added to the bench's.
-async fn start_webhook(cluster: &Cluster, binary: &Path, flags: &[String]) -> Result<Webhook> {
+pub(crate) async fn start_webhook(
+    cluster: &Cluster,
+    binary: &Path,
+    flags: &[String],
+) -> Result<Webhook> {
     let pki = support::pki();
     let port = support::free_port()?;
     let metrics_port = support::free_port()?;

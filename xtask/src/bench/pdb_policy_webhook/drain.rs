@@ -36,6 +36,7 @@ use serde_json::json;
 use super::{Args, NS, PODS, WEBHOOK_NAME, Webhook, register, start_webhook};
 use crate::bench::csv;
 use crate::bench::support::{self, percentile};
+use crate::bench::webhooks::apiserver::{Histogram, Snapshot};
 use crate::cluster::Cluster;
 
 const HEADER: &[&str] = &[
@@ -57,32 +58,38 @@ const KEY_COLUMNS: usize = 3;
 /// Concurrent pod creations (the apiserver, etcd, kwok and this process share 2 cores).
 const CONCURRENCY: usize = 32;
 /// The webhook's default --kube-api-qps, which the chart keeps.
-const CHART_QPS: f64 = 20.0;
+pub(crate) const CHART_QPS: f64 = 20.0;
 /// The webhook's answers, as its metric labels them.
 const RESULTS: [&str; 3] = ["allowed", "denied", "error"];
 
 /// What one drain measured.
-struct Drain {
+pub(crate) struct Drain {
     /// The CSV's `webhook` column: off, on (at the chart's client limit) or on-qps<N>.
-    label: String,
+    pub(crate) label: String,
     /// Each eviction call's latency, ms.
     latencies: Vec<f64>,
     seconds: f64,
     /// (pod, error) of each eviction that failed.
-    failures: Vec<(String, String)>,
+    pub(crate) failures: Vec<(String, String)>,
     /// The webhook process's CPU during the drain.
     cpu_seconds: f64,
     /// The webhook process's highest RSS sampled during the drain.
     rss_kib: u64,
     /// Reviews the webhook answered during the drain, by result.
     reviews: Vec<(&'static str, f64)>,
-    /// Evictions the apiserver let through without the webhook's answer (failurePolicy Ignore:
-    /// a timeout or an error calling it).
-    failed_open: f64,
+    /// The apiserver's figures of the eviction webhook during the drain: evictions it let
+    /// through without the webhook's answer (failurePolicy Ignore: a timeout or an error
+    /// calling it), refused, and the calls' durations.
+    pub(crate) apiserver: Snapshot,
+    /// The webhook's own time per eviction review during the drain.
+    pub(crate) own: Histogram,
+    /// Whether the webhook process exited during the drain (0 or 1: the bench does not restart
+    /// it).
+    pub(crate) restarts: u32,
 }
 
 impl Drain {
-    fn evictions_per_second(&self) -> f64 {
+    pub(crate) fn evictions_per_second(&self) -> f64 {
         self.latencies.len() as f64 / self.seconds
     }
 
@@ -105,11 +112,44 @@ impl Drain {
 }
 
 pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
-    let (nodes, per_node, qps) = (
-        args.drain_nodes,
-        args.pods_per_node,
+    let (nodes, per_node) = (args.drain_nodes, args.pods_per_node);
+    let events_since = k8s_openapi::jiff::Timestamp::now();
+    let drains = drains(
+        cluster,
+        client,
+        binary,
+        nodes,
+        per_node,
         args.webhook_kube_api_qps,
+    )
+    .await?;
+    report(&drains);
+    let (events, occurrences) =
+        support::events_reported(client, "pdb-policy-webhook", events_since).await?;
+    println!(
+        "Events by pdb-policy-webhook: {events} created ({occurrences} occurrences), {:.3} per pod drained",
+        events as f64 / (nodes * per_node * drains.len()).max(1) as f64
     );
+    let path = csv::path("pdb-policy-webhook-drain.csv")?;
+    let rows: Vec<Vec<String>> = drains
+        .iter()
+        .map(|drain| drain.row(nodes, per_node))
+        .collect();
+    csv::upsert(&path, HEADER, KEY_COLUMNS, &rows)?;
+    println!("CSV: {}", path.display());
+    Ok(())
+}
+
+/// The drain of `nodes` kwok nodes, `per_node` pods each, without then with the eviction
+/// webhook (at `--kube-api-qps` `qps`), each row printed as it ends.
+pub(crate) async fn drains(
+    cluster: &Cluster,
+    client: &Client,
+    binary: &Path,
+    nodes: usize,
+    per_node: usize,
+    qps: f64,
+) -> Result<Vec<Drain>> {
     let kwok = support::kwok_nodes(client).await?;
     ensure!(
         kwok.len() >= nodes,
@@ -122,7 +162,7 @@ pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &A
         format!("--kube-api-qps={qps}"),
         format!("--kube-api-burst={}", (qps * 1.5).ceil().max(1.0)),
     ];
-    let webhook = start_webhook(cluster, binary, &flags).await?;
+    let mut webhook = start_webhook(cluster, binary, &flags).await?;
     println!(
         "drain of {} nodes at once, {per_node} pods each ({} evictions, policy/v1, one call per \
          pod, all at once); a PDB per node (minAvailable 0); pdb-policy-webhook release, \
@@ -154,7 +194,13 @@ pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &A
             (true, false) => format!("on-qps{qps}"),
         };
         let drain = drain(
-            cluster, client, nodes, per_node, &webhook, registered, label,
+            cluster,
+            client,
+            nodes,
+            per_node,
+            &mut webhook,
+            registered,
+            label,
         )
         .await?;
         let row = drain.row(nodes.len(), per_node);
@@ -164,15 +210,7 @@ pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &A
         );
         drains.push(drain);
     }
-    report(&drains);
-    let path = csv::path("pdb-policy-webhook-drain.csv")?;
-    let rows: Vec<Vec<String>> = drains
-        .iter()
-        .map(|drain| drain.row(nodes.len(), per_node))
-        .collect();
-    csv::upsert(&path, HEADER, KEY_COLUMNS, &rows)?;
-    println!("CSV: {}", path.display());
-    Ok(())
+    Ok(drains)
 }
 
 fn report(drains: &[Drain]) {
@@ -196,7 +234,7 @@ fn report(drains: &[Drain]) {
              through without its answer (failed open): {:.0}",
             drain.label,
             reviews.join(", "),
-            drain.failed_open
+            drain.apiserver.failed_open
         );
         // The same error for many pods once: the pod's name stands for all of them.
         let mut errors: BTreeMap<String, (usize, &str)> = BTreeMap::new();
@@ -236,7 +274,7 @@ async fn drain(
     client: &Client,
     nodes: &[String],
     per_node: usize,
-    webhook: &Webhook,
+    webhook: &mut Webhook,
     registered: bool,
     label: String,
 ) -> Result<Drain> {
@@ -257,7 +295,8 @@ async fn drain(
 
     let cpu_before = webhook.server.cpu_seconds()?;
     let reviews_before = reviews(webhook.metrics_port)?;
-    let failed_open_before = failed_open(cluster)?;
+    let apiserver_before = Snapshot::take(cluster, &[WEBHOOK_NAME])?;
+    let own_before = own_durations(webhook.metrics_port)?;
     let started = Instant::now();
     // A task per eviction: the calls run on every worker thread, as kubectl's goroutines do.
     let calls = future::try_join_all(drainers.iter().flat_map(|drainer| {
@@ -286,7 +325,9 @@ async fn drain(
         .zip(reviews_before)
         .map(|((result, after), (_, before))| (result, after - before))
         .collect();
-    let failed_open = failed_open(cluster)? - failed_open_before;
+    let apiserver = Snapshot::take(cluster, &[WEBHOOK_NAME])?.since(&apiserver_before);
+    let own = own_durations(webhook.metrics_port)?.since(&own_before);
+    let restarts = u32::from(!webhook.server.runs());
 
     let mut latencies = Vec::with_capacity(answers.len());
     let mut failures = Vec::new();
@@ -310,7 +351,9 @@ async fn drain(
         cpu_seconds,
         rss_kib,
         reviews,
-        failed_open,
+        apiserver,
+        own,
+        restarts,
     })
 }
 
@@ -436,17 +479,13 @@ fn reviews(metrics_port: u16) -> Result<Vec<(&'static str, f64)>> {
         .collect()
 }
 
-/// The apiserver's count of calls of the bench's eviction webhook that failed open so far.
-fn failed_open(cluster: &Cluster) -> Result<f64> {
-    let metrics = cluster.kubectl(&["get", "--raw", "/metrics"])?;
-    Ok(metrics
-        .lines()
-        .filter(|line| {
-            line.starts_with("apiserver_admission_webhook_fail_open_count{")
-                && line.contains(&format!("name=\"{WEBHOOK_NAME}\""))
-        })
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
+/// The webhook's own durations of eviction reviews so far.
+fn own_durations(metrics_port: u16) -> Result<Histogram> {
+    Ok(Histogram::parse(
+        &support::http_get(metrics_port, "/metrics")?,
+        "evictkit_pdb_policy_webhook_admission_duration_seconds",
+        "webhook=\"validate-eviction\"",
+    ))
 }
 
 /// The nodes schedulable again and the case's pods gone (those whose eviction failed): the

@@ -1,0 +1,211 @@
+//! `cargo xtask bench webhooks`: each webhook under its own burst, measured by the apiserver
+//! ([`apiserver`]: calls failed open, requests refused, p99 of a call) and by the webhook's
+//! process (restarts: it exited). One row per scenario, printed and written into
+//! `docs/bench/webhooks.csv` (a rerun of a scenario replaces its row).
+//!
+//! Every scenario admits everything it sends (nothing a webhook should deny), so any refusal
+//! is a failure; the goal of each row (issue 30) is 0 failed open, 0 refused, p99 <= 100 ms and
+//! 0 restarts. The components run as processes of a release build against the cluster of
+//! `EVICTKIT_CLUSTER_DIR` (kwok nodes: start it with enough of them for the drain).
+
+pub mod apiserver;
+mod pdb_writes;
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+
+use super::pdb_policy_webhook;
+use super::{csv, support};
+use crate::cluster::{self, Cluster};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scenarios to run, in this order (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenarios: Vec<Scenario>,
+    /// Nodes drained at once (kwok nodes of the cluster).
+    #[arg(long, default_value_t = 50)]
+    drain_nodes: usize,
+    /// Pods on each drained node.
+    #[arg(long, default_value_t = 20)]
+    pods_per_node: usize,
+    /// PodDisruptionBudgets written in the pdb-writes scenario.
+    #[arg(long, default_value_t = 1000)]
+    pdb_writes: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    /// A drain of --drain-nodes nodes at once through pdb-policy-webhook's eviction webhook
+    /// (and without it, for the throughput it costs).
+    Drain,
+    /// --pdb-writes PodDisruptionBudgets created at once through pdb-policy-webhook's mutating
+    /// and validating PDB webhooks.
+    PdbWrites,
+}
+
+const ALL: [Scenario; 2] = [Scenario::Drain, Scenario::PdbWrites];
+
+/// One scenario's figures.
+pub struct Row {
+    pub scenario: String,
+    /// What it sent, e.g. `50x20 evictions`.
+    pub size: String,
+    /// Calls of the webhook the apiserver counted.
+    pub calls: f64,
+    pub failed_open: f64,
+    pub refused: f64,
+    pub p99_ms: Option<f64>,
+    /// The webhook's own p99 per review, from its histogram: the rest of the apiserver's is the
+    /// way there and back and the waits for a connection and a core.
+    pub webhook_p99_ms: Option<f64>,
+    pub restarts: u32,
+    /// Requests per second through the apiserver with the webhook, and without it where the
+    /// scenario measures that too.
+    pub per_second: f64,
+    pub per_second_without: Option<f64>,
+}
+
+const HEADER: &[&str] = &[
+    "scenario",
+    "size",
+    "calls",
+    "failed_open",
+    "refused",
+    "p99_ms",
+    "webhook_p99_ms",
+    "restarts",
+    "per_second",
+    "per_second_without_webhook",
+];
+
+impl Row {
+    fn of(scenario: &str, size: String, apiserver: &apiserver::Snapshot) -> Self {
+        Self {
+            scenario: scenario.to_owned(),
+            size,
+            calls: apiserver.calls(),
+            failed_open: apiserver.failed_open,
+            refused: apiserver.refused,
+            p99_ms: apiserver.quantile_ms(0.99),
+            webhook_p99_ms: None,
+            restarts: 0,
+            per_second: 0.0,
+            per_second_without: None,
+        }
+    }
+
+    fn cells(&self) -> Vec<String> {
+        let or_dash = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+        };
+        vec![
+            self.scenario.clone(),
+            self.size.clone(),
+            format!("{:.0}", self.calls),
+            format!("{:.0}", self.failed_open),
+            format!("{:.0}", self.refused),
+            or_dash(self.p99_ms, 1),
+            or_dash(self.webhook_p99_ms, 1),
+            self.restarts.to_string(),
+            format!("{:.1}", self.per_second),
+            or_dash(self.per_second_without, 1),
+        ]
+    }
+
+    fn meets_the_goal(&self) -> bool {
+        self.failed_open == 0.0
+            && self.refused == 0.0
+            && self.restarts == 0
+            && self.p99_ms.is_some_and(|p99| p99 <= 100.0)
+    }
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let cluster = cluster::running()?;
+    let scenarios = if args.scenarios.is_empty() {
+        ALL.to_vec()
+    } else {
+        args.scenarios.clone()
+    };
+    // Built once: other builds of the shared target/ would make each scenario wait its turn.
+    let pdb_policy_binary = support::release_binary("pdb-policy-webhook")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+    for scenario in scenarios {
+        let row = runtime.block_on(measure(&cluster, &pdb_policy_binary, scenario, args))?;
+        println!("{}", line(&row.cells()));
+        rows.push(row);
+    }
+    println!("\n{}", line(HEADER));
+    for row in &rows {
+        println!("{}", line(&row.cells()));
+    }
+    let path = crate::workspace_root().join("docs/bench/webhooks.csv");
+    let cells: Vec<Vec<String>> = rows.iter().map(Row::cells).collect();
+    csv::upsert(&path, HEADER, 1, &cells)?;
+    println!("CSV: {}", path.display());
+    let missed: Vec<&str> = rows
+        .iter()
+        .filter(|row| !row.meets_the_goal())
+        .map(|row| row.scenario.as_str())
+        .collect();
+    if !missed.is_empty() {
+        bail!(
+            "below the goal (0 failed open, 0 refused, p99 <= 100 ms, 0 restarts): {}",
+            missed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn line<S: AsRef<str>>(cells: &[S]) -> String {
+    let widths = [12, 18, 7, 12, 8, 8, 15, 9, 11, 28];
+    cells
+        .iter()
+        .zip(widths)
+        .map(|(cell, width)| format!("{:>width$}", cell.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn measure(
+    cluster: &Cluster,
+    pdb_policy_binary: &Path,
+    scenario: Scenario,
+    args: &Args,
+) -> Result<Row> {
+    match scenario {
+        Scenario::Drain => {
+            let (nodes, per_node) = (args.drain_nodes, args.pods_per_node);
+            let drains =
+                pdb_policy_webhook::drain_scenario(cluster, pdb_policy_binary, nodes, per_node)
+                    .await?;
+            let [off, on] = drains.as_slice() else {
+                bail!("the drain ran {} cases, not off and on", drains.len());
+            };
+            for drain in [off, on] {
+                for (pod, error) in drain.failures.iter().take(3) {
+                    println!(
+                        "  webhook {}: eviction of {pod} failed: {error}",
+                        drain.label
+                    );
+                }
+            }
+            let size = format!("{nodes}x{per_node} evictions");
+            Ok(Row {
+                webhook_p99_ms: on.own.quantile_ms(0.99),
+                restarts: on.restarts,
+                per_second: on.evictions_per_second(),
+                per_second_without: Some(off.evictions_per_second()),
+                ..Row::of("drain", size, &on.apiserver)
+            })
+        }
+        Scenario::PdbWrites => {
+            pdb_writes::measure(cluster, pdb_policy_binary, args.pdb_writes).await
+        }
+    }
+}

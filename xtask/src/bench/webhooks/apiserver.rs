@@ -1,0 +1,248 @@
+//! What the apiserver itself measured of an admission webhook, from its `/metrics`: the calls
+//! that failed open (`apiserver_admission_webhook_fail_open_count`), the requests it refused
+//! because of the webhook (`apiserver_admission_webhook_rejection_count`, a denial or a calling
+//! error under failurePolicy Fail) and the time each call took
+//! (`apiserver_admission_webhook_admission_duration_seconds`). The figures of a scenario are the
+//! difference of two snapshots, taken before and after it. [`Histogram`] reads a webhook's own
+//! duration histogram the same way.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use crate::cluster::Cluster;
+
+/// One webhook's counters at a moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub failed_open: f64,
+    pub refused: f64,
+    /// The calls' durations.
+    pub durations: Histogram,
+}
+
+/// A Prometheus histogram's cumulative counts by upper bound (seconds; +Inf as infinity),
+/// summed over the series it was read from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    buckets: BTreeMap<Bound, f64>,
+}
+
+/// A bucket's upper bound, ordered (f64 is not `Ord`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bound(f64);
+
+impl Eq for Bound {}
+
+impl PartialOrd for Bound {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Bound {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+const DURATION: &str = "apiserver_admission_webhook_admission_duration_seconds";
+
+impl Snapshot {
+    /// The apiserver's figures for the webhooks `names` now, summed.
+    pub fn take(cluster: &Cluster, names: &[&str]) -> Result<Self> {
+        Ok(Self::parse(
+            &cluster.kubectl(&["get", "--raw", "/metrics"])?,
+            names,
+        ))
+    }
+
+    /// From the text of `/metrics`.
+    pub fn parse(metrics: &str, names: &[&str]) -> Self {
+        let mut snapshot = Self::default();
+        for name in names {
+            let of_webhook = format!("name=\"{name}\"");
+            snapshot.failed_open += sum(
+                metrics,
+                "apiserver_admission_webhook_fail_open_count",
+                &of_webhook,
+            );
+            snapshot.refused += sum(
+                metrics,
+                "apiserver_admission_webhook_rejection_count",
+                &of_webhook,
+            );
+            let durations = Histogram::parse(metrics, DURATION, &of_webhook);
+            for (bound, count) in durations.buckets {
+                *snapshot.durations.buckets.entry(bound).or_default() += count;
+            }
+        }
+        snapshot
+    }
+
+    /// What happened between `before` and this snapshot.
+    pub fn since(&self, before: &Snapshot) -> Snapshot {
+        Snapshot {
+            failed_open: self.failed_open - before.failed_open,
+            refused: self.refused - before.refused,
+            durations: self.durations.since(&before.durations),
+        }
+    }
+
+    /// The calls counted.
+    pub fn calls(&self) -> f64 {
+        self.durations.count()
+    }
+
+    /// The `q` quantile of the calls' durations in ms ([`Histogram::quantile_ms`]).
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        self.durations.quantile_ms(q)
+    }
+}
+
+/// The samples of the series `<metric>{...}` of `metrics` whose labels contain `selector`,
+/// summed.
+fn sum(metrics: &str, metric: &str, selector: &str) -> f64 {
+    series(metrics, metric)
+        .filter(|(labels, _)| labels.contains(selector))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// (labels, value) of each sample of the series `<metric>{labels}` in `metrics`.
+fn series<'a>(metrics: &'a str, metric: &str) -> impl Iterator<Item = (&'a str, f64)> {
+    let prefix = format!("{metric}{{");
+    metrics.lines().filter_map(move |line| {
+        let (labels, value) = line.strip_prefix(prefix.as_str())?.rsplit_once(' ')?;
+        Some((labels, value.parse().ok()?))
+    })
+}
+
+impl Histogram {
+    /// The series `<metric>_bucket{...}` of `metrics` (the text of a `/metrics`) whose labels
+    /// contain `selector` (e.g. `webhook="validate-eviction"`), summed.
+    pub fn parse(metrics: &str, metric: &str, selector: &str) -> Self {
+        let mut buckets = BTreeMap::new();
+        for (labels, value) in series(metrics, &format!("{metric}_bucket")) {
+            let bound = match label(labels, "le") {
+                Some("+Inf") => f64::INFINITY,
+                Some(le) => match le.parse() {
+                    Ok(bound) => bound,
+                    Err(_) => continue,
+                },
+                None => continue,
+            };
+            if labels.contains(selector) {
+                *buckets.entry(Bound(bound)).or_default() += value;
+            }
+        }
+        Self { buckets }
+    }
+
+    /// What was observed between `before` and this one.
+    pub fn since(&self, before: &Histogram) -> Histogram {
+        let earlier = |bound| before.buckets.get(bound).copied().unwrap_or(0.0);
+        Histogram {
+            buckets: (self.buckets.iter())
+                .map(|(bound, count)| (*bound, count - earlier(bound)))
+                .collect(),
+        }
+    }
+
+    /// The observations counted.
+    pub fn count(&self) -> f64 {
+        self.buckets
+            .get(&Bound(f64::INFINITY))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// The `q` quantile in ms, interpolated linearly inside its bucket as Prometheus'
+    /// histogram_quantile does (the apiserver's buckets are 5, 25, 100, 500 ms, 1, 2.5, 10,
+    /// 25 s: a figure between two bounds is an estimate, which side of 100 ms it falls is not);
+    /// in the +Inf bucket, the highest finite bound. `None` without observations.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total <= 0.0 {
+            return None;
+        }
+        let rank = q * total;
+        let (mut lower, mut below) = (0.0, 0.0);
+        for (Bound(upper), count) in &self.buckets {
+            if *count >= rank {
+                if upper.is_infinite() {
+                    return Some(lower * 1000.0);
+                }
+                let share = if count > &below {
+                    (rank - below) / (count - below)
+                } else {
+                    1.0
+                };
+                return Some((lower + (upper - lower) * share) * 1000.0);
+            }
+            (lower, below) = (*upper, *count);
+        }
+        None
+    }
+}
+
+/// The value of label `key` in a series' labels (`a="1",b="2"}`).
+fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
+    let rest = &labels[start..];
+    Some(&rest[..rest.find('"')?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METRICS: &str = r#"# HELP apiserver_admission_webhook_fail_open_count x
+apiserver_admission_webhook_fail_open_count{name="a.evictkit.io",type="validating"} 3
+apiserver_admission_webhook_fail_open_count{name="b.evictkit.io",type="validating"} 7
+apiserver_admission_webhook_rejection_count{error_type="no_error",name="a.evictkit.io",operation="CREATE",rejection_code="429",type="validating"} 2
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="0.005"} 10
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="0.025"} 90
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="0.1"} 100
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="+Inf"} 100
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="true",type="validating",le="0.005"} 0
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="true",type="validating",le="0.025"} 0
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="true",type="validating",le="0.1"} 0
+apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="true",type="validating",le="+Inf"} 2
+"#;
+
+    #[test]
+    fn one_webhooks_figures_summed_over_its_other_labels() {
+        let a = Snapshot::parse(METRICS, &["a.evictkit.io"]);
+        assert_eq!((a.failed_open, a.refused, a.calls()), (3.0, 2.0, 102.0));
+        assert_eq!(
+            Snapshot::parse(METRICS, &["b.evictkit.io"]).failed_open,
+            7.0
+        );
+        let both = Snapshot::parse(METRICS, &["a.evictkit.io", "b.evictkit.io"]);
+        assert_eq!((both.failed_open, both.calls()), (10.0, 102.0));
+        assert_eq!(
+            Snapshot::parse(METRICS, &["c.evictkit.io"]),
+            Snapshot::default()
+        );
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_their_bucket() {
+        let a = Snapshot::parse(METRICS, &["a.evictkit.io"]);
+        // (quantile, ms): rank 51 of 102 is 41/80 of the way through 5..25 ms; rank 100.98
+        // is past the 100 finite calls, in +Inf: the highest finite bound.
+        let cases = [(0.5, 5.0 + 20.0 * 41.0 / 80.0), (0.99, 100.0), (0.0, 0.0)];
+        for (q, ms) in cases {
+            let got = a.quantile_ms(q).unwrap();
+            assert!((got - ms).abs() < 1e-9, "q {q}: {got} != {ms}");
+        }
+        let quiet = a.since(&a);
+        assert_eq!((quiet.calls(), quiet.quantile_ms(0.99)), (0.0, None));
+        let rejected = Histogram::parse(METRICS, DURATION, "rejected=\"true\"");
+        assert_eq!(
+            (rejected.count(), rejected.quantile_ms(0.5)),
+            (2.0, Some(100.0))
+        );
+    }
+}
