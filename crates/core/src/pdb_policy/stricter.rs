@@ -239,9 +239,8 @@ pub enum FreshRead {
 /// allow into a denial, given the same arguments as [`stricter_eviction`] (which allows them):
 /// a pod cached Pending (its PDBs are ignored; it may run by now), a Ready pod with local
 /// storage under a policy protecting it (it may have turned not Ready), and a strict count
-/// with no pod to spare (one eviction not seen yet in `disruptedPods` flips it; so does the
-/// pod itself turning strictly healthy). A denial is never re-read: a stale one costs the
-/// evictor a retry, not an eviction.
+/// with no pod to spare but some counted (one eviction not seen yet in `disruptedPods` flips
+/// it). A denial is never re-read: a stale one costs the evictor a retry, not an eviction.
 pub fn fresh_reads(
     pod: &Pod,
     decision: &EvictionDecision,
@@ -282,11 +281,11 @@ pub fn fresh_reads(
             &rules.required_pod_conditions,
             circumstances,
         );
-        if count.after == count.desired {
+        // Only the eviction of another pod counted here, not in the cache's disruptedPods yet,
+        // lowers the count; with no other pod counted, none can. The pod's own health never
+        // changes it: counted, it also leaves.
+        if count.after == count.desired && count.after > 0 {
             reads.push(FreshRead::Pdb(name_of(&pdb.metadata.name)));
-            if !count.subject_counted && !reads.contains(&FreshRead::Pod) {
-                reads.push(FreshRead::Pod);
-            }
         }
     }
     reads

@@ -1008,12 +1008,20 @@ fn fresh_reads_only_where_a_stale_cache_could_allow() {
             vec![web()],
         ),
         (
-            "no pod to spare, the pod not strictly healthy here: it may be by now",
+            "no pod to spare, the pod not strictly healthy here: whether it is by now does not change the count",
             pod("s", "web", ready),
             vec![pod("a", "web", synced), pod("b", "web", synced)],
             2,
             strict_policy(&["example.com/Synced"], false),
-            vec![web(), FreshRead::Pod],
+            vec![web()],
+        ),
+        (
+            "nothing to spare and nothing counted (minAvailable 0, as a drain): no eviction a stale cache misses can lower the count",
+            pod("s", "web", ready),
+            vec![pod("a", "web", ready), pod("b", "web", ready)],
+            0,
+            strict_policy(&["example.com/Synced"], false),
+            vec![],
         ),
         (
             "denied already: a stale denial costs a retry only",
