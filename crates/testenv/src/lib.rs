@@ -14,6 +14,7 @@
 pub mod audit;
 pub mod component;
 pub mod descheduler;
+pub mod kubectl_drain;
 pub mod objects;
 pub mod proxy;
 pub mod wait;

@@ -262,3 +262,43 @@ impl TestEnv {
         Ok(())
     }
 }
+
+impl TestEnv {
+    /// The apiserver's count of webhook calls that failed (rejected by a calling error, or let
+    /// through by failurePolicy Ignore: `apiserver_admission_webhook_fail_open_count`), per
+    /// series, from its own /metrics. A denial by the webhook (`error_type="no_error"`) is not
+    /// a failure.
+    pub async fn failed_webhook_calls(&self) -> Result<std::collections::BTreeMap<String, f64>> {
+        let request = http::Request::get("/metrics").body(Vec::new())?;
+        let text = self.client.request_text(request).await?;
+        let mut failed = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let counted = line.starts_with("apiserver_admission_webhook_fail_open_count{")
+                || (line.starts_with("apiserver_admission_webhook_rejection_count{")
+                    && !line.contains("error_type=\"no_error\""));
+            if let Some((series, value)) = line.rsplit_once(' ')
+                && counted
+            {
+                *failed.entry(series.to_owned()).or_default() +=
+                    value.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        Ok(failed)
+    }
+
+    /// The calls of the webhook `name` the apiserver has made so far, answered or not (the
+    /// count of its `apiserver_admission_webhook_admission_duration_seconds`).
+    pub async fn webhook_calls(&self, name: &str) -> Result<f64> {
+        let request = http::Request::get("/metrics").body(Vec::new())?;
+        let text = self.client.request_text(request).await?;
+        let of_webhook = format!("name=\"{name}\"");
+        Ok(text
+            .lines()
+            .filter(|line| {
+                line.starts_with("apiserver_admission_webhook_admission_duration_seconds_count{")
+                    && line.contains(&of_webhook)
+            })
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum())
+    }
+}

@@ -163,24 +163,6 @@ fn http_get(path: &str) -> Result<http::Request<Vec<u8>>> {
     Ok(http::Request::get(path).body(Vec::new())?)
 }
 
-/// The apiserver's count of webhook calls that failed (rejected by a calling error, or let
-/// through by failurePolicy Ignore), per webhook, from its own /metrics.
-async fn failed_webhook_calls(env: &TestEnv) -> Result<BTreeMap<String, f64>> {
-    let text = env.client.request_text(http_get("/metrics")?).await?;
-    let mut failed = BTreeMap::new();
-    for line in text.lines() {
-        let counted = line.starts_with("apiserver_admission_webhook_fail_open_count{")
-            || (line.starts_with("apiserver_admission_webhook_rejection_count{")
-                && !line.contains("error_type=\"no_error\""));
-        if let Some((series, value)) = line.rsplit_once(' ')
-            && counted
-        {
-            *failed.entry(series.to_owned()).or_default() += value.parse::<f64>().unwrap_or(0.0);
-        }
-    }
-    Ok(failed)
-}
-
 /// Lines of every container log of the release that report a 403 from the apiserver.
 async fn forbidden_lines(env: &TestEnv) -> Result<Vec<String>> {
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
@@ -487,6 +469,38 @@ async fn policy_defaults_a_pdb(env: &TestEnv, policy: &str, prefix: &str) -> Res
     }
 }
 
+/// pdb-policy-webhook (issue 30): four nodes drained at once by four `kubectl drain`s, under a
+/// policy whose stricter rules the installed eviction webhook evaluates for every pod (at the
+/// chart's failurePolicy and timeoutSeconds): the apiserver calls it for every eviction and
+/// counts no failed call of any webhook meanwhile.
+async fn kubectl_drain_fails_no_webhook_call(env: &TestEnv) -> Result<()> {
+    const NODES: usize = 4;
+    const PER_NODE: usize = 6;
+    const WEBHOOK: &str = "validate-eviction.pdb-policy-webhook.evictkit.io";
+    apply_policy_named(
+        env,
+        "drain",
+        "  eviction:\n    requiredPodConditions: [ContainersReady]\n    protectUnhealthyPodsWithLocalStorage: true\n",
+    )?;
+    let nodes = env.drain_pool("drain", NODES, PER_NODE).await?;
+    let failed_before = env.failed_webhook_calls().await?;
+    let calls_before = env.webhook_calls(WEBHOOK).await?;
+    env.kubectl_drain_at_once(&nodes, Duration::from_secs(180))
+        .await?;
+    let failed_after = env.failed_webhook_calls().await?;
+    let calls = env.webhook_calls(WEBHOOK).await? - calls_before;
+    ensure!(
+        failed_after == failed_before,
+        "webhook calls failed (or failed open) during the drain: {failed_before:?} -> {failed_after:?}"
+    );
+    ensure!(
+        calls >= (NODES * PER_NODE) as f64,
+        "the apiserver called {WEBHOOK} {calls} times for the {} pods drained",
+        NODES * PER_NODE
+    );
+    Ok(())
+}
+
 /// The lookup-free certificate mode (charts/README.md): the user's Secret named by
 /// `webhook.certificate.existingSecret`, its CA in `caBundle`. `helm template` renders it with
 /// no cluster at hand (as GitOps tools do), `kubectl apply` installs it; the apiserver then
@@ -725,6 +739,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     let policy = apply_policy(&env)?;
     policy_defaults_a_pdb(&env, &policy, "budget").await?;
     invalid_policy_is_reported(&env).await?;
+    kubectl_drain_fails_no_webhook_call(&env).await?;
     descheduler_eviction_becomes_a_request(&env, &descheduler, ApiMode::Lifecycle, "descheduled")
         .await?;
 
@@ -814,7 +829,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
             errors
         })
     };
-    let failed_before = failed_webhook_calls(&env).await?;
+    let failed_before = env.failed_webhook_calls().await?;
     let rolled = [
         "affinityEvictor",
         "taintManager",
@@ -854,7 +869,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         failures.load(Ordering::SeqCst),
         calls.load(Ordering::SeqCst)
     );
-    let failed_after = failed_webhook_calls(&env).await?;
+    let failed_after = env.failed_webhook_calls().await?;
     ensure!(
         failed_after == failed_before,
         "webhook calls failed (or failed open) during helm upgrade: {failed_before:?} -> {failed_after:?}"

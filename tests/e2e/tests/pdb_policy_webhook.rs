@@ -102,7 +102,55 @@ impl Webhook {
     /// registration is scoped to that env's namespace). Start it after creating the policies
     /// it must know at once: readiness waits for the caches' first list.
     async fn start(envs: &[&TestEnv], roles: &str) -> Result<Self> {
-        let env = envs[0];
+        let (webhook, addr, ca_pem) = Self::launch(envs[0], roles).await?;
+        for env in envs {
+            let url = |path: &str| format!("https://{addr}{path}");
+            let pdb_rule = || {
+                vec![rule(
+                    &["policy"],
+                    &["v1"],
+                    &["poddisruptionbudgets"],
+                    &["CREATE", "UPDATE"],
+                )]
+            };
+            // Fail, unlike the chart's Ignore: a test must see a webhook that does not answer.
+            env.register_mutating_webhook(
+                Registration {
+                    name: "mutate-pdb".into(),
+                    url: url("/mutate-pdb"),
+                    rules: pdb_rule(),
+                    failure_policy: "Fail".into(),
+                },
+                &ca_pem,
+            )
+            .await?;
+            env.register_validating_webhook(
+                Registration {
+                    name: "validate-pdb".into(),
+                    url: url("/validate-pdb"),
+                    rules: pdb_rule(),
+                    failure_policy: "Fail".into(),
+                },
+                &ca_pem,
+            )
+            .await?;
+            env.register_validating_webhook(
+                Registration {
+                    name: "validate-eviction".into(),
+                    url: url("/validate-eviction"),
+                    rules: vec![rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])],
+                    failure_policy: "Fail".into(),
+                },
+                &ca_pem,
+            )
+            .await?;
+        }
+        Ok(webhook)
+    }
+
+    /// `pdb-policy-webhook serve` with a serving certificate of the cluster CA, registered
+    /// nowhere yet: the process, its webhook address and the CA.
+    async fn launch(env: &TestEnv, roles: &str) -> Result<(Self, String, String)> {
         let cert = env.serving_cert()?;
         let dir = env
             .cluster_dir()
@@ -126,49 +174,7 @@ impl Webhook {
             ],
         )?;
         component.wait_ready(DEFAULT_TIMEOUT).await?;
-        for env in envs {
-            let url = |path: &str| format!("https://{addr}{path}");
-            let pdb_rule = || {
-                vec![rule(
-                    &["policy"],
-                    &["v1"],
-                    &["poddisruptionbudgets"],
-                    &["CREATE", "UPDATE"],
-                )]
-            };
-            // Fail, unlike the chart's Ignore: a test must see a webhook that does not answer.
-            env.register_mutating_webhook(
-                Registration {
-                    name: "mutate-pdb".into(),
-                    url: url("/mutate-pdb"),
-                    rules: pdb_rule(),
-                    failure_policy: "Fail".into(),
-                },
-                &cert.ca_pem,
-            )
-            .await?;
-            env.register_validating_webhook(
-                Registration {
-                    name: "validate-pdb".into(),
-                    url: url("/validate-pdb"),
-                    rules: pdb_rule(),
-                    failure_policy: "Fail".into(),
-                },
-                &cert.ca_pem,
-            )
-            .await?;
-            env.register_validating_webhook(
-                Registration {
-                    name: "validate-eviction".into(),
-                    url: url("/validate-eviction"),
-                    rules: vec![rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])],
-                    failure_policy: "Fail".into(),
-                },
-                &cert.ca_pem,
-            )
-            .await?;
-        }
-        Ok(Self { component })
+        Ok((Self { component }, addr, cert.ca_pem))
     }
 
     fn metric(&self, series: &str) -> Result<f64> {
@@ -1360,4 +1366,76 @@ fn webhook_binary() -> std::path::PathBuf {
         .nth(2)
         .map(|root| root.join("target/debug").join(BINARY))
         .unwrap_or_default()
+}
+
+/// Issue 30: several `kubectl drain`s at once through the eviction webhook registered as the
+/// chart registers it (failurePolicy Ignore, timeoutSeconds 5), under a policy whose stricter
+/// rules it evaluates for every pod: every pod evicted, every eviction reviewed by the webhook,
+/// and the apiserver counts no failed call of it (none failed open, none refused for an error).
+#[tokio::test]
+async fn kubectl_drain_of_several_nodes_at_once_fails_no_webhook_call() -> Result<()> {
+    const NODES: usize = 4;
+    const PER_NODE: usize = 6;
+    const REVIEWED: &str = "evictkit_pdb_policy_webhook_admission_requests_total{result=\"allowed\",webhook=\"validate-eviction\"}";
+    let env = TestEnv::new("pdb-drain").await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
+    let spec = PodDisruptionBudgetPolicySpec {
+        eviction: Some(StricterEviction {
+            required_pod_conditions: vec!["ContainersReady".into()],
+            protect_unhealthy_pods_with_local_storage: true,
+        }),
+        ..Default::default()
+    };
+    Policy::create(&env, "drain", spec).await?;
+    let nodes = env.drain_pool("drain", NODES, PER_NODE).await?;
+    let (webhook, addr, ca_pem) = Webhook::launch(&env, "webhook").await?;
+    // A name of its own: the apiserver's metrics are per webhook name, and other tests
+    // register a validate-eviction.e2e.evictkit.io of their own.
+    env.register_validating_webhook_with(
+        Registration {
+            name: "drain-eviction".into(),
+            url: format!("https://{addr}/validate-eviction"),
+            rules: vec![rule(&[""], &["v1"], &["pods/eviction"], &["CREATE"])],
+            failure_policy: "Ignore".into(),
+        },
+        &ca_pem,
+        |webhook| webhook.timeout_seconds = Some(5),
+    )
+    .await?;
+    let name = "drain-eviction.e2e.evictkit.io";
+    let ours = |failed: std::collections::BTreeMap<String, f64>| -> f64 {
+        let of_webhook = format!("name=\"{name}\"");
+        (failed.iter())
+            .filter(|(series, _)| series.contains(&of_webhook))
+            .map(|(_, count)| count)
+            .sum()
+    };
+    // The apiserver calls a new webhook configuration within moments: a dry-run eviction until
+    // it calls this one.
+    eventually("the apiserver calls the eviction webhook", || async {
+        evict(&env, "drain-0-0", true).await?;
+        anyhow::ensure!(env.webhook_calls(name).await? > 0.0, "not called yet");
+        Ok(())
+    })
+    .await?;
+    let failed_before = ours(env.failed_webhook_calls().await?);
+    let calls_before = env.webhook_calls(name).await?;
+    let reviewed_before = webhook.metric(REVIEWED)?;
+
+    env.kubectl_drain_at_once(&nodes, Duration::from_secs(120))
+        .await?;
+
+    let failed = ours(env.failed_webhook_calls().await?) - failed_before;
+    let calls = env.webhook_calls(name).await? - calls_before;
+    let reviewed = webhook.metric(REVIEWED)? - reviewed_before;
+    anyhow::ensure!(
+        failed == 0.0,
+        "the apiserver counts {failed} failed calls of the eviction webhook during the drain"
+    );
+    anyhow::ensure!(
+        calls >= (NODES * PER_NODE) as f64 && reviewed == calls,
+        "the apiserver called the eviction webhook {calls} times for the {} pods drained, and it allowed {reviewed}",
+        NODES * PER_NODE
+    );
+    Ok(())
 }
