@@ -197,8 +197,15 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
     if let Some(error) = existing.as_ref().and_then(refused) {
         return Err(error);
     }
-    let labels = pod.meta().labels.as_ref().filter(|labels| !labels.is_empty());
-    let request = ask(&api, &target, requester, labels).await?;
+    let apply = PatchParams::apply(requester);
+    let request = api
+        .patch(
+            name,
+            &apply,
+            &Patch::Apply(requester_apply(&target, Some(requester))),
+        )
+        .await
+        .map_err(api_error("apply", &target.namespace, name, requester))?;
     if let Some(error) = refused(&request) {
         return Err(error);
     }
@@ -224,39 +231,13 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
         }
     }
     tracing::info!(request = %format!("{}/{name}", target.namespace), requester, "re-created a canceled EvictionRequest");
-    ask(&api, &target, requester, labels).await
-}
-
-/// The requester's apply of its entry, with the pod's `labels`: the controller copies them
-/// to the request (KEP "Label Synchronization") and writes nothing when a request already
-/// has them, one write less per request. A label the controller has since set to the pod's
-/// newer value (this requester's copy of the pod is older) conflicts; the entry is then
-/// applied without labels, which stay the controller's.
-async fn ask(
-    api: &Api<EvictionRequest>,
-    target: &TargetPod,
-    requester: &str,
-    labels: Option<&std::collections::BTreeMap<String, String>>,
-) -> Result<EvictionRequest, EvictionRequestError> {
-    let name = target.request_name();
-    let apply = PatchParams::apply(requester);
-    let mut body = requester_apply(target, Some(requester));
-    if let Some(labels) = labels {
-        body["metadata"]["labels"] = json!(labels);
-        match api.patch(name, &apply, &Patch::Apply(&body)).await {
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                body["metadata"]
-                    .as_object_mut()
-                    .map(|metadata| metadata.remove("labels"));
-            }
-            result => {
-                return result.map_err(api_error("apply", &target.namespace, name, requester));
-            }
-        }
-    }
-    api.patch(name, &apply, &Patch::Apply(&body))
-        .await
-        .map_err(api_error("apply", &target.namespace, name, requester))
+    api.patch(
+        name,
+        &apply,
+        &Patch::Apply(requester_apply(&target, Some(requester))),
+    )
+    .await
+    .map_err(api_error("apply", &target.namespace, name, requester))
 }
 
 /// Withdraws `requester` from the EvictionRequest of `pod`: the eviction is no longer needed

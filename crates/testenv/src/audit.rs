@@ -122,4 +122,31 @@ impl TestEnv {
             })
             .collect())
     }
+
+    /// The writes (create, update, patch, delete) `username` made in this test's namespace, by
+    /// `verb resource[/subresource]`, Lease renewals left out (leader election, not work).
+    pub fn writes_by(&self, username: &str) -> Result<std::collections::BTreeMap<String, usize>> {
+        let mut writes = std::collections::BTreeMap::new();
+        for event in self.audit_events()? {
+            let Some(object) = event.object_ref.as_ref() else {
+                continue;
+            };
+            let resource = object.resource.as_deref().unwrap_or_default();
+            if event.user.username != username
+                || !matches!(
+                    event.verb.as_str(),
+                    "create" | "update" | "patch" | "delete"
+                )
+                || resource == "leases"
+            {
+                continue;
+            }
+            let kind = match object.subresource.as_deref() {
+                Some(sub) => format!("{} {resource}/{sub}", event.verb),
+                None => format!("{} {resource}", event.verb),
+            };
+            *writes.entry(kind).or_default() += 1;
+        }
+        Ok(writes)
+    }
 }

