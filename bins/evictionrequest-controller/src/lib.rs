@@ -204,6 +204,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             initial: args.eviction_backoff_initial,
             max: args.eviction_backoff_max,
         };
+        // A controller-only replica is not ready while its term's caches make their first
+        // list; one that also serves the webhook stays ready once it serves (its Service must
+        // not lose it meanwhile); a standby, which lists nothing, is ready.
+        let listing = (!args.roles.runs(Role::Webhook)).then(|| manager.readiness().clone());
         let lifecycle_settings = if mode == ApiMode::Crd {
             None
         } else {
@@ -224,6 +228,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 dry_run: args.common.dry_run,
                 namespace: args.namespace.clone(),
                 controller: args.controller.config(),
+                listing: listing.clone(),
             }))
         };
         let crd_settings = if mode == ApiMode::Lifecycle {
@@ -240,6 +245,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 dry_run: args.common.dry_run,
                 namespace: args.namespace.clone(),
                 controller: args.controller.config(),
+                listing,
             }))
         };
         manager.lead(LEASE_NAME, move |term| {

@@ -31,6 +31,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{
     EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
 };
+use evictkit_runtime::http::Readiness;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
@@ -75,6 +76,8 @@ pub struct Settings {
     pub dry_run: bool,
     pub namespace: Option<String>,
     pub controller: controller::Config,
+    /// Held not ready while a term's caches make their first list; `None`: not held.
+    pub listing: Option<Readiness>,
 }
 
 struct Context {
@@ -335,6 +338,13 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             .await;
         }))
     };
+    let listed = settings.listing.as_ref().map(|readiness| {
+        let ready = ready.clone();
+        readiness.until_listed(async move {
+            ready.await;
+            tracing::info!("caches of lifecycle.k8s.io listed");
+        })
+    });
     let request_triggers = {
         let queue = settings.metrics.request_queue.clone();
         request_triggers.inspect(move |request| queue.added(request))
@@ -396,7 +406,12 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             )
             .for_each(|_| future::ready(()))
     };
-    future::join(request_controller, eviction_controller).await;
+    future::join3(
+        request_controller,
+        eviction_controller,
+        future::OptionFuture::from(listed),
+    )
+    .await;
     drop((to_evictions, to_requests));
 }
 

@@ -18,6 +18,7 @@ use evictkit_runtime::backoff::{Backoff, PerObject};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
+use evictkit_runtime::http::Readiness;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
@@ -45,6 +46,8 @@ pub(crate) struct Settings {
     pub(crate) dry_run: bool,
     pub(crate) namespace: Option<String>,
     pub(crate) controller: controller::Config,
+    /// Held not ready while a term's caches make their first list; `None`: not held.
+    pub(crate) listing: Option<Readiness>,
 }
 
 /// What reconcile needs, with the per-request eviction back-off.
@@ -217,7 +220,14 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
             let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
         }
     };
-    Controller::for_stream(requests, request_store)
+    let listed = settings.listing.as_ref().map(|readiness| {
+        let caches = (request_store.clone(), pod_store.clone());
+        readiness.until_listed(async move {
+            let _ = future::join(caches.0.wait_until_ready(), caches.1.wait_until_ready()).await;
+            tracing::info!("caches of evictionrequests.evictkit.io listed");
+        })
+    });
+    let controller = Controller::for_stream(requests, request_store)
         .with_config(settings.controller.clone())
         .reconcile_on(pod_changes)
         .graceful_shutdown_on(token.cancelled_owned())
@@ -227,8 +237,8 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
                 tracing::debug!(%error, "reconcile ended with an error");
             }
             future::ready(())
-        })
-        .await;
+        });
+    future::join(controller, future::OptionFuture::from(listed)).await;
 }
 
 /// `reconcile`, once both caches have been filled.

@@ -31,6 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -1692,4 +1693,61 @@ async fn upstream_process_all_responders_complete_without_termination() -> Resul
 #[tokio::test]
 async fn upstream_process_termination_without_the_last_report() -> Result<()> {
     eviction_process(Process::TerminationWithoutLastReport).await
+}
+
+/// Issue 29 goal 3: `/readyz` only once the caches have listed. A controller-only replica
+/// whose identity may list nothing yet stays not ready; granted the lists, it becomes ready.
+/// (Before, it was ready as soon as it served.)
+#[tokio::test]
+async fn a_controller_is_not_ready_until_its_caches_have_listed() -> Result<()> {
+    let env = TestEnv::new("lc-readyz").await?;
+    let viewer = env
+        .service_account("er-lister", "system:public-info-viewer")
+        .await?;
+    let ns = env.namespace.as_str();
+    let mut controller = env.start_component_as(
+        "evictionrequest-controller",
+        &[
+            "--roles=controller",
+            "--api=lifecycle",
+            "--namespace",
+            ns,
+            "--leader-elect=false",
+        ],
+        &viewer.kubeconfig,
+    )?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure!(
+        !controller.is_ready(),
+        "ready although it can list nothing; log:\n{}",
+        controller.log_tail(20)
+    );
+    let role: Role = serde_json::from_value(json!({
+        "metadata": { "name": "er-lister" },
+        "rules": [
+            {
+                "apiGroups": ["lifecycle.k8s.io"],
+                "resources": ["evictions", "evictionrequests"],
+                "verbs": ["get", "list", "watch"],
+            },
+            { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"] },
+        ],
+    }))?;
+    env.create(&role).await?;
+    let account = viewer
+        .username
+        .rsplit(':')
+        .next()
+        .context("the ServiceAccount's name")?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "er-lister" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "er-lister" },
+        "subjects": [{ "kind": "ServiceAccount", "name": account, "namespace": ns }],
+    }))?;
+    env.create(&binding).await?;
+    controller
+        .wait_ready(DEFAULT_TIMEOUT)
+        .await
+        .context("not ready once its caches could list")?;
+    Ok(())
 }
