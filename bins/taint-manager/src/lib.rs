@@ -63,7 +63,7 @@ use evictkit_core::zone_disruption::{
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
 use evictkit_runtime::backoff::{Backoff, PerObject};
-use evictkit_runtime::cli::{CommonArgs, parse_duration};
+use evictkit_runtime::cli::{CommonArgs, ControllerArgs, parse_duration};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
@@ -118,11 +118,19 @@ removals, for clusters where something else taints nodes.\n\n\
 A TaintEvictionPolicy (kubectl get taintevictionpolicies) selects taints, namespaces and pods and \
 sets the action: Delete, Evict (Eviction API, PodDisruptionBudgets respected), EvictionRequest \
 (KEP-4563, requester taint-manager.evictkit.io, withdrawn when the pod is no longer due) or Ignore; \
-forceDeleteTerminatingAfter force-deletes pods stuck terminating on unreachable nodes."
+forceDeleteTerminatingAfter force-deletes pods stuck terminating on unreachable nodes.",
+    // Workers >= client QPS x call latency: 200 QPS at 250 ms per call, a removal's patch and
+    // delete each waiting their turn; upstream starts a goroutine per due pod.
+    mut_arg("concurrent_syncs", |arg| arg.default_value("50"))
 )]
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
+    // --concurrent-syncs. Without a bound, every due pod of an outage held a reconcile slot
+    // while it waited for the client budget, and kube-runtime's scheduler scanned the pods
+    // held behind them at every wake-up (docs/bench/README.md, issue 29).
+    #[command(flatten)]
+    pub controller: ControllerArgs,
     /// Pace pod removals by zone (off by default, as upstream: kube-controller-manager's
     /// node-lifecycle-controller paces the tainting of nodes by zone, and its
     /// taint-eviction-controller, which this replaces, removes a tainted node's pods at once).
@@ -233,6 +241,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .await
         .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?,
+        controller: args.controller.config(),
         zone_guard: args.zone_guard,
         zone_flags: ZoneFlags {
             node_eviction_rate: args.node_eviction_rate,
@@ -278,6 +287,8 @@ struct Settings {
     backoff: Backoff,
     /// Asks for and withdraws EvictionRequests (action `EvictionRequest`).
     requester: Requester,
+    /// `--concurrent-syncs`.
+    controller: kube::runtime::controller::Config,
     /// `--zone-guard`: without it, no zone state is kept and nothing is paced by zone.
     zone_guard: bool,
     zone_flags: ZoneFlags,
@@ -393,6 +404,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
 
     let status = status::run(client.clone(), index, context.clone(), token.clone());
     let controller = Controller::for_stream(pods, pod_store)
+        .with_config(context.settings.controller.clone())
         .reconcile_on(triggers)
         .graceful_shutdown_on(token.cancelled_owned())
         .run(

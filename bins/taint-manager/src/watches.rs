@@ -67,6 +67,10 @@ fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
     }
 }
 
+/// What a node change re-plans its pods for: its zone and readiness (with `--zone-guard`
+/// only) and its NoExecute taints.
+type NodeFacts = (Option<(String, bool)>, Vec<Taint>);
+
 /// Node watch: a change of a node's NoExecute taints re-plans the pods on it (upstream's node
 /// updates, which it handles before pod updates; here every reconcile reads the node cache,
 /// which the watch updates first). With `--zone-guard`, a change of a node's taints, zone or
@@ -88,7 +92,7 @@ pub fn node_changes(
                 .strip_node(node);
         }
     };
-    let mut previous: HashMap<String, (String, bool, Vec<Taint>)> = HashMap::new();
+    let mut previous: HashMap<String, NodeFacts> = HashMap::new();
     let access = context.access.clone();
     let mut synced = false;
     watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
@@ -105,7 +109,12 @@ pub fn node_changes(
             match &event {
                 watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
                     let name = node.name_any();
-                    let now = (zone_of(node), node_ready(node), taints_of(node).to_vec());
+                    // Zone and readiness matter to the zone guard only: without it, a
+                    // node's readiness change re-plans none of its pods.
+                    let zone = context
+                        .zone_guard
+                        .then(|| (zone_of(node), node_ready(node)));
+                    let now = (zone, taints_of(node).to_vec());
                     if previous.get(&name) != Some(&now) {
                         pods = on_node(&index.lock().unwrap_or_else(|p| p.into_inner()), &name);
                         previous.insert(name, now);
