@@ -13,13 +13,15 @@
 //!    `not-ready` for `--toleration-seconds` (Kubernetes' default 300 s, shortened), so a third
 //!    of the pods come due together. Run against kube-controller-manager's
 //!    taint-eviction-controller and against the taint-manager at the same client QPS (see
-//!    [`outage`]). A third of each zone, not one whole zone: every zone stays in the Normal
-//!    state, where both remove pods as soon as they are due (in a zone with no Ready node the
-//!    taint-manager's zone guard paces removals at `--node-eviction-rate` pods per second,
-//!    where upstream leaves the pacing to the node-lifecycle-controller's tainting).
+//!    [`outage`]). A third of each zone: every zone stays in the Normal state, and the bench
+//!    taints the nodes itself, all at once, so removals, not tainting, set the pace.
+//! 3. With `--whole-zone`, **an outage of every node of one zone** (zone-a), tainted by the
+//!    node-lifecycle-controller at its pace (0.1 nodes per second) on both sides: both must
+//!    delete the same pods at the same time after each node's taint (issue 29: the
+//!    taint-manager paces nothing by zone unless `--zone-guard` is on).
 //!
-//! Each size's rows go into `target/bench/scale-memory.csv` and `target/bench/scale-outage.csv`
-//! (a rerun of a case replaces its row), and the plots in `target/bench/scale-*.png` are drawn
+//! Each size's rows go into `target/bench/scale-memory.csv`, `target/bench/scale-outage.csv` and
+//! `target/bench/scale-zone-outage.csv` (a rerun of a case replaces its row), and the plots in `target/bench/scale-*.png` are drawn
 //! again from the whole files after every size: sizes can be run on different days.
 
 mod memory;
@@ -38,6 +40,7 @@ use super::csv;
 use super::plot::{self, Chart, Series};
 use super::support;
 use crate::cluster::{self, UpArgs};
+use outage::Outage;
 
 /// Pods per kwok node: the kubelet's default maxPods (the nodes' allocatable pods).
 pub const PODS_PER_NODE: usize = 110;
@@ -63,6 +66,14 @@ pub struct Args {
     /// Only the memory per cached pod (no outage).
     #[arg(long)]
     memory_only: bool,
+    /// The taint-manager's flags of a variant run after ours in every outage (e.g.
+    /// `--concurrent-syncs=10000` to compare a bound), space-separated; repeat for more.
+    #[arg(long, value_name = "FLAGS")]
+    ours_variant: Vec<String>,
+    /// Also the outage of every node of one zone, tainted by the node-lifecycle-controller at
+    /// 0.1 nodes per second (a zone of N nodes takes 50 s + N x 10 s a side).
+    #[arg(long)]
+    whole_zone: bool,
     /// Draw the plots again from the CSV files under target/bench and run nothing.
     #[arg(long)]
     plot_only: bool,
@@ -111,11 +122,30 @@ pub fn run(args: &Args) -> Result<()> {
             let memory = memory::measure(&cluster, &client, &binaries, &scenario).await?;
             csv::upsert(&csv::path("scale-memory.csv")?, memory::HEADER, 2, &memory)?;
             if !args.memory_only {
-                for &qps in &args.kube_api_qps {
-                    let rows =
-                        outage::measure(&cluster, &client, &binaries.taint_manager, &scenario, qps)
-                            .await?;
-                    csv::upsert(&csv::path("scale-outage.csv")?, outage::HEADER, 3, &rows)?;
+                let mut outages = vec![(Outage::ThirdOfEachZone, "scale-outage.csv")];
+                if args.whole_zone {
+                    outages.push((Outage::WholeZone, "scale-zone-outage.csv"));
+                }
+                let variants: Vec<Vec<String>> = args
+                    .ours_variant
+                    .iter()
+                    .map(|flags| flags.split_whitespace().map(str::to_owned).collect())
+                    .collect();
+                for (outage, file) in outages {
+                    for &qps in &args.kube_api_qps {
+                        let taint_manager = &binaries.taint_manager;
+                        let rows = outage::measure(
+                            &cluster,
+                            &client,
+                            taint_manager,
+                            &scenario,
+                            qps,
+                            outage,
+                            &variants,
+                        )
+                        .await?;
+                        csv::upsert(&csv::path(file)?, outage::HEADER, 3, &rows)?;
+                    }
                 }
             }
             anyhow::Ok(())
@@ -133,8 +163,10 @@ pub fn run(args: &Args) -> Result<()> {
 pub struct Scenario {
     /// Pod name -> node, round robin over the nodes.
     pods: Vec<(String, String)>,
-    /// The nodes that go down: a third of each zone's.
-    down: Vec<String>,
+    /// The nodes that go down in [`Outage::ThirdOfEachZone`].
+    third: Vec<String>,
+    /// The nodes that go down in [`Outage::WholeZone`]: zone-a's.
+    zone: Vec<String>,
     toleration_seconds: i64,
 }
 
@@ -145,16 +177,18 @@ impl Scenario {
             .collect();
         // kwok-node-N is in zone ZONES[N % 3] (cluster.rs): nodes 0-2, 9-11, 18-20, ... are a
         // third of each zone.
-        let zones = cluster::ZONES.len();
-        let down = nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| (i / zones).is_multiple_of(zones))
-            .map(|(_, node)| node.clone())
-            .collect();
+        let nodes_where = |keep: fn(usize) -> bool| {
+            nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| keep(*i))
+                .map(|(_, node)| node.clone())
+                .collect()
+        };
         Self {
             pods,
-            down,
+            third: nodes_where(|i| (i / cluster::ZONES.len()).is_multiple_of(cluster::ZONES.len())),
+            zone: nodes_where(|i| i % cluster::ZONES.len() == 0),
             toleration_seconds: args.toleration_seconds,
         }
     }
@@ -163,11 +197,20 @@ impl Scenario {
         self.pods.len()
     }
 
+    /// The nodes that go down in `outage`.
+    fn down(&self, outage: Outage) -> &[String] {
+        match outage {
+            Outage::ThirdOfEachZone => &self.third,
+            Outage::WholeZone => &self.zone,
+        }
+    }
+
     /// The pods on the nodes that go down: all of them come due.
-    fn due(&self) -> impl Iterator<Item = &(String, String)> {
+    fn due(&self, outage: Outage) -> impl Iterator<Item = &(String, String)> {
+        let down = self.down(outage);
         self.pods
             .iter()
-            .filter(|(_, node)| self.down.contains(node))
+            .filter(move |(_, node)| down.contains(node))
     }
 
     /// A pod as the DefaultTolerationSeconds admission plugin leaves it, with the bench's

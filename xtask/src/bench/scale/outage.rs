@@ -10,11 +10,16 @@
 //!   kube-controller-manager with only the node-lifecycle-controller (not measured), so each
 //!   side's outage has exactly one node-lifecycle-controller marking pods NotReady.
 //!
-//! The outage: each node that goes down is let go by kwok (its annotation no longer selects it: no
-//! heartbeat, no lease renewal), its Ready condition set Unknown, and its taints set to
-//! `node.kubernetes.io/unreachable:NoExecute` with `timeAdded`, all nodes at once. A pod's
-//! latency is from its node's taint to the apiserver's receipt of the controller's successful
-//! delete (audit log). Afterwards the nodes come back and the deleted pods are created again.
+//! Two outages ([`Outage`]). A third of each zone: each node that goes down is let go by kwok
+//! (its annotation no longer selects it: no heartbeat, no lease renewal), its Ready condition
+//! set Unknown, and its taints set to `node.kubernetes.io/unreachable:NoExecute` with
+//! `timeAdded`, all nodes at once. A whole zone: every node of zone-a is let go by kwok and
+//! nothing else; the node-lifecycle-controller finds them unreachable after its grace period
+//! and taints them at its pace (`--node-eviction-rate`, 0.1 nodes per second), so both sides
+//! see the same tainting and differ only in how they remove the pods. A pod's latency is from
+//! its node's taint (the taint's `timeAdded`, whole seconds, when the node-lifecycle-controller
+//! set it) to the apiserver's receipt of the controller's successful delete (audit log).
+//! Afterwards the nodes come back and the deleted pods are created again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,20 +73,46 @@ const NODE_CONCURRENCY: usize = 32;
 /// Quiet time after which a side's Events of the outage count as all sent.
 const EVENTS_SETTLE: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Side {
     Upstream,
-    Ours,
+    /// The taint-manager, with these flags added (`--ours-variant`).
+    Ours(Vec<String>),
 }
 
 impl Side {
-    fn label(self) -> &'static str {
+    fn label(&self) -> String {
         match self {
-            Side::Upstream => "upstream",
-            Side::Ours => "ours",
+            Side::Upstream => "upstream".to_owned(),
+            Side::Ours(flags) if flags.is_empty() => "ours".to_owned(),
+            Side::Ours(flags) => format!("ours {}", flags.join(" ")),
         }
     }
 }
+
+/// Which nodes go down, and who taints them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Outage {
+    /// A third of each zone's nodes, tainted by the bench at once: every zone stays Normal.
+    ThirdOfEachZone,
+    /// Every node of one zone, tainted by the node-lifecycle-controller at its pace.
+    WholeZone,
+}
+
+impl Outage {
+    fn label(self) -> &'static str {
+        match self {
+            Outage::ThirdOfEachZone => "a third of each zone",
+            Outage::WholeZone => "every node of one zone",
+        }
+    }
+}
+
+/// The node-lifecycle-controller's `--node-monitor-grace-period` default: how long a node
+/// that stopped reporting stays Ready.
+const NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
+/// Its `--node-eviction-rate` default: nodes tainted per second in a zone.
+const NODE_EVICTION_RATE: f64 = 0.1;
 
 /// What one side's outage measured.
 struct Run {
@@ -96,43 +127,75 @@ struct Run {
     peak_rss_kib: u64,
 }
 
-/// Both sides' outage at `qps`; one CSV row each.
+/// Both sides' `outage` at `qps`, and ours again with each of `variants`' flags added; one CSV
+/// row each.
 pub async fn measure(
     cluster: &Cluster,
     client: &Client,
     taint_manager: &Path,
     scenario: &Scenario,
     qps: f64,
+    outage: Outage,
+    variants: &[Vec<String>],
 ) -> Result<Vec<Vec<String>>> {
-    let due = scenario.due().count();
+    let due = scenario.due(outage).count();
     println!(
-        "  outage at --kube-api-qps {qps}: {} of {} nodes down (a third of each zone), {due} pods due after {} s",
-        scenario.down.len(),
+        "  outage at --kube-api-qps {qps}: {} of {} nodes down ({}), {due} pods due {} s after their node's taint",
+        scenario.down(outage).len(),
         scenario.pods.len().div_ceil(super::PODS_PER_NODE),
+        outage.label(),
         scenario.toleration_seconds
     );
+    let sides = [Side::Upstream, Side::Ours(Vec::new())]
+        .into_iter()
+        .chain(variants.iter().cloned().map(Side::Ours));
     let mut rows = Vec::new();
-    let mut sets = Vec::new();
-    for side in [Side::Upstream, Side::Ours] {
-        let run = run_side(cluster, client, taint_manager, scenario, qps, side).await;
+    let mut upstream: Option<Run> = None;
+    for side in sides {
+        let run = run_side(cluster, client, taint_manager, scenario, qps, &side, outage).await;
         // Whatever happened, the nodes come back and the pods are there for the next run.
-        restore(client, scenario).await?;
+        restore(client, scenario, outage).await?;
         let run = run?;
-        let row = row(scenario, qps, side, &run);
+        let row = row(scenario, qps, &side, outage, &run);
         print_row(&row);
         println!("    {:<8} calls by kind: {:?}", side.label(), run.calls);
-        sets.push(run.deleted.keys().cloned().collect::<Vec<_>>());
         rows.push(row);
+        match &upstream {
+            None => upstream = Some(run),
+            Some(upstream) => compare(scenario, upstream, &run, &side),
+        }
     }
+    Ok(rows)
+}
+
+/// Whether `side` deleted the pods upstream did, and each pod's time from its node's taint
+/// (each side's own tainting) less upstream's.
+fn compare(scenario: &Scenario, upstream: &Run, run: &Run, side: &Side) {
+    let same = upstream.deleted.keys().eq(run.deleted.keys());
     println!(
-        "    deletion sets: {}",
-        if sets[0] == sets[1] {
-            "identical"
+        "    {}: deletion set {} upstream's",
+        side.label(),
+        if same {
+            "identical to"
         } else {
-            "DIFFERENT"
+            "DIFFERENT from"
         }
     );
-    Ok(rows)
+    let upstream: BTreeMap<String, f64> = latencies(scenario, upstream).into_iter().collect();
+    let differences: Vec<f64> = latencies(scenario, run)
+        .into_iter()
+        .filter_map(|(pod, ours)| Some(ours - upstream.get(&pod)?))
+        .collect();
+    if let (Some(min), Some(max)) = (
+        differences.iter().copied().reduce(f64::min),
+        differences.iter().copied().reduce(f64::max),
+    ) {
+        println!(
+            "    {}: per pod, taint->deletion less upstream's: min {min:.2} s, p50 {:.2} s, max {max:.2} s",
+            side.label(),
+            percentile(&differences, 0.5)
+        );
+    }
 }
 
 async fn run_side(
@@ -141,7 +204,8 @@ async fn run_side(
     taint_manager: &Path,
     scenario: &Scenario,
     qps: f64,
-    side: Side,
+    side: &Side,
+    outage: Outage,
 ) -> Result<Run> {
     let rate = [
         format!("--kube-api-qps={qps}"),
@@ -161,7 +225,7 @@ async fn run_side(
             tokio::time::sleep(sync).await;
             (kcm, None, UPSTREAM_USER.to_owned())
         }
-        Side::Ours => {
+        Side::Ours(flags) => {
             let node_lifecycle = kube_controller_manager(
                 cluster,
                 "kcm-node-lifecycle-controller",
@@ -179,6 +243,7 @@ async fn run_side(
                     &format!("--metrics-addr=127.0.0.1:{port}"),
                 ])
                 .args(&rate)
+                .args(flags)
                 .env("KUBECONFIG", &kubeconfig)
                 .env("RUST_LOG", "warn");
             let mut taint_manager = Component::start(cluster, "scale-taint-manager", command)?;
@@ -189,15 +254,32 @@ async fn run_side(
     };
     let cpu_before = measured.cpu_seconds()?;
     let since = Timestamp::now();
-    let tainted_at = nodes_down(client, scenario).await?;
+    let down = scenario.down(outage);
+    let mut tainted_at = match outage {
+        Outage::ThirdOfEachZone => nodes_down(client, down).await?,
+        Outage::WholeZone => {
+            let let_go = json!({"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "down"}}});
+            support::patch_nodes(client, down, &let_go, "letting go from kwok node").await?;
+            BTreeMap::new()
+        }
+    };
 
-    let due = scenario.due().count();
-    // Upstream writes about three times per pod: four leaves room without waiting forever.
-    let timeout = Duration::from_secs(
-        u64::try_from(scenario.toleration_seconds).unwrap_or(0)
-            + 120
-            + (due as f64 * 4.0 / qps) as u64,
-    );
+    let due = scenario.due(outage).count();
+    // Upstream writes about three times per pod: four leaves room without waiting forever; a
+    // whole zone also waits for the node-lifecycle-controller's grace period and pace.
+    let tainting = match outage {
+        Outage::ThirdOfEachZone => Duration::ZERO,
+        Outage::WholeZone => {
+            NODE_MONITOR_GRACE
+                + Duration::from_secs_f64(1.5 * down.len() as f64 / NODE_EVICTION_RATE)
+        }
+    };
+    let timeout = tainting
+        + Duration::from_secs(
+            u64::try_from(scenario.toleration_seconds).unwrap_or(0)
+                + 120
+                + (due as f64 * 4.0 / qps) as u64,
+        );
     let (deleted, deletes) =
         support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
             .await
@@ -215,6 +297,9 @@ async fn run_side(
             quiet_since = Instant::now();
         }
         calls = now;
+    }
+    if outage == Outage::WholeZone {
+        tainted_at = taint_times(client, down).await?;
     }
     Ok(Run {
         deleted,
@@ -311,9 +396,9 @@ async fn kube_controller_manager(
 /// Takes the nodes down as a network partition does, all at once: kwok lets each go, its
 /// Ready condition turns Unknown and it gets the unreachable NoExecute taint. Returns when each
 /// node's taint was sent.
-async fn nodes_down(client: &Client, scenario: &Scenario) -> Result<BTreeMap<String, Timestamp>> {
+async fn nodes_down(client: &Client, down: &[String]) -> Result<BTreeMap<String, Timestamp>> {
     let nodes: Api<Node> = Api::all(client.clone());
-    stream::iter(&scenario.down)
+    stream::iter(down)
         .map(|node| {
             let nodes = nodes.clone();
             async move {
@@ -348,17 +433,43 @@ async fn nodes_down(client: &Client, scenario: &Scenario) -> Result<BTreeMap<Str
         .await
 }
 
+/// When the node-lifecycle-controller tainted each of `down` unreachable (the taint's
+/// `timeAdded`).
+async fn taint_times(client: &Client, down: &[String]) -> Result<BTreeMap<String, Timestamp>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut tainted_at = BTreeMap::new();
+    for name in down {
+        let node = nodes
+            .get(name)
+            .await
+            .with_context(|| format!("reading node {name}"))?;
+        let added = node
+            .spec
+            .and_then(|spec| spec.taints)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|taint| {
+                taint.key == "node.kubernetes.io/unreachable" && taint.effect == "NoExecute"
+            })
+            .and_then(|taint| taint.time_added)
+            .with_context(|| format!("node {name} has no unreachable taint with timeAdded"))?;
+        tainted_at.insert(name.clone(), added.0);
+    }
+    Ok(tainted_at)
+}
+
 /// The nodes come back: kwok takes them again (they turn Ready), their taints go, and the
 /// pods deleted are created again.
-async fn restore(client: &Client, scenario: &Scenario) -> Result<()> {
+async fn restore(client: &Client, scenario: &Scenario, outage: Outage) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let back = json!({
         "metadata": {"annotations": {KWOK_NODE_ANNOTATION: "fake"}},
         "spec": {"taints": null},
     });
-    support::patch_nodes(client, &scenario.down, &back, "bringing back node").await?;
+    let down = scenario.down(outage);
+    support::patch_nodes(client, down, &back, "bringing back node").await?;
     let deadline = Instant::now() + Duration::from_secs(180);
-    for node in &scenario.down {
+    for node in down {
         loop {
             let ready = nodes
                 .get(node)
@@ -395,20 +506,27 @@ async fn restore(client: &Client, scenario: &Scenario) -> Result<()> {
     Ok(())
 }
 
-/// One CSV row of `run`, in [`HEADER`]'s order.
-fn row(scenario: &Scenario, qps: f64, side: Side, run: &Run) -> Vec<String> {
+/// Each deleted pod's time from its node's taint to its deletion, in seconds.
+fn latencies(scenario: &Scenario, run: &Run) -> Vec<(String, f64)> {
     let node_of: BTreeMap<&str, &str> = scenario
         .pods
         .iter()
         .map(|(pod, node)| (pod.as_str(), node.as_str()))
         .collect();
-    let latencies: Vec<f64> = run
-        .deleted
+    run.deleted
         .iter()
         .filter_map(|(pod, at)| {
             let tainted = run.tainted_at.get(*node_of.get(pod.as_str())?)?;
-            Some(at.duration_since(*tainted).as_secs_f64())
+            Some((pod.clone(), at.duration_since(*tainted).as_secs_f64()))
         })
+        .collect()
+}
+
+/// One CSV row of `run`, in [`HEADER`]'s order.
+fn row(scenario: &Scenario, qps: f64, side: &Side, outage: Outage, run: &Run) -> Vec<String> {
+    let latencies: Vec<f64> = latencies(scenario, run)
+        .into_iter()
+        .map(|(_, latency)| latency)
         .collect();
     let first_taint = run.tainted_at.values().min();
     let last_deletion = run.deleted.values().max();
@@ -430,7 +548,7 @@ fn row(scenario: &Scenario, qps: f64, side: Side, run: &Run) -> Vec<String> {
     let budget_calls: usize = run
         .calls
         .iter()
-        .filter(|(call, _)| side == Side::Upstream || !call.ends_with(" events"))
+        .filter(|(call, _)| *side == Side::Upstream || !call.ends_with(" events"))
         .map(|(_, count)| count)
         .sum();
     let budget_per_pod = budget_calls as f64 / pods;
@@ -443,9 +561,9 @@ fn row(scenario: &Scenario, qps: f64, side: Side, run: &Run) -> Vec<String> {
     vec![
         scenario.size().to_string(),
         qps.to_string(),
-        side.label().to_owned(),
-        scenario.down.len().to_string(),
-        scenario.due().count().to_string(),
+        side.label(),
+        scenario.down(outage).len().to_string(),
+        scenario.due(outage).count().to_string(),
         run.deleted.len().to_string(),
         run.deletes.to_string(),
         format!("{wall:.2}"),
