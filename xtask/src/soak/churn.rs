@@ -170,7 +170,7 @@ impl Churn {
         let tainted = &self.nodes[round % n];
         let previous = &self.nodes[(round + n - 1) % n];
         patch_node(&self.client, previous, json!({"spec": {"taints": null}})).await?;
-        let key = if round % 2 == 0 {
+        let key = if round.is_multiple_of(2) {
             TAINT_REQUEST
         } else {
             TAINT_EVICT
@@ -181,7 +181,7 @@ impl Churn {
             json!({"spec": {"taints": [{"key": key, "effect": "NoExecute"}]}}),
         )
         .await?;
-        self.count(if round % 2 == 0 {
+        self.count(if round.is_multiple_of(2) {
             "taint (policy EvictionRequest)"
         } else {
             "taint (policy Evict)"
@@ -214,7 +214,7 @@ impl Churn {
             &json!({"spec": {"maxUnavailable": max_unavailable}}).to_string(),
         ])?;
         self.count("PDB edit");
-        let unhealthy = if round % 2 == 0 {
+        let unhealthy = if round.is_multiple_of(2) {
             "AlwaysAllow"
         } else {
             "IfHealthyBudget"
@@ -240,7 +240,7 @@ impl Churn {
         } else {
             format!("EvictionRequest ({api}): no Ready pod to ask for")
         });
-        if round % 5 == 0 {
+        if round.is_multiple_of(5) {
             let asked = self
                 .request_one(&requester, "soak-intercepted")
                 .await
@@ -252,7 +252,7 @@ impl Churn {
             });
         }
         // A drain through the webhooks (the Eviction API, PDBs, pdb-policy-webhook).
-        if round % DRAIN_EVERY == 0 {
+        if round.is_multiple_of(DRAIN_EVERY) {
             let node = &self.nodes[(round + 2) % n];
             let drained = cluster.kubectl(&[
                 "drain",
