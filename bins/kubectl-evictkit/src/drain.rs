@@ -100,11 +100,15 @@ pub async fn run(client: &Client, args: DrainArgs) -> Result<Answer> {
         for refusal in plan.refusal_lines() {
             eprintln!("error: {refusal}");
         }
-        eprintln!(
-            "Nothing was asked to go; {} cordoned: kubectl uncordon {}",
-            stay(&args.nodes),
-            args.nodes.join(" ")
-        );
+        if args.dry_run {
+            eprintln!("Nothing would be asked to go (dry run).");
+        } else {
+            eprintln!(
+                "Nothing was asked to go; {} cordoned: kubectl uncordon {}",
+                stay(&args.nodes),
+                args.nodes.join(" ")
+            );
+        }
         return Ok(Answer::Left);
     }
     let through = match channel {
@@ -437,7 +441,10 @@ impl Drainer {
                     {
                         requests.insert((namespace.clone(), request.name_any()), request);
                     }
-                    for eviction in list::<lifecycle::Eviction>(&self.client, namespace).await? {
+                    // A pod asked for again after a cancellation has a newer Eviction.
+                    let mut listed = list::<lifecycle::Eviction>(&self.client, namespace).await?;
+                    listed.sort_by_key(|e| e.metadata.creation_timestamp.as_ref().map(|t| t.0));
+                    for eviction in listed {
                         if let Some(pod) = &eviction.spec.target.pod {
                             evictions.insert((namespace.clone(), pod.uid.clone()), eviction);
                         }

@@ -9,6 +9,7 @@ use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as Lifecyc
 
 use crate::eviction_request::{self as crd, interceptor_status, refusal};
 use crate::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, STATE_ACTIVE, own_status};
+use crate::requester::{Standing, lifecycle_standing};
 use crate::table::{Table, age};
 
 /// Where a pod's eviction stands.
@@ -136,7 +137,12 @@ impl Progress {
                 .iter()
                 .find(|c| c.type_ == kind && c.status == "True")
         };
-        let progress = if true_condition(CONDITION_TARGET_EVICTED).is_some() {
+        // A request asked again after a withdrawal keeps its cancellation's conditions until
+        // the controller takes the new generation up.
+        let standing = request.map(lifecycle_standing);
+        let progress = if matches!(standing, None | Some(Standing::Pending)) {
+            Self::state(State::Waiting)
+        } else if true_condition(CONDITION_TARGET_EVICTED).is_some() {
             Self::state(State::Evicted)
         } else if let Some(failed) = true_condition(CONDITION_FAILED) {
             Self {

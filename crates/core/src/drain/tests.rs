@@ -266,6 +266,19 @@ fn progress_on_lifecycle_is_the_active_responders_own_word() {
     let failed = request(
         json!([{"type": "Failed", "status": "True", "reason": "EvictionFailed", "message": "every responder gave up", "lastTransitionTime": "2026-11-27T10:01:00Z"}]),
     );
+    // Asked again after a withdrawal: the cancellation's Failed is of the previous generation.
+    let mut asked_again = request(
+        json!([{"type": "Failed", "status": "True", "reason": "CanceledDueToNoRequesters",
+        "message": "No active requesters: every requester has withdrawn its eviction intent.", "lastTransitionTime": "2026-11-27T10:01:00Z"}]),
+    );
+    asked_again.metadata.generation = Some(3);
+    asked_again.status.as_mut().unwrap().observed_generation = Some(2);
+    let canceled: Eviction = serde_json::from_value(json!({
+        "metadata": {"name": "web-0", "namespace": "shop"},
+        "spec": {"target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
+        "status": {"targetResponders": [{"name": "imperative-eviction.k8s.io/evictor", "priority": 100, "state": "Canceled"}]},
+    }))
+    .unwrap();
     let blocked = Progress {
         state: State::InProgress,
         actor: Some("imperative-eviction.k8s.io/evictor".into()),
@@ -286,6 +299,7 @@ fn progress_on_lifecycle_is_the_active_responders_own_word() {
         ("TargetEvicted, the pod gone", None, Some(&evicted), Some(&eviction), plain(State::Gone)),
         ("Failed", Some(&running), Some(&failed), Some(&eviction),
          Progress { message: Some("every responder gave up".into()), ..plain(State::Failed) }),
+        ("asked again after a withdrawal, not taken up yet", Some(&running), Some(&asked_again), Some(&canceled), plain(State::Waiting)),
         ("the pod gone before the conditions say so", None, Some(&pending), Some(&eviction), Progress { state: State::Gone, ..blocked.clone() }),
     ];
     for (case, pod, request, eviction, expected) in table {
