@@ -293,7 +293,7 @@ impl Drainer {
                 last_call: None,
                 answer: None,
                 error: None,
-                progress: Progress::of_eviction_api(None, "", None),
+                progress: Progress::waiting(),
             })
             .collect();
         Ok(Self {
@@ -369,7 +369,8 @@ impl Drainer {
     /// still there once [`EVICTION_RETRY`] passed.
     async fn ask(&mut self) {
         for pod in &mut self.pods {
-            if pod.progress.state.is_final() {
+            // Not is_final: a request an earlier drain withdrew reads Failed until asked again.
+            if pod.progress.state.is_done() {
                 continue;
             }
             if let Some(requester) = &self.requester {

@@ -68,6 +68,11 @@ pub struct Progress {
 pub const EVICTION_API: &str = "Eviction API";
 
 impl Progress {
+    /// Before the drain has read anything about the pod.
+    pub fn waiting() -> Self {
+        Self::state(State::Waiting)
+    }
+
     fn state(state: State) -> Self {
         Self {
             state,
