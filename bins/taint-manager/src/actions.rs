@@ -34,6 +34,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 
+use crate::cache::{CachedPod, DisruptionTarget};
 use crate::zone_guard::Admission;
 use crate::{Context, EVENT_REASON, Error, ZONE_RECHECK, name_of};
 
@@ -127,7 +128,7 @@ enum Attempt {
 /// Removes a due pod, unless the zone guard pauses its zone or its backoff holds. `node` is
 /// `None` when the node was deleted while the pod waited (no zone to guard then).
 pub async fn remove(
-    pod: &Pod,
+    pod: &CachedPod,
     node_name: &str,
     node: Option<&Node>,
     removal: Removal,
@@ -172,7 +173,7 @@ pub async fn remove(
     }
     // A request announced before (this process or one before a restart) is only re-joined.
     let requested_before =
-        request && has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER);
+        request && has_disruption_target(pod, DisruptionTarget::EvictionRequest);
     let announced_now = !requested_before && context.mark(key.clone());
     if announced_now {
         let note = removal.announcement(&name, node_name);
@@ -194,7 +195,7 @@ pub async fn remove(
     }
     let attempt = match &removal {
         Removal::Delete { .. } => {
-            if !has_disruption_target(pod, REASON_DELETION_BY_TAINT_MANAGER) && !context.dry_run {
+            if !has_disruption_target(pod, DisruptionTarget::Deletion) && !context.dry_run {
                 set_disruption_target(
                     &context.client,
                     pod,
@@ -293,7 +294,7 @@ pub async fn remove(
 }
 
 /// Deletes exactly this pod: the UID precondition keeps a same-named successor safe.
-async fn delete(context: &Context, pod: &Pod, grace_period_seconds: Option<u32>) -> Attempt {
+async fn delete(context: &Context, pod: &CachedPod, grace_period_seconds: Option<u32>) -> Attempt {
     let api: Api<Pod> =
         Api::namespaced(context.client.clone(), &pod.namespace().unwrap_or_default());
     let params = DeleteParams {
@@ -324,7 +325,7 @@ async fn delete(context: &Context, pod: &Pod, grace_period_seconds: Option<u32>)
 /// library, one refused by the controller's validation is final (no retry).
 async fn join_request(
     context: &Context,
-    pod: &Pod,
+    pod: &CachedPod,
     requested_before: bool,
     announced_now: bool,
 ) -> Result<Attempt, Error> {
@@ -385,8 +386,8 @@ async fn join_request(
 /// The pod is no longer due by an EvictionRequest (the taint went, a toleration or the policy
 /// changed): if it carries our request mark, withdraw from its EvictionRequest and clear the
 /// mark. The evictionrequest-controller cancels a request whose requesters all withdrew.
-pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), Error> {
-    let marked = has_disruption_target(pod, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER);
+pub async fn withdraw_if_requested(pod: &CachedPod, context: &Context) -> Result<(), Error> {
+    let marked = has_disruption_target(pod, DisruptionTarget::EvictionRequest);
     // A request not yet taken up carries no mark on the pod; this process remembers it.
     if !marked && !context.announced(&ObjectRef::from_obj(pod)) {
         return Ok(());
@@ -418,24 +419,15 @@ pub async fn withdraw_if_requested(pod: &Pod, context: &Context) -> Result<(), E
     Ok(())
 }
 
-/// Whether the pod carries DisruptionTarget=True with `reason`.
-fn has_disruption_target(pod: &Pod, reason: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == POD_DISRUPTION_TARGET
-                && c.status == STATUS_TRUE
-                && c.reason.as_deref() == Some(reason)
-        })
+/// Whether the pod carries our DisruptionTarget=True condition `target`.
+fn has_disruption_target(pod: &CachedPod, target: DisruptionTarget) -> bool {
+    pod.disruption_target == Some(target)
 }
 
 /// Upstream's condition before the delete (and ours around an EvictionRequest).
 async fn set_disruption_target(
     client: &Client,
-    pod: &Pod,
+    pod: &CachedPod,
     status: &str,
     reason: &str,
     message: &str,
@@ -455,7 +447,7 @@ async fn set_disruption_target(
 /// whose note begins with `summary`.
 fn record_in_background(
     context: &Context,
-    pod: &Pod,
+    pod: &CachedPod,
     note: String,
     node: ObjectReference,
     summary: &'static str,
@@ -474,7 +466,7 @@ fn record_in_background(
 
 pub(crate) async fn record(
     context: &Context,
-    pod: &Pod,
+    pod: &CachedPod,
     event_type: EventType,
     action: &str,
     note: &str,

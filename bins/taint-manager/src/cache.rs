@@ -1,60 +1,144 @@
 //! What the taint-manager keeps of Pods, Nodes and Namespaces, and the index of pods by node.
 //!
-//! Caches keep only the fields the logic reads (DESIGN.md): a Pod its name, namespace, uid,
-//! labels, creation and deletion timestamps, node name, tolerations and its PodScheduled and
-//! DisruptionTarget conditions; a Node its name, labels, NoExecute taints and the status of its
-//! Ready condition (the zone guard's input); a Namespace its name and labels.
+//! Caches keep only the fields the logic reads (DESIGN.md): a Pod is cached as a
+//! [`CachedPod`], projected as it is deserialized; a Node keeps its name, labels, NoExecute
+//! taints and the status of its Ready condition (the zone guard's input); a Namespace its name
+//! and labels.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock};
 
-use evictkit_api::conditions::POD_DISRUPTION_TARGET;
+use evictkit_api::conditions::{
+    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
+    REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, STATUS_TRUE,
+};
 use evictkit_core::taints::no_execute_taints;
 use evictkit_runtime::index::Grouped;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint,
+    Namespace, Node, NodeCondition, NodeSpec, NodeStatus, Pod, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
+use serde::Deserialize;
+
+use crate::interned::Interner;
 
 /// The node condition the zone guard reads.
 const NODE_READY: &str = "Ready";
 /// The pod condition that says when the pod was bound to its node.
 const POD_SCHEDULED: &str = "PodScheduled";
 
-pub fn strip_pod(pod: &mut Pod) {
-    let metadata = std::mem::take(&mut pod.metadata);
-    pod.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        labels: metadata.labels,
-        creation_timestamp: metadata.creation_timestamp,
-        deletion_timestamp: metadata.deletion_timestamp,
-        ..ObjectMeta::default()
-    };
-    let spec = pod.spec.take().unwrap_or_default();
-    pod.spec = Some(PodSpec {
-        node_name: spec.node_name,
-        tolerations: spec.tolerations,
-        ..PodSpec::default()
-    });
-    let status = pod.status.take().unwrap_or_default();
-    let conditions: Vec<_> = status
-        .conditions
-        .into_iter()
-        .flatten()
-        .filter(|c| c.type_ == POD_SCHEDULED || c.type_ == POD_DISRUPTION_TARGET)
-        .collect();
-    pod.status = Some(PodStatus {
-        conditions: (!conditions.is_empty()).then_some(conditions),
-        ..PodStatus::default()
-    });
+/// A watched Pod, projected as it is deserialized to what the taint-manager reads (DESIGN.md,
+/// compact caches; the affinity-evictor's `CachedPod` is the model): its name, namespace, UID
+/// and deletion timestamp, node, labels and tolerations (one shared copy per distinct set: a
+/// workload's pods hold one), when it was bound, and the reason of a DisruptionTarget=True
+/// condition of ours.
+#[derive(Clone, Debug, Deserialize, Resource)]
+#[resource(inherit = Pod)]
+#[serde(from = "Pod")]
+pub struct CachedPod {
+    /// Name, namespace, UID (the precondition of every write) and deletion timestamp.
+    pub metadata: ObjectMeta,
+    pub node_name: String,
+    /// Policies' podSelectors read them.
+    pub labels: Arc<BTreeMap<String, String>>,
+    pub tolerations: Arc<Tolerations>,
+    /// When the pod was bound to its node (see [`bound_at`]).
+    pub bound_at: Timestamp,
+    /// The reason of the pod's DisruptionTarget=True condition, if one of ours.
+    pub disruption_target: Option<DisruptionTarget>,
+}
+
+/// A DisruptionTarget=True condition the taint-manager set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DisruptionTarget {
+    /// Reason `DeletionByTaintManager`: upstream's, before the delete.
+    Deletion,
+    /// Reason `EvictionRequestByTaintManager`: the pod's EvictionRequest was taken up.
+    EvictionRequest,
+}
+
+static LABELS: LazyLock<Interner<BTreeMap<String, String>>> = LazyLock::new(Interner::default);
+static TOLERATIONS: LazyLock<Interner<Tolerations>> = LazyLock::new(Interner::default);
+
+/// A pod's tolerations, compared and hashed field by field to be shared (k8s-openapi's
+/// `Toleration` is neither `Eq` nor `Hash`).
+#[derive(Debug, Default, PartialEq)]
+pub struct Tolerations(pub Vec<Toleration>);
+
+// No floating-point field: equality is an equivalence.
+impl Eq for Tolerations {}
+
+impl std::hash::Hash for Tolerations {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for t in &self.0 {
+            (&t.key, &t.operator, &t.value, &t.effect, t.toleration_seconds).hash(state);
+        }
+    }
+}
+
+impl From<Pod> for CachedPod {
+    fn from(pod: Pod) -> Self {
+        let bound_at = bound_at(&pod);
+        let disruption_target = pod
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .filter(|c| c.type_ == POD_DISRUPTION_TARGET && c.status == STATUS_TRUE)
+            .find_map(|c| match c.reason.as_deref() {
+                Some(REASON_DELETION_BY_TAINT_MANAGER) => Some(DisruptionTarget::Deletion),
+                Some(REASON_EVICTION_REQUEST_BY_TAINT_MANAGER) => {
+                    Some(DisruptionTarget::EvictionRequest)
+                }
+                _ => None,
+            });
+        let spec = pod.spec.unwrap_or_default();
+        let metadata = pod.metadata;
+        CachedPod {
+            labels: LABELS.get(metadata.labels.unwrap_or_default()),
+            metadata: ObjectMeta {
+                name: metadata.name,
+                namespace: metadata.namespace,
+                uid: metadata.uid,
+                deletion_timestamp: metadata.deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+            node_name: spec.node_name.unwrap_or_default(),
+            tolerations: TOLERATIONS.get(Tolerations(spec.tolerations.unwrap_or_default())),
+            bound_at,
+            disruption_target,
+        }
+    }
+}
+
+impl CachedPod {
+    pub fn deletion_timestamp(&self) -> Option<Timestamp> {
+        self.metadata.deletion_timestamp.as_ref().map(|t| t.0)
+    }
+
+    /// A pod that is gone, known by its key only (the subject of its last Event).
+    pub fn gone(key: &ObjectRef<CachedPod>) -> Self {
+        CachedPod {
+            metadata: ObjectMeta {
+                name: Some(key.name.clone()),
+                namespace: key.namespace.clone(),
+                ..ObjectMeta::default()
+            },
+            node_name: String::new(),
+            labels: Arc::default(),
+            tolerations: Arc::default(),
+            bound_at: Timestamp::UNIX_EPOCH,
+            disruption_target: None,
+        }
+    }
 }
 
 /// When the pod was bound to its node: its PodScheduled condition, else its creation (a pod
 /// created with spec.nodeName set never passes the scheduler).
-pub fn bound_at(pod: &Pod) -> Timestamp {
+fn bound_at(pod: &Pod) -> Timestamp {
     let scheduled = pod
         .status
         .as_ref()
@@ -167,26 +251,76 @@ impl FirstSeen {
 }
 
 /// Bound pods by node (the taints of a node concern the pods on it).
-pub type PodsByNode = Grouped<Pod>;
+pub type PodsByNode = Grouped<CachedPod>;
 
 pub fn pods_by_node() -> PodsByNode {
     Grouped::new(
-        |pod| {
-            pod.spec
-                .as_ref()?
-                .node_name
-                .clone()
-                .filter(|n| !n.is_empty())
-        },
+        |pod| Some(pod.node_name.clone()).filter(|n| !n.is_empty()),
         |_| true,
     )
 }
 
 /// The pods on `node`, to reconcile.
-pub fn on_node(index: &PodsByNode, node: &str) -> Vec<ObjectRef<Pod>> {
+pub fn on_node(index: &PodsByNode, node: &str) -> Vec<ObjectRef<CachedPod>> {
     index
         .group(node)
         .iter()
         .map(|pod| ObjectRef::from_obj(pod.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(name: &str, app: &str, reason: &str) -> CachedPod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "labels": {"app": app},
+                "annotations": {"unread": "x".repeat(1000)},
+                "creationTimestamp": "2026-11-27T10:00:00Z",
+                "resourceVersion": "7",
+            },
+            "spec": {
+                "nodeName": "node-1",
+                "containers": [{"name": "c", "image": "pause"}],
+                "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                 "effect": "NoExecute", "tolerationSeconds": 300}],
+            },
+            "status": {"conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-27T10:00:05Z"},
+                {"type": "DisruptionTarget", "status": "True", "reason": reason},
+            ]},
+        }))
+        .expect("a Pod deserializes into a CachedPod")
+    }
+
+    #[test]
+    fn a_pod_is_projected_to_what_the_logic_reads() {
+        let cached = pod("a", "web", REASON_DELETION_BY_TAINT_MANAGER);
+        assert_eq!(cached.metadata.name.as_deref(), Some("a"));
+        assert_eq!(cached.metadata.uid.as_deref(), Some("uid-a"));
+        assert_eq!(cached.metadata.annotations, None);
+        assert_eq!(cached.metadata.resource_version, None);
+        assert_eq!(cached.node_name, "node-1");
+        assert_eq!(cached.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(cached.tolerations.0[0].toleration_seconds, Some(300));
+        // Bound when scheduled, not when created.
+        assert_eq!(cached.bound_at.to_string(), "2026-11-27T10:00:05Z");
+        assert_eq!(cached.disruption_target, Some(DisruptionTarget::Deletion));
+        let other = pod("b", "web", "PreemptionByScheduler");
+        assert_eq!(other.disruption_target, None);
+    }
+
+    #[test]
+    fn pods_of_one_workload_share_their_labels_and_tolerations() {
+        let (a, b) = (pod("a", "shared", "x"), pod("b", "shared", "x"));
+        assert!(Arc::ptr_eq(&a.labels, &b.labels));
+        assert!(Arc::ptr_eq(&a.tolerations, &b.tolerations));
+        let c = pod("c", "another", "x");
+        assert!(!Arc::ptr_eq(&a.labels, &c.labels));
+    }
 }

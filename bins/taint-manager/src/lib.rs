@@ -44,6 +44,7 @@
 mod access;
 mod actions;
 mod cache;
+mod interned;
 mod metrics;
 mod pod_state;
 mod reconcile;
@@ -75,12 +76,12 @@ use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future, stream};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
-use crate::cache::pods_by_node;
+use crate::cache::{CachedPod, pods_by_node};
 use crate::metrics::TaintMetrics;
 use crate::pod_state::Pacer;
 use crate::reconcile::{error_policy, reconcile};
@@ -315,7 +316,7 @@ struct Context {
     zones: Mutex<zone_guard::ZoneGuard>,
     pods: Mutex<pod_state::PodStates>,
     /// Failed removal attempts per pod in a row, and when the next may be made.
-    retries: PerObject<ObjectRef<Pod>>,
+    retries: PerObject<ObjectRef<CachedPod>>,
 }
 
 impl std::ops::Deref for Context {
@@ -439,6 +440,6 @@ fn taints_of(node: &Node) -> &[Taint] {
         .unwrap_or_default()
 }
 
-fn name_of(pod: &Pod) -> String {
+fn name_of(pod: &CachedPod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }

@@ -10,11 +10,11 @@ use std::time::Duration;
 use evictkit_core::taint_policy::Pending;
 use evictkit_runtime::events::EventType;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::actions::record;
+use crate::cache::CachedPod;
 use crate::{Context, name_of};
 
 #[derive(Default)]
@@ -22,24 +22,24 @@ pub struct PodStates {
     /// Pods with a toleration window: upstream's timed worker, kept while the pod stays
     /// tolerated for a while (also when its node is deleted) and until a removal made after it
     /// succeeds, so a retried removal keeps its due time.
-    windows: HashMap<ObjectRef<Pod>, Pending>,
+    windows: HashMap<ObjectRef<CachedPod>, Pending>,
     /// Pods waiting for the end of their window (for the "Cancelling deletion" Event).
-    scheduled: HashSet<ObjectRef<Pod>>,
+    scheduled: HashSet<ObjectRef<CachedPod>>,
     /// Pods whose removal was announced by an Event (once per pod, not per retry).
-    marked: HashSet<ObjectRef<Pod>>,
+    marked: HashSet<ObjectRef<CachedPod>>,
     /// The pod as a successful removal saw it: (uid, deletionTimestamp). A reconcile that sees
     /// the pod still so has read the cache before the watch delivered the removal (under load
     /// the pod's own DisruptionTarget patch can trigger a reconcile that runs before the
     /// deletion's watch event arrives), and must not remove it again: deleting or evicting a
     /// terminating pod succeeds, so it would count and announce a second removal.
-    acted: HashMap<ObjectRef<Pod>, (String, Option<Timestamp>)>,
+    acted: HashMap<ObjectRef<CachedPod>, (String, Option<Timestamp>)>,
 }
 
 /// The part of a pod that tells whether a removal already acted on this state of it.
-fn acted_on(pod: &Pod) -> (String, Option<Timestamp>) {
+fn acted_on(pod: &CachedPod) -> (String, Option<Timestamp>) {
     (
         pod.uid().unwrap_or_default(),
-        pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        pod.deletion_timestamp(),
     )
 }
 
@@ -50,7 +50,7 @@ impl Context {
 
     /// The pod is no longer due: forget it, and say so if a removal was pending, scheduled for
     /// the end of a window or announced and not made yet (upstream's `cancelWorkWithEvent`).
-    pub(crate) async fn cancel(&self, pod: &Pod) {
+    pub(crate) async fn cancel(&self, pod: &CachedPod) {
         let key = ObjectRef::from_obj(pod);
         let announced = self.states().marked.contains(&key);
         let was_waiting = self.forget(&key);
@@ -63,7 +63,7 @@ impl Context {
 
     /// Drops everything remembered about the pod; returns whether it was waiting for the end
     /// of a window.
-    pub(crate) fn forget(&self, key: &ObjectRef<Pod>) -> bool {
+    pub(crate) fn forget(&self, key: &ObjectRef<CachedPod>) -> bool {
         let mut states = self.states();
         self.retries.forget(key);
         states.marked.remove(key);
@@ -74,43 +74,43 @@ impl Context {
 
     /// Remembers that the pod waits for the end of `pending`'s window; returns whether it was
     /// not waiting before.
-    pub(crate) fn wait_for(&self, key: ObjectRef<Pod>, pending: Pending) -> bool {
+    pub(crate) fn wait_for(&self, key: ObjectRef<CachedPod>, pending: Pending) -> bool {
         let mut states = self.states();
         states.windows.insert(key.clone(), pending);
         states.scheduled.insert(key)
     }
 
     /// The pod's toleration window and what follows it, if it has one.
-    pub(crate) fn pending(&self, key: &ObjectRef<Pod>) -> Option<Pending> {
+    pub(crate) fn pending(&self, key: &ObjectRef<CachedPod>) -> Option<Pending> {
         self.states().windows.get(key).cloned()
     }
 
     /// The pod's window is over and its removal is being made: it waits no more. (Its own
     /// deletion can reach the pod watch before the delete call returns; a pod still waiting
     /// then would be announced as a cancelled deletion.)
-    pub(crate) fn due(&self, key: &ObjectRef<Pod>) {
+    pub(crate) fn due(&self, key: &ObjectRef<CachedPod>) {
         self.states().scheduled.remove(key);
     }
 
     /// Remembers that the pod's removal was announced; returns whether it was new.
-    pub(crate) fn mark(&self, key: ObjectRef<Pod>) -> bool {
+    pub(crate) fn mark(&self, key: ObjectRef<CachedPod>) -> bool {
         self.states().marked.insert(key)
     }
 
     /// Whether the pod's removal was announced (and not forgotten since).
-    pub(crate) fn announced(&self, key: &ObjectRef<Pod>) -> bool {
+    pub(crate) fn announced(&self, key: &ObjectRef<CachedPod>) -> bool {
         self.states().marked.contains(key)
     }
 
     /// A removal of `pod` (as the cache showed it) succeeded: forget the rest, remember this.
-    pub(crate) fn removed(&self, pod: &Pod) {
+    pub(crate) fn removed(&self, pod: &CachedPod) {
         let key = ObjectRef::from_obj(pod);
         self.forget(&key);
         self.states().acted.insert(key, acted_on(pod));
     }
 
     /// Whether a removal already acted on this very state of the pod (a stale cache read).
-    pub(crate) fn already_removed(&self, pod: &Pod) -> bool {
+    pub(crate) fn already_removed(&self, pod: &CachedPod) -> bool {
         self.states().acted.get(&ObjectRef::from_obj(pod)) == Some(&acted_on(pod))
     }
 }

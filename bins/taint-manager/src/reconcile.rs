@@ -10,13 +10,12 @@ use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
 use futures::FutureExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::actions::{Removal, remove, withdraw_if_requested};
-use crate::cache::bound_at;
+use crate::cache::CachedPod;
 use crate::{CACHE_WAIT, Context, Error, name_of, taints_of};
 
 impl Context {
@@ -33,11 +32,20 @@ impl Context {
         self.nodes.get(&ObjectRef::new(name))
     }
 
-    pub(crate) fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
-        self.namespaces
-            .get(&ObjectRef::new(namespace))
-            .and_then(|n| n.metadata.labels.clone())
-            .unwrap_or_default()
+    /// The namespace's labels (none if it is not cached), without a copy.
+    pub(crate) fn with_namespace_labels<T>(
+        &self,
+        namespace: &str,
+        read: impl FnOnce(&BTreeMap<String, String>) -> T,
+    ) -> T {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        let cached = self.namespaces.get(&ObjectRef::new(namespace));
+        read(
+            cached
+                .as_ref()
+                .and_then(|n| n.metadata.labels.as_ref())
+                .unwrap_or(&NONE),
+        )
     }
 
     /// The valid policies; invalid ones are reported by the status loop and govern nothing.
@@ -53,20 +61,16 @@ impl Context {
 }
 
 /// One pod: plan it against its node's taints and the policies, and act on the plan.
-pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(pod: Arc<CachedPod>, context: Arc<Context>) -> Result<Action, Error> {
     // Never plan without the policies and namespaces: an Ignore policy not yet read would let
     // a pod go. Not awaited: kube's store readiness wakes only one waiter of many.
     if !context.caches_ready() {
         return Ok(Action::requeue(CACHE_WAIT));
     }
-    let node_name = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+    let node_name = pod.node_name.as_str();
     let key = ObjectRef::from_obj(pod.as_ref());
     let now = Timestamp::now();
-    let Some(node) = context.node(&node_name) else {
+    let Some(node) = context.node(node_name) else {
         // Unknown or deleted node: no taints to act on. As upstream, a window already running
         // still ends in the pod's removal (its timed worker outlives the node); otherwise
         // nothing happens, and the node's watch event re-plans the pod if it comes (back).
@@ -79,7 +83,7 @@ pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Ac
                 } => {
                     remove(
                         &pod,
-                        &node_name,
+                        node_name,
                         None,
                         Removal::of(action, policy),
                         since,
@@ -94,22 +98,20 @@ pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Ac
         context.forget(&key);
         return Ok(Action::await_change());
     };
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let namespace_labels = context.namespace_labels(&pod.namespace().unwrap_or_default());
-    let facts = PodFacts {
-        labels: &labels,
-        namespace_labels: &namespace_labels,
-        tolerations: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_deref())
-            .unwrap_or_default(),
-        bound_at: bound_at(&pod),
-        deletion_timestamp: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
-        window: context.pending(&key).map(|p| p.window),
-        planning_since: context.planning_since,
-    };
-    let plan = pod_plan(taints_of(&node), &facts, &context.policies(), now);
+    let window = context.pending(&key).map(|p| p.window);
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let plan = context.with_namespace_labels(namespace, |namespace_labels| {
+        let facts = PodFacts {
+            labels: &pod.labels,
+            namespace_labels,
+            tolerations: &pod.tolerations.0,
+            bound_at: pod.bound_at,
+            deletion_timestamp: pod.deletion_timestamp(),
+            window,
+            planning_since: context.planning_since,
+        };
+        pod_plan(taints_of(&node), &facts, &context.policies(), now)
+    });
     tracing::debug!(pod = %name_of(&pod), node = %node_name, ?plan, "planned");
     // An EvictionRequest stands only while the pod is due by one; a terminating pod is on its
     // way out and its request ends as Evicted.
@@ -145,7 +147,7 @@ pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Ac
         PodPlan::Terminating { force_at: Some(at) } => {
             remove(
                 &pod,
-                &node_name,
+                node_name,
                 Some(&node),
                 Removal::ForceDelete,
                 at,
@@ -159,7 +161,7 @@ pub(crate) async fn reconcile(pod: Arc<Pod>, context: Arc<Context>) -> Result<Ac
             policy,
         } => {
             let removal = Removal::of(action, policy);
-            remove(&pod, &node_name, Some(&node), removal, since, &context).await
+            remove(&pod, node_name, Some(&node), removal, since, &context).await
         }
     }
 }
@@ -169,7 +171,7 @@ pub(crate) fn until(at: Timestamp, now: Timestamp) -> Duration {
 }
 
 /// Client and API errors (not refusals, which `remove` handles): retry with the pod's backoff.
-pub(crate) fn error_policy(pod: Arc<Pod>, error: &Error, context: Arc<Context>) -> Action {
+pub(crate) fn error_policy(pod: Arc<CachedPod>, error: &Error, context: Arc<Context>) -> Action {
     tracing::warn!(pod = %name_of(&pod), %error, "reconcile failed; retrying");
     context.metrics.blocked.with_label_values(&["Error"]).inc();
     Action::requeue(

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-use crate::cache::{PodsByNode, bound_at};
+use crate::cache::PodsByNode;
 use crate::{Context, taints_of};
 
 const INTERVAL: Duration = Duration::from_secs(5);
@@ -88,21 +88,21 @@ fn governed_pods(context: &Context, index: &Mutex<PodsByNode>) -> BTreeMap<Strin
             continue;
         }
         for pod in index.group(&node.name_any()) {
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let namespace_labels =
-                context.namespace_labels(pod.metadata.namespace.as_deref().unwrap_or_default());
-            let facts = PodFacts {
-                labels: &labels,
-                namespace_labels: &namespace_labels,
-                tolerations: &[],
-                bound_at: bound_at(pod),
-                deletion_timestamp: None,
-                window: None,
-                planning_since: context.planning_since,
-            };
-            for name in policies.governing_names(taints, &facts) {
-                *counts.entry(name.to_owned()).or_default() += 1;
-            }
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            context.with_namespace_labels(namespace, |namespace_labels| {
+                let facts = PodFacts {
+                    labels: &pod.labels,
+                    namespace_labels,
+                    tolerations: &[],
+                    bound_at: pod.bound_at,
+                    deletion_timestamp: None,
+                    window: None,
+                    planning_since: context.planning_since,
+                };
+                for name in policies.governing_names(taints, &facts) {
+                    *counts.entry(name.to_owned()).or_default() += 1;
+                }
+            });
         }
     }
     counts

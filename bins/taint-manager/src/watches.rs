@@ -10,14 +10,14 @@ use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::leader::spawn_in_term;
 use futures::{Stream, StreamExt, future, stream};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::access::Access;
 use crate::actions::record;
-use crate::cache::{FirstSeen, PodsByNode, node_ready, on_node, strip_namespace, strip_pod};
+use crate::cache::{CachedPod, FirstSeen, PodsByNode, node_ready, on_node, strip_namespace};
 use crate::zone_guard::{zone_guard, zone_of};
 use crate::{Context, name_of, taints_of};
 
@@ -25,18 +25,17 @@ use crate::{Context, name_of, taints_of};
 /// a pod that goes away is forgotten, with a "Cancelling deletion" Event if it was waiting.
 pub fn pods(
     client: &Client,
-    writer: reflector::store::Writer<Pod>,
+    writer: reflector::store::Writer<CachedPod>,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
-) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+) -> impl Stream<Item = Result<CachedPod, watcher::Error>> + Send + 'static {
     let api = match &context.namespace {
-        Some(namespace) => Api::<Pod>::namespaced(client.clone(), namespace),
-        None => Api::<Pod>::all(client.clone()),
+        Some(namespace) => Api::<CachedPod>::namespaced(client.clone(), namespace),
+        None => Api::<CachedPod>::all(client.clone()),
     };
     let store = writer.as_reader();
     watcher(api, watcher::Config::default().fields("spec.nodeName!="))
         .default_backoff()
-        .modify(strip_pod)
         .reflect(writer)
         .inspect(move |event| {
             context.access.observe("pods", event);
@@ -54,13 +53,11 @@ pub fn pods(
 }
 
 /// A pod went away: drop its state, and say so if its removal was still scheduled.
-fn pod_gone(context: &Arc<Context>, key: ObjectRef<Pod>) {
+fn pod_gone(context: &Arc<Context>, key: ObjectRef<CachedPod>) {
     if context.forget(&key) {
         let context = context.clone();
         spawn_in_term(context.term.clone(), async move {
-            let mut pod = Pod::default();
-            pod.metadata.name = Some(key.name.clone());
-            pod.metadata.namespace = key.namespace.clone();
+            let pod = CachedPod::gone(&key);
             let note = format!("Cancelling deletion of Pod {}", name_of(&pod));
             record(&context, &pod, EventType::Normal, "Cancel", &note).await;
         });
@@ -81,7 +78,7 @@ pub fn node_changes(
     writer: reflector::store::Writer<Node>,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
-) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
     let first_seen = Arc::new(Mutex::new(FirstSeen::default()));
     let strip = {
         let first_seen = first_seen.clone();
@@ -152,7 +149,7 @@ pub fn policy_changes(
     index: Arc<Mutex<PodsByNode>>,
     selector: Option<&str>,
     access: Arc<Access>,
-) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
     let mut config = watcher::Config::default();
     if let Some(selector) = selector {
         config = config.labels(selector);
@@ -181,7 +178,7 @@ pub fn namespace_changes(
     index: Arc<Mutex<PodsByNode>>,
     policies: Store<TaintEvictionPolicy>,
     access: Arc<Access>,
-) -> impl Stream<Item = ObjectRef<Pod>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
     watcher(
         Api::<Namespace>::all(client.clone()),
         watcher::Config::default(),
@@ -201,7 +198,7 @@ pub fn namespace_changes(
     .flatten()
 }
 
-fn pods_on_tainted_nodes(nodes: &Store<Node>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<Pod>> {
+fn pods_on_tainted_nodes(nodes: &Store<Node>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<CachedPod>> {
     let index = index.lock().unwrap_or_else(|p| p.into_inner());
     nodes
         .state()

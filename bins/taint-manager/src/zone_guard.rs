@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use evictkit_core::zone_disruption::{Zone, ZoneLimit, zone_key, zones};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use evictkit_runtime::leader::spawn_in_term;
 
 use crate::Context;
-use crate::cache::{PodsByNode, node_ready, on_node};
+use crate::cache::{CachedPod, PodsByNode, node_ready, on_node};
 
 /// Event reason on a node of a zone whose removals the zone guard pauses.
 pub const EVENT_REASON_ZONE_PAUSED: &str = "TaintManagerZonePaused";
@@ -79,7 +79,7 @@ impl Context {
 }
 
 /// Re-runs the zone guard over all nodes; returns the pods of zones whose limit changed.
-pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<Pod>> {
+pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<CachedPod>> {
     let nodes = context.nodes.state();
     let keys: Vec<(String, bool)> = nodes.iter().map(|n| (zone_of(n), node_ready(n))).collect();
     let now = zones(
