@@ -68,7 +68,7 @@ pub struct Args {
     memory_only: bool,
     /// The taint-manager's flags of a variant run after ours in every outage (e.g.
     /// `--concurrent-syncs=10000` to compare a bound), space-separated; repeat for more.
-    #[arg(long, value_name = "FLAGS")]
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
     ours_variant: Vec<String>,
     /// Also the outage of every node of one zone, tainted by the node-lifecycle-controller at
     /// 0.1 nodes per second (a zone of N nodes takes 50 s + N x 10 s a side).
