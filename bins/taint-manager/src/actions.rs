@@ -172,8 +172,7 @@ pub async fn remove(
         return Ok(Action::requeue(wait));
     }
     // A request announced before (this process or one before a restart) is only re-joined.
-    let requested_before =
-        request && has_disruption_target(pod, DisruptionTarget::EvictionRequest);
+    let requested_before = request && has_disruption_target(pod, DisruptionTarget::EvictionRequest);
     let announced_now = !requested_before && context.mark(key.clone());
     if announced_now {
         let note = removal.announcement(&name, node_name);

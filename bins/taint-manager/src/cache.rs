@@ -74,7 +74,14 @@ impl Eq for Tolerations {}
 impl std::hash::Hash for Tolerations {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         for t in &self.0 {
-            (&t.key, &t.operator, &t.value, &t.effect, t.toleration_seconds).hash(state);
+            (
+                &t.key,
+                &t.operator,
+                &t.value,
+                &t.effect,
+                t.toleration_seconds,
+            )
+                .hash(state);
         }
     }
 }

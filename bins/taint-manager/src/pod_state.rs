@@ -37,10 +37,7 @@ pub struct PodStates {
 
 /// The part of a pod that tells whether a removal already acted on this state of it.
 fn acted_on(pod: &CachedPod) -> (String, Option<Timestamp>) {
-    (
-        pod.uid().unwrap_or_default(),
-        pod.deletion_timestamp(),
-    )
+    (pod.uid().unwrap_or_default(), pod.deletion_timestamp())
 }
 
 impl Context {

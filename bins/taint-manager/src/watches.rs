@@ -198,7 +198,10 @@ pub fn namespace_changes(
     .flatten()
 }
 
-fn pods_on_tainted_nodes(nodes: &Store<Node>, index: &Mutex<PodsByNode>) -> Vec<ObjectRef<CachedPod>> {
+fn pods_on_tainted_nodes(
+    nodes: &Store<Node>,
+    index: &Mutex<PodsByNode>,
+) -> Vec<ObjectRef<CachedPod>> {
     let index = index.lock().unwrap_or_else(|p| p.into_inner());
     nodes
         .state()
