@@ -443,6 +443,20 @@ async fn drain_asks_through_eviction_requests_and_withdraws_what_it_leaves() -> 
             "{pod}: {run:?}"
         );
     }
+    // Drained again: the withdrawn request is asked for anew, not read as the earlier
+    // cancellation's Failed.
+    let args = drain(&["--force", "--timeout", "6s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let again = kubectl_evictkit(&env, &args)?;
+    assert_eq!(again.code, Some(3), "{again:?}");
+    assert!(
+        again.stderr.contains("--timeout 6s passed")
+            && again
+                .stderr
+                .contains(&format!("{ns}/blocked-0: InProgress"))
+            && !again.stdout.contains("Failed"),
+        "{again:?}"
+    );
     for node in &nodes {
         let node = Api::<Node>::all(env.client.clone()).get(node).await?;
         assert_eq!(
