@@ -560,14 +560,9 @@ async fn reconcile_request(
         let responders = core::initial_responders(Target::of(pod.as_deref(), &reference.uid));
         let labels = core::participant_labels(&request_refs, &responders);
         created = create_eviction(&context, &request, &request_refs, &name, &labels).await?;
-        normal(
-            &context.recorder,
-            request.as_ref(),
-            "EvictionCreated",
-            "Create",
-            &format!("Eviction {name} of pod {} created.", reference.name),
-        )
-        .await;
+        // No Event (issue 29: writes per request): the request's conditions follow the
+        // Eviction, which is found by its target.
+        tracing::info!(request = %id(request.as_ref()), eviction = %name, "Eviction created");
         relevant = Some(&created);
     }
     let conditions = core::request_conditions(existing, relevant, now);
@@ -778,7 +773,13 @@ async fn reconcile_eviction(
         }
         let now = whole_seconds(Timestamp::now());
         let step = core::progress(&current, target, &request_refs, now, &context.config);
-        for transition in &step.transitions {
+        // An Event per turn of a responder other than the imperative evictor: its own turn is
+        // told by its Events of what it does (Evicting, EvictionFailed, ...).
+        for transition in step
+            .transitions
+            .iter()
+            .filter(|t| t.responder != IMPERATIVE_EVICTOR_RESPONDER)
+        {
             let note = format!(
                 "Responder {} went from {} to {}.",
                 transition.responder, transition.from, transition.to
