@@ -1701,6 +1701,9 @@ async fn upstream_process_termination_without_the_last_report() -> Result<()> {
 #[tokio::test]
 async fn a_controller_is_not_ready_until_its_caches_have_listed() -> Result<()> {
     let env = TestEnv::new("lc-readyz").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let viewer = env
         .service_account("er-lister", "system:public-info-viewer")
         .await?;
