@@ -8,12 +8,15 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use evictkit_api::keys::{DRAIN_REQUESTER_KEY, IMPERATIVE_EVICTOR_RESPONDER};
-use evictkit_runtime::eviction_request::{TargetPod, request_eviction};
+use evictkit_api::eviction_request::EvictionRequest as CrdRequest;
+use evictkit_api::keys::{
+    DRAIN_REQUESTER_KEY, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTOR_RESPONDER,
+};
+use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod, request_eviction};
 use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::DEFAULT_TIMEOUT;
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
@@ -466,5 +469,85 @@ async fn drain_asks_through_eviction_requests_and_withdraws_what_it_leaves() -> 
         );
     }
     controller.stop();
+    Ok(())
+}
+
+const SURGE: &str = "surge.example.com";
+
+/// `kubectl evictkit drain --api crd` on evictkit.io's CRD: a pod whose interceptor (played by
+/// the test through the runtime's InterceptorClient) reports before it completes, and a pod
+/// without interceptors; the drain shows the interceptor's word and ends with every pod gone:
+/// `node/N drained`, exit 0.
+#[tokio::test]
+async fn drain_through_the_crd_waits_for_the_interceptor() -> Result<()> {
+    let env = TestEnv::new("plugin-drain-crd").await?;
+    let _controller = env.start_eviction_request_controller().await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .metadata
+        .name
+        .unwrap_or_default();
+    let mut intercepted = pod_on(&node, "surge-0", "surge");
+    intercepted
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(EVICTION_INTERCEPTORS.into(), SURGE.into());
+    let intercepted = env.create(&intercepted).await?;
+    env.create(&pod_on(&node, "web-0", "web")).await?;
+    for app in ["surge", "web"] {
+        env.wait_for_ready_pods(&format!("app={app}"), 1).await?;
+    }
+    let interceptor = async {
+        let surge = InterceptorClient::new(env.client.clone(), SURGE);
+        let name = intercepted.metadata.uid.clone().unwrap_or_default();
+        let request = wait::wait_for(
+            &env.api::<CrdRequest>(),
+            &name,
+            DEFAULT_TIMEOUT,
+            "surge.example.com active",
+            |r| surge.is_active(r),
+        )
+        .await?;
+        let request = surge
+            .heartbeat(&request, "starting a surge pod", None)
+            .await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        surge.complete(&request, "surge pod ready").await?;
+        anyhow::Ok(())
+    };
+    let running = tokio::process::Command::from(plugin_command(
+        &env,
+        &[
+            "drain",
+            &node,
+            "--api",
+            "crd",
+            "--force",
+            "--timeout",
+            "60s",
+        ],
+    )?)
+    .kill_on_drop(true)
+    .output();
+    let (output, played) = tokio::join!(running, interceptor);
+    let run = Run::of(&output.context("running kubectl evictkit drain")?);
+    played.with_context(|| format!("{run:?}"))?;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let ns = env.namespace.as_str();
+    assert!(
+        run.stdout.lines().any(
+            |l| l.contains(&format!("{ns}/surge-0 InProgress by {SURGE}"))
+                && l.ends_with(": starting a surge pod")
+        ) && run.stdout.contains(&format!("node/{node} drained")),
+        "{run:?}"
+    );
+    for pod in ["surge-0", "web-0"] {
+        assert!(
+            env.api::<Pod>().get_opt(pod).await?.is_none(),
+            "{pod}: {run:?}"
+        );
+    }
     Ok(())
 }
