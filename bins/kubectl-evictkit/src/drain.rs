@@ -191,15 +191,20 @@ async fn channel(client: &Client, args: &DrainArgs) -> Result<Channel> {
     let lifecycle = served.lifecycle && args.api != ApiMode::Crd;
     let crd = served.crd && args.api != ApiMode::Lifecycle;
     drain::channel(lifecycle, crd, args.eviction_api_fallback).with_context(|| {
-        format!(
-            "the cluster serves no EvictionRequest API{} (lifecycle.k8s.io/v1alpha1 with the \
-             EvictionRequestAPI gate, or evictkit.io's CRD); --eviction-api-fallback drains \
-             through the Eviction API as kubectl drain does",
-            match args.api {
-                ApiMode::Auto => String::new(),
-                ApiMode::Crd => " of --api crd".to_owned(),
-                ApiMode::Lifecycle => " of --api lifecycle".to_owned(),
+        let missing = match args.api {
+            ApiMode::Auto => {
+                "serves no EvictionRequest API (neither lifecycle.k8s.io/v1alpha1, with the \
+                 EvictionRequestAPI gate, nor evictkit.io's CRD)"
             }
+            ApiMode::Crd => "does not serve evictkit.io's EvictionRequest CRD (--api crd)",
+            ApiMode::Lifecycle => {
+                "does not serve lifecycle.k8s.io/v1alpha1 EvictionRequests (--api lifecycle; \
+                 the EvictionRequestAPI gate)"
+            }
+        };
+        format!(
+            "the cluster {missing}; --eviction-api-fallback drains through the Eviction API as \
+             kubectl drain does"
         )
     })
 }
