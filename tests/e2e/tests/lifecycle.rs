@@ -1766,6 +1766,9 @@ async fn a_controller_is_not_ready_until_its_caches_have_listed() -> Result<()> 
 #[tokio::test]
 async fn lifecycle_writes_per_request_without_responders() -> Result<()> {
     let env = TestEnv::new("lc-writes").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
     let identity = env
         .chart_identity("evictionrequest-controller", &[])
         .await?;
