@@ -167,6 +167,12 @@ pub(crate) async fn teardown(client: &Client) {
         ),
     );
     let _ = policies.delete(POLICY, &dp).await;
+    // The next scenario of bench webhooks creates the namespace again: wait until it is gone.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline && namespaces.get_opt(NS).await.is_ok_and(|ns| ns.is_some()) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The webhook under test: the release binary pinned to one core, serving over HTTPS with the
