@@ -39,7 +39,9 @@ const POD_SCHEDULED: &str = "PodScheduled";
 #[resource(inherit = Pod)]
 #[serde(from = "Pod")]
 pub struct CachedPod {
-    /// Name, namespace, UID (the precondition of every write) and deletion timestamp.
+    /// Name, namespace, UID (the precondition of every write), deletion timestamp and
+    /// resourceVersion (the watcher resumes from the last object's: without it every watch
+    /// ends in "no metadata.resourceVersion" and lists everything again).
     pub metadata: ObjectMeta,
     pub node_name: String,
     /// Policies' podSelectors read them.
@@ -111,6 +113,7 @@ impl From<Pod> for CachedPod {
                 namespace: metadata.namespace,
                 uid: metadata.uid,
                 deletion_timestamp: metadata.deletion_timestamp,
+                resource_version: metadata.resource_version,
                 ..ObjectMeta::default()
             },
             node_name: spec.node_name.unwrap_or_default(),
@@ -311,7 +314,7 @@ mod tests {
         assert_eq!(cached.metadata.name.as_deref(), Some("a"));
         assert_eq!(cached.metadata.uid.as_deref(), Some("uid-a"));
         assert_eq!(cached.metadata.annotations, None);
-        assert_eq!(cached.metadata.resource_version, None);
+        assert_eq!(cached.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(cached.node_name, "node-1");
         assert_eq!(cached.labels.get("app").map(String::as_str), Some("web"));
         assert_eq!(cached.tolerations.0[0].toleration_seconds, Some(300));
