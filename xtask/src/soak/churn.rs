@@ -55,7 +55,9 @@ const INTERCEPTOR: &str = "hold.soak.evictkit.io";
 const DRAIN_EVERY: usize = 3;
 const LEADER_EVERY: usize = 10;
 
-/// The Deployments of the soak namespace: name, replicas, pod annotations.
+/// The Deployments of the soak namespace: name, replicas, pod annotations. The descheduler's
+/// pods tolerate the soak's taints: the taint moves every round, so pods that did not would
+/// never live the [`DESCHEDULER_MAX_AGE_SECONDS`] the descheduler waits for.
 fn workloads() -> Vec<(&'static str, usize, serde_json::Value)> {
     let affinity = json!({"nodeSelectorTerms": [{"matchExpressions": [
         {"key": POOL, "operator": "In", "values": ["on"]}
@@ -391,6 +393,14 @@ kind: Namespace
 metadata: {{name: {NAMESPACE}}}"
     )];
     for (name, replicas, annotations) in workloads() {
+        let tolerations = if name == "soak-descheduled" {
+            json!([
+                {"key": TAINT_REQUEST, "operator": "Exists", "effect": "NoExecute"},
+                {"key": TAINT_EVICT, "operator": "Exists", "effect": "NoExecute"},
+            ])
+        } else {
+            json!([])
+        };
         docs.push(format!(
             "apiVersion: apps/v1
 kind: Deployment
@@ -404,6 +414,7 @@ spec:
       annotations: {annotations}
     spec:
       terminationGracePeriodSeconds: 1
+      tolerations: {tolerations}
       affinity:
         nodeAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
