@@ -51,7 +51,8 @@ enum Component {
     Scale(scale::Args),
     /// Each webhook under its own burst, measured by the apiserver's metrics (calls failed
     /// open, requests refused, p99 of a call) and the webhook's restarts: a drain of many nodes
-    /// through pdb-policy-webhook (with the throughput without it), a burst of PDB writes. Prints
+    /// through pdb-policy-webhook (with the throughput without it), a burst of PDB writes, a pod
+    /// scale-up through affinity-evictor. Prints
     /// the table and writes docs/bench/webhooks.csv (set EVICTKIT_CLUSTER_DIR for a cluster of
     /// your own with enough kwok nodes).
     Webhooks(webhooks::Args),

@@ -207,7 +207,10 @@ pub(crate) async fn start_webhook(
         ])
         .args(flags)
         .env("RUST_LOG", "warn");
-    let mut server = Component::start(cluster, "pdb-policy-webhook", command)?;
+    // The component named after its binary: bench webhooks starts the affinity-evictor so too.
+    let name = binary.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = name.unwrap_or_else(|| "pdb-policy-webhook".to_owned());
+    let mut server = Component::start(cluster, &name, command)?;
     server.wait_ready(metrics_port).await?;
     Ok(Webhook {
         server,

@@ -10,6 +10,7 @@
 
 pub mod apiserver;
 mod pdb_writes;
+mod scale_up;
 
 use std::path::Path;
 
@@ -30,6 +31,9 @@ pub struct Args {
     /// Pods on each drained node.
     #[arg(long, default_value_t = 20)]
     pods_per_node: usize,
+    /// Pods of the scale-up scenario's ReplicaSet.
+    #[arg(long, default_value_t = 2000)]
+    scale_up_pods: usize,
     /// PodDisruptionBudgets written in the pdb-writes scenario.
     #[arg(long, default_value_t = 1000)]
     pdb_writes: usize,
@@ -43,9 +47,11 @@ enum Scenario {
     /// --pdb-writes PodDisruptionBudgets created at once through pdb-policy-webhook's mutating
     /// and validating PDB webhooks.
     PdbWrites,
+    /// A ReplicaSet of --scale-up-pods pods through affinity-evictor's mutating pod webhook.
+    ScaleUp,
 }
 
-const ALL: [Scenario; 2] = [Scenario::Drain, Scenario::PdbWrites];
+const ALL: [Scenario; 3] = [Scenario::Drain, Scenario::ScaleUp, Scenario::PdbWrites];
 
 /// One scenario's figures.
 pub struct Row {
@@ -206,6 +212,10 @@ async fn measure(
         }
         Scenario::PdbWrites => {
             pdb_writes::measure(cluster, pdb_policy_binary, args.pdb_writes).await
+        }
+        Scenario::ScaleUp => {
+            let binary = support::release_binary("affinity-evictor")?;
+            scale_up::measure(cluster, &binary, args.scale_up_pods).await
         }
     }
 }
