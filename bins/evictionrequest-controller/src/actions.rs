@@ -299,7 +299,8 @@ async fn apply(
 pub(crate) async fn record(context: &Context, request: &EvictionRequest, transition: &Transition) {
     let timeout = context.config.heartbeat_timeout;
     match transition {
-        Transition::Activated { interceptor } if interceptor == IMPERATIVE_EVICTION_INTERCEPTOR => {}
+        Transition::Activated { interceptor } if interceptor == IMPERATIVE_EVICTION_INTERCEPTOR => {
+        }
         Transition::Evicted { .. } => {}
         Transition::Activated { interceptor } => {
             let note = format!("Interceptor {interceptor} is active.");
