@@ -133,47 +133,28 @@ pub async fn run(client: &Client, args: DrainArgs) -> Result<Answer> {
     let mut drainer = Drainer::new(client, channel, targets).await?;
     let started = Timestamp::now();
     let outcome = drainer.watch(&args, started).await?;
-    match outcome {
+    let why = match outcome {
         Watch::Drained => {
             for node in &args.nodes {
                 println!("node/{node} drained");
             }
-            Ok(Answer::Done)
+            return Ok(Answer::Done);
         }
-        Watch::TimedOut | Watch::Interrupted => {
-            let why = if outcome == Watch::TimedOut {
-                format!("--timeout {:?} passed", args.timeout)
-            } else {
-                "interrupted".to_owned()
-            };
-            let left = drainer.withdraw().await;
-            eprintln!("error: {why}; left on the node:");
-            for line in left {
-                eprintln!("  {line}");
-            }
-            eprintln!(
-                "{} cordoned: kubectl uncordon {}",
-                stay(&args.nodes),
-                args.nodes.join(" ")
-            );
-            Ok(Answer::Left)
-        }
-        Watch::Stuck => {
-            let left = drainer.withdraw().await;
-            eprintln!(
-                "error: the eviction of some pods ended without them going; left on the node:"
-            );
-            for line in left {
-                eprintln!("  {line}");
-            }
-            eprintln!(
-                "{} cordoned: kubectl uncordon {}",
-                stay(&args.nodes),
-                args.nodes.join(" ")
-            );
-            Ok(Answer::Left)
-        }
+        Watch::TimedOut => format!("--timeout {:?} passed", args.timeout),
+        Watch::Interrupted => "interrupted".to_owned(),
+        Watch::Stuck => "the eviction of some pods ended without them going".to_owned(),
+    };
+    let left = drainer.withdraw().await;
+    eprintln!("error: {why}; left on the node:");
+    for line in left {
+        eprintln!("  {line}");
     }
+    eprintln!(
+        "{} cordoned: kubectl uncordon {}",
+        stay(&args.nodes),
+        args.nodes.join(" ")
+    );
+    Ok(Answer::Left)
 }
 
 fn stay(nodes: &[String]) -> String {
