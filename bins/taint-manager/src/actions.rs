@@ -138,12 +138,6 @@ pub async fn remove(
     let key = ObjectRef::from_obj(pod);
     let name = name_of(pod);
     let request = matches!(removal, Removal::EvictionRequest { .. });
-    // A request is idempotent and re-joined on every reconcile; any other removal of this
-    // very state of the pod was made already, and the watch has not caught up.
-    if !request && context.already_removed(pod) {
-        tracing::debug!(pod = %name, "removal already made; the cache has not caught up yet");
-        return Ok(Action::await_change());
-    }
     match node.map_or(Admission::Go, |node| context.admit(node)) {
         Admission::Go => {}
         Admission::Paused(zone) => {

@@ -30,8 +30,10 @@ pub struct PodStates {
     /// The pod as a successful removal saw it: (uid, deletionTimestamp). A reconcile that sees
     /// the pod still so has read the cache before the watch delivered the removal (under load
     /// the pod's own DisruptionTarget patch can trigger a reconcile that runs before the
-    /// deletion's watch event arrives), and must not remove it again: deleting or evicting a
-    /// terminating pod succeeds, so it would count and announce a second removal.
+    /// deletion's watch event arrives), and must not plan it again: deleting or evicting a
+    /// terminating pod succeeds, so it would count and announce a second removal, and a pod
+    /// tolerating its taints for a while would start a new window, whose end its deletion
+    /// then announced as cancelled.
     acted: HashMap<ObjectRef<CachedPod>, (String, Option<Timestamp>)>,
 }
 

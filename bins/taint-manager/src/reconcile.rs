@@ -67,6 +67,16 @@ pub(crate) async fn reconcile(pod: Arc<CachedPod>, context: Arc<Context>) -> Res
     if !context.caches_ready() {
         return Ok(Action::requeue(CACHE_WAIT));
     }
+    // A removal already acted on this very state of the pod: the cache has not caught up yet
+    // (under load the reconcile queued by our own DisruptionTarget patch runs before the
+    // deletion's watch event arrives). Planned again, the pod would be removed a second time,
+    // or start a new toleration window whose end its disappearance then announced as a
+    // cancelled deletion. Upstream re-plans no pod update that changes neither tolerations
+    // nor node (`PodUpdated`), so its fired timer is not armed again.
+    if context.already_removed(&pod) {
+        tracing::debug!(pod = %name_of(&pod), "removal already made; the cache has not caught up yet");
+        return Ok(Action::await_change());
+    }
     let node_name = pod.node_name.as_str();
     let key = ObjectRef::from_obj(pod.as_ref());
     let now = Timestamp::now();
@@ -181,3 +191,6 @@ pub(crate) fn error_policy(pod: Arc<CachedPod>, error: &Error, context: Arc<Cont
             .delay,
     )
 }
+
+#[cfg(test)]
+mod tests;

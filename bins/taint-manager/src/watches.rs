@@ -53,7 +53,7 @@ pub fn pods(
 }
 
 /// A pod went away: drop its state, and say so if its removal was still scheduled.
-fn pod_gone(context: &Arc<Context>, key: ObjectRef<CachedPod>) {
+pub(crate) fn pod_gone(context: &Arc<Context>, key: ObjectRef<CachedPod>) {
     if context.forget(&key) {
         let context = context.clone();
         spawn_in_term(context.term.clone(), async move {
