@@ -33,6 +33,11 @@
 //! replica's CPU over that window (they must back off, not spin); recovery is counted from the
 //! end of the throttling.
 //!
+//! Before the burst and once the work is over, each row samples what `cargo xtask soak` samples,
+//! through the same functions (`soak/sample.rs`): each replica's RSS, CPU, tokio tasks and open
+//! connections from its /metrics, and the cluster's EvictionRequests, Evictions and Events; the
+//! row's detail line prints both.
+//!
 //! The webhook-killed and webhook-deleted faults run the webhooks as the charts run them,
 //! installed on the real node, and count failed admission calls (see `chaos/webhook.rs`); the
 //! cluster gets the real node only when one of them is selected.
@@ -61,6 +66,7 @@ use serde_json::json;
 
 use crate::bench::support::{self, Component};
 use crate::cluster::{self, Cluster, UpArgs};
+use crate::soak::sample::{self, Figures};
 
 /// The charts' lease duration (they keep the binaries' default `--leader-election-lease-duration`).
 const LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -286,6 +292,62 @@ impl Throttled {
     }
 }
 
+/// What the soak samples, at one moment of a row: each replica's figures (or why it did not
+/// answer) and the cluster's counts.
+struct Snapshot {
+    replicas: Vec<(String, std::result::Result<Figures, String>)>,
+    counts: sample::Counts,
+}
+
+impl Snapshot {
+    /// Of replicas running on this machine, by their metrics ports.
+    async fn local(client: &Client, replicas: &[(Component, u16)]) -> Result<Snapshot> {
+        Ok(Snapshot {
+            replicas: replicas
+                .iter()
+                .map(|(component, port)| {
+                    let figures = Figures::local(*port).map_err(|error| format!("{error:#}"));
+                    (component.name.clone(), figures)
+                })
+                .collect(),
+            counts: sample::counts(client).await?,
+        })
+    }
+
+    /// Of the pods matching `selector` in `namespace`, through the apiserver.
+    async fn pods(client: &Client, namespace: &str, selector: &str) -> Result<Snapshot> {
+        let (pods, silent) = sample::pods(client, namespace, selector).await?;
+        let mut replicas: Vec<_> = pods
+            .into_iter()
+            .map(|pod| {
+                let name = format!("{} ({} restarts)", pod.pod, pod.restarts);
+                (name, Ok(pod.figures))
+            })
+            .collect();
+        // Each `<pod>: <error>`.
+        replicas.extend(silent.into_iter().map(|line| match line.split_once(": ") {
+            Some((pod, error)) => (pod.to_owned(), Err(error.to_owned())),
+            None => (line, Err(String::new())),
+        }));
+        Ok(Snapshot {
+            replicas,
+            counts: sample::counts(client).await?,
+        })
+    }
+
+    fn describe(&self) -> String {
+        let replicas: Vec<String> = self
+            .replicas
+            .iter()
+            .map(|(name, figures)| match figures {
+                Ok(figures) => format!("{name} {}", figures.describe()),
+                Err(error) => format!("{name} did not answer ({error})"),
+            })
+            .collect();
+        format!("{}; {}", replicas.join("; "), self.counts.describe())
+    }
+}
+
 impl Row {
     fn met(&self) -> bool {
         self.time.is_some_and(|time| time <= TIME_GOAL)
@@ -499,6 +561,7 @@ async fn scenario(
         users.push(user);
     }
     let first_leader = wait_for_leader(&replicas).await?;
+    let sampled_before = Snapshot::local(client, &replicas).await?;
     let finisher = tokio::spawn(finish_terminating(client.clone(), ns.clone()));
 
     let since = Timestamp::now();
@@ -601,6 +664,7 @@ async fn scenario(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     finisher.abort();
+    let sampled_after = Snapshot::local(client, &replicas).await?;
 
     let calls = acted(&users, &action, &ns, since)?;
     let survivors_users: Vec<String> = survivors.iter().map(|&i| users[i].clone()).collect();
@@ -650,7 +714,8 @@ async fn scenario(
         detail: format!(
             "  {name}: {expected} pods, {before_fault} acted on before the fault; {} successful \
              {} calls on {} pods; first by {} after the fault: {}; Lease written by them after: \
-             {}; never acted on: {never_acted}; work left at the end: {left}",
+             {}; never acted on: {never_acted}; work left at the end: {left}\n    sampled \
+             before the burst: {}\n    sampled at the end: {}",
             calls.values().map(Vec::len).sum::<usize>(),
             action.describe(),
             calls.len(),
@@ -661,6 +726,8 @@ async fn scenario(
             },
             seconds(time),
             seconds(lease_taken),
+            sampled_before.describe(),
+            sampled_after.describe(),
         ),
     };
     drop(replicas);

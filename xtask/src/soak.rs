@@ -41,7 +41,7 @@ use crate::bench::plot::{self, Chart, Series};
 use crate::bench::support;
 use crate::cluster::{self, Cluster, UpArgs};
 use churn::{Churn, RELEASE, RELEASE_NAMESPACE, RELEASE_SELECTOR};
-use sample::{GoneTargets, Level, Logs, PodSample};
+use sample::{GoneTargets, Level, Logs, MIB, PodSample};
 
 /// The evictionrequest-controller's `--finished-ttl` default (README: finished requests go away
 /// 5 minutes after they finished), plus one round: gone pods are seen once a round.
@@ -241,9 +241,7 @@ async fn observe_gone(
     for count in counts.values() {
         record.over_limit.extend(count.over_limit.iter().cloned());
     }
-    let mut by_kind = BTreeMap::new();
     for object in &objects {
-        *by_kind.entry(object.kind).or_default() += 1;
         for requester in &object.requesters {
             record
                 .requests_by_requester
@@ -255,7 +253,7 @@ async fn observe_gone(
                 ));
         }
     }
-    Ok((by_kind, counts))
+    Ok((sample::by_kind(&objects), counts))
 }
 
 async fn take_sample(
@@ -282,13 +280,7 @@ async fn take_sample(
     eprintln!(
         "==> soak {minute:5.1} min: {}; objects {:?}; gone {}; events {}; warn/error lines {}/{}",
         pods.iter()
-            .map(|s| format!(
-                "{} {:.0} MiB {:.0} tasks {:.0} conns",
-                s.pod,
-                s.rss_bytes / MIB,
-                s.tokio_tasks,
-                s.open_connections
-            ))
+            .map(|s| format!("{} {}", s.pod, s.figures.describe()))
             .collect::<Vec<_>>()
             .join(", "),
         row.objects,
@@ -311,8 +303,6 @@ async fn take_sample(
     record.cluster.push(row);
     Ok(())
 }
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// Per component, the larger of its pods' values of `figure` at each sample, skipping the first
 /// sample: (seconds, value).
@@ -372,13 +362,17 @@ fn verdict(
         for (figure, value, slack) in [
             (
                 "RSS MiB",
-                (|s: &PodSample| s.rss_bytes / MIB) as fn(&PodSample) -> f64,
+                (|s: &PodSample| s.figures.rss_bytes / MIB) as fn(&PodSample) -> f64,
                 0.0,
             ),
-            ("tokio tasks", |s: &PodSample| s.tokio_tasks, COUNT_SLACK),
+            (
+                "tokio tasks",
+                |s: &PodSample| s.figures.tokio_tasks,
+                COUNT_SLACK,
+            ),
             (
                 "connections",
-                |s: &PodSample| s.open_connections,
+                |s: &PodSample| s.figures.open_connections,
                 COUNT_SLACK,
             ),
         ] {
@@ -514,16 +508,16 @@ fn write_figures(output: &Path, record: &Record) -> Result<()> {
         let cores = previous_cpu
             .get(s.pod.as_str())
             .filter(|(m, _)| minute > m)
-            .map(|(m, cpu)| (s.cpu_seconds - cpu) / ((minute - m) * 60.0));
-        previous_cpu.insert(&s.pod, (*minute, s.cpu_seconds));
+            .map(|(m, cpu)| (s.figures.cpu_seconds - cpu) / ((minute - m) * 60.0));
+        previous_cpu.insert(&s.pod, (*minute, s.figures.cpu_seconds));
         pod_rows.push(vec![
             format!("{minute:.1}"),
             s.component.clone(),
             s.pod.clone(),
-            format!("{:.1}", s.rss_bytes / MIB),
+            format!("{:.1}", s.figures.rss_bytes / MIB),
             cores.map_or(String::new(), |c| format!("{c:.4}")),
-            format!("{:.0}", s.open_connections),
-            format!("{:.0}", s.tokio_tasks),
+            format!("{:.0}", s.figures.open_connections),
+            format!("{:.0}", s.figures.tokio_tasks),
             s.restarts.to_string(),
         ]);
     }
@@ -615,19 +609,19 @@ fn write_figures(output: &Path, record: &Record) -> Result<()> {
             "soak-rss.png",
             "soak: RSS per component (larger pod)",
             "MiB",
-            (|s: &PodSample| s.rss_bytes / MIB) as fn(&PodSample) -> f64,
+            (|s: &PodSample| s.figures.rss_bytes / MIB) as fn(&PodSample) -> f64,
         ),
         (
             "soak-tasks.png",
             "soak: tokio tasks per component (larger pod)",
             "tasks",
-            |s: &PodSample| s.tokio_tasks,
+            |s: &PodSample| s.figures.tokio_tasks,
         ),
         (
             "soak-connections.png",
             "soak: open TCP connections per component (larger pod)",
             "connections",
-            |s: &PodSample| s.open_connections,
+            |s: &PodSample| s.figures.open_connections,
         ),
     ] {
         plot::png(

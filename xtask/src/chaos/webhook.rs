@@ -22,8 +22,10 @@
 //! went through unchecked) and `apiserver_admission_webhook_rejection_count` with an error type
 //! other than `no_error` (failurePolicy Fail: the caller got "failed calling webhook"). The
 //! evictions' own answers are checked as well: any answer but the expected one misses the goal.
-//! Figures: latency p50/p99 of the evictions before the stop and in the 10 s after it, and the
-//! time from the stop to the replica (restarted, or its replacement) being Ready.
+//! Figures: latency p50/p99 of the evictions before the stop and in the 10 s after it, the
+//! time from the stop to the replica (restarted, or its replacement) being Ready, and the soak's
+//! samples of the component's pods (through the apiserver's pod proxy) and of the cluster before
+//! the load and at the end.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -39,7 +41,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use super::Row;
+use super::{Row, Snapshot};
 use crate::bench::support::{self, BENCH_NAMESPACE, percentile};
 use crate::cluster::Cluster;
 
@@ -243,6 +245,7 @@ async fn scenario(
     // webhook configuration the apiserver has not loaded yet.
     wait_until_called(evictor, webhook).await?;
     let failed_before = failed_calls(cluster, webhook)?;
+    let sampled_before = Snapshot::pods(admin, NAMESPACE, &selector(webhook)).await?;
     let log_before = apiserver_log_len()?;
     eprintln!(
         "==> {name}: {RATE} evictions/s for {RUN:?}, a replica stopped ({stop:?}) at {STOP_AT:?} \
@@ -318,6 +321,7 @@ async fn scenario(
         gone(admin, &victim_pod).await?;
     }
     let failed_after = failed_calls(cluster, webhook)?;
+    let sampled_after = Snapshot::pods(admin, NAMESPACE, &selector(webhook)).await?;
     let failed_open = failed_open_reasons(webhook, log_before)?;
 
     // Answers that say the apiserver failed to call the webhook, and any other unexpected one.
@@ -352,7 +356,8 @@ async fn scenario(
          through unchecked; the apiserver's log: {failed_open:?}), {} refused (the evictions' \
          answers: {failed_seen:?}); other \
          answers: {other:?}; latency ms p50/p99 before the stop {:.1}/{:.1} ({} evictions), in \
-         the {} s after it {:.1}/{:.1} ({} evictions)",
+         the {} s after it {:.1}/{:.1} ({} evictions)\n    sampled before the load: {}\n    \
+         sampled at the end: {}",
         calls.len(),
         last_sent.as_secs_f64(),
         calls.len() as f64 / last_sent.as_secs_f64().max(1.0),
@@ -367,6 +372,8 @@ async fn scenario(
         percentile(&after_stop, 0.5),
         percentile(&after_stop, 0.99),
         after_stop.len(),
+        sampled_before.describe(),
+        sampled_after.describe(),
     );
     Ok(Row {
         scenario: name,

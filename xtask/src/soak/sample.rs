@@ -19,17 +19,57 @@ use kube::{Api, Client, ResourceExt};
 /// The metrics port of every evictkit chart's pods.
 pub const METRICS_PORT: u16 = 8080;
 
+/// A process's figures at one moment, from its /metrics (a figure it does not export is NaN).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Figures {
+    pub rss_bytes: f64,
+    /// `process_cpu_seconds_total`: cumulative.
+    pub cpu_seconds: f64,
+    pub open_connections: f64,
+    pub tokio_tasks: f64,
+}
+
+impl Figures {
+    /// The figures of a Prometheus text exposition.
+    pub fn parse(text: &str) -> Figures {
+        let value = |family: &str| metric_value(text, family).unwrap_or(f64::NAN);
+        Figures {
+            rss_bytes: value("process_resident_memory_bytes"),
+            cpu_seconds: value("process_cpu_seconds_total"),
+            open_connections: value("evictkit_open_connections"),
+            tokio_tasks: value("evictkit_tokio_alive_tasks"),
+        }
+    }
+
+    /// The figures of a component running on this machine (started by `cargo xtask chaos` or a
+    /// bench), whose /metrics listens on 127.0.0.1:`port`.
+    pub fn local(port: u16) -> Result<Figures> {
+        Ok(Figures::parse(&crate::bench::support::http_get(
+            port, "/metrics",
+        )?))
+    }
+
+    /// `15.1 MiB RSS, 0.42 s CPU, 41 tasks, 3 connections`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:.1} MiB RSS, {:.2} s CPU, {:.0} tasks, {:.0} connections",
+            self.rss_bytes / MIB,
+            self.cpu_seconds,
+            self.tokio_tasks,
+            self.open_connections
+        )
+    }
+}
+
+pub const MIB: f64 = 1024.0 * 1024.0;
+
 /// One pod's figures at one moment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodSample {
     pub pod: String,
     /// The chart's `app.kubernetes.io/name`.
     pub component: String,
-    pub rss_bytes: f64,
-    /// `process_cpu_seconds_total`: cumulative.
-    pub cpu_seconds: f64,
-    pub open_connections: f64,
-    pub tokio_tasks: f64,
+    pub figures: Figures,
     /// Sum of the containers' restart counts.
     pub restarts: i32,
 }
@@ -64,18 +104,12 @@ pub async fn pods(
         ))
         .body(Vec::new())?;
         match client.request_text(request).await {
-            Ok(text) => {
-                let value = |family: &str| metric_value(&text, family).unwrap_or(f64::NAN);
-                samples.push(PodSample {
-                    pod: name,
-                    component,
-                    rss_bytes: value("process_resident_memory_bytes"),
-                    cpu_seconds: value("process_cpu_seconds_total"),
-                    open_connections: value("evictkit_open_connections"),
-                    tokio_tasks: value("evictkit_tokio_alive_tasks"),
-                    restarts,
-                });
-            }
+            Ok(text) => samples.push(PodSample {
+                pod: name,
+                component,
+                figures: Figures::parse(&text),
+                restarts,
+            }),
             Err(error) => silent.push(format!("{name}: {error}")),
         }
     }
@@ -173,6 +207,48 @@ pub async fn eviction_objects(client: &Client) -> Result<Vec<Target>> {
         }
     }
     Ok(found)
+}
+
+/// How many of `objects` there are of each kind (every kind named, 0 where there are none).
+pub fn by_kind(objects: &[Target]) -> BTreeMap<&'static str, usize> {
+    let mut counts: BTreeMap<&'static str, usize> =
+        [CRD_REQUESTS, LIFECYCLE_REQUESTS, LIFECYCLE_EVICTIONS]
+            .into_iter()
+            .map(|kind| (kind, 0))
+            .collect();
+    for object in objects {
+        *counts.entry(object.kind).or_default() += 1;
+    }
+    counts
+}
+
+/// The cluster's objects a run watches, at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Counts {
+    /// EvictionRequests (both APIs) and Evictions, by kind.
+    pub objects: BTreeMap<&'static str, usize>,
+    pub events: usize,
+}
+
+impl Counts {
+    /// `evictionrequests.evictkit.io 3, ..., Events 120`.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = self
+            .objects
+            .iter()
+            .map(|(kind, count)| format!("{kind} {count}"))
+            .collect();
+        parts.push(format!("Events {}", self.events));
+        parts.join(", ")
+    }
+}
+
+/// The EvictionRequests and Evictions by kind and the Events of the cluster.
+pub async fn counts(client: &Client) -> Result<Counts> {
+    Ok(Counts {
+        objects: by_kind(&eviction_objects(client).await?),
+        events: event_count(client).await?,
+    })
 }
 
 /// The UIDs of every pod of the cluster.
@@ -398,6 +474,48 @@ mod tests {
         assert_eq!(metric_value(text, "process_open_fds"), Some(12.0));
         assert_eq!(metric_value(text, "evictkit_tokio_alive_tasks"), Some(41.0));
         assert_eq!(metric_value(text, "process_resident_memory_bytes"), None);
+    }
+
+    #[test]
+    fn figures_of_an_exposition_and_nan_for_what_it_lacks() {
+        let text = "process_resident_memory_bytes 15728640\nprocess_cpu_seconds_total 0.42\n\
+                    evictkit_tokio_alive_tasks{component=\"bridge\"} 41\n";
+        let figures = Figures::parse(text);
+        assert_eq!(figures.rss_bytes, 15.0 * MIB);
+        assert_eq!(figures.cpu_seconds, 0.42);
+        assert_eq!(figures.tokio_tasks, 41.0);
+        assert!(figures.open_connections.is_nan());
+        assert_eq!(
+            figures.describe(),
+            "15.0 MiB RSS, 0.42 s CPU, 41 tasks, NaN connections"
+        );
+    }
+
+    #[test]
+    fn by_kind_names_every_kind() {
+        let object = |kind| Target {
+            kind,
+            namespace: "soak".into(),
+            name: "a".into(),
+            pod: "a".into(),
+            pod_uid: "uid-a".into(),
+            created: None,
+            requesters: Vec::new(),
+        };
+        let counts = by_kind(&[
+            object(LIFECYCLE_REQUESTS),
+            object(LIFECYCLE_REQUESTS),
+            object(CRD_REQUESTS),
+        ]);
+        assert_eq!(
+            counts,
+            [
+                (CRD_REQUESTS, 1),
+                (LIFECYCLE_REQUESTS, 2),
+                (LIFECYCLE_EVICTIONS, 0)
+            ]
+            .into()
+        );
     }
 
     #[test]
