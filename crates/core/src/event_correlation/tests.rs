@@ -160,6 +160,91 @@ fn client_go_event_spam_filter() {
     );
 }
 
+/// client-go's TestEventf, its Events in turn through one correlator: a repeat of an Event
+/// (same object, field path, type, reason and note) counts in the series of the first; a
+/// pod of the same name with another UID, or another reason, is an Event of its own.
+#[test]
+fn client_go_eventf_series() {
+    let container = |uid: &str, field_path: &str| ObjectReference {
+        kind: Some("Pod".into()),
+        name: Some("foo".into()),
+        namespace: Some("baz".into()),
+        uid: Some(uid.into()),
+        api_version: Some("v1".into()),
+        field_path: Some(field_path.into()),
+        ..ObjectReference::default()
+    };
+    let test_ref = container("bar", "spec.containers[2]");
+    let test_pod = ObjectReference {
+        field_path: None,
+        ..test_ref.clone()
+    };
+    let test_ref2 = container("differentUid", "spec.containers[3]");
+    let started = "some verbose message: 1";
+    #[rustfmt::skip]
+    let steps: Vec<(&ObjectReference, &str, &str, Expect)> = vec![
+        (&test_ref, "Started", started, Expect::Create(started.into())),
+        (&test_pod, "Killed", "some other verbose message: 1",
+            Expect::Create("some other verbose message: 1".into())),
+        (&test_ref, "Started", started, Expect::Repeat(2)),
+        (&test_ref2, "Started", started, Expect::Create(started.into())),
+        (&test_ref, "Started", started, Expect::Repeat(3)),
+        (&test_ref2, "Stopped", started, Expect::Create(started.into())),
+        (&test_ref2, "Stopped", started, Expect::Repeat(2)),
+    ];
+    let mut correlator = Correlator::new(Limits::CLIENT_GO);
+    let mut now = start();
+    for (i, (regarding, reason, note, expected)) in steps.into_iter().enumerate() {
+        let event = Ev::new(reason, note, regarding.clone());
+        assert_eq!(
+            outcome(correlator.correlate(event.occurrence(), now)),
+            expected,
+            "step {i}"
+        );
+        now += SignedDuration::from_secs(1);
+    }
+}
+
+/// client-go's spam key (`getSpamKey`): the object with its UID, and the type. A Warning
+/// still goes out once the object's Normal budget is spent, and so does an Event about a
+/// successor of the same name (another UID).
+#[test]
+fn client_go_spam_key_is_the_object_and_the_type() {
+    let mut correlator = Correlator::new(Limits::CLIENT_GO);
+    let pod = object("Pod", "p", "ns");
+    let now = start();
+    for i in 0..25 {
+        let event = Ev::new(&format!("r{i}"), "n", pod.clone());
+        assert_ne!(
+            correlator.correlate(event.occurrence(), now),
+            Correlation::Skip,
+            "{i}"
+        );
+    }
+    let spam = Ev::new("late", "n", pod.clone());
+    assert_eq!(
+        correlator.correlate(spam.occurrence(), now),
+        Correlation::Skip
+    );
+    let warning = Occurrence {
+        warning: true,
+        ..spam.occurrence()
+    };
+    assert_ne!(correlator.correlate(warning, now), Correlation::Skip);
+    let successor = Ev::new(
+        "late",
+        "n",
+        ObjectReference {
+            uid: Some("another".into()),
+            ..pod
+        },
+    );
+    assert_ne!(
+        correlator.correlate(successor.occurrence(), now),
+        Correlation::Skip
+    );
+}
+
 /// client-go's TestEventAggregatorByReasonFunc: only the note may differ within a group.
 #[test]
 fn client_go_aggregator_groups_by_object_type_and_reason() {
