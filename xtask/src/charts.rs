@@ -59,7 +59,11 @@ pub fn check(cluster: &Cluster) -> Result<()> {
                 &rendered,
             )
             .with_context(|| format!("server-side dry-run of chart {chart}"))?;
-        eprintln!("    chart {chart}: dependencies, lint, template and server-side dry-run ok");
+        let keys = serving_keys_are_p256(chart, &rendered)?;
+        eprintln!(
+            "    chart {chart}: dependencies, lint, template and server-side dry-run ok; {keys} \
+             generated serving keys, each ECDSA P-256"
+        );
         if chart == UMBRELLA && !enable_all.is_empty() {
             check_cert_manager_mode(cluster, &path, &enable_all)?;
         }
@@ -133,6 +137,14 @@ fn check_cert_manager_mode(cluster: &Cluster, umbrella: &Path, enable_all: &str)
             .filter(|doc| doc.contains(&format!("\nkind: {kind}\n")))
             .count()
     };
+    let not_p256 = documents
+        .iter()
+        .filter(|doc| doc.contains("\nkind: Certificate\n"))
+        .filter(|doc| !doc.contains("\n  privateKey:\n    algorithm: ECDSA\n    size: 256\n"))
+        .count();
+    if not_p256 > 0 {
+        bail!("cert-manager mode: {not_p256} Certificates do not ask for an ECDSA P-256 key");
+    }
     let webhook_configurations =
         kinds("ValidatingWebhookConfiguration") + kinds("MutatingWebhookConfiguration");
     let injected = rendered.matches("cert-manager.io/inject-ca-from: ").count();
@@ -160,6 +172,60 @@ fn check_cert_manager_mode(cluster: &Cluster, umbrella: &Path, enable_all: &str)
         kinds("Certificate")
     );
     Ok(())
+}
+
+/// The OID of the P-256 curve (prime256v1) as DER: in a certificate only its public key's
+/// parameters carry it (the CA's ecdsa-with-SHA256 signature is another OID).
+const PRIME256V1: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+
+/// The generated serving certificates (each `kubernetes.io/tls` Secret) in `rendered`, counted;
+/// an error names the Secret whose pair the webhook server cannot load (the runtime's loader,
+/// as the server reads it) or whose key is not ECDSA P-256. The apiserver calls a Service's
+/// webhook over HTTP/1.1 and opens a connection (a TLS handshake) per concurrent call, so in a
+/// burst the webhook signs a handshake per review: a P-256 signature costs a fraction of the
+/// RSA-2048 one that helm's genCA gives by default.
+fn serving_keys_are_p256(chart: &str, rendered: &str) -> Result<usize> {
+    use base64::Engine as _;
+    let dir = std::env::temp_dir().join(format!("evictkit-chart-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut keys = 0;
+    for document in rendered.split("\n---") {
+        if !document.contains("type: kubernetes.io/tls") {
+            continue;
+        }
+        let secret: serde_json::Value = serde_saphyr::from_str(document)
+            .with_context(|| format!("chart {chart}: parsing a rendered Secret"))?;
+        let name = secret["metadata"]["name"].as_str().unwrap_or_default();
+        let files = evictkit_runtime::cli::TlsFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        let mut cert_der = Vec::new();
+        for (field, path) in [("tls.crt", &files.cert), ("tls.key", &files.key)] {
+            let data = secret["data"][field]
+                .as_str()
+                .with_context(|| format!("chart {chart}: Secret {name} has no data {field}"))?;
+            let pem = base64::engine::general_purpose::STANDARD.decode(data.trim())?;
+            if field == "tls.crt" {
+                let body: String = String::from_utf8_lossy(&pem)
+                    .lines()
+                    .skip_while(|line| !line.starts_with("-----BEGIN CERTIFICATE"))
+                    .skip(1)
+                    .take_while(|line| !line.starts_with("-----END"))
+                    .collect();
+                cert_der = base64::engine::general_purpose::STANDARD.decode(body)?;
+            }
+            std::fs::write(path, pem)?;
+        }
+        evictkit_runtime::tls::ReloadingCertResolver::load(files)
+            .with_context(|| format!("chart {chart}: Secret {name}'s pair"))?;
+        if !cert_der.windows(PRIME256V1.len()).any(|w| w == PRIME256V1) {
+            bail!("chart {chart}: Secret {name}'s serving key is not ECDSA P-256");
+        }
+        keys += 1;
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(keys)
 }
 
 /// `a.enabled=true,b.enabled=true` for every top-level block of the chart's values that has

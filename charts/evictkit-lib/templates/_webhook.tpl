@@ -19,9 +19,12 @@ Values (.Values.webhook):
 Modes, in order: certManager.enabled; existingSecret (with caBundle it needs no cluster access
 at render time, for GitOps tools that render without one); else generated.
 Without existingSecret a CA and a serving certificate for
-<service>.<namespace>.svc are generated with genCA/genSignedCert once per render, and
-reused from the cluster on upgrade (lookup) so that upgrades do not rotate them. The Secret
-and every caBundle of one render come from the same CA.
+<service>.<namespace>.svc are generated once per render, and reused from the cluster on
+upgrade (lookup) so that upgrades do not rotate them. The Secret and every caBundle of one
+render come from the same CA. Keys are ECDSA P-256 (genPrivateKey "ecdsa"), here and in
+cert-manager mode: the apiserver calls a Service's webhook over HTTP/1.1, a connection per
+concurrent call, so a burst is a burst of TLS handshakes, and a P-256 signature costs the
+webhook a fraction of an RSA-2048 one (helm's genCA and cert-manager default to RSA-2048).
 */}}
 
 {{/* Name of the Service the webhook configuration points at. */}}
@@ -94,6 +97,9 @@ metadata:
     {{- include "evictkit.labels" . | nindent 4 }}
 spec:
   secretName: {{ include "evictkit.webhookCertSecretName" . }}
+  privateKey:
+    algorithm: ECDSA
+    size: 256
   duration: {{ printf "%dh" (mul 24 (int (.Values.webhook.certificate.validityDays | default 3650))) }}
   commonName: {{ printf "%s.%s.svc" $svc $ns }}
   dnsNames:
@@ -127,8 +133,8 @@ spec:
 {{- $svc := include "evictkit.webhookServiceName" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $dnsNames := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
-{{- $ca := genCA (printf "%s-ca" $svc) $days -}}
-{{- $cert := genSignedCert (printf "%s.%s.svc" $svc $ns) nil $dnsNames $days $ca -}}
+{{- $ca := genCAWithKey (printf "%s-ca" $svc) $days (genPrivateKey "ecdsa") -}}
+{{- $cert := genSignedCertWithKey (printf "%s.%s.svc" $svc $ns) nil $dnsNames $days $ca (genPrivateKey "ecdsa") -}}
 {{- $_ := set .Values "__evictkitWebhookCert" (dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) -}}
 {{- end -}}
 {{- end -}}
