@@ -3,7 +3,8 @@
 //! played against kube-controller-manager's taint-eviction-controller and then against the
 //! taint-manager, on the same kwok nodes and with the same timing; each pod's deletion time
 //! (when the apiserver received the controller's delete, from the audit log) is compared,
-//! relative to the moment the sequence started.
+//! relative to the moment the sequence started. Each side's `TaintManagerEviction` Events on
+//! the pods are counted too (issue 33: no more than upstream's for the same work).
 //!
 //! The node lifecycle controller removes `not-ready` and `unreachable` taints from nodes that
 //! are Ready (kwok's are), so the swap uses two taints of the bench's own that stand for them.
@@ -15,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use futures::future;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -115,6 +116,19 @@ const STAGGER: Duration = Duration::from_secs(2);
 /// Seconds from the start to each pod's deletion (None: not deleted), by pod name.
 type Deletions = BTreeMap<String, Option<f64>>;
 
+/// The taint controllers' Event reason (upstream's and ours).
+const EVENT_REASON: &str = "TaintManagerEviction";
+
+/// Each pod's `TaintManagerEviction` Event occurrences (creates and series repeats: each a
+/// write) by the first word of their note ("Marking", "Cancelling"), by pod name.
+type Events = BTreeMap<String, BTreeMap<String, usize>>;
+
+/// What one controller did in the sequences.
+struct Run {
+    deletions: Deletions,
+    events: Events,
+}
+
 fn pod_name(sequence: usize, replica: usize) -> String {
     format!("seq-{sequence}-{replica}")
 }
@@ -150,11 +164,24 @@ pub async fn bench(
     )
     .await?;
     println!();
-    println!("| sequence | upstream (s) | ours (s) | max diff (s) |");
-    println!("|---|---|---|---|");
+    println!(
+        "| sequence | upstream (s) | ours (s) | max diff (s) | Events upstream | Events ours |"
+    );
+    println!("|---|---|---|---|---|---|");
     let mut worst: f64 = 0.0;
     for (index, sequence) in SEQUENCES.iter().enumerate() {
         let pods: Vec<String> = (0..replicas).map(|r| pod_name(index, r)).collect();
+        let show_events = |run: &Run| {
+            let mut notes: BTreeMap<&str, usize> = BTreeMap::new();
+            for (note, count) in pods.iter().filter_map(|p| run.events.get(p)).flatten() {
+                *notes.entry(note).or_default() += count;
+            }
+            if notes.is_empty() {
+                return "none".to_owned();
+            }
+            let notes: Vec<String> = notes.iter().map(|(n, c)| format!("{n} {c}")).collect();
+            notes.join(", ")
+        };
         let show = |run: &Deletions| {
             let times: Vec<String> = pods
                 .iter()
@@ -170,8 +197,8 @@ pub async fn bench(
         let mut diff: Option<f64> = Some(0.0);
         for pod in &pods {
             match (
-                upstream.get(pod).copied().flatten(),
-                ours.get(pod).copied().flatten(),
+                upstream.deletions.get(pod).copied().flatten(),
+                ours.deletions.get(pod).copied().flatten(),
             ) {
                 (Some(u), Some(o)) => diff = diff.map(|d| d.max((u - o).abs())),
                 (None, None) => {}
@@ -181,19 +208,33 @@ pub async fn bench(
         let diff_text = diff.map_or("one deleted, one kept".to_owned(), |d| format!("{d:.2}"));
         worst = diff.map_or(f64::INFINITY, |d| worst.max(d));
         println!(
-            "| {} | {} | {} | {diff_text} |",
+            "| {} | {} | {} | {diff_text} | {} | {} |",
             sequence.name,
-            show(&upstream),
-            show(&ours)
+            show(&upstream.deletions),
+            show(&ours.deletions),
+            show_events(&upstream),
+            show_events(&ours)
         );
     }
     println!();
-    if worst <= 1.0 {
-        println!("every pod deleted within 1 s of upstream (max {worst:.2} s)");
-        Ok(())
-    } else {
+    let total = |run: &Run| -> usize { run.events.values().flat_map(BTreeMap::values).sum() };
+    let (upstream_events, ours_events) = (total(&upstream), total(&ours));
+    let pods = SEQUENCES.len() * replicas;
+    println!(
+        "{EVENT_REASON} Events on the {pods} pods: upstream {upstream_events} ({:.2} per pod), ours {ours_events} ({:.2} per pod)",
+        upstream_events as f64 / pods as f64,
+        ours_events as f64 / pods as f64
+    );
+    if worst > 1.0 {
         bail!("deletion times differ from upstream by more than 1 s (max {worst:.2} s)")
     }
+    println!("every pod deleted within 1 s of upstream (max {worst:.2} s)");
+    if ours_events > upstream_events {
+        bail!(
+            "the taint-manager sent more Events than upstream ({ours_events} > {upstream_events})"
+        )
+    }
+    Ok(())
 }
 
 /// One controller through all sequences at once (each on its own nodes).
@@ -204,7 +245,7 @@ async fn run(
     replicas: usize,
     controller: Controller<'_>,
     qps: f64,
-) -> Result<Deletions> {
+) -> Result<Run> {
     let ns = format!("bench-seq-{}", controller.label());
     let (component, user) = start_controller(cluster, client, &controller, qps, &ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -269,9 +310,10 @@ async fn run(
     let last_start = STAGGER * (SEQUENCES.len() as u32 - 1);
     tokio::time::sleep_until((start + last_start + WATCH).into()).await;
     let (deleted, _) = support::audited_calls(&user, "delete", "pods", None, &ns, since)?;
+    let events = events_on_pods(client, &ns).await?;
     drop(component);
     cleanup(client, &nodes[..placed.len()], &ns).await?;
-    placed
+    let deletions = placed
         .into_iter()
         .map(|(index, pod, _)| {
             let at = match (deleted.get(&pod), started_at.get(&index)) {
@@ -283,7 +325,40 @@ async fn run(
             };
             Ok((pod, at))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(Run { deletions, events })
+}
+
+/// The `TaintManagerEviction` Events on the pods of `ns` (upstream's core/v1 and our
+/// events.k8s.io/v1 Events alike, read through core/v1).
+async fn events_on_pods(client: &Client, ns: &str) -> Result<Events> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut events = Events::new();
+    for event in api.list(&ListParams::default()).await? {
+        if event.reason.as_deref() != Some(EVENT_REASON)
+            || event.involved_object.kind.as_deref() != Some("Pod")
+        {
+            continue;
+        }
+        // A series counts its occurrences; upstream's core/v1 repeats count in `count`.
+        let occurrences = event
+            .series
+            .as_ref()
+            .and_then(|series| series.count)
+            .or(event.count)
+            .unwrap_or(1)
+            .max(1);
+        let note = event.message.as_deref().unwrap_or_default();
+        let what = note
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let pod = event.involved_object.name.unwrap_or_default();
+        *events.entry(pod).or_default().entry(what).or_default() +=
+            usize::try_from(occurrences).unwrap_or(1);
+    }
+    Ok(events)
 }
 
 enum Target {
