@@ -180,6 +180,11 @@ async fn bench(
     for (write, count) in support::audited_writes_since(&user, &writes_before)? {
         println!("    {write:<32} {count:>6}");
     }
+    let (events, occurrences) = support::events_reported(client, BINARY, patched_at).await?;
+    println!(
+        "  Events by {BINARY}: {events} created ({occurrences} occurrences), {:.3} per evicted pod",
+        events as f64 / ON_CHANGED_NODE as f64
+    );
     println!(
         "  RSS at the end {} KiB, peak {} KiB",
         controller.rss_kib()?,
