@@ -7,6 +7,7 @@ mod charts;
 mod cluster;
 mod crds;
 mod demo;
+mod descheduler;
 mod fuzz;
 mod image;
 mod links;

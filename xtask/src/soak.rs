@@ -40,8 +40,16 @@ use kube::Client;
 use crate::bench::plot::{self, Chart, Series};
 use crate::bench::support;
 use crate::cluster::{self, Cluster, UpArgs};
-use churn::{Churn, RELEASE, RELEASE_NAMESPACE, RELEASE_SELECTOR};
+use churn::Churn;
 use sample::{GoneTargets, Level, Logs, MIB, PodSample};
+
+/// The umbrella chart's namespace and release (see [`install_umbrella`]).
+pub const RELEASE_NAMESPACE: &str = "evictkit-system";
+pub const RELEASE: &str = "evictkit";
+pub const RELEASE_SELECTOR: &str = "app.kubernetes.io/instance=evictkit";
+/// The ServiceAccount (of [`support::BENCH_NAMESPACE`]) as which the real descheduler runs,
+/// whose evictions descheduler-bridge intercepts.
+pub const DESCHEDULER_ACCOUNT: &str = "descheduler";
 
 /// The evictionrequest-controller's `--finished-ttl` default (README: finished requests go away
 /// 5 minutes after they finished), plus one round: gone pods are seen once a round.
@@ -131,7 +139,7 @@ struct ClusterRow {
 async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
     let client = support::client(cluster).await?;
     let (descheduler_kubeconfig, _) =
-        support::service_account(cluster, &client, "descheduler").await?;
+        support::service_account(cluster, &client, DESCHEDULER_ACCOUNT).await?;
     install(cluster)?;
     let mut churn = Churn::start(
         cluster,
@@ -194,16 +202,21 @@ async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
     )
 }
 
-/// `helm upgrade --install` of the umbrella chart as the installed suite installs it, with
-/// affinity-evictor requesting through EvictionRequests and descheduler-bridge intercepting
-/// the soak's descheduler.
+/// The umbrella chart with affinity-evictor requesting through EvictionRequests.
 fn install(cluster: &Cluster) -> Result<()> {
     eprintln!("==> soak: installing the umbrella chart on the real node (helm)");
+    install_umbrella(cluster, "affinityEvictor.mode=eviction-request")
+}
+
+/// `helm upgrade --install` of the umbrella chart on the real node as the installed suite
+/// installs it (`charts/evictkit/ci/real-node-values.yaml`: two replicas of each component), as
+/// [`RELEASE`] in [`RELEASE_NAMESPACE`], descheduler-bridge intercepting the evictions of
+/// [`DESCHEDULER_ACCOUNT`]; `values` (`--set`, comma-separated) on top.
+pub fn install_umbrella(cluster: &Cluster, values: &str) -> Result<()> {
     cluster.helm(&["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
     let values = format!(
-        "affinityEvictor.mode=eviction-request,\
-         deschedulerBridge.descheduler.serviceAccount.namespace={},\
-         deschedulerBridge.descheduler.serviceAccount.name=descheduler",
+        "deschedulerBridge.descheduler.serviceAccount.namespace={},\
+         deschedulerBridge.descheduler.serviceAccount.name={DESCHEDULER_ACCOUNT},{values}",
         support::BENCH_NAMESPACE
     );
     cluster

@@ -42,16 +42,13 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use super::{Row, Snapshot};
-use crate::bench::support::{self, BENCH_NAMESPACE, percentile};
+use crate::bench::support::{self, percentile};
 use crate::cluster::Cluster;
+use crate::soak::{DESCHEDULER_ACCOUNT, RELEASE, RELEASE_NAMESPACE as NAMESPACE};
 
-const RELEASE: &str = "evictkit";
-const NAMESPACE: &str = "evictkit-system";
 /// Where the evicted pods live.
 const WORKLOAD: &str = "chaos-webhook-killed";
 const PODS: usize = 20;
-/// The descheduler's ServiceAccount (in [`BENCH_NAMESPACE`]), named in the bridge's chart.
-const DESCHEDULER: &str = "descheduler";
 const RATE: u32 = 200;
 const RUN: Duration = Duration::from_secs(30);
 /// The stop comes a third of the way in; a deleted replica's preStop delay (5 s) and graceful
@@ -141,7 +138,7 @@ pub async fn rows(
     stops: &[Stop],
     webhooks: &[Webhook],
 ) -> Result<Vec<Row>> {
-    let (kubeconfig, _) = support::service_account(cluster, admin, DESCHEDULER).await?;
+    let (kubeconfig, _) = support::service_account(cluster, admin, DESCHEDULER_ACCOUNT).await?;
     install(cluster)?;
     super::delete_namespace(admin, WORKLOAD).await?;
     support::create_namespace(admin, WORKLOAD).await?;
@@ -172,36 +169,14 @@ pub async fn rows(
     Ok(rows)
 }
 
-/// `helm upgrade --install` of the umbrella chart with the two webhook components, as the
-/// installed suite installs it, the bridge intercepting the descheduler's ServiceAccount.
+/// The umbrella chart with the two webhook components only.
 fn install(cluster: &Cluster) -> Result<()> {
     eprintln!("==> webhook faults: installing pdb-policy-webhook and descheduler-bridge (helm)");
-    cluster.helm(&["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
-    let values = format!(
+    crate::soak::install_umbrella(
+        cluster,
         "affinityEvictor.enabled=false,taintManager.enabled=false,\
-         evictionrequestController.enabled=false,\
-         deschedulerBridge.descheduler.serviceAccount.namespace={BENCH_NAMESPACE},\
-         deschedulerBridge.descheduler.serviceAccount.name={DESCHEDULER}"
-    );
-    cluster
-        .helm(&[
-            "upgrade",
-            "--install",
-            RELEASE,
-            "charts/evictkit",
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--values",
-            "charts/evictkit/ci/real-node-values.yaml",
-            "--set",
-            &values,
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
-        .context("helm install of the umbrella chart")?;
-    Ok(())
+         evictionrequestController.enabled=false",
+    )
 }
 
 /// Running, Ready pods annotated request-evict-only that nobody schedules, so nothing but the

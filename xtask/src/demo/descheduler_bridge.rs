@@ -6,7 +6,6 @@
 //! evictionrequest-controller's fallback eviction (not the descheduler's identity, so not
 //! intercepted) removes the pods, and the bridge withdraws.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -243,54 +242,26 @@ webhooks:
 /// One descheduling cycle (`--descheduling-interval=0`): PodLifeTime (older than 1 s) in the
 /// demo namespace; prints what the descheduler logged about each eviction.
 fn run_descheduler_once(demo: &Demo, kubeconfig: &std::path::Path) -> Result<()> {
-    let script = crate::workspace_root().join("tests/descheduler/build.sh");
-    let output = Command::new(&script)
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!(
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let bin = String::from_utf8_lossy(&output.stdout);
-    let binary =
-        std::path::Path::new(bin.lines().last().unwrap_or_default().trim()).join("descheduler");
-    let policy = cluster::state_dir().join("demo-descheduler-policy.yaml");
-    std::fs::write(
-        &policy,
-        format!(
-            "apiVersion: descheduler/v1alpha2
-kind: DeschedulerPolicy
-profiles:
-  - name: demo
-    pluginConfig:
-      - name: PodLifeTime
-        args:
-          maxPodLifeTimeSeconds: 1
-          namespaces: {{include: [{NAMESPACE}]}}
-    plugins:
-      deschedule: {{enabled: [PodLifeTime]}}
-"
-        ),
-    )?;
+    let policy = crate::descheduler::PodLifeTime {
+        profile: "demo",
+        namespace: NAMESPACE,
+        app: None,
+        max_age_seconds: 1,
+    };
     demo.say(
         SCENARIO,
         "running the descheduler once: PodLifeTime > 1 s, --feature-gates=EvictionsInBackground=true, as ServiceAccount descheduler",
     );
     let log = cluster::state_dir().join("logs/demo-descheduler.log");
-    let run = Command::new(&binary)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--policy-config-file={}", policy.display()))
-        .args([
-            "--descheduling-interval=0",
-            "--feature-gates=EvictionsInBackground=true",
-            "--secure-port=0",
-            "--v=3",
-        ])
-        .output()
-        .with_context(|| format!("running {}", binary.display()))?;
+    let run = crate::descheduler::command(
+        kubeconfig,
+        &policy,
+        &cluster::state_dir().join("demo-descheduler-policy.yaml"),
+        "0",
+        3,
+    )?
+    .output()
+    .context("running the descheduler")?;
     let text = String::from_utf8_lossy(&run.stderr);
     std::fs::write(&log, text.as_bytes())?;
     if !run.status.success() {

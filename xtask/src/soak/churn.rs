@@ -2,8 +2,8 @@
 //! component (see `soak.rs` for the list), each action counted.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -21,14 +21,11 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::sample::Logs;
+use super::{RELEASE_NAMESPACE, RELEASE_SELECTOR};
 use crate::cluster::Cluster;
 
 /// The namespace of the churned workloads.
 pub const NAMESPACE: &str = "soak";
-/// The chart's namespace and release.
-pub const RELEASE_NAMESPACE: &str = "evictkit-system";
-pub const RELEASE: &str = "evictkit";
-pub const RELEASE_SELECTOR: &str = "app.kubernetes.io/instance=evictkit";
 pub const COMPONENTS: [&str; 5] = [
     "taint-manager",
     "affinity-evictor",
@@ -458,50 +455,25 @@ spec:
 /// The real descheduler every minute (PodLifeTime over `soak-descheduled`, evictions in
 /// background on), as the identity descheduler-bridge intercepts; its log in `dir`.
 fn start_descheduler(kubeconfig: &Path, dir: &Path) -> Result<Child> {
-    let script = crate::workspace_root().join("tests/descheduler/build.sh");
-    let output = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("{} failed ({})", script.display(), output.status);
-    }
-    let bin = String::from_utf8(output.stdout)?;
-    let binary = PathBuf::from(bin.lines().last().unwrap_or_default().trim()).join("descheduler");
-    let policy = dir.join("soak-descheduler-policy.yaml");
-    std::fs::write(
+    let policy = crate::descheduler::PodLifeTime {
+        profile: "soak",
+        namespace: NAMESPACE,
+        app: Some("soak-descheduled"),
+        max_age_seconds: DESCHEDULER_MAX_AGE_SECONDS,
+    };
+    let mut command = crate::descheduler::command(
+        kubeconfig,
         &policy,
-        format!(
-            "apiVersion: descheduler/v1alpha2
-kind: DeschedulerPolicy
-profiles:
-  - name: soak
-    pluginConfig:
-      - name: PodLifeTime
-        args:
-          maxPodLifeTimeSeconds: {DESCHEDULER_MAX_AGE_SECONDS}
-          namespaces: {{include: [{NAMESPACE}]}}
-          labelSelector: {{matchLabels: {{app: soak-descheduled}}}}
-    plugins:
-      deschedule: {{enabled: [PodLifeTime]}}
-"
-        ),
+        &dir.join("soak-descheduler-policy.yaml"),
+        "1m",
+        2,
     )?;
     let log = std::fs::File::create(dir.join("soak-descheduler.log"))?;
-    Command::new(&binary)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--policy-config-file={}", policy.display()))
-        .args([
-            "--descheduling-interval=1m",
-            "--feature-gates=EvictionsInBackground=true",
-            "--secure-port=0",
-            "--v=2",
-        ])
+    command
         .stdout(log.try_clone()?)
         .stderr(log)
-        .stdin(Stdio::null())
         .spawn()
-        .with_context(|| format!("starting {}", binary.display()))
+        .context("starting the descheduler")
 }
 
 /// How long a round lasts.
