@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::support::{self, Component, percentile};
+use super::webhooks::apiserver::TIMEOUT_SECONDS;
 use crate::cluster::{self, Cluster};
 
 pub(crate) mod drain;
@@ -335,7 +336,7 @@ async fn register(client: &Client, port: u16, ca_pem: &str, metrics_port: u16) -
         "webhooks": [{
             "name": WEBHOOK_NAME,
             "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
-            "timeoutSeconds": 5,
+            "timeoutSeconds": TIMEOUT_SECONDS,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}],
             "clientConfig": {

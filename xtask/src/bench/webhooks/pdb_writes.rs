@@ -19,7 +19,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::Row;
-use super::apiserver::{Histogram, Snapshot};
+use super::apiserver::{Histogram, Snapshot, TIMEOUT_SECONDS};
 use crate::bench::pdb_policy_webhook::{self as bench, NS, Webhook};
 use crate::bench::support;
 use crate::cluster::Cluster;
@@ -97,7 +97,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
         json!({
             "name": name,
             "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
-            "timeoutSeconds": 5,
+            "timeoutSeconds": TIMEOUT_SECONDS,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": ["policy"], "apiVersions": ["v1"], "resources": ["poddisruptionbudgets"], "operations": ["CREATE", "UPDATE"]}],
             "clientConfig": {

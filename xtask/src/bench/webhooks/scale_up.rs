@@ -20,7 +20,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::Row;
-use super::apiserver::Snapshot;
+use super::apiserver::{Snapshot, TIMEOUT_SECONDS};
 use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
 use crate::bench::support;
 use crate::cluster::Cluster;
@@ -114,7 +114,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
         "webhooks": [{
             "name": WEBHOOK,
             "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
-            "timeoutSeconds": 5, "reinvocationPolicy": "IfNeeded",
+            "timeoutSeconds": TIMEOUT_SECONDS, "reinvocationPolicy": "IfNeeded",
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
             "clientConfig": {
