@@ -32,6 +32,7 @@ use evictkit_runtime::eviction::{
     EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
 };
 use evictkit_runtime::http::Readiness;
+use evictkit_runtime::listed::listed;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
@@ -229,6 +230,11 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     let (to_evictions, eviction_triggers) = mpsc::unbounded::<ObjectRef<Eviction>>();
     let (to_requests, request_triggers) = mpsc::unbounded::<ObjectRef<EvictionRequest>>();
 
+    // When each cache has listed: never a store's `wait_until_ready`, whose one waker each
+    // controller's runner needs ([`evictkit_runtime::listed`]).
+    let (requests_lister, requests_listed) = listed();
+    let (evictions_lister, evictions_listed) = listed();
+    let (pods_lister, pods_listed) = listed();
     let requests = {
         let (evictions, to_evictions) = (eviction_store.clone(), to_evictions.clone());
         let (metrics, forget) = (settings.metrics.clone(), settings.metrics.clone());
@@ -243,6 +249,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             }
         })
         .reflect(request_writer)
+        .inspect(move |event| requests_lister.observe(event))
         .touched_objects()
         .inspect(move |request| {
             if let Ok(request) = request {
@@ -275,6 +282,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
             }
         })
         .reflect(eviction_writer)
+        .inspect(move |event| evictions_lister.observe(event))
         .touched_objects()
         .inspect(move |eviction| {
             if let Ok(eviction) = eviction {
@@ -303,6 +311,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                 }
             })
             .reflect(pod_writer)
+            .inspect(move |event| pods_lister.observe(event))
             .touched_objects()
             .flat_map(move |pod| {
                 let refs: Vec<ObjectRef<Eviction>> = pod
@@ -323,21 +332,14 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
 
     // Every cache complete before the first decision: a pod missing from a half-filled cache
     // would otherwise read as "deleted".
-    let ready = {
-        let (a, b, c) = (
-            request_store.clone(),
-            eviction_store.clone(),
-            pod_store.clone(),
-        );
-        futures::FutureExt::shared(Box::pin(async move {
-            let _ = future::join3(
-                a.wait_until_ready(),
-                b.wait_until_ready(),
-                c.wait_until_ready(),
-            )
-            .await;
-        }))
-    };
+    let ready = futures::FutureExt::shared(Box::pin(async move {
+        future::join3(
+            requests_listed.wait(),
+            evictions_listed.wait(),
+            pods_listed.wait(),
+        )
+        .await;
+    }));
     let listed = settings.listing.as_ref().map(|readiness| {
         let ready = ready.clone();
         readiness.until_listed(async move {

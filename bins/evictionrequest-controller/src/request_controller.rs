@@ -19,6 +19,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::http::Readiness;
+use evictkit_runtime::listed::listed;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
@@ -163,6 +164,10 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
 
+    // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
+    // controller's runner needs ([`evictkit_runtime::listed`]).
+    let (requests_lister, requests_listed) = listed();
+    let (pods_lister, pods_listed) = listed();
     let requests = {
         let context = context.clone();
         watcher(requests_api, watcher::Config::default())
@@ -173,6 +178,7 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
                 }
             })
             .reflect(request_writer)
+            .inspect(move |event| requests_lister.observe(event))
             .applied_objects()
             .inspect({
                 let metrics = settings.metrics.queue.clone();
@@ -198,6 +204,7 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
                 }
             })
             .reflect(pod_writer)
+            .inspect(move |event| pods_lister.observe(event))
             .touched_objects()
             .filter_map(move |pod| {
                 let key = pod.ok().and_then(|pod| {
@@ -215,15 +222,14 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
     // Both caches complete before the first decision: a pod missing from a half-filled cache
     // would otherwise cancel its request as "not found".
     let stores = {
-        let (requests, pods) = (request_store.clone(), pod_store.clone());
+        let (requests, pods) = (requests_listed.clone(), pods_listed.clone());
         async move {
-            let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
+            future::join(requests.wait(), pods.wait()).await;
         }
     };
     let listed = settings.listing.as_ref().map(|readiness| {
-        let caches = (request_store.clone(), pod_store.clone());
         readiness.until_listed(async move {
-            let _ = future::join(caches.0.wait_until_ready(), caches.1.wait_until_ready()).await;
+            future::join(requests_listed.wait(), pods_listed.wait()).await;
             tracing::info!("caches of evictionrequests.evictkit.io listed");
         })
     });

@@ -11,6 +11,8 @@
 //! - [`reconcile`]: every reconcile counted, timed and traced with its object's key;
 //! - [`eviction`]: the one eviction client, with its outcome classification;
 //! - [`index`]: a reflector store's objects grouped by node or namespace;
+//! - [`listed`]: a watch's first list done, for any number of waiters (a kube `Store`'s
+//!   `wait_until_ready` wakes only one);
 //! - [`backoff`]: each retried object's back-off; [`pod_condition`]: the one pod-condition
 //!   patch, with the UID precondition;
 //! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
@@ -32,6 +34,7 @@ pub mod http;
 pub mod index;
 pub mod leader;
 pub mod lifecycle_request;
+pub mod listed;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
