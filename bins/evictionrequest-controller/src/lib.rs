@@ -340,6 +340,15 @@ fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
     });
 }
 
+/// Whether a write to the object `name` was answered with its own NotFound: it was deleted
+/// meanwhile (the garbage collector removes a finished request with its pod, an Eviction with
+/// its last request), so the work on it is done. Another object's NotFound (a create in a
+/// deleted namespace) or the API's (a resource no longer served) is not.
+fn deleted_meanwhile(error: &kube::Error, name: &str) -> bool {
+    matches!(error, kube::Error::Api(status)
+        if status.code == 404 && status.details.as_ref().is_some_and(|d| d.name == name))
+}
+
 fn id<K: Resource>(object: &K) -> String {
     format!(
         "{}/{}",

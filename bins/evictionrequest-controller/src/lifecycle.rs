@@ -370,7 +370,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                         let queue = context.metrics.request_queue.clone();
                         let _work = queue.started(&ObjectRef::from_obj(request.as_ref()));
                         let reconciles = context.metrics.request_reconciles.clone();
-                        unless_superseded(reconciles.wrap(reconcile_request)(request, context).await)
+                        unless_stale(reconciles.wrap(reconcile_request)(request, context).await)
                     }
                 },
                 |request: Arc<EvictionRequest>, error: &Error, context: Arc<Context>| {
@@ -396,7 +396,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                         let queue = context.metrics.eviction_queue.clone();
                         let _work = queue.started(&ObjectRef::from_obj(eviction.as_ref()));
                         let reconciles = context.metrics.eviction_reconciles.clone();
-                        unless_superseded(reconciles.wrap(reconcile_eviction)(eviction, context).await)
+                        unless_stale(reconciles.wrap(reconcile_eviction)(eviction, context).await)
                     }
                 },
                 |eviction: Arc<Eviction>, error: &Error, context: Arc<Context>| {
@@ -426,6 +426,10 @@ pub enum Error {
     /// A write decided from a cached object older than the API's ([`decided_from`]).
     #[error("{kind} {object} changed since it was cached")]
     Superseded { kind: &'static str, object: String },
+    /// A write to an object deleted meanwhile: the garbage collector removes an Eviction with
+    /// its last request, and a request once finished, while a reconcile decided from the cache.
+    #[error("{kind} {object} was deleted")]
+    Deleted { kind: &'static str, object: String },
     #[error("cannot {action} {kind} {object}: {source}")]
     Write {
         action: &'static str,
@@ -458,8 +462,13 @@ fn write_error<K: kube::Resource<DynamicType = ()>>(
     } else {
         "EvictionRequest"
     };
+    let name = object.name_any();
     move |source| match source {
         kube::Error::Api(status) if status.code == 409 => Error::Superseded {
+            kind,
+            object: object_id,
+        },
+        source if crate::deleted_meanwhile(&source, &name) => Error::Deleted {
             kind,
             object: object_id,
         },
@@ -472,9 +481,10 @@ fn write_error<K: kube::Resource<DynamicType = ()>>(
     }
 }
 
-/// A reconcile's outcome with [`Error::Superseded`] turned into a quick look again: the watch
-/// event of the newer state is on its way and wakes the object anyway.
-fn unless_superseded(result: Result<Action, Error>) -> Result<Action, Error> {
+/// A reconcile's outcome with [`Error::Superseded`] turned into a quick look again (the watch
+/// event of the newer state is on its way and wakes the object anyway), and
+/// [`Error::Deleted`] into the end of the work: neither is a failure to retry.
+fn unless_stale(result: Result<Action, Error>) -> Result<Action, Error> {
     match result {
         Err(Error::Superseded { kind, object }) => {
             tracing::debug!(
@@ -483,6 +493,10 @@ fn unless_superseded(result: Result<Action, Error>) -> Result<Action, Error> {
                 "decided from a superseded cache entry; looking again"
             );
             Ok(Action::requeue(STALE_CACHE_RECHECK))
+        }
+        Err(Error::Deleted { kind, object }) => {
+            tracing::debug!(kind, object, "deleted meanwhile; nothing left to do");
+            Ok(Action::await_change())
         }
         result => result,
     }
@@ -1136,4 +1150,49 @@ async fn write_own_status(
             eviction,
         ))?;
     Ok(Some(written))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An apiserver's answer `code` about `name` (`None`: about no object, e.g. an API not
+    /// served).
+    fn answered(code: u16, name: Option<&str>) -> kube::Error {
+        let status = json!({
+            "status": "Failure", "code": code, "reason": "Reason", "message": "answered",
+            "details": name.map(|name| json!({"name": name, "group": "lifecycle.k8s.io", "kind": "evictions"})),
+        });
+        kube::Error::Api(serde_json::from_value(status).expect("a Status"))
+    }
+
+    fn eviction() -> Eviction {
+        let mut eviction = Eviction::default();
+        eviction.metadata.name = Some("web-0".into());
+        eviction.metadata.namespace = Some("ns".into());
+        eviction
+    }
+
+    /// The garbage collector removes an Eviction with its last request (and a request once
+    /// finished) while a reconcile decided from the cache: its write is answered 404, and the
+    /// work is done, not failed ("reconcile failed; retrying ... not found" was soak noise).
+    #[test]
+    fn a_write_to_an_object_deleted_meanwhile_ends_the_reconcile() {
+        let eviction = eviction();
+        let write = || write_error("update the status of", &eviction);
+        let gone = write()(answered(404, Some("web-0")));
+        assert_eq!(unless_stale(Err(gone)).ok(), Some(Action::await_change()));
+        let superseded = write()(answered(409, Some("web-0")));
+        assert_eq!(
+            unless_stale(Err(superseded)).ok(),
+            Some(Action::requeue(STALE_CACHE_RECHECK))
+        );
+        for (code, name) in [(404, None), (404, Some("web-1")), (403, Some("web-0"))] {
+            let failed = write()(answered(code, name));
+            assert!(
+                unless_stale(Err(failed)).is_err(),
+                "{code} about {name:?} is retried"
+            );
+        }
+    }
 }

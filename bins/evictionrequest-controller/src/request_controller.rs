@@ -283,6 +283,12 @@ impl Error {
     pub(crate) fn superseded(&self) -> bool {
         matches!(self, Error::Write { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 409))
     }
+
+    /// A write to a request deleted meanwhile ([`crate::deleted_meanwhile`]).
+    pub(crate) fn deleted(&self) -> bool {
+        matches!(self, Error::Write { source, request, .. }
+            if request.rsplit('/').next().is_some_and(|name| crate::deleted_meanwhile(source, name)))
+    }
 }
 
 pub(crate) fn error_policy(
@@ -294,6 +300,10 @@ pub(crate) fn error_policy(
         // The watch event of the newer request wakes it first; this is a safety net.
         tracing::debug!(request = %id(request.as_ref()), %error, "decided from a superseded cache entry; looking again");
         return Action::requeue(STALE_CACHE_RECHECK);
+    }
+    if error.deleted() {
+        tracing::debug!(request = %id(request.as_ref()), %error, "deleted meanwhile; nothing left to do");
+        return Action::await_change();
     }
     context.metrics.queue.retries.inc();
     tracing::warn!(request = %id(request.as_ref()), %error, "reconcile failed; retrying");
@@ -425,6 +435,31 @@ mod tests {
         .expect("a valid EvictionRequest");
         request.metadata.resource_version = Some(version.into());
         request
+    }
+
+    /// A finished request goes with its pod (its ownerReference): a write decided from the
+    /// cache meanwhile is answered 404, and the work is done, not retried.
+    #[test]
+    fn a_write_to_a_request_deleted_meanwhile_is_not_retried() {
+        let write = |code: u16, name: Option<&str>| {
+            Error::Write {
+            action: "update the status of",
+            request: "ns/uid-1".into(),
+            source: Box::new(kube::Error::Api(
+                serde_json::from_value(json!({
+                    "status": "Failure", "code": code, "reason": "Reason", "message": "answered",
+                    "details": name.map(|name| json!({"name": name, "group": "evictkit.io", "kind": "evictionrequests"})),
+                }))
+                .expect("a Status"),
+            )),
+        }
+        };
+        assert!(write(404, Some("uid-1")).deleted());
+        assert!(!write(404, Some("uid-1")).superseded());
+        assert!(write(409, Some("uid-1")).superseded());
+        for (code, name) in [(404, None), (404, Some("uid-2")), (409, Some("uid-1"))] {
+            assert!(!write(code, name).deleted(), "{code} about {name:?}");
+        }
     }
 
     #[test]
