@@ -160,7 +160,8 @@ fn run_check(root: &Path, version: &str, check: Check) -> Result<(bool, String)>
             };
             let result = cargo_test(&mut test).and_then(|result| {
                 let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
-                std::fs::write(dir.join("test-output.log"), stdout.as_bytes())?;
+                // Under logs/, which `cluster down` keeps (it empties the rest of the dir).
+                std::fs::write(dir.join("logs/test-output.log"), stdout.as_bytes())?;
                 let mut summary = summarize(&stdout);
                 // A failure of a loaded machine passes alone: run each failed test once more,
                 // on its own, and tell those apart.
