@@ -32,10 +32,12 @@ use serde_json::json;
 
 use super::csv;
 use super::support::{self, Component};
+use super::webhooks::apiserver::Snapshot;
 use crate::cluster::{self, Cluster};
 use interceptors::Interceptors;
 
 mod interceptors;
+mod webhook;
 
 const NS: &str = "bench-evictionrequest";
 const REQUESTER: &str = "bench.evictkit.io";
@@ -111,6 +113,7 @@ pub fn run(args: &Args) -> Result<()> {
         .block_on(async {
             let client = support::client(&cluster).await?;
             let result = bench(&cluster, &client, &binary, args).await;
+            webhook::unregister(&client, NS).await;
             let _ = Api::<Namespace>::all(client)
                 .delete(NS, &DeleteParams::background())
                 .await;
@@ -140,6 +143,12 @@ async fn bench(
     let interceptors = Interceptors::start(cluster, client, args.interceptors).await?;
 
     let (kubeconfig, user) = support::service_account(cluster, client, CONTROLLER).await?;
+    // The webhook in a process of its own, as the chart's webhook replicas (CRD only: the
+    // bench's lifecycle.k8s.io requests are validated by the apiserver).
+    let mut webhook = match args.api {
+        BenchApi::Crd => Some(webhook::start(cluster, client, binary, NS, &user).await?),
+        BenchApi::Lifecycle => None,
+    };
     let metrics_port = support::free_port()?;
     let mut command = Command::new(binary);
     command
@@ -160,6 +169,7 @@ async fn bench(
     let interceptor_writes_before = interceptors.writes()?;
     let cpu_before = controller.cpu_seconds()?;
     let events_since = k8s_openapi::jiff::Timestamp::now();
+    let webhook_before = Snapshot::take(cluster, &[webhook::NAME])?;
 
     println!(
         "{CONTROLLER} ({}, --roles controller, --api {}, --kube-api-qps {}), {} pods without PDBs, {} interceptors each{}",
@@ -225,6 +235,10 @@ async fn bench(
         all_evicted.as_secs_f64(),
     );
     println!("  controller RSS: {} KiB; CPU: {cpu_busy:.2} s", rss);
+    let webhook = match webhook.as_mut() {
+        Some(webhook) => Some(webhook::report(cluster, &webhook_before, webhook)?),
+        None => None,
+    };
 
     let cpu_idle_start = controller.cpu_seconds()?;
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
@@ -251,6 +265,14 @@ async fn bench(
     let writes = support::audited_writes_since(&user, &writes_before)?;
     let controller_writes =
         print_writes(&format!("the controller ({user})"), &writes, args.requests);
+    // The q/k bound: the client's --kube-api-qps over its writes per request.
+    let bound = args.kube_api_qps * args.requests as f64 / controller_writes.max(1) as f64;
+    println!(
+        "  q/k bound: {bound:.1} requests/s ({} QPS / {:.2} writes per request); reached {:.2} of it",
+        args.kube_api_qps,
+        controller_writes as f64 / args.requests as f64,
+        requests_per_second / bound
+    );
     let (events, occurrences) = support::events_reported(client, CONTROLLER, events_since).await?;
     println!(
         "  Events by {CONTROLLER}: {events} created ({occurrences} occurrences), {:.3} per request",
@@ -294,6 +316,8 @@ async fn bench(
         controller_cpu_seconds: cpu_busy,
         controller_rss_kib: rss,
         idle_cpu_seconds: cpu_idle,
+        share_of_bound: requests_per_second / bound,
+        webhook,
     };
     let path = csv::path("evictionrequest.csv")?;
     csv::upsert(&path, &HEADER, KEY_COLUMNS, &[row.values()])?;
@@ -322,7 +346,7 @@ fn print_writes(
 }
 
 /// The columns of `evictionrequest.csv`; a run's key is the first [`KEY_COLUMNS`].
-const HEADER: [&str; 11] = [
+const HEADER: [&str; 15] = [
     "api",
     "requests",
     "interceptors",
@@ -334,6 +358,10 @@ const HEADER: [&str; 11] = [
     "controller_cpu_seconds",
     "controller_rss_kib",
     "idle_cpu_seconds",
+    "share_of_qk_bound",
+    "webhook_calls",
+    "webhook_failed",
+    "webhook_p99_ms",
 ];
 const KEY_COLUMNS: usize = 4;
 
@@ -352,12 +380,17 @@ struct Row {
     controller_cpu_seconds: f64,
     controller_rss_kib: u64,
     idle_cpu_seconds: f64,
+    /// Requests per second over the q/k bound (the QPS limit over writes per request).
+    share_of_bound: f64,
+    /// The apiserver's figures of the webhook (CRD only).
+    webhook: Option<webhook::Figures>,
 }
 
 impl Row {
     /// The values in the order of [`HEADER`].
     fn values(&self) -> Vec<String> {
         let per_request = |writes: usize| format!("{:.2}", writes as f64 / self.requests as f64);
+        let webhook = self.webhook.as_ref();
         vec![
             self.api.name().to_owned(),
             self.requests.to_string(),
@@ -370,6 +403,12 @@ impl Row {
             format!("{:.2}", self.controller_cpu_seconds),
             self.controller_rss_kib.to_string(),
             format!("{:.2}", self.idle_cpu_seconds),
+            format!("{:.2}", self.share_of_bound),
+            webhook.map_or_else(String::new, |w| format!("{:.0}", w.calls)),
+            webhook.map_or_else(String::new, |w| format!("{:.0}", w.failed)),
+            webhook
+                .and_then(|w| w.p99_ms)
+                .map_or_else(String::new, |ms| format!("{ms:.1}")),
         ]
     }
 }
@@ -532,13 +571,26 @@ mod tests {
             controller_cpu_seconds: 1.234,
             controller_rss_kib: 30000,
             idle_cpu_seconds: 0.01,
+            share_of_bound: 0.98,
+            webhook: Some(webhook::Figures {
+                calls: 1500.0,
+                failed: 0.0,
+                p99_ms: Some(12.34),
+                restarts: 0,
+            }),
         };
         assert_eq!(
             row.values(),
             [
-                "crd", "300", "2", "20", "61.2", "4.9", "4.00", "2.00", "1.23", "30000", "0.01"
+                "crd", "300", "2", "20", "61.2", "4.9", "4.00", "2.00", "1.23", "30000", "0.01",
+                "0.98", "1500", "0", "12.3"
             ]
         );
+        let without_webhook = Row {
+            webhook: None,
+            ..row
+        };
+        assert_eq!(without_webhook.values()[12..], ["", "", ""]);
         assert_eq!(row.values().len(), HEADER.len());
         assert_eq!(
             interceptors::names(2),
