@@ -53,6 +53,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// a new connection, to a replica still in the Service's endpoints.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// Connections the kernel queues for the server to accept (it caps the figure at
+/// net.core.somaxconn, 4096 on current kernels; Go's servers, the apiserver's own, ask for that).
+/// The apiserver calls a Service's webhook over HTTP/1.1, a new connection per concurrent call
+/// past the 25 it keeps idle, so a drain opens hundreds at once while the thread that accepts
+/// them also does their TLS handshakes. A SYN past a full queue is dropped and the apiserver's
+/// dial tries again 1 s later, then 3 s: std's listener queues 128.
+const ACCEPT_BACKLOG: i32 = 4096;
+
 /// How long the apiserver waits for a review whose call names no `timeout`: the default
 /// `timeoutSeconds` of admissionregistration/v1.
 const DEFAULT_REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -377,10 +385,7 @@ impl Webhooks {
         addr: SocketAddr,
         certificates: Arc<ReloadingCertResolver>,
     ) -> Result<WebhookServer, WebhookError> {
-        let bind_error = |source| WebhookError::Bind { addr, source };
-        let listener = TcpListener::bind(addr).map_err(bind_error)?;
-        // Tokio adopts the socket only in non-blocking mode.
-        listener.set_nonblocking(true).map_err(bind_error)?;
+        let listener = listen(addr).map_err(|source| WebhookError::Bind { addr, source })?;
         let tls = certificates.server_config()?;
         let (metrics, limits) = (self.metrics.clone(), self.limits);
         Ok(WebhookServer {
@@ -392,6 +397,18 @@ impl Webhooks {
             limits,
         })
     }
+}
+
+/// A listener on `addr` with an accept queue of [`ACCEPT_BACKLOG`], as std's `bind` makes one
+/// otherwise (SO_REUSEADDR), in non-blocking mode (tokio adopts a socket only so).
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(ACCEPT_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
 }
 
 /// A bound webhook server (the address is known, e.g. for port 0 in tests).

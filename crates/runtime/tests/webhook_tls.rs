@@ -510,3 +510,36 @@ async fn shutdown_answers_reviews_on_open_connections_and_closes_each_after_its_
         .unwrap();
     assert!(terminated.elapsed() < Duration::from_secs(4));
 }
+
+/// Issue 30: the apiserver calls a Service's webhook over HTTP/1.1, a connection per concurrent
+/// call beyond the 25 it keeps idle, so a drain opens hundreds at once while the server's one
+/// thread is busy with their TLS handshakes. Each must wait in the kernel's accept queue: a SYN
+/// past a full queue is dropped, and the caller's next try comes 1 s later (then 3 s), past the
+/// webhook's budget. std's listener queued 128: 129 of 300 connected, the rest timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_connections_waits_in_the_accept_queue_not_for_a_syn_retry() {
+    install_crypto_provider();
+    let ca = TestCa::new();
+    let (cert, key, _) = ca.serving();
+    let volume = SecretVolume::new(&cert, &key);
+    let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
+    // Bound and listening, not yet accepting: every connection stays in the queue.
+    let server = Webhooks::new(Arc::new(Metrics::new("test").unwrap()))
+        .bind("127.0.0.1:0".parse().unwrap(), certificates)
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let burst = 300;
+    let connects = (0..burst).map(|_| {
+        tokio::time::timeout(
+            Duration::from_millis(500),
+            tokio::net::TcpStream::connect(addr),
+        )
+    });
+    let connected: Vec<_> = futures::future::join_all(connects)
+        .await
+        .into_iter()
+        .filter_map(|connect| connect.ok()?.ok())
+        .collect();
+    assert_eq!(connected.len(), burst, "connections queued for accept");
+    drop(server);
+}
