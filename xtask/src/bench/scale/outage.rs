@@ -11,13 +11,13 @@
 //!   side's outage has exactly one node-lifecycle-controller marking pods NotReady.
 //!
 //! Two outages ([`Outage`]). A third of each zone: each node that goes down is let go by kwok
-//! (its annotation no longer selects it: no heartbeat, no lease renewal), its Ready condition
-//! set Unknown, and its taints set to `node.kubernetes.io/unreachable:NoExecute` with
-//! `timeAdded`, all nodes at once. A whole zone: every node of zone-a is let go by kwok and
-//! nothing else; the node-lifecycle-controller finds them unreachable after its grace period
-//! and taints them at its pace (`--node-eviction-rate`, 0.1 nodes per second), so both sides
-//! see the same tainting and differ only in how they remove the pods. A pod's latency is from
-//! its node's taint (the taint's `timeAdded`, whole seconds, when the node-lifecycle-controller
+//! (its annotation no longer selects it: no status heartbeat; kwok still renews its Lease), its
+//! Ready condition set Unknown, and its taints set to `node.kubernetes.io/unreachable:NoExecute`
+//! with `timeAdded`, all nodes at once. A whole zone: every node of zone-a is let go by kwok and
+//! its Lease taken from kwok ([`hold_leases`]), nothing else; the node-lifecycle-controller
+//! finds them unreachable after its grace period and taints them at its pace
+//! (`--node-eviction-rate`, 0.1 nodes per second), so both sides see the same tainting and
+//! differ only in how they remove the pods. A pod's latency is from its node's taint (the taint's `timeAdded`, whole seconds, when the node-lifecycle-controller
 //! set it) to the apiserver's receipt of the controller's successful delete (audit log).
 //! Afterwards the nodes come back and the deleted pods are created again.
 
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -60,6 +61,8 @@ pub const HEADER: &[&str] = &[
     "peak_rss_kib",
     "events",
     "events_per_pod",
+    // The first deletion's time from its node's taint (issue 29: no later than upstream's + 1 s).
+    "first_seconds",
 ];
 
 /// The audit user of upstream's controller under `--use-service-account-credentials`: it
@@ -260,6 +263,7 @@ async fn run_side(
         Outage::WholeZone => {
             let let_go = json!({"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "down"}}});
             support::patch_nodes(client, down, &let_go, "letting go from kwok node").await?;
+            hold_leases(client, down, LEASE_HELD).await?;
             BTreeMap::new()
         }
     };
@@ -433,6 +437,36 @@ async fn nodes_down(client: &Client, down: &[String]) -> Result<BTreeMap<String,
         .await
 }
 
+/// The bench's holder of the down nodes' Leases in a whole-zone outage.
+const LEASE_HOLDER: &str = "bench-scale-outage";
+/// How long the bench holds them: longer than any outage.
+const LEASE_HELD: Duration = Duration::from_secs(3 * 3600);
+
+/// Takes each node's Lease (kube-node-lease) for [`LEASE_HOLDER`] for `held` from now. kwok
+/// renews the Lease of a node it let go as long as it runs (it releases a Lease only when the
+/// node is deleted), and the node-lifecycle-controller counts a renewed Lease as a heartbeat,
+/// so without this a let-go node stays Ready forever; kwok leaves alone a Lease another holder
+/// holds until it expires. A `held` of 1 s gives them back.
+async fn hold_leases(client: &Client, nodes: &[String], held: Duration) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    // A MicroTime: exactly six digits of fraction.
+    let now = Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    let patch = json!({"spec": {
+        "holderIdentity": LEASE_HOLDER,
+        "leaseDurationSeconds": held.as_secs(),
+        "renewTime": now,
+    }});
+    for node in nodes {
+        leases
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("holding the Lease of node {node}"))?;
+    }
+    Ok(())
+}
+
 /// When the node-lifecycle-controller tainted each of `down` unreachable (the taint's
 /// `timeAdded`).
 async fn taint_times(client: &Client, down: &[String]) -> Result<BTreeMap<String, Timestamp>> {
@@ -468,6 +502,10 @@ async fn restore(client: &Client, scenario: &Scenario, outage: Outage) -> Result
     });
     let down = scenario.down(outage);
     support::patch_nodes(client, down, &back, "bringing back node").await?;
+    if outage == Outage::WholeZone {
+        // Expired at once: kwok takes each lease back at its next try (within its 10 s).
+        hold_leases(client, down, Duration::from_secs(1)).await?;
+    }
     let deadline = Instant::now() + Duration::from_secs(180);
     for node in down {
         loop {
@@ -580,6 +618,7 @@ fn row(scenario: &Scenario, qps: f64, side: &Side, outage: Outage, run: &Run) ->
         run.peak_rss_kib.to_string(),
         events.to_string(),
         format!("{:.3}", events as f64 / pods),
+        format!("{:.2}", percentile(&latencies, 0.0)),
     ]
 }
 
@@ -593,7 +632,7 @@ fn print_row(row: &[String]) {
     };
     println!(
         "    {:<8} deleted {}/{} ({} deletes); wall {} s; taint->deletion p50 {} s p99 {} s max {} s; \
-         {} deletions/s; {} calls/pod ({} on the work budget: q/k bound {}/s, {} of it); \
+         first {} s; {} deletions/s; {} calls/pod ({} on the work budget: q/k bound {}/s, {} of it); \
          CPU {} s; RSS {} KiB (peak {}); {} Events created ({} per pod)",
         value("controller"),
         value("pods_deleted"),
@@ -603,6 +642,7 @@ fn print_row(row: &[String]) {
         value("p50_seconds"),
         value("p99_seconds"),
         value("max_seconds"),
+        value("first_seconds"),
         value("deletions_per_second"),
         value("calls_per_pod"),
         value("budget_calls_per_pod"),
