@@ -17,8 +17,9 @@
 //! its Lease taken from kwok ([`hold_leases`]), nothing else; the node-lifecycle-controller
 //! finds them unreachable after its grace period and taints them at its pace
 //! (`--node-eviction-rate`, 0.1 nodes per second), so both sides see the same tainting and
-//! differ only in how they remove the pods. A pod's latency is from its node's taint (the taint's `timeAdded`, whole seconds, when the node-lifecycle-controller
-//! set it) to the apiserver's receipt of the controller's successful delete (audit log).
+//! differ only in how they remove the pods. A pod's latency is from its node's taint (the
+//! taint's `timeAdded`, whole seconds, when the node-lifecycle-controller set it) to the
+//! apiserver's receipt of the controller's successful delete (audit log).
 //! Afterwards the nodes come back and the deleted pods are created again.
 
 use std::collections::BTreeMap;
