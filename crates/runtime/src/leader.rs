@@ -53,7 +53,8 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// unreachable), it expires after its duration and a standby takes it then.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where the Lease lives and how long it lasts; `enabled: false` runs the work directly.
+/// Where the Lease lives and how long it lasts; `enabled: false` runs the work directly (and
+/// stops it as a term's, with [`STOP_GRACE`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElection {
     pub enabled: bool,
@@ -103,7 +104,12 @@ impl LeaderElection {
     {
         if !self.enabled {
             tracing::info!("leader election disabled; acting without a Lease");
-            work(shutdown.child_token()).await;
+            let work = work(shutdown.child_token());
+            tokio::pin!(work);
+            tokio::select! {
+                () = &mut work => {}
+                () = shutdown.cancelled() => self.stop(work, STOP_GRACE).await,
+            }
             return;
         }
         let leases: Api<Lease> = Api::namespaced(client, &self.namespace);
@@ -161,12 +167,16 @@ impl LeaderElection {
         // Also when the work ended by itself: what it spawned ends with it.
         token.cancel();
         if !matches!(ended, Ended::Itself) {
-            let grace = STOP_GRACE.min(self.duration);
-            if tokio::time::timeout(grace, &mut work).await.is_err() {
-                tracing::warn!(lease = %self.lease(), ?grace, "work in flight did not stop in time; abandoned");
-            }
+            self.stop(work, STOP_GRACE.min(self.duration)).await;
         }
         ended
+    }
+
+    /// Gives `work`, whose token was cancelled, `grace` to end; it is dropped after that.
+    async fn stop<Fut: Future<Output = ()>>(&self, work: std::pin::Pin<&mut Fut>, grace: Duration) {
+        if tokio::time::timeout(grace, work).await.is_err() {
+            tracing::warn!(lease = %self.lease(), ?grace, "work in flight did not stop in time; abandoned");
+        }
     }
 
     /// Waits until the Lease is ours (`true`) or shutdown is asked for (`false`): every
@@ -522,5 +532,40 @@ mod tests {
         let (a, b) = (identity(), identity());
         assert_ne!(a, b);
         assert!(a.contains('_'));
+    }
+
+    /// `--leader-elect=false`: after SIGTERM the work gets the same grace as a term's, not
+    /// forever. A kube `Controller` whose store never lists (its watches refused by RBAC)
+    /// never ends its graceful shutdown: its runner waits for the store's readiness even after
+    /// its queue ended, and the evictionrequest-controller did not exit within 30 s.
+    #[tokio::test(start_paused = true)]
+    async fn without_a_lease_work_that_does_not_stop_is_abandoned_after_the_grace() {
+        let election = LeaderElection {
+            enabled: false,
+            namespace: "ns".into(),
+            lease_name: "lease".into(),
+            duration: Duration::from_secs(15),
+            identity: identity(),
+        };
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        let metrics = Arc::new(Metrics::new("test").expect("metrics"));
+        let shutdown = CancellationToken::new();
+        let sigterm = {
+            let shutdown = shutdown.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                shutdown.cancel();
+            }
+        };
+        let started = Instant::now();
+        let run = election.run(client, metrics, shutdown, |_token| std::future::pending());
+        let (ran, ()) = tokio::join!(tokio::time::timeout(Duration::from_secs(60), run), sigterm);
+        assert!(ran.is_ok(), "still running 60 s after shutdown");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1) + STOP_GRACE,
+            "abandoned after the grace"
+        );
     }
 }

@@ -1721,3 +1721,43 @@ async fn a_request_without_interceptors_costs_at_most_five_writes() -> Result<()
     );
     Ok(())
 }
+
+/// SIGTERM ends the controller within 10 s (the kubelet's patience before SIGKILL is 30 s by
+/// default, a rollout's waits on it) also while its watches are refused, e.g. installed before
+/// its RBAC or with RBAC that lacks a resource: nothing it waits for may hold the exit back.
+#[tokio::test]
+async fn sigterm_ends_it_in_time_while_its_watches_are_refused() -> Result<()> {
+    let env = env("evr-refused").await?;
+    // May discover, nothing more: every list and watch is refused.
+    let identity = env.service_account("nobody", "system:basic-user").await?;
+    let ns = env.namespace.as_str();
+    let mut controller = env.start_component_as(
+        "evictionrequest-controller",
+        &[
+            "--api=crd",
+            "--roles=controller",
+            "--leader-elect=false",
+            "--namespace",
+            ns,
+        ],
+        &identity.kubeconfig,
+    )?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while !controller.log_tail(200).contains("forbidden") {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no refused watch in its log:\n{}",
+            controller.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Refused a few times: its watches back off.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let exited = controller.terminate(Duration::from_secs(30));
+    ensure!(
+        exited.is_some_and(|took| took < Duration::from_secs(10)),
+        "SIGTERM -> exit took {exited:?} (None: not within 30 s); log:\n{}",
+        controller.log_tail(30)
+    );
+    Ok(())
+}
