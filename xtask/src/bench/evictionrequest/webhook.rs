@@ -1,5 +1,5 @@
 //! The validating webhook of evictionrequests.evictkit.io under the bench's burst (issue 30):
-//! the release binary with `--roles webhook` (pinned to one core, as `bench webhooks` runs
+//! the bench's binary with `--roles webhook` (pinned to one core, as `bench webhooks` runs
 //! its webhooks), registered as the chart registers it (failurePolicy Fail, timeoutSeconds 5,
 //! CREATE and UPDATE of evictionrequests and their status) for the bench's namespace. Every
 //! requester's apply and every status and label write of the controller goes through it. Its
@@ -109,7 +109,7 @@ pub fn report(cluster: &Cluster, before: &Snapshot, webhook: &mut Webhook) -> Re
         restarts: u32::from(!webhook.server.runs()),
     };
     println!(
-        "  webhook {NAME} (release, taskset -c 0, failurePolicy Fail): {:.0} calls, {:.0} failed, p99 {} (the apiserver's), {} restarts, RSS {} KiB",
+        "  webhook {NAME} (the same build, taskset -c 0, failurePolicy Fail): {:.0} calls, {:.0} failed, p99 {} (the apiserver's), {} restarts, RSS {} KiB",
         figures.calls,
         figures.failed,
         figures
