@@ -28,18 +28,17 @@ pub struct Binaries {
 
 impl Binaries {
     pub fn build() -> Result<Self> {
-        let mut others = Vec::new();
-        for name in [
+        const OTHERS: [&str; 4] = [
             "affinity-evictor",
             "pdb-policy-webhook",
             "evictionrequest-controller",
             "descheduler-bridge",
-        ] {
-            others.push((name, support::release_binary(name)?));
-        }
+        ];
+        let mut paths = support::release_binaries(&[&["taint-manager"][..], &OTHERS[..]].concat())?;
+        let taint_manager = paths.remove(0);
         Ok(Self {
-            taint_manager: support::release_binary("taint-manager")?,
-            others,
+            taint_manager,
+            others: OTHERS.into_iter().zip(paths).collect(),
         })
     }
 
