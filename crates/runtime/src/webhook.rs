@@ -536,7 +536,11 @@ async fn read_body(State(limits): State<Limits>, request: Request, next: Next) -
         .await
 }
 
-/// Wraps each accepted connection (before TLS) in an [`Idle`] deadline.
+/// Wraps each accepted connection (before TLS) in an [`Idle`] deadline, with TCP_NODELAY: a
+/// small write (a TLS record of an answer, a session ticket) made while an earlier segment is
+/// unacknowledged would wait for its ACK (Nagle), which the apiserver may delay 40 ms. Go sets
+/// it on every connection, the apiserver's side of these; axum-server's default acceptor does
+/// not, and this one replaces it.
 #[derive(Clone, Copy)]
 struct IdleAcceptor(Duration);
 
@@ -546,7 +550,8 @@ impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for IdleAcceptor {
     type Future = std::future::Ready<io::Result<(Self::Stream, S)>>;
 
     fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
-        std::future::ready(Ok((Idle::new(stream, self.0), service)))
+        let accepted = stream.set_nodelay(true);
+        std::future::ready(accepted.map(|()| (Idle::new(stream, self.0), service)))
     }
 }
 
@@ -946,6 +951,23 @@ mod tests {
         let response = &post(&router, "/pdb", body).await["response"];
         assert_eq!(response["uid"], "uid-stray");
         assert_eq!(response["status"]["code"], 400);
+    }
+
+    /// Issue 30: accepted connections send small writes at once (TCP_NODELAY); before, they
+    /// were left to Nagle.
+    #[tokio::test]
+    async fn accepted_connections_do_not_wait_for_acks_to_write() {
+        use axum_server::accept::Accept;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        let (_client, (stream, _)) = (client.unwrap(), accepted.unwrap());
+        let (idle, ()) = IdleAcceptor(Duration::from_secs(1))
+            .accept(stream, ())
+            .await
+            .unwrap();
+        assert!(idle.inner.nodelay().unwrap());
     }
 
     /// The apiserver's `timeout` parameter, a Go duration, sets the deadline; without one (or
