@@ -306,7 +306,8 @@ impl Snapshot {
             replicas: replicas
                 .iter()
                 .map(|(component, port)| {
-                    let figures = Figures::local(*port).map_err(|error| format!("{error:#}"));
+                    let figures = Figures::local(component.pid(), *port)
+                        .map_err(|error| format!("{error:#}"));
                     (component.name.clone(), figures)
                 })
                 .collect(),

@@ -41,12 +41,15 @@ impl Figures {
         }
     }
 
-    /// The figures of a component running on this machine (started by `cargo xtask chaos` or a
-    /// bench), whose /metrics listens on 127.0.0.1:`port`.
-    pub fn local(port: u16) -> Result<Figures> {
-        Ok(Figures::parse(&crate::bench::support::http_get(
-            port, "/metrics",
-        )?))
+    /// The figures of a component running on this machine as process `pid` (started by `cargo
+    /// xtask chaos` or a bench), whose /metrics listens on 127.0.0.1:`port`. Its
+    /// `evictkit_open_connections` counts the whole network namespace, here the host's (every
+    /// process's connections: 751 for a replica of a chaos run), so the connections are those
+    /// among the process's own sockets instead.
+    pub fn local(pid: u32, port: u16) -> Result<Figures> {
+        let mut figures = Figures::parse(&crate::bench::support::http_get(port, "/metrics")?);
+        figures.open_connections = established_sockets(pid)? as f64;
+        Ok(figures)
     }
 
     /// `15.1 MiB RSS, 0.42 s CPU, 41 tasks, 3 connections`.
@@ -62,6 +65,43 @@ impl Figures {
 }
 
 pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// The established TCP connections (IPv4 and IPv6) among the sockets process `pid` holds.
+fn established_sockets(pid: u32) -> Result<usize> {
+    let mut inodes = BTreeSet::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        if let Ok(target) = std::fs::read_link(entry?.path())
+            && let Some(inode) = target
+                .to_str()
+                .and_then(|target| target.strip_prefix("socket:["))
+                .and_then(|target| target.strip_suffix(']'))
+        {
+            inodes.insert(inode.to_owned());
+        }
+    }
+    let mut count = 0;
+    for table in ["tcp", "tcp6"] {
+        count += established_of(
+            &std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))?,
+            &inodes,
+        );
+    }
+    Ok(count)
+}
+
+/// The rows of a /proc/net/tcp table in state ESTABLISHED (`01`) whose socket inode is among
+/// `inodes`.
+fn established_of(table: &str, inodes: &BTreeSet<String>) -> usize {
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(3) == Some(&"01")
+                && fields.get(9).is_some_and(|inode| inodes.contains(*inode))
+        })
+        .count()
+}
 
 /// One pod's figures at one moment.
 #[derive(Clone, Debug, PartialEq)]
@@ -489,6 +529,20 @@ mod tests {
             figures.describe(),
             "15.0 MiB RSS, 0.42 s CPU, 41 tasks, NaN connections"
         );
+    }
+
+    #[test]
+    fn established_of_counts_the_process_own_established_sockets() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 100 1 0 100 0 0 10 0
+   1: 0100007F:D2F0 0100007F:192B 01 00000000:00000000 00:00000000 00000000     0        0 101 1 0 20 4 30 10 -1
+   2: 0100007F:D2F2 0100007F:192B 01 00000000:00000000 00:00000000 00000000     0        0 102 1 0 20 4 30 10 -1
+   3: 0100007F:D2F4 0100007F:192B 06 00000000:00000000 03:00000F2A 00000000     0        0 103 3 0 20 4 30 10 -1
+";
+        let ours: BTreeSet<String> = ["100", "101", "103"].map(String::from).into();
+        // 100 listens, 102 is another process's, 103 is in TIME_WAIT: only 101 counts.
+        assert_eq!(established_of(table, &ours), 1);
+        assert_eq!(established_of(table, &BTreeSet::new()), 0);
     }
 
     #[test]
