@@ -179,8 +179,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             usernames: args.controller_usernames.clone(),
             groups: args.controller_groups.clone(),
         };
+        // The SubjectAccessReview of each review on a client of its own, without the QPS
+        // limit: behind the component's 20 QPS the reviews of a burst of requests (about four
+        // per request: create, labels, two status writes) queued past the apiserver's timeout.
+        let reviews =
+            evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)
+                .await
+                .context(
+                    "connecting to the Kubernetes API for the webhook's SubjectAccessReviews",
+                )?;
         let webhooks = webhook::webhooks(
-            client.clone(),
+            reviews,
             manager.metrics().clone(),
             heartbeat_timeout,
             controller,
