@@ -77,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
     // milliseconds after); built here so no test waits for it.
     step(
         "build the descheduler",
-        run_command(Command::new(root.join("tests/descheduler/build.sh")).current_dir(&root)),
+        evictkit_testenv::descheduler::binary().map(drop),
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&cluster::UpArgs {
@@ -156,10 +156,7 @@ fn installed(
     // The suite runs the real descheduler against descheduler-bridge's webhook (cached).
     step(
         "build the descheduler",
-        run_command(
-            Command::new(crate::workspace_root().join("tests/descheduler/build.sh"))
-                .current_dir(crate::workspace_root()),
-        ),
+        evictkit_testenv::descheduler::binary().map(drop),
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&cluster::UpArgs {
