@@ -176,13 +176,29 @@ pub(crate) async fn teardown(client: &Client) {
     }
 }
 
-/// The webhook under test: the release binary pinned to one core, serving over HTTPS with the
-/// apiserver's certificate of the test PKI (issued for 127.0.0.1 by the cluster CA).
+/// The webhook under test: the release binary pinned to one core, serving HTTPS on every
+/// address of this machine with a certificate of the cluster CA for 127.0.0.1 and
+/// [`support::host_address`].
 pub(crate) struct Webhook {
     pub(crate) server: Component,
     pub(crate) port: u16,
     pub(crate) metrics_port: u16,
     pub(crate) ca_pem: String,
+    host: std::net::IpAddr,
+}
+
+impl Webhook {
+    /// The URL of the webhook's `path` that a configuration names: at this machine's address,
+    /// not 127.0.0.1. The apiserver calls a loopback URL over HTTP/2, a few connections for
+    /// every call, and any other over HTTP/1.1 (kube-apiserver's webhook client, `isLocalHost`),
+    /// a connection per concurrent call, as it calls a chart's Service: the figures are for
+    /// that.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!(
+            "https://{}{path}",
+            std::net::SocketAddr::new(self.host, self.port)
+        )
+    }
 }
 
 /// The webhook with `flags` added to the bench's.
@@ -192,6 +208,8 @@ pub(crate) async fn start_webhook(
     flags: &[String],
 ) -> Result<Webhook> {
     let pki = support::pki();
+    let host = support::host_address()?;
+    let (cert, key) = support::serving_pair(&["127.0.0.1".parse()?, host])?;
     let port = support::free_port()?;
     let metrics_port = support::free_port()?;
     let mut command = Command::new("taskset");
@@ -199,10 +217,10 @@ pub(crate) async fn start_webhook(
         .args(["-c", "0"])
         .arg(binary)
         .args([
-            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--webhook-addr=0.0.0.0:{port}"),
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
-            &format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
-            &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
+            &format!("--tls-cert-file={}", cert.display()),
+            &format!("--tls-key-file={}", key.display()),
             "--leader-elect=false",
             "--roles=webhook",
         ])
@@ -218,16 +236,18 @@ pub(crate) async fn start_webhook(
         port,
         metrics_port,
         ca_pem: std::fs::read_to_string(pki.join("ca.crt"))?,
+        host,
     })
 }
 
 async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
+    let started = start_webhook(cluster, binary, &[]).await?;
     let Webhook {
         server,
         port,
-        metrics_port,
         ca_pem,
-    } = &start_webhook(cluster, binary, &[]).await?;
+        ..
+    } = &started;
     let webhook = support::webhook_client(*port, ca_pem)?;
 
     println!(
@@ -253,7 +273,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     println!("RSS after the load: {} KiB", server.rss_kib()?);
 
     let without = evictions(client, args.evictions).await?;
-    register(client, *port, ca_pem, *metrics_port).await?;
+    register(client, &started).await?;
     let with = evictions(client, args.evictions).await?;
     println!(
         "dry-run eviction through the apiserver, {} calls each:",
@@ -329,8 +349,9 @@ async fn evictions(client: &Client, count: usize) -> Result<Vec<f64>> {
 }
 
 /// Registers the eviction webhook for the namespace, as the chart does (failurePolicy Ignore,
-/// timeoutSeconds 5), and returns once the apiserver calls it.
-async fn register(client: &Client, port: u16, ca_pem: &str, metrics_port: u16) -> Result<()> {
+/// timeoutSeconds 5, called over HTTP/1.1: [`Webhook::url`]), and returns once the apiserver
+/// calls it.
+async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
     let configuration = json!({
         "metadata": {"name": NS},
         "webhooks": [{
@@ -340,8 +361,8 @@ async fn register(client: &Client, port: u16, ca_pem: &str, metrics_port: u16) -
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}],
             "clientConfig": {
-                "url": format!("https://127.0.0.1:{port}/validate-eviction"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+                "url": webhook.url("/validate-eviction"),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
             },
         }],
     });
@@ -352,9 +373,9 @@ async fn register(client: &Client, port: u16, ca_pem: &str, metrics_port: u16) -
         )
         .await?;
     // The apiserver picks up a new webhook configuration within about a second.
-    let before = validate_eviction_count(metrics_port)?;
+    let before = validate_eviction_count(webhook.metrics_port)?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while validate_eviction_count(metrics_port)? == before {
+    while validate_eviction_count(webhook.metrics_port)? == before {
         if Instant::now() > deadline {
             bail!("the apiserver never called the eviction webhook");
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use kube::{Api, Client};
 
 use crate::cluster::{self, Cluster};
@@ -558,6 +558,41 @@ pub fn percentile(samples: &[f64], p: f64) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// TCP connections established to local port `port` now (`ss`), e.g. a webhook's from the
+/// apiserver: one per call in flight over HTTP/1.1, a few over HTTP/2.
+pub fn established_connections(port: u16) -> Result<usize> {
+    let filter = format!("( sport = :{port} )");
+    let out = Command::new("ss")
+        .args(["-Htn", "state", "established", &filter])
+        .output()
+        .context("running ss")?;
+    ensure!(
+        out.status.success(),
+        "ss failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).lines().count())
+}
+
+/// Connections the kernel refused so far because a listener's accept queue was full
+/// (`TcpExt: ListenOverflows` of /proc/net/netstat, this network namespace): the client's SYN
+/// is dropped and sent again after 1 s, then 3 s, so one overflow costs a call seconds.
+pub fn listen_overflows() -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/net/netstat").context("reading /proc/net/netstat")?;
+    let mut rows = text.lines().filter(|line| line.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
+        bail!("/proc/net/netstat has no TcpExt rows");
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "ListenOverflows")
+        .context("/proc/net/netstat has no TcpExt ListenOverflows")?
+        .1
+        .parse()
+        .context("TcpExt ListenOverflows")
+}
+
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -568,6 +603,41 @@ pub fn free_port() -> Result<u16> {
 /// which a webhook under test can serve with).
 pub fn pki() -> PathBuf {
     cluster::state_dir().join("pki")
+}
+
+/// This machine's first IPv4 address that is not loopback (`hostname -I`): where a webhook under
+/// test is called over HTTP/1.1, as the apiserver calls a Service (see `Webhook::url`).
+pub fn host_address() -> Result<std::net::IpAddr> {
+    let out = Command::new("hostname")
+        .arg("-I")
+        .output()
+        .context("running hostname -I")?;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|address| address.parse::<std::net::IpAddr>().ok())
+        .find(|address| address.is_ipv4() && !address.is_loopback())
+        .context("this machine has no IPv4 address but loopback (hostname -I)")
+}
+
+/// A serving certificate for `addresses`, signed by the cluster CA, written into the cluster's
+/// PKI directory: (certificate, key) paths.
+pub fn serving_pair(addresses: &[std::net::IpAddr]) -> Result<(PathBuf, PathBuf)> {
+    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
+    let pki = pki();
+    let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).context("reading the cluster CA")?;
+    let ca = Issuer::from_ca_cert_pem(
+        &ca_pem,
+        KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?,
+    )?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.subject_alt_names = addresses.iter().map(|ip| SanType::IpAddress(*ip)).collect();
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, &ca)?;
+    let paths = (pki.join("bench-webhook.crt"), pki.join("bench-webhook.key"));
+    std::fs::write(&paths.0, cert.pem())?;
+    std::fs::write(&paths.1, key.serialize_pem())?;
+    Ok(paths)
 }
 
 /// A keep-alive HTTPS client for a webhook server under test on 127.0.0.1:`port` (kube's hyper

@@ -71,6 +71,11 @@ pub struct Row {
     /// scenario measures that too.
     pub per_second: f64,
     pub per_second_without: Option<f64>,
+    /// A whole request's p99 in the apiserver (`apiserver_request_duration_seconds`), with the
+    /// webhook and without it in the same run, where the scenario measures both: what the
+    /// webhook adds is the difference, the rest is the apiserver's own time on this machine.
+    pub request_p99_ms: Option<f64>,
+    pub request_p99_ms_without: Option<f64>,
 }
 
 const HEADER: &[&str] = &[
@@ -84,6 +89,8 @@ const HEADER: &[&str] = &[
     "restarts",
     "per_second",
     "per_second_without_webhook",
+    "request_p99_ms",
+    "request_p99_ms_without_webhook",
 ];
 
 impl Row {
@@ -99,6 +106,8 @@ impl Row {
             restarts: 0,
             per_second: 0.0,
             per_second_without: None,
+            request_p99_ms: None,
+            request_p99_ms_without: None,
         }
     }
 
@@ -117,6 +126,8 @@ impl Row {
             self.restarts.to_string(),
             format!("{:.1}", self.per_second),
             or_dash(self.per_second_without, 1),
+            or_dash(self.request_p99_ms, 1),
+            or_dash(self.request_p99_ms_without, 1),
         ]
     }
 
@@ -169,7 +180,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 fn line<S: AsRef<str>>(cells: &[S]) -> String {
-    let widths = [12, 18, 7, 12, 8, 8, 15, 9, 11, 28];
+    let widths = [12, 18, 7, 12, 8, 8, 15, 9, 11, 28, 15, 31];
     cells
         .iter()
         .zip(widths)
@@ -207,6 +218,8 @@ async fn measure(
                 restarts: on.restarts,
                 per_second: on.evictions_per_second(),
                 per_second_without: Some(off.evictions_per_second()),
+                request_p99_ms: on.evictions.quantile_ms(0.99),
+                request_p99_ms_without: off.evictions.quantile_ms(0.99),
                 ..Row::of("drain", size, &on.apiserver)
             })
         }

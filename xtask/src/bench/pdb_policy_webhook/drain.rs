@@ -83,6 +83,16 @@ pub(crate) struct Drain {
     pub(crate) apiserver: Snapshot,
     /// The webhook's own time per eviction review during the drain.
     pub(crate) own: Histogram,
+    /// Each eviction's time in the apiserver, whole (`apiserver_request_duration_seconds` of
+    /// pods/eviction): with and without the webhook, the difference is what the webhook adds.
+    pub(crate) evictions: Histogram,
+    /// How long the apiserver's runnable goroutines waited for a core during the drain
+    /// (`go_sched_latencies_seconds`): a wait the apiserver counts inside a webhook call too.
+    pub(crate) scheduling: Histogram,
+    /// The most TCP connections to the webhook open at once during the drain.
+    pub(crate) connections: usize,
+    /// Connections refused during the drain for a full accept queue ([`support::listen_overflows`]).
+    pub(crate) listen_overflows: u64,
     /// Whether the webhook process exited during the drain (0 or 1: the bench does not restart
     /// it).
     pub(crate) restarts: u32,
@@ -186,7 +196,7 @@ pub(crate) async fn drains(
     let mut drains = Vec::new();
     for registered in [false, true] {
         if registered {
-            register(client, webhook.port, &webhook.ca_pem, webhook.metrics_port).await?;
+            register(client, &webhook).await?;
         }
         let label = match (registered, qps == CHART_QPS) {
             (false, _) => "off".to_owned(),
@@ -224,6 +234,24 @@ fn report(drains: &[Drain]) {
         );
     }
     for drain in drains {
+        let ms = |histogram: &Histogram, q| histogram.quantile_ms(q).unwrap_or(f64::NAN);
+        println!(
+            "  webhook {}: an eviction in the apiserver p50 {:.0} ms, p99 {:.0} ms; the webhook \
+             call p50 {:.1} ms, p99 {:.1} ms (the webhook's own p99 {:.1} ms); the apiserver's \
+             goroutines waited for a core p99 {:.1} ms, p99.9 {:.1} ms; webhook connections at \
+             most {} ({} refused for a full accept queue), webhook CPU {:.0}% of a core",
+            drain.label,
+            ms(&drain.evictions, 0.5),
+            ms(&drain.evictions, 0.99),
+            ms(&drain.apiserver.durations, 0.5),
+            ms(&drain.apiserver.durations, 0.99),
+            ms(&drain.own, 0.99),
+            ms(&drain.scheduling, 0.99),
+            ms(&drain.scheduling, 0.999),
+            drain.connections,
+            drain.listen_overflows,
+            100.0 * drain.cpu_seconds / drain.seconds,
+        );
         let reviews: Vec<String> = drain
             .reviews
             .iter()
@@ -295,7 +323,8 @@ async fn drain(
 
     let cpu_before = webhook.server.cpu_seconds()?;
     let reviews_before = reviews(webhook.metrics_port)?;
-    let apiserver_before = Snapshot::take(cluster, &[WEBHOOK_NAME])?;
+    let apiserver_before = ApiserverFigures::take(cluster)?;
+    let overflows_before = support::listen_overflows()?;
     let own_before = own_durations(webhook.metrics_port)?;
     let started = Instant::now();
     // A task per eviction: the calls run on every worker thread, as kubectl's goroutines do.
@@ -311,11 +340,15 @@ async fn drain(
     }));
     let mut calls = std::pin::pin!(calls);
     let mut rss_kib = webhook.server.rss_kib()?;
+    let mut connections = 0;
     let mut sample = tokio::time::interval(Duration::from_millis(100));
     let answers = loop {
         tokio::select! {
             answers = &mut calls => break answers?,
-            _ = sample.tick() => rss_kib = rss_kib.max(webhook.server.rss_kib()?),
+            _ = sample.tick() => {
+                rss_kib = rss_kib.max(webhook.server.rss_kib()?);
+                connections = connections.max(support::established_connections(webhook.port)?);
+            }
         }
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -325,8 +358,13 @@ async fn drain(
         .zip(reviews_before)
         .map(|((result, after), (_, before))| (result, after - before))
         .collect();
-    let apiserver = Snapshot::take(cluster, &[WEBHOOK_NAME])?.since(&apiserver_before);
+    let ApiserverFigures {
+        webhook: apiserver,
+        evictions,
+        scheduling,
+    } = ApiserverFigures::take(cluster)?.since(&apiserver_before);
     let own = own_durations(webhook.metrics_port)?.since(&own_before);
+    let listen_overflows = support::listen_overflows()? - overflows_before;
     let restarts = u32::from(!webhook.server.runs());
 
     let mut latencies = Vec::with_capacity(answers.len());
@@ -353,8 +391,42 @@ async fn drain(
         reviews,
         apiserver,
         own,
+        evictions,
+        scheduling,
+        connections,
+        listen_overflows,
         restarts,
     })
+}
+
+/// The apiserver's figures a drain reads, from one `/metrics`.
+struct ApiserverFigures {
+    webhook: Snapshot,
+    evictions: Histogram,
+    scheduling: Histogram,
+}
+
+impl ApiserverFigures {
+    fn take(cluster: &Cluster) -> Result<Self> {
+        let metrics = cluster.kubectl(&["get", "--raw", "/metrics"])?;
+        Ok(Self {
+            webhook: Snapshot::parse(&metrics, &[WEBHOOK_NAME]),
+            evictions: Histogram::parse(
+                &metrics,
+                "apiserver_request_duration_seconds",
+                "subresource=\"eviction\"",
+            ),
+            scheduling: Histogram::parse(&metrics, "go_sched_latencies_seconds", ""),
+        })
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        Self {
+            webhook: self.webhook.since(&before.webhook),
+            evictions: self.evictions.since(&before.evictions),
+            scheduling: self.scheduling.since(&before.scheduling),
+        }
+    }
 }
 
 /// `per_node` pods on each of `nodes`, of the node's app (its PDB's selector), named and

@@ -101,7 +101,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": ["policy"], "apiVersions": ["v1"], "resources": ["poddisruptionbudgets"], "operations": ["CREATE", "UPDATE"]}],
             "clientConfig": {
-                "url": format!("https://127.0.0.1:{}{path}", webhook.port),
+                "url": webhook.url(path),
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
             },
         })

@@ -118,7 +118,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
             "clientConfig": {
-                "url": format!("https://127.0.0.1:{}/mutate", webhook.port),
+                "url": webhook.url("/mutate"),
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
             },
         }],
