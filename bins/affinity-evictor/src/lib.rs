@@ -32,6 +32,7 @@ use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::listed::listed;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
 use evictkit_runtime::requester::{Done, Requester, RequesterNames};
@@ -245,10 +246,13 @@ impl std::ops::Deref for Context {
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let (node_store, node_writer) = reflector::store();
     let (pod_store, pod_writer) = reflector::store();
+    // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
+    // controller's runner needs ([`evictkit_runtime::listed`]).
+    let (nodes_lister, nodes_listed) = listed();
+    let (pods_lister, pods_listed) = listed();
     let listed = settings.listing.as_ref().map(|readiness| {
-        let caches = (node_store.clone(), pod_store.clone());
         readiness.until_listed(async move {
-            let _ = future::join(caches.0.wait_until_ready(), caches.1.wait_until_ready()).await;
+            future::join(nodes_listed.wait(), pods_listed.wait()).await;
             tracing::info!("caches listed");
         })
     });
@@ -275,6 +279,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             .default_backoff()
             .reflect(pod_writer)
             .inspect(move |event| {
+                pods_lister.observe(event);
                 if let Ok(event) = event {
                     let gone = index
                         .lock()
@@ -293,6 +298,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             .default_backoff()
             .modify(strip_node)
             .reflect(node_writer)
+            .inspect(move |event| nodes_lister.observe(event))
             .filter_map(|event| {
                 future::ready(
                     event

@@ -28,6 +28,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::listed::listed;
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
@@ -249,6 +250,10 @@ pub async fn control<R: Request>(
         pods: pod_store.clone(),
     });
 
+    // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
+    // controller's runner needs ([`evictkit_runtime::listed`]).
+    let (requests_lister, requests_listed) = listed();
+    let (pods_lister, pods_listed) = listed();
     let requests = {
         let metrics = settings.metrics.clone();
         watcher(requests_api, watcher::Config::default())
@@ -259,6 +264,7 @@ pub async fn control<R: Request>(
                 }
             })
             .reflect(request_writer)
+            .inspect(move |event| requests_lister.observe(event))
             .applied_objects()
     };
     // A pod's change concerns the request named after its UID, if there is one.
@@ -268,6 +274,7 @@ pub async fn control<R: Request>(
             .default_backoff()
             .modify(strip_pod)
             .reflect(pod_writer)
+            .inspect(move |event| pods_lister.observe(event))
             .touched_objects()
             .filter_map(move |pod| {
                 let key = pod.ok().and_then(|pod| {
@@ -281,12 +288,9 @@ pub async fn control<R: Request>(
     };
     // Both caches complete before the first decision: a pod missing from a half-filled cache
     // reads as gone.
-    let ready = {
-        let (requests, pods) = (request_store.clone(), pod_store.clone());
-        futures::FutureExt::shared(Box::pin(async move {
-            let _ = future::join(requests.wait_until_ready(), pods.wait_until_ready()).await;
-        }))
-    };
+    let ready = futures::FutureExt::shared(Box::pin(async move {
+        future::join(requests_listed.wait(), pods_listed.wait()).await;
+    }));
     let controller = {
         let ready = ready.clone();
         Controller::for_stream(requests, request_store.clone())

@@ -70,6 +70,7 @@ use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::listed::{Listed, listed};
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
 use evictkit_runtime::requester::{Done, Requester, RequesterNames};
@@ -307,6 +308,10 @@ struct Context {
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
     policies: Store<TaintEvictionPolicy>,
+    /// Whether each of those caches has listed (see [`Context::caches_ready`]).
+    nodes_listed: Listed,
+    namespaces_listed: Listed,
+    policies_listed: Listed,
     /// Whether the TaintEvictionPolicy CRD is installed; without it, no policies.
     policies_installed: bool,
     /// When this term as leader began: windows that would have started before are recovered
@@ -332,11 +337,17 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     let (pod_store, pod_writer) = reflector::store();
     let (namespace_store, namespace_writer) = reflector::store();
     let (policy_store, policy_writer) = reflector::store();
+    // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
+    // controller's runner needs ([`evictkit_runtime::listed`]).
+    let (pods_lister, pods_listed) = listed();
+    let (nodes_lister, nodes_listed) = listed();
+    let (namespaces_lister, namespaces_listed) = listed();
+    let (policies_lister, policies_listed) = listed();
     let caches = (
-        pod_store.clone(),
-        node_store.clone(),
-        namespace_store.clone(),
-        policy_store.clone(),
+        pods_listed,
+        nodes_listed.clone(),
+        namespaces_listed.clone(),
+        policies_listed.clone(),
     );
     let readiness = settings.readiness.clone();
     let policies_installed = access::policy_crd_installed(&client).await;
@@ -344,14 +355,9 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     // nodes, namespaces or policies.
     let listed = readiness.until_listed(async move {
         let (pods, nodes, namespaces, policies) = caches;
-        let _ = future::join3(
-            pods.wait_until_ready(),
-            nodes.wait_until_ready(),
-            namespaces.wait_until_ready(),
-        )
-        .await;
+        future::join3(pods.wait(), nodes.wait(), namespaces.wait()).await;
         if policies_installed {
-            let _ = policies.wait_until_ready().await;
+            policies.wait().await;
         }
         tracing::info!("caches listed");
     });
@@ -368,6 +374,9 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         nodes: node_store.clone(),
         namespaces: namespace_store,
         policies: policy_store.clone(),
+        nodes_listed,
+        namespaces_listed,
+        policies_listed,
         planning_since: Timestamp::now(),
         zones: Mutex::default(),
         pods: Mutex::default(),
@@ -375,12 +384,26 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     });
     let index = Arc::new(Mutex::new(pods_by_node()));
 
-    let pods = watches::pods(&client, pod_writer, index.clone(), context.clone());
+    let pods = watches::pods(
+        &client,
+        pod_writer,
+        pods_lister,
+        index.clone(),
+        context.clone(),
+    );
     let mut triggers = vec![
-        watches::node_changes(&client, node_writer, index.clone(), context.clone()).boxed(),
+        watches::node_changes(
+            &client,
+            node_writer,
+            nodes_lister,
+            index.clone(),
+            context.clone(),
+        )
+        .boxed(),
         watches::namespace_changes(
             &client,
             namespace_writer,
+            namespaces_lister,
             node_store.clone(),
             index.clone(),
             policy_store.clone(),
@@ -393,6 +416,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             watches::policy_changes(
                 &client,
                 policy_writer,
+                policies_lister,
                 node_store,
                 index.clone(),
                 context.policy_selector.as_deref(),

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
-use futures::FutureExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::Action;
@@ -22,10 +21,9 @@ impl Context {
     /// Whether the node, namespace and policy caches hold a complete list (the policy one only
     /// if the CRD is installed).
     pub(crate) fn caches_ready(&self) -> bool {
-        let ready = |wait: Option<Result<(), _>>| matches!(wait, Some(Ok(())));
-        ready(self.nodes.wait_until_ready().now_or_never())
-            && ready(self.namespaces.wait_until_ready().now_or_never())
-            && (!self.policies_installed || ready(self.policies.wait_until_ready().now_or_never()))
+        self.nodes_listed.is_listed()
+            && self.namespaces_listed.is_listed()
+            && (!self.policies_installed || self.policies_listed.is_listed())
     }
 
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
@@ -63,7 +61,7 @@ impl Context {
 /// One pod: plan it against its node's taints and the policies, and act on the plan.
 pub(crate) async fn reconcile(pod: Arc<CachedPod>, context: Arc<Context>) -> Result<Action, Error> {
     // Never plan without the policies and namespaces: an Ignore policy not yet read would let
-    // a pod go. Not awaited: kube's store readiness wakes only one waiter of many.
+    // a pod go. Not awaited: a reconcile holds one of the bounded slots.
     if !context.caches_ready() {
         return Ok(Action::requeue(CACHE_WAIT));
     }

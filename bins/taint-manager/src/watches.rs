@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::leader::spawn_in_term;
+use evictkit_runtime::listed::Lister;
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -26,6 +27,7 @@ use crate::{Context, name_of, taints_of};
 pub fn pods(
     client: &Client,
     writer: reflector::store::Writer<CachedPod>,
+    lister: Lister,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
 ) -> impl Stream<Item = Result<CachedPod, watcher::Error>> + Send + 'static {
@@ -39,6 +41,7 @@ pub fn pods(
         .reflect(writer)
         .inspect(move |event| {
             context.access.observe("pods", event);
+            lister.observe(event);
             if let Ok(event) = event {
                 let gone = index
                     .lock()
@@ -76,6 +79,7 @@ type NodeFacts = (Option<(String, bool)>, Vec<Taint>);
 pub fn node_changes(
     client: &Client,
     writer: reflector::store::Writer<Node>,
+    lister: Lister,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
 ) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
@@ -98,6 +102,7 @@ pub fn node_changes(
         .reflect(writer)
         .filter_map(move |event| {
             access.observe("nodes", &event);
+            lister.observe(&event);
             future::ready(event.ok())
         })
         .flat_map(move |event| {
@@ -145,6 +150,7 @@ pub fn node_changes(
 pub fn policy_changes(
     client: &Client,
     writer: reflector::store::Writer<TaintEvictionPolicy>,
+    lister: Lister,
     nodes: Store<Node>,
     index: Arc<Mutex<PodsByNode>>,
     selector: Option<&str>,
@@ -159,6 +165,7 @@ pub fn policy_changes(
         .reflect(writer)
         .filter_map(move |event| {
             access.observe("taintevictionpolicies", &event);
+            lister.observe(&event);
             future::ready(match event {
                 Ok(
                     watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
@@ -174,6 +181,7 @@ pub fn policy_changes(
 pub fn namespace_changes(
     client: &Client,
     writer: reflector::store::Writer<Namespace>,
+    lister: Lister,
     nodes: Store<Node>,
     index: Arc<Mutex<PodsByNode>>,
     policies: Store<TaintEvictionPolicy>,
@@ -188,6 +196,7 @@ pub fn namespace_changes(
     .reflect(writer)
     .filter_map(move |event| {
         access.observe("namespaces", &event);
+        lister.observe(&event);
         future::ready(match event {
             Ok(watcher::Event::Apply(_)) if !policies.state().is_empty() => {
                 Some(stream::iter(pods_on_tainted_nodes(&nodes, &index)))

@@ -44,6 +44,11 @@ impl Listed {
     pub async fn wait(&self) {
         let _ = self.0.clone().wait_for(|listed| *listed).await;
     }
+
+    /// Whether the cache has listed, without waiting (and without taking anyone's wake-up).
+    pub fn is_listed(&self) -> bool {
+        *self.0.borrow()
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +81,7 @@ mod tests {
     async fn every_waiter_wakes_when_the_cache_has_listed() {
         let (lister, listed) = listed();
         let (a, b) = (listed.clone(), listed.clone());
+        assert!(!listed.is_listed(), "not listed before the list");
         let woke = both_wake(
             async move { a.wait().await },
             async move { b.wait().await },
@@ -86,6 +92,7 @@ mod tests {
         )
         .await;
         assert_eq!(woke, (true, true));
+        assert!(listed.is_listed());
         assert!(
             listed.wait().now_or_never().is_some(),
             "a waiter after the list returns at once"

@@ -15,6 +15,7 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::EvictionClient;
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::listed::listed;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
@@ -111,17 +112,22 @@ async fn context(client: Client, node: Node) -> Arc<Context> {
     });
     let (nodes, mut node_writer) = reflector::store();
     let (namespaces, mut namespace_writer) = reflector::store::<Namespace>();
+    let (nodes_lister, nodes_listed) = listed();
+    let (namespaces_lister, namespaces_listed) = listed();
     for event in [
         watcher::Event::Init,
         watcher::Event::InitApply(node),
         watcher::Event::InitDone,
     ] {
         node_writer.apply_watcher_event(&event);
+        nodes_lister.observe(&Ok(event));
     }
     for event in [watcher::Event::Init, watcher::Event::InitDone] {
         namespace_writer.apply_watcher_event(&event);
+        namespaces_lister.observe(&Ok(event));
     }
     let (policies, _) = reflector::store();
+    let (_, policies_listed) = listed();
     Arc::new(Context {
         client,
         settings,
@@ -129,6 +135,9 @@ async fn context(client: Client, node: Node) -> Arc<Context> {
         nodes,
         namespaces,
         policies,
+        nodes_listed,
+        namespaces_listed,
+        policies_listed,
         policies_installed: false,
         planning_since: Timestamp::now() - SignedDuration::from_hours(1),
         zones: Mutex::default(),
