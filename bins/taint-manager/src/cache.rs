@@ -23,7 +23,7 @@ use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
 
-use crate::interned::Interner;
+use evictkit_runtime::interned::Interner;
 
 /// The node condition the zone guard reads.
 const NODE_READY: &str = "Ready";

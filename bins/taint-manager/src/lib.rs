@@ -44,7 +44,6 @@
 mod access;
 mod actions;
 mod cache;
-mod interned;
 mod metrics;
 mod pod_state;
 mod reconcile;

@@ -11,6 +11,8 @@
 //! - [`reconcile`]: every reconcile counted, timed and traced with its object's key;
 //! - [`eviction`]: the one eviction client, with its outcome classification;
 //! - [`index`]: a reflector store's objects grouped by node or namespace;
+//! - [`interned`]: one shared copy of each distinct value among many cached objects (compact
+//!   caches: a workload's pods share one copy of their labels);
 //! - [`listed`]: a watch's first list done, for any number of waiters (a kube `Store`'s
 //!   `wait_until_ready` wakes only one);
 //! - [`backoff`]: each retried object's back-off; [`pod_condition`]: the one pod-condition
@@ -32,6 +34,7 @@ pub mod eviction;
 pub mod eviction_request;
 pub mod http;
 pub mod index;
+pub mod interned;
 pub mod leader;
 pub mod lifecycle_request;
 pub mod listed;
