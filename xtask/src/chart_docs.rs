@@ -7,6 +7,9 @@
 //! integer, `{"properties": {}, "additionalProperties": true}` for a free-form map such as
 //! `resources`). Inferred: an object with keys accepts only those keys, an empty object
 //! (`annotations: {}`) any; a number is a `number`, a list an `array`.
+//!
+//! A chart's `sizing.md`, when it has one, follows the values as the README's "Sizing" section:
+//! the measured memory by cluster size its `resources` defaults were chosen from (issue 29).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -85,9 +88,15 @@ fn plan() -> Result<Vec<Output>> {
             path: dir.join("values.schema.json"),
             contents: serde_json::to_string_pretty(&schema)? + "\n",
         });
+        let sizing_path = root.join(&dir).join("sizing.md");
+        let sizing = match fs::read_to_string(&sizing_path) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", sizing_path.display())),
+        };
         outputs.push(Output {
             path: dir.join("README.md"),
-            contents: readme(&chart, &values, &schema, &keys),
+            contents: readme(&chart, &values, &schema, &keys, sizing.as_deref()),
         });
     }
     Ok(outputs)
@@ -231,7 +240,14 @@ fn schema_of(
 /// README.md: the chart's description and a table of its values, in file order. An object
 /// whose schema lists its keys gets a row of its own only when it has a comment, then one row
 /// per key; anything else (a scalar, a list, a free-form map) is one row with its default.
-fn readme(chart: &Value, values: &Value, schema: &Value, keys: &[Key]) -> String {
+/// Then the chart's `sizing.md`, if any, as the "Sizing" section.
+fn readme(
+    chart: &Value,
+    values: &Value,
+    schema: &Value,
+    keys: &[Key],
+    sizing: Option<&str>,
+) -> String {
     let name = chart.get("name").and_then(Value::as_str).unwrap_or("?");
     let description = chart
         .get("description")
@@ -280,6 +296,9 @@ fn readme(chart: &Value, values: &Value, schema: &Value, keys: &[Key]) -> String
             "| `{}` | {kind} | {default} | {description} |\n",
             key.path.join(".")
         ));
+    }
+    if let Some(sizing) = sizing {
+        out.push_str(&format!("\n## Sizing\n\n{}\n", sizing.trim()));
     }
     out
 }
@@ -391,7 +410,7 @@ annotations: {}
         let values: Value = serde_saphyr::from_str(VALUES).expect("the test values parse");
         let keys = keys();
         let chart = json!({"name": "demo", "description": "A demo | chart."});
-        let readme = readme(&chart, &values, &schema(&values, &keys), &keys);
+        let readme = readme(&chart, &values, &schema(&values, &keys), &keys, None);
         let rows: Vec<&str> = readme
             .lines()
             .filter(|line| line.starts_with("| `"))
@@ -406,5 +425,26 @@ annotations: {}
                 "| `annotations` | object | `{}` |  |",
             ]
         );
+        assert!(!readme.contains("## Sizing"), "no sizing.md, no section");
+    }
+
+    #[test]
+    fn a_charts_sizing_follows_its_values() {
+        let values: Value = serde_saphyr::from_str(VALUES).expect("the test values parse");
+        let keys = keys();
+        let chart = json!({"name": "demo"});
+        let sizing = "| pods | RSS |\n|---:|---:|\n| 1,000 | 20 MB |\n";
+        let readme = readme(
+            &chart,
+            &values,
+            &schema(&values, &keys),
+            &keys,
+            Some(sizing),
+        );
+        let (table, section) = readme
+            .split_once("\n## Sizing\n\n")
+            .expect("a Sizing section");
+        assert!(table.ends_with("| `annotations` | object | `{}` |  |\n"));
+        assert_eq!(section, sizing);
     }
 }
