@@ -19,13 +19,18 @@
 //!    node-lifecycle-controller at its pace (0.1 nodes per second) on both sides: both must
 //!    delete the same pods at the same time after each node's taint (issue 29: the
 //!    taint-manager paces nothing by zone unless `--zone-guard` is on).
+//! 4. With `--relist-after SECONDS`, **the outage of a third of each zone with kube-apiserver
+//!    restarted** that many seconds after the taint, so every watch lists again in the middle
+//!    of the removals (issue 29 goal 2): each side's longest stall of deletions after the
+//!    restart and its p99, beside its outage without the restart (see [`relist`]).
 //!
 //! Each size's rows go into `target/bench/scale-memory.csv`, `target/bench/scale-outage.csv` and
-//! `target/bench/scale-zone-outage.csv` (a rerun of a case replaces its row), and the plots in `target/bench/scale-*.png` are drawn
+//! `target/bench/scale-zone-outage.csv`, `target/bench/scale-relist.csv` (a rerun of a case replaces its row), and the plots in `target/bench/scale-*.png` are drawn
 //! again from the whole files after every size: sizes can be run on different days.
 
 mod memory;
 mod outage;
+mod relist;
 
 use std::time::Instant;
 
@@ -74,6 +79,11 @@ pub struct Args {
     /// 0.1 nodes per second (a zone of N nodes takes 50 s + N x 10 s a side).
     #[arg(long)]
     whole_zone: bool,
+    /// Also the outage of a third of each zone with kube-apiserver restarted this many seconds
+    /// after the taint (every watch lists again), each side beside its outage without it; rows
+    /// in scale-relist.csv. Pick a time within both sides' removals (their `wall` figure).
+    #[arg(long, value_name = "SECONDS")]
+    relist_after: Option<u64>,
     /// Draw the plots again from the CSV files under target/bench and run nothing.
     #[arg(long)]
     plot_only: bool,
@@ -101,7 +111,7 @@ pub fn run(args: &Args) -> Result<()> {
         cluster::down()?;
         // The taint controllers bring their own node-lifecycle-controller (see outage.rs), so
         // exactly one runs in each side's outage.
-        let cluster = cluster::up(&UpArgs {
+        let mut cluster = cluster::up(&UpArgs {
             nodes,
             kcm_controllers: "*,-taint-eviction-controller,-node-lifecycle-controller".into(),
             feature_gates: String::new(),
@@ -134,17 +144,39 @@ pub fn run(args: &Args) -> Result<()> {
                 for (outage, file) in outages {
                     for &qps in &args.kube_api_qps {
                         let taint_manager = &binaries.taint_manager;
-                        let rows = outage::measure(
-                            &cluster,
+                        let runs = outage::measure(
+                            &mut cluster,
                             &client,
                             taint_manager,
                             &scenario,
                             qps,
                             outage,
                             &variants,
+                            None,
                         )
                         .await?;
+                        let rows = outage::rows(&scenario, qps, outage, &runs);
                         csv::upsert(&csv::path(file)?, outage::HEADER, 3, &rows)?;
+                        let Some(after) = args.relist_after.map(std::time::Duration::from_secs)
+                        else {
+                            continue;
+                        };
+                        if outage != Outage::ThirdOfEachZone {
+                            continue;
+                        }
+                        let relisted = outage::measure(
+                            &mut cluster,
+                            &client,
+                            taint_manager,
+                            &scenario,
+                            qps,
+                            outage,
+                            &variants,
+                            Some(after),
+                        )
+                        .await?;
+                        let rows = relist::rows(&scenario, qps, after, &runs, &relisted)?;
+                        csv::upsert(&csv::path("scale-relist.csv")?, relist::HEADER, 4, &rows)?;
                     }
                 }
             }

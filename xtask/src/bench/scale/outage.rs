@@ -36,6 +36,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use super::relist::Restart;
 use super::{NS, Scenario, create_pods};
 use crate::bench::support::{self, Component, percentile};
 use crate::cluster::{Cluster, KWOK_NODE_ANNOTATION};
@@ -78,14 +79,14 @@ const NODE_CONCURRENCY: usize = 32;
 const EVENTS_SETTLE: Duration = Duration::from_secs(10);
 
 #[derive(Clone, PartialEq, Eq)]
-enum Side {
+pub enum Side {
     Upstream,
     /// The taint-manager, with these flags added (`--ours-variant`).
     Ours(Vec<String>),
 }
 
 impl Side {
-    fn label(&self) -> String {
+    pub fn label(&self) -> String {
         match self {
             Side::Upstream => "upstream".to_owned(),
             Side::Ours(flags) if flags.is_empty() => "ours".to_owned(),
@@ -119,9 +120,9 @@ const NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
 const NODE_EVICTION_RATE: f64 = 0.1;
 
 /// What one side's outage measured.
-struct Run {
+pub struct Run {
     /// Pod -> when the apiserver received its first successful delete by the controller.
-    deleted: BTreeMap<String, Timestamp>,
+    pub deleted: BTreeMap<String, Timestamp>,
     deletes: usize,
     tainted_at: BTreeMap<String, Timestamp>,
     /// The controller's calls (writes and gets) during the outage, by verb and resource.
@@ -129,47 +130,74 @@ struct Run {
     cpu_seconds: f64,
     rss_kib: u64,
     peak_rss_kib: u64,
+    /// The kube-apiserver restart of `--relist-after`.
+    pub restart: Option<Restart>,
 }
 
-/// Both sides' `outage` at `qps`, and ours again with each of `variants`' flags added; one CSV
-/// row each.
+/// Both sides' `outage` at `qps`, and ours again with each of `variants`' flags added, with
+/// kube-apiserver restarted `relist_after` the taint if given; each side's row printed.
+#[allow(clippy::too_many_arguments)]
 pub async fn measure(
-    cluster: &Cluster,
+    cluster: &mut Cluster,
     client: &Client,
     taint_manager: &Path,
     scenario: &Scenario,
     qps: f64,
     outage: Outage,
     variants: &[Vec<String>],
-) -> Result<Vec<Vec<String>>> {
+    relist_after: Option<Duration>,
+) -> Result<Vec<(Side, Run)>> {
     let due = scenario.due(outage).count();
     println!(
-        "  outage at --kube-api-qps {qps}: {} of {} nodes down ({}), {due} pods due {} s after their node's taint",
+        "  outage at --kube-api-qps {qps}: {} of {} nodes down ({}), {due} pods due {} s after their node's taint{}",
         scenario.down(outage).len(),
         scenario.pods.len().div_ceil(super::PODS_PER_NODE),
         outage.label(),
-        scenario.toleration_seconds
+        scenario.toleration_seconds,
+        relist_after.map_or_else(String::new, |after| format!(
+            "; kube-apiserver restarted {} s after the taint",
+            after.as_secs()
+        ))
     );
     let sides = [Side::Upstream, Side::Ours(Vec::new())]
         .into_iter()
         .chain(variants.iter().cloned().map(Side::Ours));
-    let mut rows = Vec::new();
-    let mut upstream: Option<Run> = None;
+    let mut runs: Vec<(Side, Run)> = Vec::new();
     for side in sides {
-        let run = run_side(cluster, client, taint_manager, scenario, qps, &side, outage).await;
+        let run = run_side(
+            cluster,
+            client,
+            taint_manager,
+            scenario,
+            qps,
+            &side,
+            outage,
+            relist_after,
+        )
+        .await;
         // Whatever happened, the nodes come back and the pods are there for the next run.
         restore(client, scenario, outage).await?;
         let run = run?;
-        let row = row(scenario, qps, &side, outage, &run);
-        print_row(&row);
+        print_row(&row(scenario, qps, &side, outage, &run));
         println!("    {:<8} calls by kind: {:?}", side.label(), run.calls);
-        rows.push(row);
-        match &upstream {
-            None => upstream = Some(run),
-            Some(upstream) => compare(scenario, upstream, &run, &side),
+        if let Some((_, upstream)) = runs.first() {
+            compare(scenario, upstream, &run, &side);
         }
+        runs.push((side, run));
     }
-    Ok(rows)
+    Ok(runs)
+}
+
+/// The CSV rows of `runs`, in [`HEADER`]'s order.
+pub fn rows(
+    scenario: &Scenario,
+    qps: f64,
+    outage: Outage,
+    runs: &[(Side, Run)],
+) -> Vec<Vec<String>> {
+    runs.iter()
+        .map(|(side, run)| row(scenario, qps, side, outage, run))
+        .collect()
 }
 
 /// Whether `side` deleted the pods upstream did, and each pod's time from its node's taint
@@ -202,14 +230,16 @@ fn compare(scenario: &Scenario, upstream: &Run, run: &Run, side: &Side) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_side(
-    cluster: &Cluster,
+    cluster: &mut Cluster,
     client: &Client,
     taint_manager: &Path,
     scenario: &Scenario,
     qps: f64,
     side: &Side,
     outage: Outage,
+    relist_after: Option<Duration>,
 ) -> Result<Run> {
     let rate = [
         format!("--kube-api-qps={qps}"),
@@ -258,6 +288,7 @@ async fn run_side(
     };
     let cpu_before = measured.cpu_seconds()?;
     let since = Timestamp::now();
+    let started = tokio::time::Instant::now();
     let down = scenario.down(outage);
     let mut tainted_at = match outage {
         Outage::ThirdOfEachZone => nodes_down(client, down).await?,
@@ -279,16 +310,31 @@ async fn run_side(
                 + Duration::from_secs_f64(1.5 * down.len() as f64 / NODE_EVICTION_RATE)
         }
     };
+    // A restart adds the apiserver's downtime (Cluster::restart waits up to 90 s for it).
+    let restarting = relist_after.map_or(Duration::ZERO, |_| Duration::from_secs(90));
     let timeout = tainting
+        + restarting
         + Duration::from_secs(
             u64::try_from(scenario.toleration_seconds).unwrap_or(0)
                 + 120
                 + (due as f64 * 4.0 / qps) as u64,
         );
-    let (deleted, deletes) =
-        support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
+    let restart = async {
+        let Some(after) = relist_after else {
+            return Ok(None);
+        };
+        tokio::time::sleep_until(started + after).await;
+        super::relist::restart_apiserver(cluster, client)
             .await
-            .with_context(|| format!("{}; see {}", side.label(), measured.log.display()))?;
+            .map(Some)
+    };
+    let (restart, deletions) = tokio::join!(
+        restart,
+        support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
+    );
+    let restart = restart.context("restarting kube-apiserver in the outage")?;
+    let (deleted, deletes) =
+        deletions.with_context(|| format!("{}; see {}", side.label(), measured.log.display()))?;
     // Events still queued when the last pod went are sent after it (upstream's broadcaster
     // holds up to 1,000): they count, so wait until they stop, at most 1.5 times their budget's
     // time for 1,000 more.
@@ -314,6 +360,7 @@ async fn run_side(
         cpu_seconds: measured.cpu_seconds()? - cpu_before,
         rss_kib: measured.rss_kib()?,
         peak_rss_kib: support::peak_rss_kib(measured.pid())?,
+        restart,
     })
 }
 
@@ -561,18 +608,30 @@ fn latencies(scenario: &Scenario, run: &Run) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// The p99 of `run`'s pods' times from their node's taint to their deletion, in seconds.
+pub fn p99(scenario: &Scenario, run: &Run) -> f64 {
+    let latencies: Vec<f64> = latencies(scenario, run)
+        .into_iter()
+        .map(|(_, latency)| latency)
+        .collect();
+    percentile(&latencies, 0.99)
+}
+
+/// From the first taint of `run` to its last deletion, in seconds.
+pub fn wall(run: &Run) -> f64 {
+    match (run.tainted_at.values().min(), run.deleted.values().max()) {
+        (Some(taint), Some(last)) => last.duration_since(*taint).as_secs_f64(),
+        _ => 0.0,
+    }
+}
+
 /// One CSV row of `run`, in [`HEADER`]'s order.
 fn row(scenario: &Scenario, qps: f64, side: &Side, outage: Outage, run: &Run) -> Vec<String> {
     let latencies: Vec<f64> = latencies(scenario, run)
         .into_iter()
         .map(|(_, latency)| latency)
         .collect();
-    let first_taint = run.tainted_at.values().min();
-    let last_deletion = run.deleted.values().max();
-    let wall = match (first_taint, last_deletion) {
-        (Some(taint), Some(last)) => last.duration_since(*taint).as_secs_f64(),
-        _ => 0.0,
-    };
+    let wall = wall(run);
     // From the moment the pods came due (taint + tolerationSeconds) to the last deletion.
     let busy = wall - scenario.toleration_seconds as f64;
     let rate = if busy > 0.0 {
@@ -607,7 +666,7 @@ fn row(scenario: &Scenario, qps: f64, side: &Side, outage: Outage, run: &Run) ->
         run.deletes.to_string(),
         format!("{wall:.2}"),
         format!("{:.2}", percentile(&latencies, 0.5)),
-        format!("{:.2}", percentile(&latencies, 0.99)),
+        format!("{:.2}", p99(scenario, run)),
         format!("{:.2}", percentile(&latencies, 1.0)),
         format!("{rate:.1}"),
         format!("{:.2}", calls as f64 / pods),
