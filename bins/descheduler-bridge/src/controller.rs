@@ -34,7 +34,6 @@ use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Patch;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -43,6 +42,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::cache::CachedPod;
 use crate::metrics::BridgeMetrics;
 
 /// An EvictionRequest as the controller reads and ends it, on either API.
@@ -180,7 +180,7 @@ pub struct Settings {
 struct Context {
     client: Client,
     settings: Arc<Settings>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
 }
 
 /// When a precondition failed: the webhook wrote meanwhile; plan again from fresh reads.
@@ -205,28 +205,6 @@ enum Error {
     },
 }
 
-/// Only the pod fields the decisions read: identity and the marks.
-fn strip_pod(pod: &mut Pod) {
-    let metadata = std::mem::take(&mut pod.metadata);
-    let marks = core::cleared_marks();
-    let annotations: std::collections::BTreeMap<_, _> = metadata
-        .annotations
-        .into_iter()
-        .flatten()
-        .filter(|(key, _)| marks.contains_key(key.as_str()))
-        .collect();
-    pod.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        resource_version: metadata.resource_version,
-        annotations: (!annotations.is_empty()).then_some(annotations),
-        ..ObjectMeta::default()
-    };
-    pod.spec = None;
-    pod.status = None;
-}
-
 /// The watches, the controller and the sweep over requests of type `R`, run while holding the
 /// Lease.
 pub async fn control<R: Request>(
@@ -237,7 +215,7 @@ pub async fn control<R: Request>(
     settings.metrics.lead();
     let (request_store, request_writer) = reflector::store::<R>();
     let (pod_store, pod_writer) = reflector::store();
-    let (requests_api, pods_api): (Api<R>, Api<Pod>) = match &settings.namespace {
+    let (requests_api, pods_api): (Api<R>, Api<CachedPod>) = match &settings.namespace {
         Some(namespace) => (
             Api::namespaced(client.clone(), namespace),
             Api::namespaced(client.clone(), namespace),
@@ -272,7 +250,6 @@ pub async fn control<R: Request>(
         let requests = request_store.clone();
         watcher(pods_api, watcher::Config::default())
             .default_backoff()
-            .modify(strip_pod)
             .reflect(pod_writer)
             .inspect(move |event| pods_lister.observe(event))
             .touched_objects()
@@ -514,7 +491,7 @@ async fn sweep<R: Request>(context: &Context, requests: &Store<R>) {
         };
         let namespace = namespace.unwrap_or_default();
         let name = R::name_for(&pod.name_any(), &uid);
-        if !Marks::of(&pod).ours
+        if !pod.marked
             || requests
                 .get(&ObjectRef::new(&name).within(&namespace))
                 .is_some()

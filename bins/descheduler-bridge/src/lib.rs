@@ -21,6 +21,7 @@
 //!
 //! The decisions are in [`evictkit_core::descheduler_bridge`].
 
+mod cache;
 pub mod controller;
 pub mod metrics;
 pub mod webhook;
