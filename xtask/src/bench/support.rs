@@ -318,7 +318,7 @@ pub fn audited_calls(
 }
 
 /// Quiet time after the last expected deletion in which a surplus deletion would show.
-const DELETIONS_SETTLE: Duration = Duration::from_secs(5);
+pub const DELETIONS_SETTLE: Duration = Duration::from_secs(5);
 
 /// Waits until `user` has deleted `expected` pods of `namespace` since `since` and no further
 /// delete came for a few seconds, reading the audit log every `poll`; returns each deleted

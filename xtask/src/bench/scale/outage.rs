@@ -328,10 +328,16 @@ async fn run_side(
             .await
             .map(Some)
     };
-    let (restart, deletions) = tokio::join!(
-        restart,
-        support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
-    );
+    let deletions = async {
+        match relist_after {
+            None => {
+                support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
+                    .await
+            }
+            Some(_) => super::relist::wait_deletions(&user, since, due, timeout).await,
+        }
+    };
+    let (restart, deletions) = tokio::join!(restart, deletions);
     let restart = restart.context("restarting kube-apiserver in the outage")?;
     let (deleted, deletes) =
         deletions.with_context(|| format!("{}; see {}", side.label(), measured.log.display()))?;

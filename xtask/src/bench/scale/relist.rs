@@ -19,14 +19,16 @@
 //! the first deletion after it, then between consecutive deletions to the last), beside the
 //! longest gap between consecutive deletions before the restart and in the run without it.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
-use super::Scenario;
 use super::outage::{Run, Side};
+use super::{NS, Scenario};
+use crate::bench::support;
 use crate::cluster::Cluster;
 
 pub const HEADER: &[&str] = &[
@@ -99,6 +101,43 @@ async fn ready_again(client: Client) -> Result<Timestamp> {
             }
         );
         tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+/// How long a side may delete nothing before the pods it has not deleted count as given up.
+/// Upstream gives a pod up after 5 failed tries (`deletePodHandler`), 10 ms apart, so its
+/// timers that fire while the apiserver is down delete nothing, and a relist brings them not
+/// back: its pod update handler re-plans a pod only when its tolerations or node changed.
+const GIVEN_UP: Duration = Duration::from_secs(60);
+
+/// As [`support::wait_deletions`], for an outage with a restart: returns also when `user`
+/// deleted nothing for [`GIVEN_UP`], or at `timeout`, with what it deleted.
+pub async fn wait_deletions(
+    user: &str,
+    since: Timestamp,
+    due: usize,
+    timeout: Duration,
+) -> Result<(BTreeMap<String, Timestamp>, usize)> {
+    let waited = Instant::now();
+    let mut last_change = (0, Instant::now());
+    loop {
+        let (deleted, deletes) = support::audited_calls(user, "delete", "pods", None, NS, since)?;
+        if deletes != last_change.0 {
+            last_change = (deletes, Instant::now());
+        }
+        let quiet = last_change.1.elapsed();
+        let all = deleted.len() >= due && quiet >= support::DELETIONS_SETTLE;
+        if all || quiet >= GIVEN_UP || waited.elapsed() > timeout {
+            if deleted.len() < due {
+                println!(
+                    "    {user}: {} of {due} pods deleted, none for {:.0} s: the rest given up",
+                    deleted.len(),
+                    quiet.as_secs_f64()
+                );
+            }
+            return Ok((deleted, deletes));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
