@@ -1,14 +1,18 @@
 //! `cargo xtask bench webhooks`: each webhook under its own burst, measured by the apiserver
 //! ([`apiserver`]: calls failed open, requests refused, p99 of a call) and by the webhook's
-//! process (restarts: it exited). One row per scenario, printed and written into
-//! `docs/bench/webhooks.csv` (a rerun of a scenario replaces its row).
+//! process (restarts: it exited), with the Events the component created meanwhile (issue 33).
+//! One row per scenario, printed and written into `docs/bench/webhooks.csv` (a rerun of a
+//! scenario replaces its row).
 //!
-//! Every scenario admits everything it sends (nothing a webhook should deny), so any refusal
-//! is a failure; the goal of each row (issue 30) is 0 failed open, 0 refused, p99 <= 100 ms and
-//! 0 restarts. The components run as processes of a release build against the cluster of
-//! `EVICTKIT_CLUSTER_DIR` (kwok nodes: start it with enough of them for the drain).
+//! Every scenario sends only what its webhook should admit, or, for the descheduler, only what
+//! it should deny (descheduler-bridge answers each of the descheduler's evictions 429), so any
+//! other answer is a failure; the goal of each row (issue 30) is 0 failed open, 0 refused for a
+//! calling error, p99 <= 100 ms and 0 restarts. The components run as processes of a release
+//! build against the cluster of `EVICTKIT_CLUSTER_DIR` (kwok nodes: start it with enough of them
+//! for the drain).
 
 pub mod apiserver;
+mod descheduler;
 mod pdb_writes;
 mod scale_up;
 
@@ -37,6 +41,9 @@ pub struct Args {
     /// PodDisruptionBudgets written in the pdb-writes scenario.
     #[arg(long, default_value_t = 1000)]
     pdb_writes: usize,
+    /// Pods the descheduler evicts in its one cycle of the descheduler scenario.
+    #[arg(long, default_value_t = 300)]
+    descheduled_pods: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -49,9 +56,35 @@ enum Scenario {
     PdbWrites,
     /// A ReplicaSet of --scale-up-pods pods through affinity-evictor's mutating pod webhook.
     ScaleUp,
+    /// The real descheduler evicting --descheduled-pods pods in one cycle through
+    /// descheduler-bridge's eviction webhook.
+    Descheduler,
 }
 
-const ALL: [Scenario; 3] = [Scenario::Drain, Scenario::ScaleUp, Scenario::PdbWrites];
+const ALL: [Scenario; 4] = [
+    Scenario::Drain,
+    Scenario::ScaleUp,
+    Scenario::PdbWrites,
+    Scenario::Descheduler,
+];
+
+impl Scenario {
+    /// The component whose webhook the scenario calls: its Events are counted.
+    fn component(self) -> &'static str {
+        match self {
+            Scenario::Drain | Scenario::PdbWrites => "pdb-policy-webhook",
+            Scenario::ScaleUp => "affinity-evictor",
+            Scenario::Descheduler => "descheduler-bridge",
+        }
+    }
+}
+
+/// What the webhook should answer every call of a scenario.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Admit,
+    Deny,
+}
 
 /// One scenario's figures.
 pub struct Row {
@@ -61,7 +94,11 @@ pub struct Row {
     /// Calls of the webhook the apiserver counted.
     pub calls: f64,
     pub failed_open: f64,
+    /// Requests refused because the call failed (failurePolicy Fail).
     pub refused: f64,
+    /// Requests the webhook denied, and what it should have answered.
+    pub denied: f64,
+    pub expected: Answer,
     pub p99_ms: Option<f64>,
     /// The webhook's own p99 per review, from its histogram: the rest of the apiserver's is the
     /// way there and back and the waits for a connection and a core.
@@ -76,6 +113,9 @@ pub struct Row {
     /// webhook adds is the difference, the rest is the apiserver's own time on this machine.
     pub request_p99_ms: Option<f64>,
     pub request_p99_ms_without: Option<f64>,
+    /// Events the component created during the scenario ([`support::events_reported`]: each
+    /// created Event once, however often its series repeats).
+    pub events: Option<usize>,
 }
 
 const HEADER: &[&str] = &[
@@ -84,6 +124,7 @@ const HEADER: &[&str] = &[
     "calls",
     "failed_open",
     "refused",
+    "denied",
     "p99_ms",
     "webhook_p99_ms",
     "restarts",
@@ -91,6 +132,7 @@ const HEADER: &[&str] = &[
     "per_second_without_webhook",
     "request_p99_ms",
     "request_p99_ms_without_webhook",
+    "events",
 ];
 
 impl Row {
@@ -100,7 +142,9 @@ impl Row {
             size,
             calls: apiserver.calls(),
             failed_open: apiserver.failed_open,
-            refused: apiserver.refused,
+            refused: apiserver.refused_for_calling_errors(),
+            denied: apiserver.denied,
+            expected: Answer::Admit,
             p99_ms: apiserver.quantile_ms(0.99),
             webhook_p99_ms: None,
             restarts: 0,
@@ -108,6 +152,7 @@ impl Row {
             per_second_without: None,
             request_p99_ms: None,
             request_p99_ms_without: None,
+            events: None,
         }
     }
 
@@ -121,6 +166,7 @@ impl Row {
             format!("{:.0}", self.calls),
             format!("{:.0}", self.failed_open),
             format!("{:.0}", self.refused),
+            format!("{:.0}", self.denied),
             or_dash(self.p99_ms, 1),
             or_dash(self.webhook_p99_ms, 1),
             self.restarts.to_string(),
@@ -128,12 +174,19 @@ impl Row {
             or_dash(self.per_second_without, 1),
             or_dash(self.request_p99_ms, 1),
             or_dash(self.request_p99_ms_without, 1),
+            self.events
+                .map_or_else(|| "-".to_owned(), |events| events.to_string()),
         ]
     }
 
     fn meets_the_goal(&self) -> bool {
+        let denials = match self.expected {
+            Answer::Admit => 0.0,
+            Answer::Deny => self.calls,
+        };
         self.failed_open == 0.0
             && self.refused == 0.0
+            && self.denied == denials
             && self.restarts == 0
             && self.p99_ms.is_some_and(|p99| p99 <= 100.0)
     }
@@ -172,7 +225,7 @@ pub fn run(args: &Args) -> Result<()> {
         .collect();
     if !missed.is_empty() {
         bail!(
-            "below the goal (0 failed open, 0 refused, p99 <= 100 ms, 0 restarts): {}",
+            "below the goal (0 failed open, 0 refused, every call answered as it should, p99 <= 100 ms, 0 restarts): {}",
             missed.join(", ")
         );
     }
@@ -180,7 +233,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 fn line<S: AsRef<str>>(cells: &[S]) -> String {
-    let widths = [12, 18, 7, 12, 8, 8, 15, 9, 11, 28, 15, 31];
+    let widths = [12, 18, 7, 12, 8, 7, 8, 15, 9, 11, 28, 15, 31, 7];
     cells
         .iter()
         .zip(widths)
@@ -189,7 +242,24 @@ fn line<S: AsRef<str>>(cells: &[S]) -> String {
         .join(" ")
 }
 
+/// The scenario's row, with the Events its component created while it ran.
 async fn measure(
+    cluster: &Cluster,
+    pdb_policy_binary: &Path,
+    scenario: Scenario,
+    args: &Args,
+) -> Result<Row> {
+    let since = k8s_openapi::jiff::Timestamp::now();
+    let row = run_scenario(cluster, pdb_policy_binary, scenario, args).await?;
+    let client = support::client(cluster).await?;
+    let (events, _) = support::events_reported(&client, scenario.component(), since).await?;
+    Ok(Row {
+        events: Some(events),
+        ..row
+    })
+}
+
+async fn run_scenario(
     cluster: &Cluster,
     pdb_policy_binary: &Path,
     scenario: Scenario,
@@ -229,6 +299,10 @@ async fn measure(
         Scenario::ScaleUp => {
             let binary = support::release_binary("affinity-evictor")?;
             scale_up::measure(cluster, &binary, args.scale_up_pods).await
+        }
+        Scenario::Descheduler => {
+            let binary = support::release_binary("descheduler-bridge")?;
+            descheduler::measure(cluster, &binary, args.descheduled_pods).await
         }
     }
 }

@@ -16,7 +16,11 @@ use crate::cluster::Cluster;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     pub failed_open: f64,
+    /// Requests refused because of the webhook: a calling error under failurePolicy Fail, or
+    /// the webhook's own denial.
     pub refused: f64,
+    /// Of those, the webhook's own denials (`error_type="no_error"`).
+    pub denied: f64,
     /// The calls' durations.
     pub durations: Histogram,
 }
@@ -47,6 +51,9 @@ impl Ord for Bound {
 }
 
 const DURATION: &str = "apiserver_admission_webhook_admission_duration_seconds";
+const REJECTIONS: &str = "apiserver_admission_webhook_rejection_count";
+/// The error type of a rejection that is the webhook's answer, not a failed call.
+const DENIED: &str = "error_type=\"no_error\"";
 
 /// The `timeoutSeconds` every scenario registers its webhook with, as the charts do. The
 /// apiserver stops waiting for a call then and observes it (counted failed open under
@@ -72,11 +79,11 @@ impl Snapshot {
                 "apiserver_admission_webhook_fail_open_count",
                 &of_webhook,
             );
-            snapshot.refused += sum(
-                metrics,
-                "apiserver_admission_webhook_rejection_count",
-                &of_webhook,
-            );
+            snapshot.refused += sum(metrics, REJECTIONS, &of_webhook);
+            snapshot.denied += series(metrics, REJECTIONS)
+                .filter(|(labels, _)| labels.contains(&of_webhook) && labels.contains(DENIED))
+                .map(|(_, count)| count)
+                .sum::<f64>();
             let durations = Histogram::parse(metrics, DURATION, &of_webhook);
             for (bound, count) in durations.buckets {
                 *snapshot.durations.buckets.entry(bound).or_default() += count;
@@ -90,6 +97,7 @@ impl Snapshot {
         Snapshot {
             failed_open: self.failed_open - before.failed_open,
             refused: self.refused - before.refused,
+            denied: self.denied - before.denied,
             durations: self.durations.since(&before.durations),
         }
     }
@@ -97,6 +105,12 @@ impl Snapshot {
     /// The calls counted.
     pub fn calls(&self) -> f64 {
         self.durations.count()
+    }
+
+    /// Requests refused because the call failed (failurePolicy Fail), not by the webhook's
+    /// answer.
+    pub fn refused_for_calling_errors(&self) -> f64 {
+        self.refused - self.denied
     }
 
     /// The `q` quantile of the calls' durations in ms ([`Histogram::quantile_ms_at_most`] the
@@ -216,6 +230,7 @@ mod tests {
 apiserver_admission_webhook_fail_open_count{name="a.evictkit.io",type="validating"} 3
 apiserver_admission_webhook_fail_open_count{name="b.evictkit.io",type="validating"} 7
 apiserver_admission_webhook_rejection_count{error_type="no_error",name="a.evictkit.io",operation="CREATE",rejection_code="429",type="validating"} 2
+apiserver_admission_webhook_rejection_count{error_type="calling_webhook_error",name="a.evictkit.io",operation="CREATE",rejection_code="500",type="validating"} 4
 apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="0.005"} 10
 apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="0.025"} 90
 apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.io",operation="CREATE",rejected="false",type="validating",le="0.1"} 100
@@ -229,7 +244,12 @@ apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.i
     #[test]
     fn one_webhooks_figures_summed_over_its_other_labels() {
         let a = Snapshot::parse(METRICS, &["a.evictkit.io"]);
-        assert_eq!((a.failed_open, a.refused, a.calls()), (3.0, 2.0, 102.0));
+        // The 429s are the webhook's answers, the 500s calls that failed.
+        assert_eq!(
+            (a.failed_open, a.refused, a.denied, a.calls()),
+            (3.0, 6.0, 2.0, 102.0)
+        );
+        assert_eq!(a.refused_for_calling_errors(), 4.0);
         assert_eq!(
             Snapshot::parse(METRICS, &["b.evictkit.io"]).failed_open,
             7.0
