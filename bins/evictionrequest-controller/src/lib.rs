@@ -12,6 +12,7 @@
 //! for people in [`commands`].
 
 mod actions;
+mod cache;
 pub mod commands;
 pub mod lifecycle;
 mod metrics;
@@ -19,7 +20,6 @@ mod request_controller;
 mod target_pod;
 pub mod webhook;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,8 +35,6 @@ use evictkit_runtime::lifecycle_request::{self, Apis, REDISCOVERY};
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::shutdown::CancellationToken;
 use jiff::SignedDuration;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
@@ -321,32 +319,6 @@ async fn serve_apis(
             tracing::error!(%error, "an EvictionRequest controller panicked");
         }
     }
-}
-
-/// What both modes' pod caches keep of a pod's metadata and status: identity, labels, owners,
-/// deletion, phase, and the annotations in `kept`. Each mode keeps its own part of the spec.
-fn strip_pod_but_spec(pod: &mut Pod, kept: &[&str]) {
-    let metadata = std::mem::take(&mut pod.metadata);
-    let annotations: BTreeMap<String, String> = metadata
-        .annotations
-        .into_iter()
-        .flatten()
-        .filter(|(key, _)| kept.contains(&key.as_str()))
-        .collect();
-    pod.metadata = ObjectMeta {
-        name: metadata.name,
-        namespace: metadata.namespace,
-        uid: metadata.uid,
-        labels: metadata.labels,
-        owner_references: metadata.owner_references,
-        deletion_timestamp: metadata.deletion_timestamp,
-        annotations: (!annotations.is_empty()).then_some(annotations),
-        ..ObjectMeta::default()
-    };
-    pod.status = pod.status.take().map(|status| PodStatus {
-        phase: status.phase,
-        ..PodStatus::default()
-    });
 }
 
 /// Whether a write to the object `name` was answered with its own NotFound: it was deleted

@@ -18,9 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use evictkit_api::keys::{
-    IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION, MIRROR_POD_ANNOTATION,
-};
+use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
 use evictkit_core::eviction_request::{
     Imperative, imperative, message_eviction_failed, retries_in_message, whole_seconds,
 };
@@ -37,9 +35,7 @@ use evictkit_runtime::shutdown::CancellationToken;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec,
-};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -50,6 +46,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
+use crate::cache::CachedPod;
 use crate::target_pod::{ReadError, TargetPods};
 use crate::{COMPONENT, id, normal, warn};
 use evictkit_runtime::backoff::{Backoff, NextAttempt, PerObject};
@@ -149,49 +146,6 @@ fn evictions_of(store: &Store<Eviction>, namespace: &str, uid: &str) -> Vec<Arc<
             e.namespace().as_deref() == Some(namespace) && target_uid_of_eviction(e) == Some(uid)
         })
         .collect()
-}
-
-/// The pod fields the decisions read; everything else is dropped from the cache. Of the
-/// containers' statuses only their finish times stay (the grace to report counts from them).
-fn strip_pod(pod: &mut Pod) {
-    let finished = |statuses: Option<Vec<ContainerStatus>>| {
-        let kept: Vec<ContainerStatus> = statuses
-            .into_iter()
-            .flatten()
-            .filter_map(|c| {
-                let finished_at = c.state?.terminated?.finished_at;
-                Some(ContainerStatus {
-                    name: c.name,
-                    state: Some(ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            finished_at,
-                            ..ContainerStateTerminated::default()
-                        }),
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                })
-            })
-            .collect();
-        (!kept.is_empty()).then_some(kept)
-    };
-    let statuses = pod.status.as_mut().map(|status| {
-        (
-            finished(status.init_container_statuses.take()),
-            finished(status.container_statuses.take()),
-        )
-    });
-    crate::strip_pod_but_spec(pod, &[MIRROR_POD_ANNOTATION]);
-    if let (Some(status), Some((init, containers))) = (pod.status.as_mut(), statuses) {
-        status.init_container_statuses = init;
-        status.container_statuses = containers;
-    }
-    pod.spec = pod.spec.take().map(|spec| PodSpec {
-        eviction_responders: spec.eviction_responders,
-        scheduling_group: spec.scheduling_group,
-        containers: Vec::new(),
-        ..PodSpec::default()
-    });
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -302,32 +256,34 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     let pod_changes = {
         let evictions = eviction_store.clone();
         let deletions = context.pods.clone();
-        watcher(api::<Pod>(&client, namespace), watcher::Config::default())
-            .default_backoff()
-            .modify(strip_pod)
-            .inspect(move |event| {
-                if let Ok(event) = event {
-                    deletions.observe(event);
-                }
-            })
-            .reflect(pod_writer)
-            .inspect(move |event| pods_lister.observe(event))
-            .touched_objects()
-            .flat_map(move |pod| {
-                let refs: Vec<ObjectRef<Eviction>> = pod
-                    .ok()
-                    .and_then(|pod| {
-                        let uid = pod.metadata.uid.as_deref()?;
-                        Some(
-                            evictions_of(&evictions, &pod.namespace()?, uid)
-                                .iter()
-                                .map(|e| ObjectRef::from_obj(e.as_ref()))
-                                .collect(),
-                        )
-                    })
-                    .unwrap_or_default();
-                stream::iter(refs)
-            })
+        watcher(
+            api::<CachedPod>(&client, namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                deletions.observe(event);
+            }
+        })
+        .reflect(pod_writer)
+        .inspect(move |event| pods_lister.observe(event))
+        .touched_objects()
+        .flat_map(move |pod| {
+            let refs: Vec<ObjectRef<Eviction>> = pod
+                .ok()
+                .and_then(|pod| {
+                    let uid = pod.metadata.uid.as_deref()?;
+                    Some(
+                        evictions_of(&evictions, &pod.namespace()?, uid)
+                            .iter()
+                            .map(|e| ObjectRef::from_obj(e.as_ref()))
+                            .collect(),
+                    )
+                })
+                .unwrap_or_default();
+            stream::iter(refs)
+        })
     };
 
     // Every cache complete before the first decision: a pod missing from a half-filled cache

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
-use evictkit_api::keys::{
-    EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR, MIRROR_POD_ANNOTATION,
-};
+use evictkit_api::keys::IMPERATIVE_EVICTION_INTERCEPTOR;
 use evictkit_core::eviction_request::{
     self as core, Imperative, Plan, State, controller_status, interceptor_status,
 };
@@ -30,9 +28,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::actions::{add_owner, apply_labels, apply_status, expire, imperative_eviction, record};
+use crate::cache::CachedPod;
 use crate::metrics::RequestMetrics;
 use crate::target_pod::{ReadError, TargetPods};
-use crate::{Key, id, strip_pod_but_spec, warn};
+use crate::{Key, id, warn};
 
 /// What the flags decide, shared by every term of leadership.
 pub(crate) struct Settings {
@@ -135,12 +134,6 @@ impl Context {
     }
 }
 
-/// The pod fields the decisions read; everything else is dropped from the cache.
-pub(crate) fn strip_pod(pod: &mut Pod) {
-    strip_pod_but_spec(pod, &[EVICTION_INTERCEPTORS, MIRROR_POD_ANNOTATION]);
-    pod.spec = None;
-}
-
 /// The watches and the controller, run while holding the Lease.
 pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let (request_store, request_writer) = reflector::store();
@@ -156,7 +149,8 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
         retries: PerObject::new(settings.backoff),
         written: OwnWrites::default(),
     });
-    let (requests_api, pods_api): (Api<EvictionRequest>, Api<Pod>) = match &settings.namespace {
+    let (requests_api, pods_api): (Api<EvictionRequest>, Api<CachedPod>) = match &settings.namespace
+    {
         Some(namespace) => (
             Api::namespaced(client.clone(), namespace),
             Api::namespaced(client.clone(), namespace),
@@ -197,7 +191,6 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
         let deletions = context.pods.clone();
         watcher(pods_api, watcher::Config::default())
             .default_backoff()
-            .modify(strip_pod)
             .inspect(move |event| {
                 if let Ok(event) = event {
                     deletions.observe(event);

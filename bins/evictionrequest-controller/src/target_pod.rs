@@ -21,10 +21,12 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::IntCounterVec;
 
+use crate::cache::CachedPod;
+
 #[derive(Clone)]
 pub(crate) struct TargetPods {
     client: Client,
-    cache: Store<Pod>,
+    cache: Store<CachedPod>,
     /// `evictkit_evictionrequest_controller_pod_live_reads_total{found}` ([`crate::metrics::pod_live_reads`]).
     live_reads: IntCounterVec,
     deleted: Arc<Mutex<Deleted>>,
@@ -66,7 +68,7 @@ pub struct ReadError {
 }
 
 impl TargetPods {
-    pub(crate) fn new(client: Client, cache: Store<Pod>, live_reads: IntCounterVec) -> Self {
+    pub(crate) fn new(client: Client, cache: Store<CachedPod>, live_reads: IntCounterVec) -> Self {
         Self {
             client,
             cache,
@@ -78,7 +80,7 @@ impl TargetPods {
     /// Notes the deletions the pod watch reports (call it on the watch's events before the
     /// cache applies them). Deletions missed while the watch was down are not known here:
     /// their pods are read once more, as before.
-    pub(crate) fn observe(&self, event: &watcher::Event<Pod>) {
+    pub(crate) fn observe(&self, event: &watcher::Event<CachedPod>) {
         if let watcher::Event::Delete(pod) = event
             && let Some(uid) = pod.metadata.uid.clone()
         {
@@ -97,7 +99,9 @@ impl TargetPods {
 
     /// The pod `namespace/name` as the cache holds it, without a read.
     pub(crate) fn cached(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        self.cache.get(&ObjectRef::new(name).within(namespace))
+        self.cache
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|cached| Arc::new(cached.pod()))
     }
 
     /// The pod `namespace/name` for a decision about the target of UID `uid`: the cached pod if
