@@ -7,15 +7,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
-use evictkit_core::{eviction, pdb_policy};
+use evictkit_core::eviction::{self, PodFacts};
+use evictkit_core::pdb_policy;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Deadline, Webhooks, json_patch};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use kube::Resource;
 use kube::core::admission::AdmissionRequest;
 
-use crate::cache::Caches;
+use crate::cache::{CachedPod, Caches};
 use crate::live::{self, Consistent};
 use crate::metrics::WebhookMetrics;
 
@@ -176,6 +176,7 @@ fn validate_pdb(ctx: &Context, request: &AdmissionRequest<PodDisruptionBudget>) 
     };
     let namespace = request.namespace.as_deref().unwrap_or_default();
     let (pdbs, pods) = ctx.caches.namespace_objects(namespace);
+    let pods: Vec<&CachedPod> = pods.iter().map(Arc::as_ref).collect();
     let findings = pdb_policy::check_budget(&pdb, &pdbs, &pods, &policy);
     let policy_name = policy.metadata.name.clone().unwrap_or_default();
     let mut denials = Vec::new();
@@ -349,10 +350,10 @@ async fn decide(
 /// The pod, the PDBs and the other pods of its namespace, and the pod's node-local claims, as
 /// the eviction is decided on.
 struct Facts {
-    pod: Pod,
+    pod: CachedPod,
     pdbs: Vec<PodDisruptionBudget>,
     /// Shared with the cache: a namespace's pods are not copied per review.
-    others: Vec<Arc<Pod>>,
+    others: Vec<Arc<CachedPod>>,
     /// With the allows held when the facts were gathered.
     circumstances: pdb_policy::Circumstances,
     /// What was read from the API rather than the caches.
@@ -360,7 +361,7 @@ struct Facts {
 }
 
 /// The pods of the namespace, `pod` among them, as the decisions take them.
-fn with_subject<'a>(others: &'a [Arc<Pod>], pod: &'a Pod) -> Vec<&'a Pod> {
+fn with_subject<'a>(others: &'a [Arc<CachedPod>], pod: &'a CachedPod) -> Vec<&'a CachedPod> {
     others
         .iter()
         .map(|p| p.as_ref())
@@ -384,7 +385,7 @@ async fn facts(
     let mut others = ctx.caches.pods.in_namespace(namespace);
     let cached = others
         .iter()
-        .position(|p| p.metadata.name.as_deref() == Some(name))
+        .position(|p| p.name() == Some(name))
         .map(|i| others.remove(i));
     let mut fresh = Vec::new();
     if cached.is_none() {

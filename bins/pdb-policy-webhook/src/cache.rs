@@ -14,10 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use evictkit_runtime::index::Grouped;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, EphemeralVolumeSource, HostPathVolumeSource, Namespace,
-    PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodSpec, PodStatus, Volume,
-};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
@@ -28,6 +25,10 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use evictkit_api::PodDisruptionBudgetPolicy;
+
+mod pod;
+
+pub use pod::CachedPod;
 
 /// One kind's watch cache: kube-runtime's reflector store of the objects as the projection
 /// keeps them, with (for kinds a review reads per namespace) the index by namespace.
@@ -94,7 +95,7 @@ where
 /// All the caches of the webhook.
 #[derive(Clone)]
 pub struct Caches {
-    pub pods: Arc<Cache<Pod>>,
+    pub pods: Arc<Cache<CachedPod>>,
     pub pdbs: Arc<Cache<PodDisruptionBudget>>,
     pub namespaces: Arc<Cache<Namespace>>,
     pub policies: Arc<Cache<PodDisruptionBudgetPolicy>>,
@@ -104,7 +105,7 @@ impl Caches {
     /// Starts the watches; they stop with `shutdown`.
     pub fn start(client: &Client, shutdown: &CancellationToken) -> Self {
         Self {
-            pods: watch(client, "Pod", true, project_pod, shutdown),
+            pods: watch(client, "Pod", true, |_| {}, shutdown),
             pdbs: watch(client, "PodDisruptionBudget", true, project_pdb, shutdown),
             namespaces: watch(client, "Namespace", false, project_namespace, shutdown),
             policies: watch(client, "PodDisruptionBudgetPolicy", false, |_| {}, shutdown),
@@ -140,13 +141,16 @@ impl Caches {
             .cloned()
     }
 
-    /// Owned copies of a namespace's PDBs and pods, as the core decisions take slices.
-    pub fn namespace_objects(&self, namespace: &str) -> (Vec<PodDisruptionBudget>, Vec<Pod>) {
+    /// Owned copies of a namespace's PDBs (the core decisions take a slice) and its pods
+    /// (shared with the cache).
+    pub fn namespace_objects(
+        &self,
+        namespace: &str,
+    ) -> (Vec<PodDisruptionBudget>, Vec<Arc<CachedPod>>) {
         let pdbs = self.pdbs.in_namespace(namespace);
-        let pods = self.pods.in_namespace(namespace);
         (
             pdbs.iter().map(|p| p.as_ref().clone()).collect(),
-            pods.iter().map(|p| p.as_ref().clone()).collect(),
+            self.pods.in_namespace(namespace),
         )
     }
 
@@ -158,7 +162,12 @@ impl Caches {
         policies: Vec<PodDisruptionBudgetPolicy>,
     ) -> Self {
         Self {
-            pods: listed("Pod", true, project_pod, pods),
+            pods: listed(
+                "Pod",
+                true,
+                |_| {},
+                pods.into_iter().map(CachedPod::from).collect(),
+            ),
             pdbs: listed("PodDisruptionBudget", true, project_pdb, pdbs),
             namespaces: listed("Namespace", false, project_namespace, namespaces),
             policies: listed("PodDisruptionBudgetPolicy", false, |_| {}, policies),
@@ -238,70 +247,6 @@ where
         cache.follow(event);
     }
     cache
-}
-
-/// What of a Pod the decisions read: identity, labels, deletionTimestamp, phase, conditions
-/// (type and status), and the volumes that may keep data on the node (a claim's name, to
-/// follow it to its PersistentVolume).
-pub fn project_pod(projected: &mut Pod) {
-    let pod = std::mem::take(projected);
-    let volumes = pod.spec.and_then(|s| s.volumes).map(|volumes| {
-        volumes
-            .into_iter()
-            .filter(|v| {
-                v.host_path.is_some()
-                    || v.empty_dir.is_some()
-                    || v.persistent_volume_claim.is_some()
-                    || v.ephemeral.is_some()
-            })
-            .map(|v| Volume {
-                name: v.name,
-                empty_dir: v.empty_dir.map(|e| EmptyDirVolumeSource {
-                    medium: e.medium,
-                    ..Default::default()
-                }),
-                host_path: v.host_path.map(|_| HostPathVolumeSource::default()),
-                persistent_volume_claim: v.persistent_volume_claim.map(|c| {
-                    PersistentVolumeClaimVolumeSource {
-                        claim_name: c.claim_name,
-                        read_only: None,
-                    }
-                }),
-                ephemeral: v.ephemeral.map(|_| EphemeralVolumeSource::default()),
-                ..Default::default()
-            })
-            .collect()
-    });
-    let status = pod.status.map(|s| PodStatus {
-        phase: s.phase,
-        conditions: s.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .map(|c| PodCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    ..Default::default()
-                })
-                .collect()
-        }),
-        ..Default::default()
-    });
-    *projected = Pod {
-        metadata: ObjectMeta {
-            name: pod.metadata.name,
-            namespace: pod.metadata.namespace,
-            uid: pod.metadata.uid,
-            labels: pod.metadata.labels,
-            deletion_timestamp: pod.metadata.deletion_timestamp,
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            volumes,
-            containers: Vec::new(),
-            ..Default::default()
-        }),
-        status,
-    };
 }
 
 fn project_pdb(pdb: &mut PodDisruptionBudget) {

@@ -11,12 +11,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use evictkit_api::PodDisruptionBudgetPolicy;
-use evictkit_core::{eviction, pdb_policy};
+use evictkit_core::eviction::{self, PodFacts};
+use evictkit_core::pdb_policy;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client};
+
+use crate::cache::CachedPod;
 
 /// A read that failed, naming the object.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -101,9 +104,9 @@ impl LiveReads for Client {
 /// ([`pdb_policy::is_node_local`]). A claim not found or not bound keeps no data yet.
 pub async fn node_local_claims(
     reads: &dyn LiveReads,
-    pod: &Pod,
+    pod: &impl PodFacts,
 ) -> Result<BTreeSet<String>, ReadError> {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let namespace = pod.namespace().unwrap_or_default();
     let mut local = BTreeSet::new();
     for (volume, claim_name) in pdb_policy::claim_volumes(pod) {
         let claim = reads
@@ -136,7 +139,7 @@ pub async fn node_local_claims(
 /// storage.
 pub async fn circumstances(
     reads: &dyn LiveReads,
-    pod: &Pod,
+    pod: &impl PodFacts,
     policy: Option<&PodDisruptionBudgetPolicy>,
 ) -> Result<pdb_policy::Circumstances, ReadError> {
     let mut circumstances = pdb_policy::Circumstances::at(k8s_openapi::jiff::Timestamp::now());
@@ -199,7 +202,7 @@ impl<T: Clone + Send + Sync + 'static> InFlight<T> {
 /// The pod and PDB reads of the eviction webhook, one in flight per object.
 pub struct Consistent {
     reads: Arc<dyn LiveReads>,
-    pods: InFlight<Option<Pod>>,
+    pods: InFlight<Option<CachedPod>>,
     pdbs: InFlight<Option<PodDisruptionBudget>>,
 }
 
@@ -217,17 +220,19 @@ impl Consistent {
         self.reads.as_ref()
     }
 
-    /// Pod `namespace/name` as the API has it now; `None` when it does not exist.
-    pub async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ReadError> {
+    /// Pod `namespace/name` as the API has it now, kept as the cache keeps it; `None` when it
+    /// does not exist.
+    pub async fn pod(&self, namespace: &str, name: &str) -> Result<Option<CachedPod>, ReadError> {
         let (reads, ns, n) = (self.reads.clone(), namespace.to_owned(), name.to_owned());
         let key = format!("{namespace}/{name}");
         self.pods
             .join(key, move || {
                 async move {
-                    reads.pod(&ns, &n).await.map_err(|source| ReadError {
+                    let pod = reads.pod(&ns, &n).await.map_err(|source| ReadError {
                         what: format!("pod {ns}/{n}"),
                         source: Arc::new(source),
-                    })
+                    })?;
+                    Ok(pod.map(CachedPod::from))
                 }
                 .boxed()
             })

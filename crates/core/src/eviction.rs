@@ -8,7 +8,6 @@
 //! `unhealthyPodEvictionPolicy` this client does not recognise refuses a not-Ready pod, as the
 //! KEP asks of clients (the apiserver never meets one: its validation refuses it).
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
 
@@ -145,7 +144,7 @@ pub struct EvictionDecision {
 
 /// The decision for `pod` given every PDB of its namespace (`pdbs` may hold others; those
 /// that do not select the pod are ignored as upstream's `getPodDisruptionBudgets` does).
-pub fn decide(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> EvictionDecision {
+pub fn decide(pod: &impl PodFacts, pdbs: &[PodDisruptionBudget]) -> EvictionDecision {
     let outcome = outcome(pod, pdbs);
     let resource_version_precondition = match &outcome {
         Outcome::PdbsIgnored(because) => *because == PdbsIgnoredBecause::Pending,
@@ -165,50 +164,40 @@ pub fn decide(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> EvictionDecision {
 /// Whether `pdb` selects `pod` (upstream `getPodDisruptionBudgets`): same namespace, and a
 /// selector that is valid and matches the pod's labels. In policy/v1 a nil selector selects
 /// nothing and an empty one (`{}`) every pod of the namespace; an invalid one selects nothing.
-pub fn selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
-    if pdb.metadata.namespace != pod.metadata.namespace {
+pub fn selects(pdb: &PodDisruptionBudget, pod: &impl PodFacts) -> bool {
+    if pdb.metadata.namespace.as_deref() != pod.namespace() {
         return false;
     }
     let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
-    let empty = Default::default();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    LabelSelectorMatcher::new(selector).is_ok_and(|m| m.matches(labels))
+    LabelSelectorMatcher::new(selector).is_ok_and(|m| m.matches(pod.labels()))
 }
 
 /// The PDBs among `pdbs` that select `pod`, in the given order.
 pub fn selecting_pdbs<'a>(
-    pod: &Pod,
+    pod: &impl PodFacts,
     pdbs: &'a [PodDisruptionBudget],
 ) -> Vec<&'a PodDisruptionBudget> {
     pdbs.iter().filter(|pdb| selects(pdb, pod)).collect()
 }
 
 /// upstream `podutil.IsPodReady`: condition `Ready` with status `True`.
-pub fn is_pod_ready(pod: &Pod) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+pub fn is_pod_ready(pod: &impl PodFacts) -> bool {
+    pod.condition_true("Ready")
 }
 
-fn pdbs_ignored(pod: &Pod) -> Option<PdbsIgnoredBecause> {
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default();
+fn pdbs_ignored(pod: &impl PodFacts) -> Option<PdbsIgnoredBecause> {
+    let phase = pod.phase().unwrap_or_default();
     match phase {
         "Succeeded" | "Failed" => Some(PdbsIgnoredBecause::Terminal {
             phase: phase.to_owned(),
         }),
-        _ if pod.metadata.deletion_timestamp.is_some() => Some(PdbsIgnoredBecause::Terminating),
+        _ if pod.terminating() => Some(PdbsIgnoredBecause::Terminating),
         "Pending" => Some(PdbsIgnoredBecause::Pending),
         _ => None,
     }
 }
 
-fn outcome(pod: &Pod, pdbs: &[PodDisruptionBudget]) -> Outcome {
+fn outcome(pod: &impl PodFacts, pdbs: &[PodDisruptionBudget]) -> Outcome {
     if let Some(because) = pdbs_ignored(pod) {
         return Outcome::PdbsIgnored(because);
     }
@@ -403,5 +392,8 @@ impl EvictionDecision {
     }
 }
 
+mod pod_facts;
 #[cfg(test)]
 mod tests;
+
+pub use pod_facts::*;

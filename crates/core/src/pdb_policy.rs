@@ -12,12 +12,11 @@ use std::collections::BTreeMap;
 use evictkit_api::{
     CheckAction, PodDisruptionBudgetPolicy, PolicyMode, UnhealthyPodEvictionPolicyType,
 };
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
-use crate::eviction::{self};
+use crate::eviction::{self, PodFacts};
 use crate::labels::{LabelSelectorMatcher, validate_qualified_name};
 
 /// A rule of the webhook: the label of its warning and denial metrics, and the word its
@@ -185,10 +184,10 @@ pub struct Finding {
 
 /// The checks of the validating webhook on `pdb`, given the other PDBs and the pods of its
 /// namespace. Findings whose action is `Allow` are left out.
-pub fn check_budget(
+pub fn check_budget<P: PodFacts>(
     pdb: &PodDisruptionBudget,
     other_pdbs: &[PodDisruptionBudget],
-    pods: &[Pod],
+    pods: &[P],
     policy: &PodDisruptionBudgetPolicy,
 ) -> Vec<Finding> {
     let spec = &policy.spec;
@@ -202,7 +201,7 @@ pub fn check_budget(
             });
         }
     };
-    let selected: Vec<&Pod> = pods.iter().filter(|p| eviction::selects(pdb, p)).collect();
+    let selected: Vec<&P> = pods.iter().filter(|p| eviction::selects(pdb, *p)).collect();
     let id = object_id(pdb);
 
     for other in other_pdbs
@@ -210,9 +209,9 @@ pub fn check_budget(
         .filter(|o| o.metadata.name != pdb.metadata.name)
     {
         let same_selector = selector(pdb).is_some() && selector(pdb) == selector(other);
-        let shared = selected.iter().find(|p| eviction::selects(other, p));
+        let shared = selected.iter().find(|p| eviction::selects(other, **p));
         let why = match (shared, same_selector) {
-            (Some(pod), _) => format!("both select pod {}", name_of(&pod.metadata.name)),
+            (Some(pod), _) => format!("both select pod {}", pod.name().unwrap_or_default()),
             (None, true) => "both have the same selector".to_owned(),
             (None, false) => continue,
         };
@@ -284,17 +283,8 @@ fn int_or_percent(value: &IntOrString) -> Option<(i64, bool)> {
     }
 }
 
-pub(super) fn condition_true(pod: &Pod, kind: &str) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == kind && c.status == "True")
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    matches!(phase, Some("Succeeded" | "Failed"))
+fn is_terminal(pod: &impl PodFacts) -> bool {
+    matches!(pod.phase(), Some("Succeeded" | "Failed"))
 }
 
 fn selector(
@@ -309,6 +299,14 @@ pub(super) fn name_of(name: &Option<String>) -> String {
 
 pub(super) fn object_id_of(namespace: &Option<String>, name: &Option<String>) -> String {
     format!("{}/{}", name_of(namespace), name_of(name))
+}
+
+pub(super) fn pod_id(pod: &impl PodFacts) -> String {
+    format!(
+        "{}/{}",
+        pod.namespace().unwrap_or_default(),
+        pod.name().unwrap_or_default()
+    )
 }
 
 fn object_id(pdb: &PodDisruptionBudget) -> String {

@@ -7,8 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::eviction::PodFacts;
 
 /// How long an allow is held when the pod is never seen going: the apiserver may still refuse
 /// the eviction after this webhook allowed it (its own budget, another webhook), and the pod
@@ -35,20 +36,18 @@ impl AllowedEvictions {
     /// decision reads) at `now`. An allow is released once the pod is seen going (deleted,
     /// terminating, replaced by a pod of another UID, or in a PDB's `disruptedPods`) or after
     /// [`ALLOWED_EVICTION_HOLD`].
-    pub fn not_seen(
+    pub fn not_seen<P: PodFacts>(
         &mut self,
         namespace: &str,
-        pods: &[&Pod],
+        pods: &[&P],
         pdbs: &[PodDisruptionBudget],
         now: Timestamp,
     ) -> BTreeSet<String> {
         let Some(held) = self.by_namespace.get_mut(namespace) else {
             return BTreeSet::new();
         };
-        let by_name: HashMap<&str, &Pod> = pods
-            .iter()
-            .filter_map(|p| Some((p.metadata.name.as_deref()?, *p)))
-            .collect();
+        let by_name: HashMap<&str, &P> =
+            pods.iter().filter_map(|p| Some((p.name()?, *p))).collect();
         let disrupted = |name: &str| {
             pdbs.iter().any(|pdb| {
                 (pdb.status.as_ref())
@@ -57,9 +56,9 @@ impl AllowedEvictions {
             })
         };
         held.retain(|name, allow| {
-            let still_there = by_name.get(name.as_str()).is_some_and(|pod| {
-                pod.metadata.uid == allow.uid && pod.metadata.deletion_timestamp.is_none()
-            });
+            let still_there = by_name
+                .get(name.as_str())
+                .is_some_and(|pod| pod.uid() == allow.uid.as_deref() && !pod.terminating());
             still_there && !disrupted(name) && now.duration_since(allow.at) < ALLOWED_EVICTION_HOLD
         });
         let names = held.keys().cloned().collect();
@@ -71,8 +70,8 @@ impl AllowedEvictions {
 
     /// Holds the allowed eviction of `pod` from `now`. Allows held past the hold in other
     /// namespaces go too: a namespace no review comes back to keeps nothing.
-    pub fn allowed(&mut self, pod: &Pod, now: Timestamp) {
-        let (Some(namespace), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
+    pub fn allowed(&mut self, pod: &impl PodFacts, now: Timestamp) {
+        let (Some(namespace), Some(name)) = (pod.namespace(), pod.name()) else {
             return;
         };
         self.by_namespace.retain(|_, held| {
@@ -80,9 +79,9 @@ impl AllowedEvictions {
             !held.is_empty()
         });
         let held = Held {
-            uid: pod.metadata.uid.clone(),
+            uid: pod.uid().map(str::to_owned),
             at: now,
         };
-        (self.by_namespace.entry(namespace.clone()).or_default()).insert(name.clone(), held);
+        (self.by_namespace.entry(namespace.to_owned()).or_default()).insert(name.to_owned(), held);
     }
 }

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
 use super::stricter::{Circumstances, StricterDenial, stricter_eviction};
-use super::{Rule, name_of, object_id_of, unhealthy_pod_eviction_policy_to_set};
+use super::{Rule, name_of, pod_id, unhealthy_pod_eviction_policy_to_set};
 
 /// A PDB as `explain` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -149,7 +149,7 @@ pub fn explain(
         }
     }
     Explanation {
-        pod: object_id_of(&pod.metadata.namespace, &pod.metadata.name),
+        pod: pod_id(pod),
         phase: pod
             .status
             .as_ref()

@@ -2,15 +2,15 @@
 //! allow must also meet under a PodDisruptionBudgetPolicy (health, node-local data), and the
 //! facts they read about a pod's volumes.
 
-use crate::eviction::{self, EvictionDecision, Outcome};
+use crate::eviction::{self, EvictionDecision, Outcome, PodFacts, PodVolume, VolumeSource};
 use evictkit_api::PodDisruptionBudgetPolicy;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
-use super::{Rule, condition_true, name_of, object_id_of};
+use super::{Rule, name_of, pod_id};
 use crate::labels::LabelSelectorMatcher;
 
 /// A stricter eviction rule that denies an eviction the apiserver would allow.
@@ -50,11 +50,11 @@ impl Circumstances {
 /// The stricter rules of `policy` for evicting `pod` (KEP-3017 Future Work): `None` when they
 /// add nothing to `decision` (which must be `eviction::decide(pod, pdbs)`), also where the
 /// budget's counters refuse it; `pods` are the pods of the pod's namespace, `pod` among them.
-pub fn stricter_eviction(
-    pod: &Pod,
+pub fn stricter_eviction<P: PodFacts>(
+    pod: &P,
     decision: &EvictionDecision,
     pdbs: &[PodDisruptionBudget],
-    pods: &[&Pod],
+    pods: &[&P],
     policy: &PodDisruptionBudgetPolicy,
     circumstances: &Circumstances,
 ) -> Option<StricterDenial> {
@@ -79,7 +79,7 @@ pub fn stricter_eviction(
             Rule::ProtectUnhealthyPodsWithLocalStorage,
             format!(
                 "pod {} is not Ready and keeps data in local volume {volume:?}; the disruption budget {pdb_name} would let it go unhealthy, this policy does not",
-                object_id_of(&pod.metadata.namespace, &pod.metadata.name)
+                pod_id(pod)
             ),
         ));
     }
@@ -109,11 +109,11 @@ pub fn stricter_eviction(
 /// Whether allowing the eviction of `pod` takes a place of a strict count (the pod counts in
 /// one): the webhook then holds the allow until its caches see the pod go
 /// ([`super::AllowedEvictions`]). Same arguments as [`stricter_eviction`], which allows it.
-pub fn takes_a_strict_place(
-    pod: &Pod,
+pub fn takes_a_strict_place<P: PodFacts>(
+    pod: &P,
     decision: &EvictionDecision,
     pdbs: &[PodDisruptionBudget],
-    pods: &[&Pod],
+    pods: &[&P],
     policy: &PodDisruptionBudgetPolicy,
     circumstances: &Circumstances,
 ) -> bool {
@@ -166,10 +166,10 @@ struct StrictCount {
     subject_counted: bool,
 }
 
-fn strict_count(
-    pod: &Pod,
+fn strict_count<P: PodFacts>(
+    pod: &P,
     pdb: &PodDisruptionBudget,
-    pods: &[&Pod],
+    pods: &[&P],
     required_pod_conditions: &[String],
     circumstances: &Circumstances,
 ) -> StrictCount {
@@ -181,38 +181,30 @@ fn strict_count(
     let disrupted = pdb.status.as_ref().and_then(|s| s.disrupted_pods.as_ref());
     // The disruption controller's countHealthyPods: a pod evicted within the timeout is
     // expected gone and counts no more.
-    let recently_disrupted = |p: &Pod| {
-        let at = p
-            .metadata
-            .name
-            .as_ref()
-            .and_then(|name| disrupted?.get(name));
+    let recently_disrupted = |p: &P| {
+        let at = p.name().and_then(|name| disrupted?.get(name));
         at.is_some_and(|at| {
             at.0.saturating_add(DISRUPTED_POD_TIMEOUT)
                 .is_ok_and(|t| t > circumstances.now)
         })
     };
-    let allowed_not_seen = |p: &Pod| {
-        (p.metadata.name.as_ref()).is_some_and(|n| circumstances.allowed_not_seen.contains(n))
-    };
-    let strictly_healthy = |p: &Pod| {
-        p.metadata.deletion_timestamp.is_none()
+    let allowed_not_seen =
+        |p: &P| (p.name()).is_some_and(|n| circumstances.allowed_not_seen.contains(n));
+    let strictly_healthy = |p: &P| {
+        !p.terminating()
             && !recently_disrupted(p)
             && !allowed_not_seen(p)
             && eviction::is_pod_ready(p)
             && required_pod_conditions
                 .iter()
-                .all(|kind| condition_true(p, kind))
+                .all(|kind| p.condition_true(kind))
     };
     // The selector is parsed once for all the pods (eviction::selects parses it per pod).
     let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
     let matcher = LabelSelectorMatcher::new(selector).ok();
-    let empty = Default::default();
-    let selected = |p: &Pod| {
-        p.metadata.namespace == pdb.metadata.namespace
-            && matcher
-                .as_ref()
-                .is_some_and(|m| m.matches(p.metadata.labels.as_ref().unwrap_or(&empty)))
+    let selected = |p: &P| {
+        p.namespace() == pdb.metadata.namespace.as_deref()
+            && matcher.as_ref().is_some_and(|m| m.matches(p.labels()))
     };
     let healthy = pods
         .iter()
@@ -241,11 +233,11 @@ pub enum FreshRead {
 /// storage under a policy protecting it (it may have turned not Ready), and a strict count
 /// with no pod to spare but some counted (one eviction not seen yet in `disruptedPods` flips
 /// it). A denial is never re-read: a stale one costs the evictor a retry, not an eviction.
-pub fn fresh_reads(
-    pod: &Pod,
+pub fn fresh_reads<P: PodFacts>(
+    pod: &P,
     decision: &EvictionDecision,
     pdbs: &[PodDisruptionBudget],
-    pods: &[&Pod],
+    pods: &[&P],
     policy: &PodDisruptionBudgetPolicy,
     circumstances: &Circumstances,
 ) -> Vec<FreshRead> {
@@ -298,19 +290,16 @@ pub const DISRUPTED_POD_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::fr
 /// The pod's volumes backed by a PersistentVolumeClaim, with the claim's name: a
 /// `persistentVolumeClaim` volume names it, a generic ephemeral volume's claim is
 /// `<pod>-<volume>` (the ephemeral volume controller's naming).
-pub fn claim_volumes(pod: &Pod) -> Vec<(&str, String)> {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
-    volumes
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            let claim = match (&v.persistent_volume_claim, &v.ephemeral) {
-                (Some(source), _) => source.claim_name.clone(),
-                (None, Some(_)) => format!("{pod_name}-{}", v.name),
-                (None, None) => return None,
+pub fn claim_volumes(pod: &impl PodFacts) -> Vec<(&str, String)> {
+    let pod_name = pod.name().unwrap_or_default();
+    pod.volumes()
+        .filter_map(|PodVolume { name, source }| {
+            let claim = match source {
+                VolumeSource::PersistentVolumeClaim { claim_name } => claim_name.to_owned(),
+                VolumeSource::Ephemeral => format!("{pod_name}-{name}"),
+                VolumeSource::HostPath | VolumeSource::EmptyDir { .. } => return None,
             };
-            Some((v.name.as_str(), claim))
+            Some((name, claim))
         })
         .collect()
 }
@@ -333,20 +322,17 @@ pub fn is_node_local(pv: &PersistentVolume) -> bool {
 /// The first volume that keeps data on the node: an emptyDir not backed by memory, a
 /// hostPath, or one of `node_local_claims` (claims bound to a node-local PersistentVolume).
 pub fn local_storage_volume<'a>(
-    pod: &'a Pod,
+    pod: &'a impl PodFacts,
     node_local_claims: &BTreeSet<String>,
 ) -> Option<&'a str> {
-    let volumes = pod.spec.as_ref()?.volumes.as_ref()?;
-    volumes
-        .iter()
+    pod.volumes()
         .find(|v| {
-            v.host_path.is_some()
-                || v.empty_dir
-                    .as_ref()
-                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
-                || node_local_claims.contains(&v.name)
+            matches!(
+                v.source,
+                VolumeSource::HostPath | VolumeSource::EmptyDir { in_memory: false }
+            ) || node_local_claims.contains(v.name)
         })
-        .map(|v| v.name.as_str())
+        .map(|v| v.name)
 }
 
 /// How an unhealthy pod may get past its budget, if it is one.
@@ -361,7 +347,7 @@ enum UnhealthyPath {
 
 impl UnhealthyPath {
     /// From the pod's readiness and the PDB's policy only, not from its counters.
-    fn of(pod: &Pod, pdb: &PodDisruptionBudget) -> Self {
+    fn of(pod: &impl PodFacts, pdb: &PodDisruptionBudget) -> Self {
         if eviction::is_pod_ready(pod) {
             return UnhealthyPath::No;
         }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, EmptyDirVolumeSource, EphemeralVolumeSource, HostPathVolumeSource,
     LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, PodCondition, PodSpec, PodStatus,
+    PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod, PodCondition, PodSpec, PodStatus,
     Volume, VolumeNodeAffinity,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
@@ -366,7 +366,7 @@ fn overlap_messages_name_both_budgets_and_the_reason() {
     let same_selector = check_budget(
         &pdb("a", Some("db"), int(1), None),
         &[pdb("b", Some("db"), int(1), None)],
-        &[],
+        &[] as &[Pod],
         &p,
     );
     assert_eq!(same_selector[0].rule, Rule::OverlappingBudgets);

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, Time,
