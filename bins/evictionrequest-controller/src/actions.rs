@@ -1,6 +1,6 @@
 //! The API calls of the EvictionRequest controller: the imperative eviction (with its back-off
 //! and the status written before the first attempt), expiry of finished requests, the
-//! ownerReference to the pod, the labels copied from it, the status, and the Events of each
+//! ownerReference to the pod, the labels synchronised with it, the status, and the Events of each
 //! transition.
 
 use std::collections::BTreeMap;
@@ -217,23 +217,40 @@ pub(crate) async fn add_owner(
     Ok(written.metadata.resource_version)
 }
 
-/// The request's labels copied from its pod, by server-side apply of the controller's own.
-pub(crate) async fn apply_labels(
+/// The request's labels synchronised with its pod ([`Plan::labels`]), by a JSON merge patch
+/// under the controller's field manager: server-side apply could not remove a label the
+/// requester copied from the pod (it belongs to the requester's field manager), and the pod
+/// wins conflicts anyway. `version` (the request as last read or written) guards against a
+/// lost update.
+pub(crate) async fn patch_labels(
     client: &Client,
     request: &EvictionRequest,
-    labels: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, Option<String>>,
     version: Option<String>,
 ) -> Result<Option<String>, Error> {
+    let api: Api<EvictionRequest> =
+        Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
     let body = json!({
-        "apiVersion": API_VERSION,
-        "kind": "EvictionRequest",
-        "metadata": { "name": request.name_any(), "resourceVersion": version, "labels": labels },
+        "metadata": { "labels": labels, "resourceVersion": version },
     });
-    apply(client, request, Part::Labels, body).await
+    let params = PatchParams {
+        field_manager: Some(COMPONENT.to_owned()),
+        ..PatchParams::default()
+    };
+    let written = api
+        .patch(&request.name_any(), &params, &Patch::Merge(body))
+        .await
+        .map_err(|source| Error::Write {
+            action: "synchronise the labels of",
+            request: id(request),
+            source: Box::new(source),
+        })?;
+    Ok(written.metadata.resource_version)
 }
 
-/// The controller's part of the status, by server-side apply: interceptors' own entries
-/// belong to their field managers and are left alone.
+/// The controller's part of the status, by server-side apply, forced (the status fields are the
+/// controller's): interceptors' own entries belong to their field managers and are left alone.
+/// Returns the written resourceVersion.
 pub(crate) async fn apply_status(
     client: &Client,
     request: &EvictionRequest,
@@ -249,45 +266,20 @@ pub(crate) async fn apply_status(
         "metadata": { "name": request.name_any(), "resourceVersion": version },
         "status": plan.status,
     });
-    apply(client, request, Part::Status, body).await
-}
-
-/// What of a request the controller applies.
-#[derive(Clone, Copy)]
-enum Part {
-    Labels,
-    Status,
-}
-
-/// Server-side apply of the controller's `part` of `request`, forced: the labels of the target
-/// have a preference over anyone else's (KEP), and the status fields are the controller's.
-/// Returns the written resourceVersion.
-async fn apply(
-    client: &Client,
-    request: &EvictionRequest,
-    part: Part,
-    body: serde_json::Value,
-) -> Result<Option<String>, Error> {
     let api: Api<EvictionRequest> =
         Api::namespaced(client.clone(), &request.namespace().unwrap_or_default());
-    let (name, params, patch) = (
-        request.name_any(),
-        PatchParams::apply(COMPONENT).force(),
-        Patch::Apply(body),
-    );
-    let written = match part {
-        Part::Labels => api.patch(&name, &params, &patch).await,
-        Part::Status => api.patch_status(&name, &params, &patch).await,
-    };
-    let action = match part {
-        Part::Labels => "synchronise the labels of",
-        Part::Status => "update the status of",
-    };
-    let written = written.map_err(|source| Error::Write {
-        action,
-        request: id(request),
-        source: Box::new(source),
-    })?;
+    let written = api
+        .patch_status(
+            &request.name_any(),
+            &PatchParams::apply(COMPONENT).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(|source| Error::Write {
+            action: "update the status of",
+            request: id(request),
+            source: Box::new(source),
+        })?;
     Ok(written.metadata.resource_version)
 }
 

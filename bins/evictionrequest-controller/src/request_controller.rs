@@ -27,7 +27,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use crate::actions::{add_owner, apply_labels, apply_status, expire, imperative_eviction, record};
+use crate::actions::{add_owner, apply_status, expire, imperative_eviction, patch_labels, record};
 use crate::cache::CachedPod;
 use crate::metrics::RequestMetrics;
 use crate::target_pod::{ReadError, TargetPods};
@@ -328,7 +328,7 @@ pub(crate) async fn reconcile(
         status: controller_status(request.status.as_ref()),
     };
     if let (Some(labels), false) = (&plan.labels, context.dry_run) {
-        let version = apply_labels(&context.client, &request, labels, last.version.clone()).await?;
+        let version = patch_labels(&context.client, &request, labels, last.version.clone()).await?;
         last.replaced(&context, &key, version);
     }
     match (plan.imperative.clone(), pod.as_deref()) {

@@ -66,6 +66,11 @@ pub const IMPERATIVE_EVICTION_INTERCEPTOR: &str = "imperative-eviction.k8s.io";
 /// The evictionrequest-controller: reporting component of its Events and field manager of its
 /// writes (label synchronisation reads its managedFields entry back).
 pub const EVICTION_REQUEST_CONTROLLER: &str = "evictionrequest-controller";
+/// Annotation a requester sets on the EvictionRequest it creates: the comma-separated keys of the
+/// pod's labels it copied into the request's labels (evictkit's requester library does), so the
+/// controller need not copy them itself (KEP Label Synchronization) and removes them when the
+/// pod drops them, as it does with the labels it copied.
+pub const LABELS_FROM_POD: &str = "evictkit.io/labels-from-pod";
 /// Requester name of the descheduler, added to `.spec.requesters` by `descheduler-bridge`. Not
 /// `descheduler.sigs.k8s.io`: `*.k8s.io` names are reserved for Kubernetes (the webhook and
 /// upstream's lifecycle API refuse them as requesters).

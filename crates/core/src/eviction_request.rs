@@ -249,8 +249,9 @@ pub enum Transition {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     pub status: EvictionRequestStatus,
-    /// The pod's labels, when the request lacks one of them or has another value.
-    pub labels: Option<BTreeMap<String, String>>,
+    /// The label changes that synchronise the request with its pod (`None` values: remove the
+    /// key), as a JSON merge patch of `.metadata.labels` carries them; `None` when in sync.
+    pub labels: Option<BTreeMap<String, Option<String>>>,
     pub imperative: Option<Imperative>,
     pub transitions: Vec<Transition>,
     /// Look again after this long even without a change (the active interceptor's heartbeat

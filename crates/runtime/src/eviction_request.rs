@@ -52,7 +52,8 @@ use std::future::Future;
 use evictkit_api::eviction_request::{EvictionRequest, InterceptorStatus};
 use evictkit_api::keys::API_VERSION;
 use evictkit_core::eviction_request::{
-    State, interceptor_status, is_active, next_heartbeat, refusal,
+    RequesterMetadata, State, interceptor_status, is_active, next_heartbeat, refusal,
+    requester_metadata,
 };
 use futures::TryStreamExt;
 use jiff::Timestamp;
@@ -149,17 +150,32 @@ fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
-/// The apply configuration of a requester: the target (co-owned, identical for everyone) and
-/// its own requester entry (or none, to withdraw).
-fn requester_apply(target: &TargetPod, requester: Option<&str>) -> serde_json::Value {
+/// The apply configuration of a requester: the target (co-owned, identical for everyone), its
+/// own requester entry (or none, to withdraw) and the labels it copies from the pod
+/// ([`requester_metadata`]).
+fn requester_apply(
+    target: &TargetPod,
+    requester: Option<&str>,
+    metadata: &RequesterMetadata,
+) -> serde_json::Value {
     let requesters: Vec<_> = requester
         .map(|name| json!({ "name": name }))
         .into_iter()
         .collect();
+    let mut object_metadata =
+        json!({ "name": target.request_name(), "namespace": target.namespace });
+    for (field, map) in [
+        ("labels", &metadata.labels),
+        ("annotations", &metadata.annotations),
+    ] {
+        if !map.is_empty() {
+            object_metadata[field] = json!(map);
+        }
+    }
     json!({
         "apiVersion": API_VERSION,
         "kind": "EvictionRequest",
-        "metadata": { "name": target.request_name(), "namespace": target.namespace },
+        "metadata": object_metadata,
         "spec": {
             "target": { "pod": { "name": target.name, "uid": target.uid } },
             "requesters": requesters,
@@ -170,6 +186,8 @@ fn requester_apply(target: &TargetPod, requester: Option<&str>) -> serde_json::V
 /// Asks for the eviction of `pod` as `requester` (a DNS subdomain such as
 /// `taint-manager.evictkit.io`): creates the pod's EvictionRequest or adds `requester` to its
 /// `.spec.requesters`. Idempotent; call it on every reconcile while the eviction is wanted.
+/// A request it creates carries the pod's labels, as `pod` has them, so the controller's label
+/// synchronisation has nothing to write (issue 29: a write per request less).
 ///
 /// A request canceled because its requesters all withdrew is no longer processed, so it is
 /// deleted and created afresh; an evicted one is returned as it is. A request the controller
@@ -198,11 +216,16 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
         return Err(error);
     }
     let apply = PatchParams::apply(requester);
+    let labels = pod.meta().labels.as_ref();
     let request = api
         .patch(
             name,
             &apply,
-            &Patch::Apply(requester_apply(&target, Some(requester))),
+            &Patch::Apply(requester_apply(
+                &target,
+                Some(requester),
+                &requester_metadata(existing.as_ref(), labels, requester),
+            )),
         )
         .await
         .map_err(api_error("apply", &target.namespace, name, requester))?;
@@ -234,7 +257,11 @@ pub async fn request_eviction<K: Resource<DynamicType = ()>>(
     api.patch(
         name,
         &apply,
-        &Patch::Apply(requester_apply(&target, Some(requester))),
+        &Patch::Apply(requester_apply(
+            &target,
+            Some(requester),
+            &requester_metadata(None, labels, requester),
+        )),
     )
     .await
     .map_err(api_error("apply", &target.namespace, name, requester))
@@ -271,8 +298,13 @@ pub async fn withdraw_target(
         return Ok(Some(request));
     }
     let apply = PatchParams::apply(requester);
+    let metadata = requester_metadata(Some(&request), None, requester);
     match api
-        .patch(name, &apply, &Patch::Apply(requester_apply(target, None)))
+        .patch(
+            name,
+            &apply,
+            &Patch::Apply(requester_apply(target, None, &metadata)),
+        )
         .await
     {
         Ok(request) => Ok(Some(request)),
@@ -308,7 +340,11 @@ pub async fn withdraw_from(
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     };
-    let body = requester_apply(&target, None);
+    let body = requester_apply(
+        &target,
+        None,
+        &requester_metadata(Some(request), None, requester),
+    );
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &namespace);
     apply_to_exactly(&api, request, &PatchParams::apply(requester), body)
         .await

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 use super::*;
 use evictkit_api::keys::{
-    EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, MIRROR_POD_ANNOTATION,
+    EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, LABELS_FROM_POD, MIRROR_POD_ANNOTATION,
 };
 
 const UID: &str = "0c6a1e5e-7c55-4c43-9d0a-0b5cf3a1e001";
@@ -248,7 +248,14 @@ fn selection_and_labels() {
             interceptor: B.into()
         }]
     );
-    assert_eq!(plan.labels, pod.metadata.labels, "the pod wins conflicts");
+    assert_eq!(
+        plan.labels,
+        Some(BTreeMap::from([
+            ("app".into(), Some("nginx".into())),
+            ("tier".into(), Some("web".into())),
+        ])),
+        "the pod wins conflicts"
+    );
 
     let in_sync = request(&["r.example.com"], Some(plan.status.clone()));
     let mut pod_in_sync = pod.clone();
@@ -1050,7 +1057,8 @@ fn label_removals_are_synchronised() {
     ]);
     let plan = reconcile(&req, Some(&pod), t(1), &config());
     assert_eq!(
-        plan.labels, pod.metadata.labels,
+        plan.labels,
+        Some(BTreeMap::from([("tier".into(), None)])),
         "tier was removed from the pod"
     );
     req.metadata.labels.as_mut().unwrap().remove("tier");
@@ -1061,6 +1069,132 @@ fn label_removals_are_synchronised() {
     ]);
     let plan = reconcile(&req, Some(&pod), t(2), &config());
     assert_eq!(plan.labels, None, "team is the requester's");
+}
+
+/// Issue 29 goal 4: the requester that creates a request copies the pod's labels into it and
+/// names them in evictkit.io/labels-from-pod, so the controller writes no label patch; a label
+/// the pod drops goes from the request as if the controller had copied it, one of the
+/// requester's own stays. Before, the controller patched the labels of every request (one of
+/// the 5 writes of a request without interceptors); a requester's copy without the annotation
+/// left a label the pod dropped on the request (the e2e test label_removals_follow_the_pod).
+#[test]
+fn labels_copied_by_the_requester() {
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    };
+    let with_labels = |pairs: &[(&str, &str)]| {
+        let mut pod = pod(None);
+        pod.metadata.labels = Some(labels(pairs));
+        pod
+    };
+    let created = |pod: &Pod, own: &[(&str, &str)]| {
+        let mut req = request(&["r.example.com"], None);
+        let metadata = requester_metadata(None, pod.metadata.labels.as_ref(), "r.example.com");
+        let mut all = metadata.labels;
+        all.extend(labels(own));
+        req.metadata.labels = Some(all);
+        req.metadata.annotations = Some(metadata.annotations);
+        req
+    };
+    let web = with_labels(&[("app", "nginx"), ("tier", "web")]);
+    type Case<'a> = (
+        &'a str,
+        EvictionRequest,
+        Pod,
+        Option<Vec<(&'a str, Option<&'a str>)>>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "copied by the requester",
+            created(&web, &[]),
+            web.clone(),
+            None,
+        ),
+        (
+            "the pod dropped tier",
+            created(&web, &[]),
+            with_labels(&[("app", "nginx")]),
+            Some(vec![("tier", None)]),
+        ),
+        (
+            "the pod changed tier and got zone",
+            created(&web, &[]),
+            with_labels(&[("app", "nginx"), ("tier", "db"), ("zone", "a")]),
+            Some(vec![("tier", Some("db")), ("zone", Some("a"))]),
+        ),
+        (
+            "the requester's own label stays",
+            created(&web, &[("team", "blue")]),
+            with_labels(&[("app", "nginx")]),
+            Some(vec![("tier", None)]),
+        ),
+        (
+            "a pod without labels: nothing copied, nothing to write",
+            created(&with_labels(&[]), &[]),
+            with_labels(&[]),
+            None,
+        ),
+    ];
+    for (case, req, pod, want) in cases {
+        let want = want.map(|changes| {
+            changes
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.map(str::to_owned)))
+                .collect::<BTreeMap<_, _>>()
+        });
+        let plan = reconcile(&req, Some(&pod), t(1), &config());
+        assert_eq!(plan.labels, want, "{case}");
+    }
+    assert_eq!(
+        created(&with_labels(&[]), &[]).metadata.annotations,
+        Some(BTreeMap::new()),
+        "no annotation without labels"
+    );
+}
+
+/// A requester applying to an existing request sends what it owns there, unchanged (an apply
+/// leaving it out would remove it, one with the pod's newer values would conflict with the
+/// controller's update); only a request it creates gets the pod's labels.
+#[test]
+fn requester_metadata_on_an_existing_request() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    let pod = pod(None); // app=nginx
+    let mut req = request(&["r.example.com", "s.example.com"], None);
+    req.metadata.labels = Some(BTreeMap::from([
+        ("app".into(), "old".into()),
+        ("tier".into(), "web".into()),
+    ]));
+    req.metadata.annotations = Some(BTreeMap::from([(
+        LABELS_FROM_POD.into(),
+        "app,tier".into(),
+    )]));
+    req.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+        manager: Some("r.example.com".into()),
+        operation: Some("Apply".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(serde_json::json!({"f:metadata": {
+            "f:labels": {"f:app": {}, "f:tier": {}},
+            "f:annotations": {format!("f:{LABELS_FROM_POD}"): {}},
+        }}))),
+        ..ManagedFieldsEntry::default()
+    }]);
+    let creator = requester_metadata(Some(&req), pod.metadata.labels.as_ref(), "r.example.com");
+    assert_eq!(creator.labels, req.metadata.labels.clone().unwrap());
+    assert_eq!(
+        creator.annotations,
+        req.metadata.annotations.clone().unwrap()
+    );
+    let joiner = requester_metadata(Some(&req), pod.metadata.labels.as_ref(), "s.example.com");
+    assert_eq!(joiner, RequesterMetadata::default());
+    let creating = requester_metadata(None, pod.metadata.labels.as_ref(), "s.example.com");
+    assert_eq!(creating.labels, pod.metadata.labels.clone().unwrap());
+    assert_eq!(
+        creating.annotations,
+        BTreeMap::from([(LABELS_FROM_POD.into(), "app".into())])
+    );
 }
 
 /// Issue 14 item 5: a finished request gets an ownerReference to its pod (the garbage collector
