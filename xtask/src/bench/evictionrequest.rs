@@ -318,6 +318,7 @@ async fn bench(
         idle_cpu_seconds: cpu_idle,
         share_of_bound: requests_per_second / bound,
         webhook,
+        events,
     };
     let path = csv::path("evictionrequest.csv")?;
     csv::upsert(&path, &HEADER, KEY_COLUMNS, &[row.values()])?;
@@ -346,7 +347,7 @@ fn print_writes(
 }
 
 /// The columns of `evictionrequest.csv`; a run's key is the first [`KEY_COLUMNS`].
-const HEADER: [&str; 15] = [
+const HEADER: [&str; 16] = [
     "api",
     "requests",
     "interceptors",
@@ -362,6 +363,7 @@ const HEADER: [&str; 15] = [
     "webhook_calls",
     "webhook_failed",
     "webhook_p99_ms",
+    "events",
 ];
 const KEY_COLUMNS: usize = 4;
 
@@ -384,6 +386,8 @@ struct Row {
     share_of_bound: f64,
     /// The apiserver's figures of the webhook (CRD only).
     webhook: Option<webhook::Figures>,
+    /// Events the controller created over the run (issue 33).
+    events: usize,
 }
 
 impl Row {
@@ -409,6 +413,7 @@ impl Row {
             webhook
                 .and_then(|w| w.p99_ms)
                 .map_or_else(String::new, |ms| format!("{ms:.1}")),
+            self.events.to_string(),
         ]
     }
 }
@@ -578,19 +583,20 @@ mod tests {
                 p99_ms: Some(12.34),
                 restarts: 0,
             }),
+            events: 7,
         };
         assert_eq!(
             row.values(),
             [
                 "crd", "300", "2", "20", "61.2", "4.9", "4.00", "2.00", "1.23", "30000", "0.01",
-                "0.98", "1500", "0", "12.3"
+                "0.98", "1500", "0", "12.3", "7"
             ]
         );
         let without_webhook = Row {
             webhook: None,
             ..row
         };
-        assert_eq!(without_webhook.values()[12..], ["", "", ""]);
+        assert_eq!(without_webhook.values()[12..], ["", "", "", "7"]);
         assert_eq!(row.values().len(), HEADER.len());
         assert_eq!(
             interceptors::names(2),

@@ -1,7 +1,8 @@
 //! The validating webhook of evictionrequests.evictkit.io under the bench's burst (issue 30):
 //! the bench's binary with `--roles webhook` (pinned to one core, as `bench webhooks` runs
 //! its webhooks), registered as the chart registers it (failurePolicy Fail, timeoutSeconds 5,
-//! CREATE and UPDATE of evictionrequests and their status) for the bench's namespace. Every
+//! CREATE and UPDATE of evictionrequests and their status, called over HTTP/1.1 as through the
+//! chart's Service: [`Webhook::url`]) for the bench's namespace. Every
 //! requester's apply and every status and label write of the controller goes through it. Its
 //! figures are the apiserver's own ([`Snapshot`]): a failed call refuses the write (Fail).
 
@@ -49,7 +50,7 @@ pub async fn start(
                 "resources": ["evictionrequests", "evictionrequests/status"],
                 "operations": ["CREATE", "UPDATE"]}],
             "clientConfig": {
-                "url": format!("https://127.0.0.1:{}/validate-evictionrequests", webhook.port),
+                "url": webhook.url("/validate-evictionrequests"),
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
             },
         }],
