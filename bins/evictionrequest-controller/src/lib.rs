@@ -133,7 +133,8 @@ pub struct Args {
     /// are finished while requesters move to lifecycle.k8s.io; discovery is checked again
     /// every 30s, so turning the gate on needs no restart. Requesters' `--eviction-request-api
     /// auto` asks through lifecycle.k8s.io when it is served at their start-up, else the CRD:
-    /// upgrade (restart) this controller first.
+    /// upgrade (restart) this controller first. `lifecycle` or `crd` on a cluster that does
+    /// not serve that API ends the start-up with an error saying what to do.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
     #[command(flatten)]
@@ -196,6 +197,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.roles.runs(Role::Controller) {
         let mode = args.api;
+        if mode != ApiMode::Auto {
+            let discovered = lifecycle_request::discover(&client)
+                .await
+                .context("discovery of the EvictionRequest APIs")?;
+            mode.check_served(discovered)?;
+        }
         anyhow::ensure!(
             args.heartbeat_timeout >= lifecycle::API_HEARTBEAT_DEADLINE
                 || mode == ApiMode::Crd

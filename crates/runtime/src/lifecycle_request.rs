@@ -75,6 +75,17 @@ impl ApiMode {
         })
     }
 
+    /// Whether the evictionrequest-controller can serve the API it was told to: `crd` and
+    /// `lifecycle` each need theirs to be served (without it, the controller's watches fail
+    /// forever and it never becomes ready); `auto` serves what there is.
+    pub fn check_served(self, discovered: Apis) -> Result<(), UnservedApi> {
+        match self {
+            Self::Lifecycle if !discovered.lifecycle => Err(UnservedApi::Lifecycle),
+            Self::Crd if !discovered.crd => Err(UnservedApi::Crd),
+            _ => Ok(()),
+        }
+    }
+
     /// The APIs the evictionrequest-controller serves when the cluster has `discovered`.
     /// `auto` serves both while both exist: requests still in flight on the CRD, and those
     /// of requesters that have not switched to lifecycle.k8s.io yet (pinned to `crd`, or not
@@ -92,6 +103,19 @@ impl ApiMode {
             },
         }
     }
+}
+
+/// The API `--api` names is not served by the cluster ([`ApiMode::check_served`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnservedApi {
+    #[error(
+        "--api lifecycle: the cluster does not serve {LIFECYCLE_API_VERSION} (evictions and evictionrequests); use --api auto or --api crd, or run Kubernetes v1.37+ with the EvictionRequestAPI feature gate on and --runtime-config=lifecycle.k8s.io/v1alpha1=true on kube-apiserver"
+    )]
+    Lifecycle,
+    #[error(
+        "--api crd: the cluster does not serve evictionrequests.{CRD_API_VERSION}; install the CRD (crds/ or the evictionrequest-controller chart), or use --api auto or --api lifecycle"
+    )]
+    Crd,
 }
 
 /// Which EvictionRequest APIs the apiserver serves now.
@@ -602,6 +626,41 @@ mod tests {
                 controlled,
                 "{mode:?} {discovered:?}"
             );
+        }
+    }
+
+    /// `--api lifecycle` on a cluster without lifecycle.k8s.io stayed unready forever, its
+    /// watches failing (docs/versions.md, seen on v1.36.3 and v1.35.4); it now exits at start-up
+    /// with this error. Likewise `--api crd` without the CRD; `auto` serves what there is.
+    #[test]
+    fn an_api_named_by_the_flag_must_be_served() {
+        let apis = |crd, lifecycle| Apis { crd, lifecycle };
+        let cases = [
+            (
+                ApiMode::Lifecycle,
+                apis(true, false),
+                Err(UnservedApi::Lifecycle),
+            ),
+            (ApiMode::Lifecycle, apis(false, true), Ok(())),
+            (ApiMode::Crd, apis(false, true), Err(UnservedApi::Crd)),
+            (ApiMode::Crd, apis(true, false), Ok(())),
+            (ApiMode::Auto, apis(false, false), Ok(())),
+            (ApiMode::Auto, apis(true, false), Ok(())),
+        ];
+        for (mode, discovered, want) in cases {
+            assert_eq!(
+                mode.check_served(discovered),
+                want,
+                "{mode:?} {discovered:?}"
+            );
+        }
+        let message = UnservedApi::Lifecycle.to_string();
+        for words in [
+            "lifecycle.k8s.io/v1alpha1",
+            "--api auto",
+            "EvictionRequestAPI",
+        ] {
+            assert!(message.contains(words), "{message}");
         }
     }
 }
