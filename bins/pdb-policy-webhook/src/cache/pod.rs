@@ -69,20 +69,8 @@ impl From<Pod> for CachedPod {
 }
 
 impl PodFacts for CachedPod {
-    fn name(&self) -> Option<&str> {
-        self.metadata.name.as_deref()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-
-    fn terminating(&self) -> bool {
-        self.metadata.deletion_timestamp.is_some()
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
     }
 
     fn labels(&self) -> &BTreeMap<String, String> {

@@ -5,16 +5,15 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The facts of a pod the eviction subresource and the stricter rules decide on: identity,
 /// labels (PDB selectors), deletionTimestamp, phase, which conditions are True, and the
 /// volumes that may keep data on the node.
 pub trait PodFacts {
-    fn name(&self) -> Option<&str>;
-    fn namespace(&self) -> Option<&str>;
-    fn uid(&self) -> Option<&str>;
-    /// `metadata.deletionTimestamp` is set.
-    fn terminating(&self) -> bool;
+    /// Name, namespace, UID and deletionTimestamp (a cache may keep nothing else of it: the
+    /// labels are [`PodFacts::labels`]).
+    fn metadata(&self) -> &ObjectMeta;
     fn labels(&self) -> &BTreeMap<String, String>;
     fn phase(&self) -> Option<&str>;
     /// Whether the pod has a condition of this type with status `True`.
@@ -22,6 +21,23 @@ pub trait PodFacts {
     /// The volumes that may keep data on the node or name a claim ([`PodVolume::of`]), in the
     /// pod's order.
     fn volumes(&self) -> impl Iterator<Item = PodVolume<&str>>;
+
+    fn name(&self) -> Option<&str> {
+        self.metadata().name.as_deref()
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.metadata().namespace.as_deref()
+    }
+
+    fn uid(&self) -> Option<&str> {
+        self.metadata().uid.as_deref()
+    }
+
+    /// `metadata.deletionTimestamp` is set.
+    fn terminating(&self) -> bool {
+        self.metadata().deletion_timestamp.is_some()
+    }
 }
 
 /// A volume of a pod as the stricter rules read it: a source that may keep data on the node
@@ -109,20 +125,8 @@ impl PodVolume<String> {
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl PodFacts for Pod {
-    fn name(&self) -> Option<&str> {
-        self.metadata.name.as_deref()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-
-    fn terminating(&self) -> bool {
-        self.metadata.deletion_timestamp.is_some()
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
     }
 
     fn labels(&self) -> &BTreeMap<String, String> {
@@ -149,20 +153,8 @@ impl PodFacts for Pod {
 
 /// A slice of pods to decide on may hold references (the subject beside a cache's pods).
 impl<P: PodFacts + ?Sized> PodFacts for &P {
-    fn name(&self) -> Option<&str> {
-        (**self).name()
-    }
-
-    fn namespace(&self) -> Option<&str> {
-        (**self).namespace()
-    }
-
-    fn uid(&self) -> Option<&str> {
-        (**self).uid()
-    }
-
-    fn terminating(&self) -> bool {
-        (**self).terminating()
+    fn metadata(&self) -> &ObjectMeta {
+        (**self).metadata()
     }
 
     fn labels(&self) -> &BTreeMap<String, String> {
