@@ -841,12 +841,15 @@ async fn apply_eviction_status(
 
 /// The participant labels and an ownerReference to every live EvictionRequest of the target,
 /// none ever removed ([`core::cleanup::eviction_owners`]), so the garbage collector removes
-/// the Eviction with the last of them.
+/// the Eviction with the last of them; nothing once it does ([`core::cleanup::collected`]).
 async fn refresh_metadata(
     context: &Context,
     eviction: &Eviction,
     requests: &[&EvictionRequest],
 ) -> Result<(), Error> {
+    if core::cleanup::collected(eviction.owner_references(), requests) {
+        return Ok(());
+    }
     let responders = eviction
         .status
         .as_ref()

@@ -1760,9 +1760,9 @@ async fn a_controller_is_not_ready_until_its_caches_have_listed() -> Result<()> 
 /// `--finished-ttl` deletion of the request no requester came back for included, printed; the
 /// Events among them are one per request (Evicting). Before: 17 writes, 4.3 of them Events
 /// (EvictionCreated, the imperative evictor's ResponderActive and ResponderCompleted, and
-/// Evicting); now 12 to 15, the rest status writes of the Eviction and the request, some of
-/// them refused as decided from a stale cache (409, counted): the 4 is not reached on
-/// this API.
+/// Evicting); then 12 to 15, the rest status writes of the Eviction and the request, some of
+/// them refused as decided from a stale cache (409, counted), and metadata writes of
+/// Evictions whose requests were gone (none now): the 4 is not reached on this API.
 #[tokio::test]
 async fn lifecycle_writes_per_request_without_responders() -> Result<()> {
     let env = TestEnv::new("lc-writes").await?;
@@ -1835,6 +1835,15 @@ async fn lifecycle_writes_per_request_without_responders() -> Result<()> {
     ensure!(
         events <= pods.len(),
         "{events} Events for {} requests, more than one each: {writes:#?}",
+        pods.len()
+    );
+    // The Evictions are created with their labels and owners; once their requests are gone,
+    // the garbage collector's (5 metadata patches for 3 requests before, all after the
+    // requests' deletion, one of them creating a collected Eviction again).
+    let metadata = writes.get("patch evictions").copied().unwrap_or_default();
+    ensure!(
+        metadata == 0,
+        "{metadata} writes of Evictions' metadata for {} requests: {writes:#?}",
         pods.len()
     );
     Ok(())

@@ -255,6 +255,40 @@ fn an_eviction_keeps_every_request_owner_and_gains_each_live_request() {
     assert_eq!(made, vec![owner("b", "uid-b")]);
 }
 
+/// Issue 29 goal 4 on lifecycle.k8s.io: an Eviction whose requests are all gone or going is
+/// the garbage collector's; its metadata is not written again.
+#[test]
+fn an_eviction_whose_requests_are_gone_is_collected() {
+    let (a, b) = (named("a", "uid-a"), named("b", "uid-b"));
+    let a_deleted = deleted(a.clone());
+    type Case<'a> = (&'a str, Vec<OwnerReference>, Vec<&'a EvictionRequest>, bool);
+    let cases: [Case; 5] = [
+        (
+            "its last request gone",
+            vec![owner("a", "uid-a")],
+            vec![],
+            true,
+        ),
+        (
+            "its last request being deleted",
+            vec![owner("a", "uid-a")],
+            vec![&a_deleted],
+            true,
+        ),
+        ("a live request", vec![owner("a", "uid-a")], vec![&a], false),
+        (
+            "one gone, a new one live",
+            vec![owner("a", "uid-a")],
+            vec![&a_deleted, &b],
+            false,
+        ),
+        ("made by hand, owned by no request", vec![], vec![], false),
+    ];
+    for (case, owners, requests, expected) in cases {
+        assert_eq!(collected(&owners, &requests), expected, "{case}");
+    }
+}
+
 #[test]
 fn finished_ttl_deletes_what_no_requester_comes_back_for() {
     let ttl = SignedDuration::from_secs(300);
