@@ -47,6 +47,7 @@ use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
 use crate::cache::CachedPod;
+use crate::request_controller::OwnWrites;
 use crate::target_pod::{ReadError, TargetPods};
 use crate::{COMPONENT, id, normal, warn};
 use evictkit_runtime::backoff::{Backoff, NextAttempt, PerObject};
@@ -86,6 +87,25 @@ struct Context {
     eviction_store: Store<Eviction>,
     /// Per Eviction UID, the imperative evictor's back-off.
     retries: PerObject<String>,
+    /// Per object UID (requests and Evictions), the versions our own writes replaced.
+    written: OwnWrites<String>,
+}
+
+/// Whether the cached `object` is older than this controller's last write of it: deciding
+/// from it would be refused (409) as superseded, a write wasted; its watch event comes soon.
+fn predates_own_write<K: kube::Resource>(context: &Context, object: &K) -> bool {
+    let uid = object.meta().uid.clone().unwrap_or_default();
+    context
+        .written
+        .predate(&uid, object.meta().resource_version.as_ref())
+}
+
+/// Notes that a write of ours replaced the version of `object` it was decided from.
+fn wrote<K: kube::Resource>(context: &Context, object: &K) {
+    let uid = object.meta().uid.clone().unwrap_or_default();
+    context
+        .written
+        .replaced(&uid, object.meta().resource_version.clone());
 }
 
 impl std::ops::Deref for Context {
@@ -178,6 +198,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         requests: request_store.clone(),
         eviction_store: eviction_store.clone(),
         retries: PerObject::new(settings.backoff),
+        written: OwnWrites::default(),
     });
     let namespace = settings.namespace.as_deref();
     // Changes of one kind wake the reconciler of the other through these.
@@ -191,7 +212,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     let (pods_lister, pods_listed) = listed();
     let requests = {
         let (evictions, to_evictions) = (eviction_store.clone(), to_evictions.clone());
-        let (metrics, forget) = (settings.metrics.clone(), settings.metrics.clone());
+        let (metrics, forget) = (settings.metrics.clone(), context.clone());
         watcher(
             api::<EvictionRequest>(&client, namespace),
             watcher::Config::default(),
@@ -199,7 +220,10 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
         .default_backoff()
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(request)) = event {
-                forget.forget_request(request);
+                forget.metrics.forget_request(request);
+                if let Some(uid) = request.metadata.uid.as_ref() {
+                    forget.written.forget(uid);
+                }
             }
         })
         .reflect(request_writer)
@@ -232,6 +256,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
                 context.metrics.forget_eviction(eviction);
                 if let Some(uid) = eviction.metadata.uid.as_ref() {
                     context.retries.forget(uid);
+                    context.written.forget(uid);
                 }
             }
         })
@@ -464,6 +489,9 @@ async fn reconcile_request(
     request: Arc<EvictionRequest>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
+    if predates_own_write(&context, request.as_ref()) {
+        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+    }
     context.metrics.observe_request(&request);
     let expiry = match expire(&context, &request).await? {
         Expiry::Deleted => return Ok(Action::await_change()),
@@ -681,6 +709,7 @@ async fn apply_request_status(
     )
     .await
     .map_err(write_error("update the status of", request))?;
+    wrote(context, request);
     Ok(())
 }
 
@@ -690,6 +719,9 @@ async fn reconcile_eviction(
     eviction: Arc<Eviction>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
+    if predates_own_write(&context, eviction.as_ref()) {
+        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+    }
     let namespace = eviction.namespace().unwrap_or_default();
     let Some(reference) = eviction.spec.target.pod.clone() else {
         return Ok(Action::await_change());
@@ -830,13 +862,16 @@ async fn apply_eviction_status(
         "metadata": decided_from(eviction),
         "status": step.status,
     });
-    api.patch_status(
-        &eviction.name_any(),
-        &PatchParams::apply(COMPONENT).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(write_error("update the status of", eviction))
+    let written = api
+        .patch_status(
+            &eviction.name_any(),
+            &PatchParams::apply(COMPONENT).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(write_error("update the status of", eviction))?;
+    wrote(context, eviction);
+    Ok(written)
 }
 
 /// The participant labels and an ownerReference to every live EvictionRequest of the target,
@@ -899,6 +934,7 @@ async fn refresh_metadata(
     )
     .await
     .map_err(write_error("update the labels of", eviction))?;
+    wrote(context, eviction);
     Ok(())
 }
 
@@ -1108,6 +1144,7 @@ async fn write_own_status(
             "write the imperative evictor's status of",
             eviction,
         ))?;
+    wrote(context, eviction);
     Ok(Some(written))
 }
 

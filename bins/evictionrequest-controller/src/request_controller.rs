@@ -59,35 +59,37 @@ pub(crate) struct Context {
     pub(crate) written: OwnWrites,
 }
 
-/// Per request, the resourceVersions this controller's own writes have replaced. While the
+/// Per object, the resourceVersions this controller's own writes have replaced. While the
 /// cache still shows one of them, a reconcile (e.g. woken by the evicted pod's deletion, or by
 /// the label write just before the status write) would decide from a state older than its own
 /// write, such as a pod gone but no targetInterceptors yet, and cancel a request it has just
-/// carried out. (Versions are compared for equality only: the API makes no promise of order.)
-#[derive(Default)]
-pub(crate) struct OwnWrites(Mutex<HashMap<Key, HashSet<String>>>);
+/// carried out; on lifecycle.k8s.io its write would be refused (409) as superseded, a write
+/// wasted. (Versions are compared for equality only: the API makes no promise of order.) Keyed
+/// by the request's `ObjectRef` here, by the object's UID in the lifecycle.k8s.io mode.
+pub(crate) struct OwnWrites<K = Key>(Mutex<HashMap<K, HashSet<String>>>);
 
-impl OwnWrites {
-    /// Whether the cached `request` predates this controller's last write of it.
-    pub(crate) fn predate(&self, key: &Key, request: &EvictionRequest) -> bool {
+impl<K> Default for OwnWrites<K> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> OwnWrites<K> {
+    /// Whether the cached object at `version` predates this controller's last write of it.
+    pub(crate) fn predate(&self, key: &K, version: Option<&String>) -> bool {
         let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let Some(replaced) = written.get(key) else {
             return false;
         };
-        if request
-            .metadata
-            .resource_version
-            .as_ref()
-            .is_some_and(|version| replaced.contains(version))
-        {
+        if version.is_some_and(|version| replaced.contains(version)) {
             return true;
         }
         written.remove(key);
         false
     }
 
-    /// Notes that a write of ours replaced `version` of the request.
-    pub(crate) fn replaced(&self, key: &Key, version: Option<String>) {
+    /// Notes that a write of ours replaced `version` of the object.
+    pub(crate) fn replaced(&self, key: &K, version: Option<String>) {
         if let Some(version) = version {
             self.0
                 .lock()
@@ -98,7 +100,7 @@ impl OwnWrites {
         }
     }
 
-    pub(crate) fn forget(&self, key: &Key) {
+    pub(crate) fn forget(&self, key: &K) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
     }
 }
@@ -309,7 +311,10 @@ pub(crate) async fn reconcile(
     context: Arc<Context>,
 ) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(request.as_ref());
-    if context.written.predate(&key, &request) {
+    if context
+        .written
+        .predate(&key, request.metadata.resource_version.as_ref())
+    {
         // The watch event of the write wakes this request again; the requeue is a safety net.
         return Ok(Action::requeue(STALE_CACHE_RECHECK));
     }
@@ -459,34 +464,19 @@ mod tests {
     fn a_cache_older_than_our_own_write_is_not_acted_on() {
         let written = OwnWrites::default();
         let key = ObjectRef::from_obj(&request_at("5"));
-        assert!(
-            !written.predate(&key, &request_at("5")),
-            "nothing written yet"
-        );
+        let predate = |version: &str| {
+            written.predate(&key, request_at(version).metadata.resource_version.as_ref())
+        };
+        assert!(!predate("5"), "nothing written yet");
         // The labels (5 -> 6), then the status (6 -> 7).
         written.replaced(&key, Some("5".into()));
         written.replaced(&key, Some("6".into()));
-        assert!(
-            written.predate(&key, &request_at("5")),
-            "the cache still shows 5"
-        );
-        assert!(
-            written.predate(&key, &request_at("6")),
-            "the label write only"
-        );
-        assert!(
-            !written.predate(&key, &request_at("7")),
-            "the cache caught up"
-        );
-        assert!(
-            !written.predate(&key, &request_at("5")),
-            "caught up once is enough"
-        );
+        assert!(predate("5"), "the cache still shows 5");
+        assert!(predate("6"), "the label write only");
+        assert!(!predate("7"), "the cache caught up");
+        assert!(!predate("5"), "caught up once is enough");
         written.replaced(&key, Some("7".into()));
         written.forget(&key);
-        assert!(
-            !written.predate(&key, &request_at("7")),
-            "a deleted request is forgotten"
-        );
+        assert!(!predate("7"), "a deleted request is forgotten");
     }
 }
