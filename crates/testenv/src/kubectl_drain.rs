@@ -56,9 +56,25 @@ impl TestEnv {
     /// its pods, bare ones too with `--force`, retrying a 429 every 5 s as kubectl does), each
     /// within `timeout`; then no pod of the test is left on them.
     pub async fn kubectl_drain_at_once(&self, nodes: &[String], timeout: Duration) -> Result<()> {
+        self.kubectl_drain_in_turn(nodes, Duration::ZERO, timeout)
+            .await
+    }
+
+    /// As [`TestEnv::kubectl_drain_at_once`], a `kubectl drain` started every `interval`, as a
+    /// script draining a node pool does, so that evictions keep arriving for the whole
+    /// `interval x nodes` (not only in the first second).
+    pub async fn kubectl_drain_in_turn(
+        &self,
+        nodes: &[String],
+        interval: Duration,
+        timeout: Duration,
+    ) -> Result<()> {
         let kubectl = self.control_plane_bin("kubectl")?;
         let mut drains = tokio::task::JoinSet::new();
-        for node in nodes {
+        for (i, node) in nodes.iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(interval).await;
+            }
             let mut command = tokio::process::Command::new(&kubectl);
             command
                 .args(["drain", node, "--force", "--ignore-daemonsets"])

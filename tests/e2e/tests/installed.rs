@@ -469,6 +469,9 @@ async fn policy_defaults_a_pdb(env: &TestEnv, policy: &str, prefix: &str) -> Res
     }
 }
 
+/// The eviction webhook of the installed pdb-policy-webhook.
+const EVICTION_WEBHOOK: &str = "validate-eviction.pdb-policy-webhook.evictkit.io";
+
 /// pdb-policy-webhook (issue 30): four nodes drained at once by four `kubectl drain`s, under a
 /// policy whose stricter rules the installed eviction webhook evaluates for every pod (at the
 /// chart's failurePolicy and timeoutSeconds): the apiserver calls it for every eviction and
@@ -476,7 +479,6 @@ async fn policy_defaults_a_pdb(env: &TestEnv, policy: &str, prefix: &str) -> Res
 async fn kubectl_drain_fails_no_webhook_call(env: &TestEnv) -> Result<()> {
     const NODES: usize = 4;
     const PER_NODE: usize = 6;
-    const WEBHOOK: &str = "validate-eviction.pdb-policy-webhook.evictkit.io";
     apply_policy_named(
         env,
         "drain",
@@ -484,19 +486,92 @@ async fn kubectl_drain_fails_no_webhook_call(env: &TestEnv) -> Result<()> {
     )?;
     let nodes = env.drain_pool("drain", NODES, PER_NODE).await?;
     let failed_before = env.failed_webhook_calls().await?;
-    let calls_before = env.webhook_calls(WEBHOOK).await?;
+    let calls_before = env.webhook_calls(EVICTION_WEBHOOK).await?;
     env.kubectl_drain_at_once(&nodes, Duration::from_secs(180))
         .await?;
     let failed_after = env.failed_webhook_calls().await?;
-    let calls = env.webhook_calls(WEBHOOK).await? - calls_before;
+    let calls = env.webhook_calls(EVICTION_WEBHOOK).await? - calls_before;
     ensure!(
         failed_after == failed_before,
         "webhook calls failed (or failed open) during the drain: {failed_before:?} -> {failed_after:?}"
     );
     ensure!(
         calls >= (NODES * PER_NODE) as f64,
-        "the apiserver called {WEBHOOK} {calls} times for the {} pods drained",
+        "the apiserver called {EVICTION_WEBHOOK} {calls} times for the {} pods drained",
         NODES * PER_NODE
+    );
+    Ok(())
+}
+
+/// pdb-policy-webhook (issue 30): one of its two replicas deleted in the middle of a drain of
+/// several nodes (a `kubectl drain` started every second, so evictions keep reaching the eviction
+/// webhook all through the replica's stop: its endpoint leaving, the preStop sleep, SIGTERM, its
+/// connections drained, its exit). The apiserver counts no failed call of any webhook, it called
+/// the eviction webhook while the deleted pod was stopping, and no container restarted. Runs
+/// after [`kubectl_drain_fails_no_webhook_call`], under its policy's stricter rules.
+async fn webhook_replica_deleted_mid_drain_fails_no_call(env: &TestEnv) -> Result<()> {
+    const NODES: usize = 15;
+    const PER_NODE: usize = 2;
+    const EVERY: Duration = Duration::from_secs(1);
+    let nodes = env.drain_pool("replica", NODES, PER_NODE).await?;
+    let replica = ready_pods(env, "pdb-policy-webhook", 2).await?[0].name_any();
+    let failed_before = env.failed_webhook_calls().await?;
+    let calls_before = env.webhook_calls(EVICTION_WEBHOOK).await?;
+    let drain = env.kubectl_drain_in_turn(&nodes, EVERY, Duration::from_secs(180));
+    let stop = async {
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        while env.webhook_calls(EVICTION_WEBHOOK).await? == calls_before {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the drain never called {EVICTION_WEBHOOK}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
+        pods.delete(&replica, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting the webhook replica {replica}"))?;
+        let at_deletion = env.webhook_calls(EVICTION_WEBHOOK).await?;
+        wait::wait_for_deletion(&pods, &replica, DEFAULT_TIMEOUT)
+            .await
+            .with_context(|| format!("the deleted webhook replica {replica} did not stop"))?;
+        let when_gone = env.webhook_calls(EVICTION_WEBHOOK).await?;
+        Ok::<_, anyhow::Error>((at_deletion, when_gone))
+    };
+    let (drained, stopped) = tokio::join!(drain, stop);
+    drained.context("the drain with a webhook replica deleted in its middle")?;
+    let (at_deletion, when_gone) = stopped?;
+    let failed_after = env.failed_webhook_calls().await?;
+    let calls = env.webhook_calls(EVICTION_WEBHOOK).await? - calls_before;
+    ensure!(
+        failed_after == failed_before,
+        "webhook calls failed (or failed open) while the replica {replica} stopped mid-drain: \
+         {failed_before:?} -> {failed_after:?}"
+    );
+    ensure!(
+        when_gone > at_deletion,
+        "no eviction reached {EVICTION_WEBHOOK} while the replica {replica} stopped: the drain \
+         did not span its stop"
+    );
+    ensure!(
+        calls >= (NODES * PER_NODE) as f64,
+        "the apiserver called {EVICTION_WEBHOOK} {calls} times for the {} pods drained",
+        NODES * PER_NODE
+    );
+    let restarts: Vec<String> = ready_pods(env, "pdb-policy-webhook", 2)
+        .await?
+        .iter()
+        .filter_map(|pod| {
+            let restarts: i32 = (pod.status.as_ref()?.container_statuses.as_ref()?)
+                .iter()
+                .map(|status| status.restart_count)
+                .sum();
+            (restarts > 0).then(|| format!("{}: {restarts}", pod.name_any()))
+        })
+        .collect();
+    ensure!(
+        restarts.is_empty(),
+        "pdb-policy-webhook containers restarted during the drain: {restarts:?}"
     );
     Ok(())
 }
@@ -738,6 +813,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     policy_defaults_a_pdb(&env, &policy, "budget").await?;
     invalid_policy_is_reported(&env).await?;
     kubectl_drain_fails_no_webhook_call(&env).await?;
+    webhook_replica_deleted_mid_drain_fails_no_call(&env).await?;
     descheduler_eviction_becomes_a_request(&env, &descheduler, api, "descheduled").await?;
 
     let forbidden = forbidden_lines(&env).await?;
