@@ -205,10 +205,19 @@ pub fn run(args: &Args) -> Result<()> {
         .enable_all()
         .build()?;
     let mut rows = Vec::new();
+    // A scenario that fails stops the run, but the rows measured before it are still written.
+    let mut failed = None;
     for scenario in scenarios {
-        let row = runtime.block_on(measure(&cluster, &pdb_policy_binary, scenario, args))?;
-        println!("{}", line(&row.cells()));
-        rows.push(row);
+        match runtime.block_on(measure(&cluster, &pdb_policy_binary, scenario, args)) {
+            Ok(row) => {
+                println!("{}", line(&row.cells()));
+                rows.push(row);
+            }
+            Err(error) => {
+                failed = Some(error);
+                break;
+            }
+        }
     }
     println!("\n{}", line(HEADER));
     for row in &rows {
@@ -218,6 +227,9 @@ pub fn run(args: &Args) -> Result<()> {
     let cells: Vec<Vec<String>> = rows.iter().map(Row::cells).collect();
     csv::upsert(&path, HEADER, 1, &cells)?;
     println!("CSV: {}", path.display());
+    if let Some(error) = failed {
+        return Err(error);
+    }
     let missed: Vec<&str> = rows
         .iter()
         .filter(|row| !row.meets_the_goal())
