@@ -167,7 +167,7 @@ pub async fn remove(
     }
     // A request announced before (this process or one before a restart) is only re-joined.
     let requested_before = request && has_disruption_target(pod, DisruptionTarget::EvictionRequest);
-    let announced_now = !requested_before && context.mark(key.clone());
+    let announced_now = !requested_before && context.mark(key.clone(), request);
     if announced_now {
         let note = removal.announcement(&name, node_name);
         // Past their budget, announcements fold into one Event on the node (an outage).
@@ -382,7 +382,7 @@ async fn join_request(
 pub async fn withdraw_if_requested(pod: &CachedPod, context: &Context) -> Result<(), Error> {
     let marked = has_disruption_target(pod, DisruptionTarget::EvictionRequest);
     // A request not yet taken up carries no mark on the pod; this process remembers it.
-    if !marked && !context.announced(&ObjectRef::from_obj(pod)) {
+    if !marked && !context.requested(&ObjectRef::from_obj(pod)) {
         return Ok(());
     }
     let name = name_of(pod);

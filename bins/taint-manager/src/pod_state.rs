@@ -25,8 +25,10 @@ pub struct PodStates {
     windows: HashMap<ObjectRef<CachedPod>, Pending>,
     /// Pods waiting for the end of their window (for the "Cancelling deletion" Event).
     scheduled: HashSet<ObjectRef<CachedPod>>,
-    /// Pods whose removal was announced by an Event (once per pod, not per retry).
-    marked: HashSet<ObjectRef<CachedPod>>,
+    /// Pods whose removal was announced by an Event (once per pod, not per retry), and
+    /// whether it was asked through an EvictionRequest (one to withdraw when the pod stops
+    /// being due; a deletion or eviction has none).
+    marked: HashMap<ObjectRef<CachedPod>, bool>,
     /// The pod as a successful removal saw it: (uid, deletionTimestamp). A reconcile that sees
     /// the pod still so has read the cache before the watch delivered the removal (under load
     /// the pod's own DisruptionTarget patch can trigger a reconcile that runs before the
@@ -51,7 +53,7 @@ impl Context {
     /// the end of a window or announced and not made yet (upstream's `cancelWorkWithEvent`).
     pub(crate) async fn cancel(&self, pod: &CachedPod) {
         let key = ObjectRef::from_obj(pod);
-        let announced = self.states().marked.contains(&key);
+        let announced = self.states().marked.contains_key(&key);
         let was_waiting = self.forget(&key);
         if was_waiting || announced {
             let note = format!("Cancelling deletion of Pod {}", name_of(pod));
@@ -91,14 +93,19 @@ impl Context {
         self.states().scheduled.remove(key);
     }
 
-    /// Remembers that the pod's removal was announced; returns whether it was new.
-    pub(crate) fn mark(&self, key: ObjectRef<CachedPod>) -> bool {
-        self.states().marked.insert(key)
+    /// Remembers that the pod's removal was announced, as an EvictionRequest if `request`;
+    /// returns whether it was new.
+    pub(crate) fn mark(&self, key: ObjectRef<CachedPod>, request: bool) -> bool {
+        let mut states = self.states();
+        let new = !states.marked.contains_key(&key);
+        *states.marked.entry(key).or_default() |= request;
+        new
     }
 
-    /// Whether the pod's removal was announced (and not forgotten since).
-    pub(crate) fn announced(&self, key: &ObjectRef<CachedPod>) -> bool {
-        self.states().marked.contains(key)
+    /// Whether the pod's eviction was requested through an EvictionRequest announced by this
+    /// process (and not forgotten since).
+    pub(crate) fn requested(&self, key: &ObjectRef<CachedPod>) -> bool {
+        self.states().marked.get(key) == Some(&true)
     }
 
     /// A removal of `pod` (as the cache showed it) succeeded: forget the rest, remember this.
