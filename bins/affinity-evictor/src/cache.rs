@@ -57,7 +57,7 @@ impl From<Pod> for CachedPod {
             .flatten()
             .any(|c| c.type_ == CONDITION_TYPE && c.status == STATUS_TRUE);
         let node_name = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
-        let metadata = pod.metadata;
+        let mut metadata = pod.metadata;
         let daemonset = metadata
             .owner_references
             .iter()
@@ -69,13 +69,7 @@ impl From<Pod> for CachedPod {
             })
             .map(|owner| owner.name.clone());
         CachedPod {
-            metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                uid: metadata.uid,
-                resource_version: metadata.resource_version,
-                ..ObjectMeta::default()
-            },
+            metadata: evictkit_runtime::compact::identity(&mut metadata),
             node_name,
             facts,
             marked,

@@ -26,15 +26,9 @@ pub struct CachedPod {
 impl From<Pod> for CachedPod {
     fn from(pod: Pod) -> Self {
         let marked = Marks::of(&pod).ours;
-        let metadata = pod.metadata;
+        let mut metadata = pod.metadata;
         CachedPod {
-            metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                uid: metadata.uid,
-                resource_version: metadata.resource_version,
-                ..ObjectMeta::default()
-            },
+            metadata: evictkit_runtime::compact::identity(&mut metadata),
             marked,
         }
     }

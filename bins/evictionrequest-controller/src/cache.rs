@@ -124,25 +124,19 @@ impl From<Pod> for CachedPod {
             containers: finished(status.container_statuses),
         };
         let spec = pod.spec.unwrap_or_default();
-        let metadata = pod.metadata;
+        let mut metadata = pod.metadata;
         let annotations: BTreeMap<String, String> = metadata
             .annotations
+            .take()
             .into_iter()
             .flatten()
             .filter(|(key, _)| KEPT_ANNOTATIONS.contains(&key.as_str()))
             .collect();
         CachedPod {
-            metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                uid: metadata.uid,
-                deletion_timestamp: metadata.deletion_timestamp,
-                resource_version: metadata.resource_version,
-                ..ObjectMeta::default()
-            },
-            labels: MAPS.get(metadata.labels.unwrap_or_default()),
+            metadata: evictkit_runtime::compact::identity(&mut metadata),
+            labels: MAPS.get(metadata.labels.take().unwrap_or_default()),
             annotations: MAPS.get(annotations),
-            owners: OWNERS.get(Owners(metadata.owner_references.unwrap_or_default())),
+            owners: OWNERS.get(Owners(metadata.owner_references.take().unwrap_or_default())),
             spec: SPECS.get(LifecycleSpec {
                 eviction_responders: spec.eviction_responders,
                 scheduling_group: spec.scheduling_group,

@@ -105,17 +105,10 @@ impl From<Pod> for CachedPod {
                 _ => None,
             });
         let spec = pod.spec.unwrap_or_default();
-        let metadata = pod.metadata;
+        let mut metadata = pod.metadata;
         CachedPod {
-            labels: LABELS.get(metadata.labels.unwrap_or_default()),
-            metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                uid: metadata.uid,
-                deletion_timestamp: metadata.deletion_timestamp,
-                resource_version: metadata.resource_version,
-                ..ObjectMeta::default()
-            },
+            labels: LABELS.get(metadata.labels.take().unwrap_or_default()),
+            metadata: evictkit_runtime::compact::identity(&mut metadata),
             node_name: spec.node_name.unwrap_or_default(),
             tolerations: TOLERATIONS.get(Tolerations(spec.tolerations.unwrap_or_default())),
             bound_at,

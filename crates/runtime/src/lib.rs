@@ -11,6 +11,7 @@
 //! - [`reconcile`]: every reconcile counted, timed and traced with its object's key;
 //! - [`eviction`]: the one eviction client, with its outcome classification;
 //! - [`index`]: a reflector store's objects grouped by node or namespace;
+//! - [`compact`]: the metadata every compact cached object keeps;
 //! - [`interned`]: one shared copy of each distinct value among many cached objects (compact
 //!   caches: a workload's pods share one copy of their labels);
 //! - [`listed`]: a watch's first list done, for any number of waiters (a kube `Store`'s
@@ -29,6 +30,7 @@
 pub mod backoff;
 pub mod cli;
 pub mod client;
+pub mod compact;
 pub mod events;
 pub mod eviction;
 pub mod eviction_request;

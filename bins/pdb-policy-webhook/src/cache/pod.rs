@@ -48,17 +48,10 @@ impl From<Pod> for CachedPod {
             .filter(|c| c.status == "True")
             .map(|c| c.type_)
             .collect();
-        let metadata = pod.metadata;
+        let mut metadata = pod.metadata;
         CachedPod {
-            labels: LABELS.get(metadata.labels.unwrap_or_default()),
-            metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                uid: metadata.uid,
-                deletion_timestamp: metadata.deletion_timestamp,
-                resource_version: metadata.resource_version,
-                ..ObjectMeta::default()
-            },
+            labels: LABELS.get(metadata.labels.take().unwrap_or_default()),
+            metadata: evictkit_runtime::compact::identity(&mut metadata),
             state: STATES.get(PodState {
                 phase: status.phase,
                 true_conditions,
