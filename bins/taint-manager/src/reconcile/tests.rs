@@ -260,7 +260,7 @@ async fn a_pod_it_deleted_gets_no_cancelled_deletion_event() {
 /// A failed delete (the apiserver restarting) is retried as a delete, with no call about
 /// EvictionRequests: a removal announced as a deletion has no request to withdraw. Every
 /// retry looked for one in both APIs before it (`bench scale --relist-after 30`, 1,000 pods at
-/// 20 QPS: 157 GETs of EvictionRequests after the apiserver's restart, 24 of them refused 403
+/// 20 QPS: 206 GETs of EvictionRequests after the apiserver's restart, 24 of them refused 403
 /// while its authorizer caught up, each failing its reconcile and doubling its backoff; the
 /// first deletion 3.25 s after `/readyz`).
 #[tokio::test]
