@@ -52,6 +52,13 @@ const UNREACHED: &[Unreached] = &[
         why: "crates/runtime/src/lifecycle_request.rs clean_up: the requester's own request once the eviction is over (a pod the suite removes through the taint-manager or the descheduler-bridge); request_eviction -> delete_exactly: the settled or withdrawn request of a same-name predecessor pod (spec.target is immutable)",
     },
     Unreached {
+        components: &["evictionrequest-controller"],
+        group: "evictkit.io",
+        resources: &["evictionrequests"],
+        verbs: &["patch"],
+        why: "bins/evictionrequest-controller/src/actions.rs patch_labels (a label the pod dropped while its request is open: the requester copies the rest at creation since 87b2178) and add_owner (a finished request whose pod is still there, e.g. terminating)",
+    },
+    Unreached {
         components: &["descheduler-bridge"],
         group: "evictkit.io",
         resources: &["evictionrequests"],
