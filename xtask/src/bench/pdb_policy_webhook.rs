@@ -199,6 +199,15 @@ impl Webhook {
             std::net::SocketAddr::new(self.host, self.port)
         )
     }
+
+    /// A webhook configuration's `clientConfig` for `path`: [`Webhook::url`] and the CA that
+    /// signed the serving certificate.
+    pub(crate) fn client_config(&self, path: &str) -> serde_json::Value {
+        serde_json::json!({
+            "url": self.url(path),
+            "caBundle": base64::engine::general_purpose::STANDARD.encode(&self.ca_pem),
+        })
+    }
 }
 
 /// The webhook with `flags` added to the bench's.
@@ -360,10 +369,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
             "timeoutSeconds": TIMEOUT_SECONDS,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}],
-            "clientConfig": {
-                "url": webhook.url("/validate-eviction"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
-            },
+            "clientConfig": webhook.client_config("/validate-eviction"),
         }],
     });
     Api::<ValidatingWebhookConfiguration>::all(client.clone())

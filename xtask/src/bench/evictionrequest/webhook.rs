@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use base64::Engine as _;
 use evictkit_api::EvictionRequest;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{DeleteParams, PostParams};
@@ -49,10 +48,7 @@ pub async fn start(
             "rules": [{"apiGroups": ["evictkit.io"], "apiVersions": ["v1alpha1"],
                 "resources": ["evictionrequests", "evictionrequests/status"],
                 "operations": ["CREATE", "UPDATE"]}],
-            "clientConfig": {
-                "url": webhook.url("/validate-evictionrequests"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
-            },
+            "clientConfig": webhook.client_config("/validate-evictionrequests"),
         }],
     });
     Api::<ValidatingWebhookConfiguration>::all(client.clone())

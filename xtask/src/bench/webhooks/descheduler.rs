@@ -14,7 +14,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use base64::Engine as _;
 use evictkit_api::keys::DESCHEDULER_REQUEST_EVICT_ONLY;
 use evictkit_core::descheduler_bridge::EVICTION_IN_BACKGROUND_TEXT;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -141,10 +140,7 @@ async fn register(client: &Client, webhook: &Webhook, user: &str) -> Result<()> 
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "matchConditions": [{"name": "descheduler", "expression": format!("request.userInfo.username == '{user}'")}],
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}],
-            "clientConfig": {
-                "url": webhook.url("/validate-eviction"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
-            },
+            "clientConfig": webhook.client_config("/validate-eviction"),
         }],
     });
     Api::<ValidatingWebhookConfiguration>::all(client.clone())

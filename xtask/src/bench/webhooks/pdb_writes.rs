@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use base64::Engine as _;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -100,10 +99,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
             "timeoutSeconds": TIMEOUT_SECONDS,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": ["policy"], "apiVersions": ["v1"], "resources": ["poddisruptionbudgets"], "operations": ["CREATE", "UPDATE"]}],
-            "clientConfig": {
-                "url": webhook.url(path),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
-            },
+            "clientConfig": webhook.client_config(path),
         })
     };
     let mutating =

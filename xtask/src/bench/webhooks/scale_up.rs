@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use base64::Engine as _;
 use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -117,10 +116,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
             "timeoutSeconds": TIMEOUT_SECONDS, "reinvocationPolicy": "IfNeeded",
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
-            "clientConfig": {
-                "url": webhook.url("/mutate"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&webhook.ca_pem),
-            },
+            "clientConfig": webhook.client_config("/mutate"),
         }],
     });
     Api::<MutatingWebhookConfiguration>::all(client.clone())
