@@ -135,6 +135,17 @@ impl Context {
         self.pods.get(namespace, name, uid).await
     }
 
+    /// The target of UID `uid` given the pod of its name: removed when, if that is known.
+    fn target<'a>(&self, pod: Option<&'a Pod>, uid: &str) -> Target<'a> {
+        match Target::of(pod, uid) {
+            Target::Gone => self
+                .pods
+                .removed_at(uid)
+                .map_or(Target::Gone, |at| Target::Removed(whole_seconds(at))),
+            present => present,
+        }
+    }
+
     fn requests_of(&self, namespace: &str, uid: &str) -> Vec<Arc<EvictionRequest>> {
         requests_of(&self.requests, namespace, uid)
     }
@@ -740,13 +751,7 @@ async fn reconcile_eviction(
             .pod(&namespace, &reference.name, &reference.uid)
             .await?
     };
-    let target = match Target::of(pod.as_deref(), &reference.uid) {
-        Target::Gone => context
-            .pods
-            .removed_at(&reference.uid)
-            .map_or(Target::Gone, |at| Target::Removed(whole_seconds(at))),
-        present => present,
-    };
+    let target = context.target(pod.as_deref(), &reference.uid);
     let mut requeue = None;
     let mut current = eviction.as_ref().clone();
 
@@ -776,7 +781,20 @@ async fn reconcile_eviction(
             requeue = wait;
         }
         let now = whole_seconds(Timestamp::now());
-        let step = core::progress(&current, target, &request_refs, now, &context.config);
+        let mut step = core::progress(&current, target, &request_refs, now, &context.config);
+        let live;
+        if step.hands_over_on_completion() && matches!(target, Target::Present(_)) {
+            // The pod watch can lag the Eviction's: a pod removed before its responder's report
+            // would otherwise wake the next responder, for nothing but a grace to run out.
+            live = context
+                .pods
+                .read(&namespace, &reference.name, &reference.uid)
+                .await?;
+            let confirmed = context.target(live.as_deref(), &reference.uid);
+            if !matches!(confirmed, Target::Present(_)) {
+                step = core::progress(&current, confirmed, &request_refs, now, &context.config);
+            }
+        }
         // An Event per turn of a responder other than the imperative evictor: its own turn is
         // told by its Events of what it does (Evicting, EvictionFailed, ...).
         for transition in step

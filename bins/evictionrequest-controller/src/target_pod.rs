@@ -35,7 +35,7 @@ pub(crate) struct TargetPods {
 /// How long a reported deletion is remembered: requests of a deleted pod settle within it.
 const DELETED_MEMORY: Duration = Duration::from_secs(10 * 60);
 
-/// UIDs of pods whose deletion the watch reported, with when, oldest first.
+/// UIDs of pods whose deletion the watch reported (or a read found), with when, oldest first.
 #[derive(Default)]
 struct Deleted {
     uids: HashMap<String, Timestamp>,
@@ -52,7 +52,9 @@ impl Deleted {
                 self.uids.remove(&old);
             }
         }
-        if self.uids.insert(uid.clone(), at).is_none() {
+        // The first report stands: the responder's grace counts from it.
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.uids.entry(uid.clone()) {
+            entry.insert(at);
             self.order.push_back((now, uid));
         }
     }
@@ -84,17 +86,18 @@ impl TargetPods {
         if let watcher::Event::Delete(pod) = event
             && let Some(uid) = pod.metadata.uid.clone()
         {
-            self.deleted
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(uid, Instant::now(), Timestamp::now());
+            self.deleted().insert(uid, Instant::now(), Timestamp::now());
         }
     }
 
-    /// When the watch reported the removal of the pod of UID `uid`, if it did lately.
+    /// When the watch reported the removal of the pod of UID `uid` (or a read past the cache
+    /// found it gone), if it did lately.
     pub(crate) fn removed_at(&self, uid: &str) -> Option<Timestamp> {
-        let deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
-        deleted.uids.get(uid).copied()
+        self.deleted().uids.get(uid).copied()
+    }
+
+    fn deleted(&self) -> std::sync::MutexGuard<'_, Deleted> {
+        self.deleted.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The pod `namespace/name` as the cache holds it, without a read.
@@ -105,7 +108,8 @@ impl TargetPods {
     }
 
     /// The pod `namespace/name` for a decision about the target of UID `uid`: the cached pod if
-    /// it has that UID, else the pod the API has now (of whatever UID, or none).
+    /// it has that UID and its removal is not known, else the cached successor, else the pod the
+    /// API has now (of whatever UID, or none).
     pub(crate) async fn get(
         &self,
         namespace: &str,
@@ -113,21 +117,26 @@ impl TargetPods {
         uid: &str,
     ) -> Result<Option<Arc<Pod>>, ReadError> {
         let cached = self.cached(namespace, name);
-        if cached
-            .as_ref()
-            .is_some_and(|pod| pod.metadata.uid.as_deref() == Some(uid))
-        {
+        let is_target = |pod: &Arc<Pod>| pod.metadata.uid.as_deref() == Some(uid);
+        if self.deleted().uids.contains_key(uid) {
+            // A successor of the same name, if the cache has one yet.
+            return Ok(cached.filter(|pod| !is_target(pod)));
+        }
+        if cached.as_ref().is_some_and(is_target) {
             return Ok(cached);
         }
-        if self
-            .deleted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .uids
-            .contains_key(uid)
-        {
-            return Ok(cached);
-        }
+        self.read(namespace, name, uid).await
+    }
+
+    /// The pod `namespace/name` as the API has it now, past the cache: for a decision the pod
+    /// watch may be too late for. A target of UID `uid` found gone is remembered as removed now,
+    /// so that the cache, until its watch reports the removal, does not bring it back.
+    pub(crate) async fn read(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Option<Arc<Pod>>, ReadError> {
         let live = Api::<Pod>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
@@ -141,7 +150,11 @@ impl TargetPods {
         self.live_reads
             .with_label_values(&[if found { "true" } else { "false" }])
             .inc();
-        tracing::debug!(pod = %format!("{namespace}/{name}"), uid, found, cached = cached.is_some(), "target pod read past the cache");
+        tracing::debug!(pod = %format!("{namespace}/{name}"), uid, found, "target pod read past the cache");
+        if !found {
+            self.deleted()
+                .insert(uid.to_owned(), Instant::now(), Timestamp::now());
+        }
         Ok(live.map(Arc::new))
     }
 }

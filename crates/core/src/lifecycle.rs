@@ -558,6 +558,16 @@ pub struct Progress {
     pub requeue_after: Option<SignedDuration>,
 }
 
+impl Progress {
+    /// Whether this step wakes the next responder because the active one reported completion:
+    /// a report that may come after the pod's removal the pod watch has not told yet, so a
+    /// caller deciding from a cache confirms the pod first.
+    pub fn hands_over_on_completion(&self) -> bool {
+        let to = |state: &str| self.transitions.iter().any(|t| t.to == state);
+        to(STATE_COMPLETED) && to(STATE_ACTIVE)
+    }
+}
+
 fn responder_status<'a>(
     status: Option<&'a EvictionStatus>,
     name: &str,

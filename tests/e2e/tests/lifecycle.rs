@@ -165,8 +165,9 @@ async fn wait_eviction(
         }
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for the Eviction of pod {} to be {what}; Evictions:\n{}",
+            "timed out waiting for the Eviction of pod {} to be {what}; Evictions:\n{}\n{}",
             pod.name_any(),
+            evictions.iter().map(summary).collect::<Vec<_>>().join("\n"),
             evictions
                 .iter()
                 .map(|e| wait::describe(Some(e)))
@@ -175,6 +176,32 @@ async fn wait_eviction(
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// One line for an Eviction, ahead of its whole text in a failure: its responders' states and
+/// its conditions.
+fn summary(eviction: &Eviction) -> String {
+    let status = eviction.status.as_ref();
+    let states: Vec<String> = status
+        .and_then(|s| s.target_responders.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| format!("{}={}", r.name, r.state))
+        .collect();
+    let conditions: Vec<String> = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| format!("{}={}/{}", c.type_, c.status, c.reason))
+        .collect();
+    format!(
+        "{}: responders [{}]; conditions [{}]; generation {:?} observed {:?}",
+        eviction.name_any(),
+        states.join(", "),
+        conditions.join(", "),
+        eviction.metadata.generation,
+        status.and_then(|s| s.observed_generation)
+    )
 }
 
 async fn wait_request(

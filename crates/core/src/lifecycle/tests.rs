@@ -380,6 +380,12 @@ fn responders_hand_over_on_completion_and_after_the_heartbeat_deadline() {
             Some(t(0)),
             "startTime is kept"
         );
+        // Only a reported completion is a hand-over the caller confirms the pod for.
+        assert_eq!(
+            p.hands_over_on_completion(),
+            a_state == STATE_COMPLETED,
+            "{a_entry:?} at {now}"
+        );
     }
 }
 
