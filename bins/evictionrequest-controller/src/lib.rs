@@ -41,6 +41,7 @@ use kube::{Resource, ResourceExt};
 use crate::metrics::RequestMetrics;
 
 use crate::request_controller::{Settings, control};
+use crate::target_pod::PodWatch;
 use evictkit_runtime::backoff::Backoff;
 
 /// Reporting component of Events, field manager of the controller's writes, and the
@@ -229,7 +230,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 evictions: manager.evictions(),
                 recorder: manager.recorder(COMPONENT).await?,
                 metrics: lifecycle::LifecycleMetrics::register(manager.metrics())?,
-                pod_live_reads: pod_live_reads.clone(),
                 config: evictkit_core::lifecycle::Config {
                     heartbeat_timeout,
                     ..evictkit_core::lifecycle::Config::default()
@@ -252,7 +252,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 evictions: manager.evictions(),
                 recorder: manager.recorder(COMPONENT).await?,
                 metrics: RequestMetrics::register(manager.metrics())?,
-                pod_live_reads,
                 config: core::Config { heartbeat_timeout },
                 backoff,
                 finished_ttl: (!args.finished_ttl.is_zero()).then_some(args.finished_ttl),
@@ -268,6 +267,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 mode,
                 crd_settings.clone(),
                 lifecycle_settings.clone(),
+                args.namespace.clone(),
+                pod_live_reads.clone(),
                 term,
             )
         });
@@ -278,16 +279,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// Runs the controller of each API that `mode` serves ([`ApiMode::controlled`]) until `term`
 /// ends; `auto` looks at discovery again every [`REDISCOVERY`] until it serves both, so an API
 /// turned on later is served without a restart, and one served is never dropped while its
-/// requests may be in flight.
+/// requests may be in flight. Both read the pods of `namespace` from one watch.
 async fn serve_apis(
     client: kube::Client,
     mode: ApiMode,
     crd: Option<Arc<Settings>>,
     lifecycle: Option<Arc<lifecycle::Settings>>,
+    namespace: Option<String>,
+    live_reads: prometheus::IntCounterVec,
     term: CancellationToken,
 ) {
     let mut serving = Apis::default();
     let mut controllers = Vec::new();
+    // Started with the first controller, shared by the second.
+    let mut pod_watch: Option<PodWatch> = None;
+    let mut pods = || {
+        pod_watch
+            .get_or_insert_with(|| {
+                PodWatch::start(
+                    &client,
+                    namespace.as_deref(),
+                    live_reads.clone(),
+                    term.clone(),
+                )
+            })
+            .clone()
+    };
     loop {
         let discovered = if mode == ApiMode::Auto {
             match lifecycle_request::discover(&client).await {
@@ -304,13 +321,13 @@ async fn serve_apis(
         if let (true, false, Some(settings)) = (wanted.crd, serving.crd, &crd) {
             tracing::info!(requested = ?mode, "serving evictionrequests.evictkit.io");
             serving.crd = true;
-            let run = control(client.clone(), settings.clone(), term.clone());
+            let run = control(client.clone(), settings.clone(), pods(), term.clone());
             controllers.push(tokio::spawn(run));
         }
         if let (true, false, Some(settings)) = (wanted.lifecycle, serving.lifecycle, &lifecycle) {
             tracing::info!(requested = ?mode, "serving lifecycle.k8s.io/v1alpha1 EvictionRequests and Evictions");
             serving.lifecycle = true;
-            let run = lifecycle::control(client.clone(), settings.clone(), term.clone());
+            let run = lifecycle::control(client.clone(), settings.clone(), pods(), term.clone());
             controllers.push(tokio::spawn(run));
         }
         if mode != ApiMode::Auto || (serving.crd && serving.lifecycle) {

@@ -46,9 +46,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 pub use self::metrics::LifecycleMetrics;
-use crate::cache::CachedPod;
 use crate::request_controller::OwnWrites;
-use crate::target_pod::{ReadError, TargetPods};
+use crate::target_pod::{PodWatch, ReadError, TargetPods};
 use crate::{COMPONENT, id, normal, warn};
 use evictkit_runtime::backoff::{Backoff, NextAttempt, PerObject};
 
@@ -65,8 +64,6 @@ pub struct Settings {
     pub evictions: EvictionClient,
     pub recorder: EventRecorder,
     pub metrics: LifecycleMetrics,
-    /// `evictkit_evictionrequest_controller_pod_live_reads_total` ([`crate::target_pod`]).
-    pub pod_live_reads: prometheus::IntCounterVec,
     pub config: core::Config,
     pub backoff: Backoff,
     /// `--finished-ttl`: finished requests no requester came back for are deleted this long
@@ -189,23 +186,25 @@ where
     }
 }
 
-/// The watches and both reconcilers, run while holding the Lease.
-pub async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+/// The watches and both reconcilers, run while holding the Lease; pods come from the process's
+/// one pod watch.
+pub(crate) async fn control(
+    client: Client,
+    settings: Arc<Settings>,
+    pod_watch: PodWatch,
+    token: CancellationToken,
+) {
     tracing::info!(
         api = LIFECYCLE_API_VERSION,
         "serving Kubernetes' own EvictionRequest API"
     );
     let (request_store, request_writer) = reflector::store();
     let (eviction_store, eviction_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
+    let pod_changes = pod_watch.changes();
     let context = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
-        pods: TargetPods::new(
-            client.clone(),
-            pod_store.clone(),
-            settings.pod_live_reads.clone(),
-        ),
+        pods: pod_watch.pods.clone(),
         requests: request_store.clone(),
         eviction_store: eviction_store.clone(),
         retries: PerObject::new(settings.backoff),
@@ -220,7 +219,7 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     // controller's runner needs ([`evictkit_runtime::listed`]).
     let (requests_lister, requests_listed) = listed();
     let (evictions_lister, evictions_listed) = listed();
-    let (pods_lister, pods_listed) = listed();
+    let pods_listed = pod_watch.listed.clone();
     let requests = {
         let (evictions, to_evictions) = (eviction_store.clone(), to_evictions.clone());
         let (metrics, forget) = (settings.metrics.clone(), context.clone());
@@ -291,31 +290,17 @@ pub async fn control(client: Client, settings: Arc<Settings>, token: Cancellatio
     // A pod's change (or deletion) concerns the Evictions of its UID.
     let pod_changes = {
         let evictions = eviction_store.clone();
-        let deletions = context.pods.clone();
-        watcher(
-            api::<CachedPod>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                deletions.observe(event);
-            }
-        })
-        .reflect(pod_writer)
-        .inspect(move |event| pods_lister.observe(event))
-        .touched_objects()
-        .flat_map(move |pod| {
+        pod_changes.flat_map(move |pod| {
             let refs: Vec<ObjectRef<Eviction>> = pod
-                .ok()
-                .and_then(|pod| {
-                    let uid = pod.metadata.uid.as_deref()?;
-                    Some(
-                        evictions_of(&evictions, &pod.namespace()?, uid)
-                            .iter()
-                            .map(|e| ObjectRef::from_obj(e.as_ref()))
-                            .collect(),
-                    )
+                .metadata
+                .uid
+                .as_deref()
+                .zip(pod.namespace())
+                .map(|(uid, namespace)| {
+                    evictions_of(&evictions, &namespace, uid)
+                        .iter()
+                        .map(|e| ObjectRef::from_obj(e.as_ref()))
+                        .collect()
                 })
                 .unwrap_or_default();
             stream::iter(refs)

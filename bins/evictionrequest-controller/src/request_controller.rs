@@ -28,9 +28,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::actions::{add_owner, apply_status, expire, imperative_eviction, patch_labels, record};
-use crate::cache::CachedPod;
 use crate::metrics::RequestMetrics;
-use crate::target_pod::{ReadError, TargetPods};
+use crate::target_pod::{PodWatch, ReadError, TargetPods};
 use crate::{Key, id, warn};
 
 /// What the flags decide, shared by every term of leadership.
@@ -38,8 +37,6 @@ pub(crate) struct Settings {
     pub(crate) evictions: EvictionClient,
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: RequestMetrics,
-    /// `evictkit_evictionrequest_controller_pod_live_reads_total` ([`target_pod`]).
-    pub(crate) pod_live_reads: prometheus::IntCounterVec,
     pub(crate) config: core::Config,
     pub(crate) backoff: Backoff,
     pub(crate) finished_ttl: Option<Duration>,
@@ -136,34 +133,32 @@ impl Context {
     }
 }
 
-/// The watches and the controller, run while holding the Lease.
-pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
+/// The request watch and the controller, run while holding the Lease; pods come from the
+/// process's one pod watch.
+pub(crate) async fn control(
+    client: Client,
+    settings: Arc<Settings>,
+    pod_watch: PodWatch,
+    token: CancellationToken,
+) {
     let (request_store, request_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
+    let pod_changes = pod_watch.changes();
     let context = Arc::new(Context {
         client: client.clone(),
         settings: settings.clone(),
-        pods: TargetPods::new(
-            client.clone(),
-            pod_store.clone(),
-            settings.pod_live_reads.clone(),
-        ),
+        pods: pod_watch.pods.clone(),
         retries: PerObject::new(settings.backoff),
         written: OwnWrites::default(),
     });
-    let (requests_api, pods_api): (Api<EvictionRequest>, Api<CachedPod>) = match &settings.namespace
-    {
-        Some(namespace) => (
-            Api::namespaced(client.clone(), namespace),
-            Api::namespaced(client.clone(), namespace),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+    let requests_api: Api<EvictionRequest> = match &settings.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
     };
 
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
     // controller's runner needs ([`evictkit_runtime::listed`]).
     let (requests_lister, requests_listed) = listed();
-    let (pods_lister, pods_listed) = listed();
+    let pods_listed = pod_watch.listed.clone();
     let requests = {
         let context = context.clone();
         watcher(requests_api, watcher::Config::default())
@@ -190,28 +185,16 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, token: Canc
     let pod_changes = {
         let requests = request_store.clone();
         let metrics = settings.metrics.queue.clone();
-        let deletions = context.pods.clone();
-        watcher(pods_api, watcher::Config::default())
-            .default_backoff()
-            .inspect(move |event| {
-                if let Ok(event) = event {
-                    deletions.observe(event);
-                }
-            })
-            .reflect(pod_writer)
-            .inspect(move |event| pods_lister.observe(event))
-            .touched_objects()
-            .filter_map(move |pod| {
-                let key = pod.ok().and_then(|pod| {
-                    let key = Key::new(pod.metadata.uid.as_deref()?)
-                        .within(&pod.namespace().unwrap_or_default());
-                    requests.get(&key).is_some().then_some(key)
-                });
-                if let Some(key) = &key {
-                    metrics.added(key);
-                }
-                future::ready(key)
-            })
+        pod_changes.filter_map(move |pod| {
+            let key = pod.metadata.uid.as_deref().and_then(|uid| {
+                let key = Key::new(uid).within(&pod.namespace().unwrap_or_default());
+                requests.get(&key).is_some().then_some(key)
+            });
+            if let Some(key) = &key {
+                metrics.added(key);
+            }
+            future::ready(key)
+        })
     };
 
     // Both caches complete before the first decision: a pod missing from a half-filled cache

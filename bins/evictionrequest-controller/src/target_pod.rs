@@ -9,15 +9,22 @@
 //! `evictkit_evictionrequest_controller_pod_live_reads_total{found}`. A pod whose deletion the watch
 //! reported needs no GET: once evicted, every later look at its requests would otherwise read
 //! it again ([`TargetPods::observe`]).
+//!
+//! One pod watch serves both APIs' controllers ([`PodWatch`]): with `--api auto` where both are
+//! served, the process keeps one copy of the pods, not one per API.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use evictkit_runtime::listed::{Listed, listed};
+use evictkit_runtime::shutdown::CancellationToken;
+use futures::channel::mpsc;
+use futures::{SinkExt, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use prometheus::IntCounterVec;
 
@@ -70,7 +77,7 @@ pub struct ReadError {
 }
 
 impl TargetPods {
-    pub(crate) fn new(client: Client, cache: Store<CachedPod>, live_reads: IntCounterVec) -> Self {
+    fn new(client: Client, cache: Store<CachedPod>, live_reads: IntCounterVec) -> Self {
         Self {
             client,
             cache,
@@ -82,7 +89,7 @@ impl TargetPods {
     /// Notes the deletions the pod watch reports (call it on the watch's events before the
     /// cache applies them). Deletions missed while the watch was down are not known here:
     /// their pods are read once more, as before.
-    pub(crate) fn observe(&self, event: &watcher::Event<CachedPod>) {
+    fn observe(&self, event: &watcher::Event<CachedPod>) {
         if let watcher::Event::Delete(pod) = event
             && let Some(uid) = pod.metadata.uid.clone()
         {
@@ -97,7 +104,7 @@ impl TargetPods {
     }
 
     fn deleted(&self) -> std::sync::MutexGuard<'_, Deleted> {
-        self.deleted.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.deleted)
     }
 
     /// The pod `namespace/name` as the cache holds it, without a read.
@@ -157,4 +164,84 @@ impl TargetPods {
         }
         Ok(live.map(Arc::new))
     }
+}
+
+/// The process's one pod watch, for the controllers of both APIs: its cache ([`TargetPods`]),
+/// when that has listed, and the pods it reports changed to each controller that asked.
+#[derive(Clone)]
+pub(crate) struct PodWatch {
+    pub(crate) pods: TargetPods,
+    pub(crate) listed: Listed,
+    subscribers: Arc<Mutex<Vec<mpsc::Sender<Arc<CachedPod>>>>>,
+}
+
+/// Changed pods held for a controller slow to take them; beyond, the watch waits for it (as
+/// one controller's own watch did).
+const CHANGES_BUFFER: usize = 1024;
+
+impl PodWatch {
+    /// Watches the pods of `namespace` (all if `None`) until `token` is cancelled.
+    pub(crate) fn start(
+        client: &Client,
+        namespace: Option<&str>,
+        live_reads: IntCounterVec,
+        token: CancellationToken,
+    ) -> Self {
+        let (store, writer) = reflector::store();
+        let pods = TargetPods::new(client.clone(), store, live_reads);
+        let (lister, listed) = listed();
+        let subscribers: Arc<Mutex<Vec<mpsc::Sender<Arc<CachedPod>>>>> = Arc::default();
+        let api: Api<CachedPod> = match namespace {
+            Some(namespace) => Api::namespaced(client.clone(), namespace),
+            None => Api::all(client.clone()),
+        };
+        let changes = {
+            let (deletions, subscribers) = (pods.clone(), subscribers.clone());
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .inspect(move |event| {
+                    if let Ok(event) = event {
+                        deletions.observe(event);
+                    }
+                })
+                .reflect(writer)
+                .inspect(move |event| lister.observe(event))
+                .touched_objects()
+                .for_each(move |pod| {
+                    let subscribers = subscribers.clone();
+                    async move {
+                        let Ok(pod) = pod else { return };
+                        let pod = Arc::new(pod);
+                        let senders = lock(&subscribers).clone();
+                        for mut sender in senders {
+                            // A controller whose term ended has dropped its receiver.
+                            let _ = sender.send(pod.clone()).await;
+                        }
+                        lock(&subscribers).retain(|sender| !sender.is_closed());
+                    }
+                })
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = changes => {}
+                () = token.cancelled() => {}
+            }
+        });
+        Self {
+            pods,
+            listed,
+            subscribers,
+        }
+    }
+
+    /// The pods changed, added or deleted from now on.
+    pub(crate) fn changes(&self) -> mpsc::Receiver<Arc<CachedPod>> {
+        let (sender, receiver) = mpsc::channel(CHANGES_BUFFER);
+        lock(&self.subscribers).push(sender);
+        receiver
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

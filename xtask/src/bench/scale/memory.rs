@@ -52,7 +52,15 @@ impl Binaries {
         let pki = support::pki();
         let mut commands = Vec::new();
         let all = std::iter::once(("taint-manager", &self.taint_manager))
-            .chain(self.others.iter().map(|(name, path)| (*name, path)));
+            .chain(self.others.iter().map(|(name, path)| (*name, path)))
+            .flat_map(|(name, path)| {
+                // The evictionrequest-controller twice: with `--api=crd`, and with the chart's
+                // `api: auto`, which on a cluster serving lifecycle.k8s.io runs both APIs'
+                // controllers (over one pod watch: the two rows should match).
+                let auto = (name == "evictionrequest-controller")
+                    .then_some(("evictionrequest-controller-api-auto", path));
+                std::iter::once((name, path)).chain(auto)
+            });
         for (name, binary) in all {
             let port = metrics_ports()?;
             let mut command = Command::new(binary);
