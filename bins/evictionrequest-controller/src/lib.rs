@@ -354,6 +354,17 @@ fn deleted_meanwhile(error: &kube::Error, name: &str) -> bool {
         if status.code == 404 && status.details.as_ref().is_some_and(|d| d.name == name))
 }
 
+/// `K`s of `--namespace`, or of every namespace without it.
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => kube::Api::namespaced(client.clone(), namespace),
+        None => kube::Api::all(client.clone()),
+    }
+}
+
 fn id<K: Resource>(object: &K) -> String {
     format!(
         "{}/{}",

@@ -48,7 +48,7 @@ use serde_json::json;
 pub use self::metrics::LifecycleMetrics;
 use crate::request_controller::OwnWrites;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use crate::{COMPONENT, id, normal, warn};
+use crate::{COMPONENT, api, id, normal, warn};
 use evictkit_runtime::backoff::{Backoff, NextAttempt, PerObject};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
@@ -174,16 +174,6 @@ fn evictions_of(store: &Store<Eviction>, namespace: &str, uid: &str) -> Vec<Arc<
             e.namespace().as_deref() == Some(namespace) && target_uid_of_eviction(e) == Some(uid)
         })
         .collect()
-}
-
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// The watches and both reconcilers, run while holding the Lease; pods come from the process's

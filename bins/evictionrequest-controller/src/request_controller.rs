@@ -25,12 +25,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use crate::actions::{add_owner, apply_status, expire, imperative_eviction, patch_labels, record};
 use crate::metrics::RequestMetrics;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use crate::{Key, id, warn};
+use crate::{Key, api, id, warn};
 
 /// What the flags decide, shared by every term of leadership.
 pub(crate) struct Settings {
@@ -150,10 +150,7 @@ pub(crate) async fn control(
         retries: PerObject::new(settings.backoff),
         written: OwnWrites::default(),
     });
-    let requests_api: Api<EvictionRequest> = match &settings.namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    };
+    let requests_api = api::<EvictionRequest>(&client, settings.namespace.as_deref());
 
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
     // controller's runner needs ([`evictkit_runtime::listed`]).

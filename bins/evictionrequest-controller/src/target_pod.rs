@@ -28,6 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use prometheus::IntCounterVec;
 
+use crate::api;
 use crate::cache::CachedPod;
 
 #[derive(Clone)]
@@ -191,35 +192,34 @@ impl PodWatch {
         let pods = TargetPods::new(client.clone(), store, live_reads);
         let (lister, listed) = listed();
         let subscribers: Arc<Mutex<Vec<mpsc::Sender<Arc<CachedPod>>>>> = Arc::default();
-        let api: Api<CachedPod> = match namespace {
-            Some(namespace) => Api::namespaced(client.clone(), namespace),
-            None => Api::all(client.clone()),
-        };
         let changes = {
             let (deletions, subscribers) = (pods.clone(), subscribers.clone());
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .inspect(move |event| {
-                    if let Ok(event) = event {
-                        deletions.observe(event);
+            watcher(
+                api::<CachedPod>(client, namespace),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    deletions.observe(event);
+                }
+            })
+            .reflect(writer)
+            .inspect(move |event| lister.observe(event))
+            .touched_objects()
+            .for_each(move |pod| {
+                let subscribers = subscribers.clone();
+                async move {
+                    let Ok(pod) = pod else { return };
+                    let pod = Arc::new(pod);
+                    let senders = lock(&subscribers).clone();
+                    for mut sender in senders {
+                        // A controller whose term ended has dropped its receiver.
+                        let _ = sender.send(pod.clone()).await;
                     }
-                })
-                .reflect(writer)
-                .inspect(move |event| lister.observe(event))
-                .touched_objects()
-                .for_each(move |pod| {
-                    let subscribers = subscribers.clone();
-                    async move {
-                        let Ok(pod) = pod else { return };
-                        let pod = Arc::new(pod);
-                        let senders = lock(&subscribers).clone();
-                        for mut sender in senders {
-                            // A controller whose term ended has dropped its receiver.
-                            let _ = sender.send(pod.clone()).await;
-                        }
-                        lock(&subscribers).retain(|sender| !sender.is_closed());
-                    }
-                })
+                    lock(&subscribers).retain(|sender| !sender.is_closed());
+                }
+            })
         };
         tokio::spawn(async move {
             tokio::select! {
