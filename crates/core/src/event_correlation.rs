@@ -161,6 +161,11 @@ impl Bucket {
         }
         (bucket, allowed)
     }
+
+    /// Refills from `now` on: the time before counts for nothing.
+    pub(crate) fn refill_from(&mut self, now: Timestamp) {
+        self.at = self.at.max(now);
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -9,18 +9,21 @@
 //! ten pods' Events are lost, with nothing to say so. Here nothing is dropped; a reporter's
 //! Events of one kind (type, reason, action) that name a fold target (e.g. the pod's node) go
 //! out one per object while the kind's budget lasts ([`FoldLimits::burst`] at once, one more
-//! every [`FoldLimits::refill_every`]); past it, they are folded per target into one
-//! aggregate, "Marking for deletion 110 Pods (...): ns/a, ns/b, ... and 70 more", sent on the
-//! target once its window closes. A target's first window is [`FoldLimits::first_window`],
-//! each further one twice the last, up to [`FoldLimits::max_window`], so a target gets a few
-//! aggregates however long the flood lasts; and with many targets open at once every window
-//! stretches with their number ([`FoldLimits::targets_at_first_window`]), so the flood's
-//! aggregates go out at a bounded rate however many targets it spans. In normal operation (fewer than `burst` Events of
-//! a kind at once) every Event stays on its own object.
+//! every [`FoldLimits::refill_every`]). Past it the kind floods: its Events are folded per
+//! target into one aggregate, "Marking for deletion 110 Pods (...): ns/a, ns/b, ... and 70
+//! more", until none of them came for [`FoldLimits::first_window`]. A target's first aggregate
+//! is sent when its first window closes (an early word on the node); the next gathers the rest
+//! of the flood and is sent when the flood ends, or after [`FoldLimits::max_window`] if it
+//! lasts that long. So a flood costs the burst plus about two Events per target however long
+//! it lasts: upstream's count is its queue's ~1,000, and an outage of 304 nodes at 20 QPS
+//! lasts an hour (issue 33; the budget refilling during the flood and aggregates every few
+//! minutes per node had sent 1,097 Events where upstream sent 1,005 at 30,000 pods). In normal
+//! operation (fewer than `burst` Events of a kind at once, or one every `refill_every`) every
+//! Event stays on its own object.
 //!
-//! Each Event costs O(1) hash operations plus O(log targets) for an aggregate's due time; the
-//! state is bounded by the kinds, the targets with an open aggregate and two generations of
-//! [`FoldLimits::cache_size`] sent-aggregate histories.
+//! Each Event costs O(1) hash operations plus O(log targets) for an aggregate's due time, and a
+//! flood's end O(its open aggregates) once; the state is bounded by the kinds, the targets with
+//! an open aggregate and two generations of [`FoldLimits::cache_size`] sent-aggregate histories.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -34,34 +37,31 @@ use crate::event_correlation::{Bucket, ObjectKey, Occurrence, Recent};
 pub struct FoldLimits {
     /// Events of one kind a reporter sends one per object at once before folding them.
     pub burst: u32,
-    /// How long until one more Event of the kind goes out on its own once the burst is spent.
+    /// How long until one more Event of the kind goes out on its own once the burst is spent;
+    /// the budget refills only between floods.
     pub refill_every: SignedDuration,
-    /// How long a target's first aggregate gathers Events before it is sent.
+    /// How long a target's first aggregate gathers Events before it is sent; a flood ends when
+    /// none of its kind's Events came for this long.
     pub first_window: SignedDuration,
-    /// The longest window; a target whose last aggregate is older starts again at the first.
+    /// The longest a later aggregate gathers; a target whose last aggregate is older starts
+    /// again at the first window.
     pub max_window: SignedDuration,
     /// The longest aggregate note (the apiserver's limit): the objects it names.
     pub note_bytes: usize,
-    /// Targets whose aggregates may be open at once with the first window. With more open, a
-    /// new window is at least their number / this x the first window (up to the longest): an
-    /// outage of hundreds of nodes then sends about as many aggregates a second as one of this
-    /// many nodes, where each node's own doubling alone sent a few per node (2,093 Events for
-    /// 33,307 pods on 304 nodes at 100,000 pods, upstream's dropping queue 1,005).
-    pub targets_at_first_window: usize,
     /// Targets whose aggregate history is kept at least.
     pub cache_size: usize,
 }
 
 impl FoldLimits {
     /// A node's worth of pods (kubelet's maxPods is 110) goes out one per pod; a sustained one
-    /// per 5 s too.
+    /// per 5 s too. A flood's later aggregates wait at most an hour, the apiserver's default
+    /// `--event-ttl`: an Event lives no longer.
     pub const DEFAULT: FoldLimits = FoldLimits {
         burst: 100,
         refill_every: SignedDuration::from_secs(5),
         first_window: SignedDuration::from_secs(10),
-        max_window: SignedDuration::from_mins(5),
+        max_window: SignedDuration::from_mins(60),
         note_bytes: 1024,
-        targets_at_first_window: 10,
         cache_size: 4096,
     };
 }
@@ -120,6 +120,15 @@ struct Pending {
     count: usize,
 }
 
+/// A kind's flood: while it has open aggregates, or had an Event within a first window, every
+/// Event of the kind folds.
+#[derive(Debug, Clone, Copy)]
+struct Flood {
+    open: usize,
+    /// When an Event of the kind last folded: the flood ends a first window later.
+    last: Timestamp,
+}
+
 /// The aggregates sent for a target in its current run of windows.
 #[derive(Debug, Clone, Copy)]
 struct History {
@@ -132,6 +141,7 @@ struct History {
 pub struct Folder {
     limits: FoldLimits,
     budgets: HashMap<KindKey, Bucket>,
+    floods: HashMap<KindKey, Flood>,
     pending: HashMap<TargetKey, Pending>,
     /// The open aggregates by due time (and a sequence number: two may be due at once).
     due: BTreeMap<(Timestamp, u64), TargetKey>,
@@ -144,6 +154,7 @@ impl Folder {
         Self {
             limits,
             budgets: HashMap::new(),
+            floods: HashMap::new(),
             pending: HashMap::new(),
             due: BTreeMap::new(),
             history: Recent::new(limits.cache_size),
@@ -158,17 +169,27 @@ impl Folder {
             reason: event.reason.to_owned(),
             action: event.action.to_owned(),
         };
-        let (bucket, allowed) = Bucket::take(
-            self.budgets.remove(&kind),
-            self.limits.burst,
-            self.limits.refill_every,
-            now,
-        );
-        if allowed {
-            self.budgets.insert(kind, bucket);
-            return Folding::Send;
+        let first_window = self.limits.first_window;
+        let flooding = (self.floods.get(&kind))
+            .is_some_and(|flood| flood.open > 0 || now < flood.last + first_window);
+        if !flooding {
+            self.end_flood(&kind);
+            let (bucket, allowed) = Bucket::take(
+                self.budgets.remove(&kind),
+                self.limits.burst,
+                self.limits.refill_every,
+                now,
+            );
+            self.budgets.insert(kind.clone(), bucket);
+            if allowed {
+                return Folding::Send;
+            }
         }
-        self.budgets.insert(kind.clone(), bucket);
+        let flood = self
+            .floods
+            .entry(kind.clone())
+            .or_insert(Flood { open: 0, last: now });
+        flood.last = now;
         let key = TargetKey {
             into: ObjectKey::of(fold.into),
             kind,
@@ -180,7 +201,9 @@ impl Folder {
             pending.add(name, note_bytes);
             return Folding::Folded;
         }
-        let due = now + self.window(&key, now);
+        flood.open += 1;
+        self.sequence += 1;
+        let due = (now + self.window(&key, now), self.sequence);
         let mut pending = Pending {
             into: fold.into.clone(),
             subject_kind: event
@@ -193,61 +216,97 @@ impl Folder {
             count: 0,
         };
         pending.add(name, note_bytes);
-        self.sequence += 1;
-        self.due.insert((due, self.sequence), key.clone());
+        self.due.insert(due, key.clone());
         self.pending.insert(key, pending);
         Folding::Folded
     }
 
-    /// When the next aggregate is due, if one is open.
+    /// When the next aggregate is due (its window closes, or its kind's flood ends), if one is
+    /// open.
     pub fn next_due(&self) -> Option<Timestamp> {
-        self.due.keys().next().map(|(at, _)| *at)
+        let window = self.due.keys().next().map(|(at, _)| *at);
+        let flood_end = (self.floods.values())
+            .filter(|flood| flood.open > 0)
+            .map(|flood| flood.last + self.limits.first_window)
+            .min();
+        window.into_iter().chain(flood_end).min()
     }
 
     /// The aggregates due at `now`, each closed: a later Event of its target opens another.
     pub fn take_due(&mut self, now: Timestamp) -> Vec<Aggregate> {
+        let first_window = self.limits.first_window;
+        let ended: Vec<KindKey> = (self.floods.iter())
+            .filter(|(_, flood)| flood.last + first_window <= now)
+            .map(|(kind, _)| kind.clone())
+            .collect();
+        let mut due: Vec<(Timestamp, u64)> = Vec::new();
+        if !ended.is_empty() {
+            due.extend(
+                (self.due.iter())
+                    .filter(|(_, key)| ended.contains(&key.kind))
+                    .map(|(at, _)| *at),
+            );
+        }
+        due.extend(self.due.range(..=(now, u64::MAX)).map(|(at, _)| *at));
+        due.sort_unstable();
+        due.dedup();
         let mut aggregates = Vec::new();
-        while let Some(entry) = self.due.first_entry()
-            && entry.key().0 <= now
-        {
-            let key = entry.remove();
-            let Some(pending) = self.pending.remove(&key) else {
+        for at in due {
+            let Some(key) = self.due.remove(&at) else {
                 continue;
             };
-            let sent = self.current_run(&key, now).sent;
-            self.history.put(
-                key.clone(),
-                History {
-                    sent: sent.saturating_add(1),
-                    last: now,
-                },
-            );
-            aggregates.push(Aggregate {
-                note: pending.note(&key.summary, self.limits.note_bytes),
-                regarding: pending.into,
-                warning: key.kind.warning,
-                reason: key.kind.reason,
-                action: key.kind.action,
-            });
+            if let Some(aggregate) = self.close(key, now) {
+                aggregates.push(aggregate);
+            }
+        }
+        for kind in ended {
+            self.end_flood(&kind);
         }
         aggregates
     }
 
-    /// How long a new aggregate of `key` gathers: the first window, doubled for each aggregate
-    /// already sent in the target's current run, and at least the first window stretched by
-    /// the aggregates open with it ([`FoldLimits::targets_at_first_window`]).
+    /// Ends `kind`'s flood, if it had one: its budget refills from the flood's end on.
+    fn end_flood(&mut self, kind: &KindKey) {
+        if let Some(flood) = self.floods.remove(kind)
+            && let Some(budget) = self.budgets.get_mut(kind)
+        {
+            budget.refill_from(flood.last + self.limits.first_window);
+        }
+    }
+
+    fn close(&mut self, key: TargetKey, now: Timestamp) -> Option<Aggregate> {
+        let pending = self.pending.remove(&key)?;
+        if let Some(flood) = self.floods.get_mut(&key.kind) {
+            flood.open = flood.open.saturating_sub(1);
+        }
+        let sent = self.current_run(&key, now).sent;
+        self.history.put(
+            key.clone(),
+            History {
+                sent: sent.saturating_add(1),
+                last: now,
+            },
+        );
+        Some(Aggregate {
+            note: pending.note(&key.summary, self.limits.note_bytes),
+            regarding: pending.into,
+            warning: key.kind.warning,
+            reason: key.kind.reason,
+            action: key.kind.action,
+        })
+    }
+
+    /// How long a new aggregate of `key` gathers: the first window for a target's first
+    /// aggregate in its current run, the longest for every later one (its flood's end usually
+    /// closes it first).
     fn window(&mut self, key: &TargetKey, now: Timestamp) -> SignedDuration {
         let run = self.current_run(key, now);
         self.history.put(key.clone(), run);
-        let first = self.limits.first_window;
-        let doubled = first
-            .checked_mul(2_i32.saturating_pow(run.sent.min(30)))
-            .unwrap_or(self.limits.max_window);
-        let open = self.pending.len() + 1;
-        let stretched = SignedDuration::from_secs_f64(
-            first.as_secs_f64() * open as f64 / self.limits.targets_at_first_window.max(1) as f64,
-        );
-        doubled.max(stretched).min(self.limits.max_window)
+        if run.sent == 0 {
+            self.limits.first_window
+        } else {
+            self.limits.max_window
+        }
     }
 
     /// The target's aggregates sent with no gap over the longest window (none once it passed).

@@ -18,7 +18,7 @@
 //! An Event recorded with [`EventRecorder::publish_or_fold`] names an object to fold it into
 //! (a pod's node): once its kind's Events exceed their budget it is folded with others into
 //! one Event on that object ([`evictkit_core::event_folding`]), which a task of the recorder
-//! sends when its window closes. That is how an outage of thousands of pods sends fewer Events
+//! sends when its window closes or its flood ends. That is how an outage of thousands of pods sends fewer Events
 //! than upstream's broadcaster, which drops what its full queue cannot hold, while naming the
 //! pods. Aggregates still open when the recorder's last clone goes (at shutdown) are not sent.
 
@@ -169,7 +169,11 @@ impl EventRecorder {
             let mut pipeline = self.shared.lock();
             let before = pipeline.folder.next_due();
             let folding = pipeline.folder.fold(sent.occurrence(note), fold, sent.now);
-            if pipeline.folder.next_due() != before {
+            // Only an earlier due time wakes the task: a flood's end moving later with each
+            // Event is found when the task wakes at the earlier one.
+            if let Some(after) = pipeline.folder.next_due()
+                && before.is_none_or(|before| after < before)
+            {
                 self.shared.opened.notify_one();
             }
             folding
