@@ -1286,33 +1286,16 @@ mod tests {
     #[test]
     fn a_targets_evictions_are_found_by_its_name_and_uid_in_its_namespace() {
         let mut evictions = Evictions::new();
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns",
-            "pod-1-web",
-            "web",
-            "u1",
-        )));
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns",
-            "pod-2-web",
-            "web",
-            "u2",
-        )));
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns",
-            "pod-3-web",
-            "web",
-            "u2",
-        )));
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "other",
-            "pod-1-web",
-            "web",
-            "u3",
-        )));
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns", "pod-1-db", "db", "u4",
-        )));
+        // (namespace, Eviction name, target pod name, target pod UID)
+        for (ns, name, pod, uid) in [
+            ("ns", "pod-1-web", "web", "u1"),
+            ("ns", "pod-2-web", "web", "u2"),
+            ("ns", "pod-3-web", "web", "u2"),
+            ("other", "pod-1-web", "web", "u3"),
+            ("ns", "pod-1-db", "db", "u4"),
+        ] {
+            evictions.event(watcher::Event::Apply(eviction_of(ns, name, pod, uid)));
+        }
         assert_eq!(evictions.of("ns", "web", "u1"), ["pod-1-web"]);
         assert_eq!(evictions.of("ns", "web", "u2"), ["pod-2-web", "pod-3-web"]);
         assert_eq!(evictions.of("other", "web", "u3"), ["pod-1-web"]);
