@@ -385,19 +385,18 @@ pub fn request_invalid(
     has_eviction: bool,
 ) -> Option<String> {
     let Some(reference) = request.spec.target.pod.as_ref() else {
-        return Some("Unsupported target type: only pods can be evicted.".to_owned());
+        return Some(UNSUPPORTED_TARGET.to_owned());
     };
     match pod {
-        None if !has_eviction => Some(format!("Target pod {} not found.", reference.name)),
+        None if !has_eviction => Some("Target pod not found.".to_owned()),
         Some(pod) if !has_eviction && pod.metadata.uid.as_deref() != Some(&reference.uid) => {
             Some(format!(
-                "Target pod {} UID mismatch: expected {}, got {}.",
-                reference.name,
+                "Target pod UID mismatch: expected {}, got {}.",
                 reference.uid,
                 pod.metadata.uid.as_deref().unwrap_or_default()
             ))
         }
-        Some(pod) if in_pod_group(pod) => Some(in_scheduling_group(&reference.name)),
+        Some(pod) if in_pod_group(pod) => Some(IN_SCHEDULING_GROUP.to_owned()),
         _ => None,
     }
 }
@@ -413,30 +412,26 @@ pub fn eviction_invalid(
     evictions: &[&Eviction],
 ) -> Option<String> {
     if eviction.spec.target.pod.is_none() {
-        return Some("Unsupported target type: only pods can be evicted.".to_owned());
+        return Some(UNSUPPORTED_TARGET.to_owned());
     }
     let (relevant, _) = relevant_eviction(evictions);
     if let Some(relevant) = relevant.filter(|e| !is_finished(e))
         && relevant.metadata.uid != eviction.metadata.uid
     {
-        return Some(format!(
-            "Active Eviction already exists for the same target: {}.",
-            relevant.metadata.name.as_deref().unwrap_or_default()
-        ));
+        return Some("Active Eviction already exists for the same target.".to_owned());
     }
     match target {
-        Target::Present(pod) if in_pod_group(pod) => Some(in_scheduling_group(
-            pod.metadata.name.as_deref().unwrap_or_default(),
-        )),
+        Target::Present(pod) if in_pod_group(pod) => Some(IN_SCHEDULING_GROUP.to_owned()),
         _ => None,
     }
 }
 
-/// The refusal of a pod in a scheduling group, the same for a request and an Eviction (as
-/// upstream's, whose integration test looks for "references a SchedulingGroup" in both).
-fn in_scheduling_group(pod: &str) -> String {
-    format!("Target pod {pod} references a SchedulingGroup. Eviction is currently not supported.")
-}
+/// Condition messages are upstream's words (the tests of `upstream_messages` hold them to the
+/// revision docs/evictionrequest-upstream-parity.md pins). A target other than a pod:
+const UNSUPPORTED_TARGET: &str = "Unsupported target type.";
+/// A pod in a scheduling group, the same for a request and an Eviction.
+const IN_SCHEDULING_GROUP: &str =
+    "Target pod references a SchedulingGroup. Eviction is currently not supported.";
 
 /// The step of a refused Eviction: `Failed=True` (EvictionInvalid) and `TargetEvicted=False`,
 /// its generation observed; the rest of the status (and so every responder) as it was.
@@ -698,7 +693,7 @@ pub fn progress(
                 CONDITION_TARGET_EVICTED,
                 true,
                 REASON_POD_TERMINAL,
-                "Target pod has reached a terminal phase.",
+                "Pod has reached terminal state.",
             ),
             set(CONDITION_FAILED, false, REASON_SUCCEEDED, ""),
         )
@@ -709,7 +704,7 @@ pub fn progress(
                 CONDITION_FAILED,
                 true,
                 REASON_CANCELED_NO_REQUESTERS,
-                "No active requesters: every requester has withdrawn its eviction intent.",
+                "No active requesters with eviction intent.",
             ),
         )
     } else if progression_done && !waiting_for_responder {
@@ -719,7 +714,7 @@ pub fn progress(
                 CONDITION_FAILED,
                 true,
                 REASON_NO_FURTHER_RESPONDER,
-                "Every responder completed without evicting the target.",
+                "All responders have completed without evicting the target.",
             ),
         )
     } else {

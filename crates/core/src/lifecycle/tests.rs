@@ -662,9 +662,9 @@ fn early_validation_refuses_missing_mismatched_and_pod_group_targets() {
     let mut grouped = pod(&[]);
     grouped.spec.as_mut().unwrap().scheduling_group = Some(Default::default());
     let cases = [
-        (None, false, Some("Target pod web-0 not found.")),
+        (None, false, Some("Target pod not found.")),
         (None, true, None),
-        (Some(&other), false, Some("Target pod web-0 UID mismatch")),
+        (Some(&other), false, Some("Target pod UID mismatch")),
         (Some(&grouped), true, Some("references a SchedulingGroup")),
     ];
     for (pod, has_eviction, expected) in cases {
@@ -815,3 +815,5 @@ fn a_settled_request_is_looked_at_again_when_its_spec_changes() {
         0
     )));
 }
+
+mod upstream_messages;
