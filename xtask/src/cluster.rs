@@ -89,6 +89,15 @@ pub struct UpArgs {
     pub kubernetes: Option<String>,
 }
 
+impl UpArgs {
+    /// Whether a cluster started with these flags serves lifecycle.k8s.io/v1alpha1: a release
+    /// with the EvictionRequestAPI gate, and the gate not turned off.
+    pub fn serves_lifecycle_api(&self) -> Result<bool> {
+        let lifecycle_api = serves_lifecycle_api(self.kubernetes.as_deref())?;
+        Ok(runtime_config(&self.feature_gates, lifecycle_api).ends_with("=true"))
+    }
+}
+
 impl Default for UpArgs {
     fn default() -> Self {
         Self {

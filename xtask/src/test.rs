@@ -1,11 +1,14 @@
 //! `cargo xtask test`: the one command CI runs (`.ci/run`) and developers run locally.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+
+use evictkit_testenv::Skip;
 
 use crate::cluster;
 
@@ -80,10 +83,20 @@ pub fn run(args: Args) -> Result<()> {
         evictkit_testenv::descheduler::binary().map(drop),
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
-    let control_plane = cluster::up(&cluster::UpArgs {
+    let cluster_args = cluster::UpArgs {
         kubernetes: args.kubernetes.clone(),
         ..test_cluster()
-    })?;
+    };
+    let lifecycle_api = cluster_args.serves_lifecycle_api()?;
+    let control_plane = cluster::up(&cluster_args)?;
+    // The tests' skips of this run only (see check_skips).
+    let skipped_log = evictkit_testenv::skipped_log(&cluster::state_dir());
+    match std::fs::remove_file(&skipped_log) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(error).with_context(|| format!("clearing {}", skipped_log.display()));
+        }
+        _ => {}
+    }
     // Every test binary runs, so one failure does not hide another.
     let mut e2e = vec!["test", "--package", "e2e", "--no-fail-fast", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
@@ -103,7 +116,11 @@ pub fn run(args: Args) -> Result<()> {
                         .current_dir(&root)
                         .env("KUBECONFIG", control_plane.kubeconfig()),
                 ),
-            );
+            )
+            .and(step(
+                "skipped end-to-end tests",
+                check_skips(&skipped_log, lifecycle_api),
+            ));
             // The README's first command, every scenario, on the same cluster: it broke unseen
             // while only the tests ran. Run whatever the tests said, so one does not hide the other.
             let demo = if args.e2e_args.is_empty() {
@@ -132,6 +149,80 @@ pub fn run(args: Args) -> Result<()> {
         Some(early) => installed(args.keep_cluster, Some(early), args.kubernetes),
         None => Ok(()),
     }
+}
+
+/// Prints how many end-to-end tests skipped and why (from `skipped_log`, where
+/// `TestEnv::skip_without_lifecycle_api` records each), and fails if one of them should have run
+/// on this cluster: a test skipped counts as passed in libtest's summary.
+fn check_skips(skipped_log: &std::path::Path, lifecycle_api: bool) -> Result<()> {
+    let skips: Vec<Skip> = match std::fs::read_to_string(skipped_log) {
+        Ok(text) => text
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .with_context(|| format!("{}: {line:?}", skipped_log.display()))
+            })
+            .collect::<Result<_>>()?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => {
+            return Err(error).with_context(|| format!("reading {}", skipped_log.display()));
+        }
+    };
+    eprint!("{}", skip_summary(&skips));
+    let wrong = should_have_run(&skips, lifecycle_api);
+    if !wrong.is_empty() {
+        bail!(
+            "{} end-to-end test(s) skipped on a cluster that serves what they need ({}): {}",
+            wrong.len(),
+            if lifecycle_api {
+                evictkit_testenv::LIFECYCLE_API
+            } else {
+                "not lifecycle.k8s.io"
+            },
+            wrong
+                .iter()
+                .map(|skip| format!("{}::{} (needs {})", skip.binary, skip.test, skip.needs))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// "N tests skipped", then one line per reason (the API missing, on which Kubernetes) with the
+/// tests, by binary.
+fn skip_summary(skips: &[Skip]) -> String {
+    let mut by_reason: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+    for skip in skips {
+        by_reason
+            .entry((skip.needs.as_str(), skip.kubernetes.as_str()))
+            .or_default()
+            .push(format!("{}::{}", skip.binary, skip.test));
+    }
+    let mut summary = format!(
+        "==> {} end-to-end test{} skipped\n",
+        skips.len(),
+        if skips.len() == 1 { "" } else { "s" }
+    );
+    for ((needs, kubernetes), mut tests) in by_reason {
+        tests.sort();
+        summary.push_str(&format!(
+            "    {} without {needs} (Kubernetes {kubernetes}): {}\n",
+            tests.len(),
+            tests.join(", ")
+        ));
+    }
+    summary
+}
+
+/// The skips that should not have happened: a test skipped for want of lifecycle.k8s.io on a
+/// cluster xtask started with it (v1.37+ with the EvictionRequestAPI gate), and any skip for a
+/// reason this check does not know.
+fn should_have_run(skips: &[Skip], lifecycle_api: bool) -> Vec<&Skip> {
+    skips
+        .iter()
+        .filter(|skip| skip.needs != evictkit_testenv::LIFECYCLE_API || lifecycle_api)
+        .collect()
 }
 
 /// CI's bounded fuzzing: every target, every run, seeded by the committed corpus
@@ -453,4 +544,54 @@ pub fn run_command(command: &mut Command) -> Result<()> {
         bail!("{command:?} exited with {status}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skip(test: &str, needs: &str, kubernetes: &str) -> Skip {
+        Skip {
+            test: test.into(),
+            binary: "lifecycle".into(),
+            needs: needs.into(),
+            kubernetes: kubernetes.into(),
+        }
+    }
+
+    #[test]
+    fn a_skip_fails_the_run_only_where_the_test_should_have_run() {
+        let lifecycle = evictkit_testenv::LIFECYCLE_API;
+        let on_v1_36 = skip("a", lifecycle, "v1.36.3");
+        let on_v1_37 = skip("b", lifecycle, "v1.37.2");
+        let unknown = skip("c", "something.example.com/v1", "v1.37.2");
+        // (skips, cluster serves lifecycle.k8s.io, the ones that should have run)
+        let cases: [(&[&Skip], bool, &[&Skip]); 5] = [
+            (&[], true, &[]),
+            (&[&on_v1_36], false, &[]),
+            (&[&on_v1_37], true, &[&on_v1_37]),
+            (&[&unknown], false, &[&unknown]),
+            (&[&on_v1_36, &unknown], false, &[&unknown]),
+        ];
+        for (skips, lifecycle_api, want) in cases {
+            let skips: Vec<Skip> = skips.iter().map(|skip| (*skip).clone()).collect();
+            let got = should_have_run(&skips, lifecycle_api);
+            let want: Vec<&Skip> = want.to_vec();
+            assert_eq!(got, want, "lifecycle_api {lifecycle_api}");
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_skips_by_reason() {
+        let lifecycle = evictkit_testenv::LIFECYCLE_API;
+        let skips = [
+            skip("b", lifecycle, "v1.36.3"),
+            skip("a", lifecycle, "v1.36.3"),
+        ];
+        assert_eq!(
+            skip_summary(&skips),
+            "==> 2 end-to-end tests skipped\n    2 without lifecycle.k8s.io/v1alpha1 (Kubernetes v1.36.3): lifecycle::a, lifecycle::b\n"
+        );
+        assert_eq!(skip_summary(&[]), "==> 0 end-to-end tests skipped\n");
+    }
 }

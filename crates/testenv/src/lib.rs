@@ -326,12 +326,21 @@ impl TestEnv {
             .apiserver_version()
             .await
             .map_or_else(|error| format!("unknown: {error}"), |info| info.git_version);
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("this test")
+            .to_owned();
         println!(
-            "SKIPPED {}: the cluster (Kubernetes {version}) serves no lifecycle.k8s.io/v1alpha1, \
+            "SKIPPED {test}: the cluster (Kubernetes {version}) serves no {LIFECYCLE_API}, \
              which the test needs (Kubernetes v1.37+ with the EvictionRequestAPI gate); the \
-             components' `auto` API is the evictkit.io CRD there",
-            std::thread::current().name().unwrap_or("this test")
+             components' `auto` API is the evictkit.io CRD there"
         );
+        record_skip(&Skip {
+            test,
+            binary: test_binary(),
+            needs: LIFECYCLE_API.to_owned(),
+            kubernetes: version,
+        })?;
         Ok(true)
     }
 
@@ -417,6 +426,57 @@ impl Drop for TestEnv {
             });
         });
         let _ = cleanup.join();
+    }
+}
+
+/// What [`TestEnv::skip_without_lifecycle_api`] skips for.
+pub const LIFECYCLE_API: &str = "lifecycle.k8s.io/v1alpha1";
+
+/// A test that returned without running, as `cargo xtask test` reads it back from
+/// [`skipped_log`] to count the skips and fail on one that should have run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Skip {
+    /// The test's name, as libtest names its thread.
+    pub test: String,
+    /// The test binary (tests/e2e/tests/<binary>.rs).
+    pub binary: String,
+    /// The API the cluster did not serve, e.g. [`LIFECYCLE_API`].
+    pub needs: String,
+    /// The cluster's Kubernetes version, as its apiserver reports it.
+    pub kubernetes: String,
+}
+
+/// Where the end-to-end tests record their skips, one JSON [`Skip`] a line: in the cluster's
+/// logs, which `cargo xtask test` clears before the tests.
+pub fn skipped_log(cluster_dir: &Path) -> PathBuf {
+    cluster_dir.join("logs/e2e/skipped.jsonl")
+}
+
+fn record_skip(skip: &Skip) -> Result<()> {
+    use std::io::Write as _;
+    let path = skipped_log(&cluster_dir());
+    std::fs::create_dir_all(path.parent().expect("a log has a folder"))?;
+    let mut line = serde_json::to_string(skip)?;
+    line.push('\n');
+    // One append of one line: the tests of a binary skip from parallel threads.
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()))
+        .with_context(|| format!("recording the skip of {} in {}", skip.test, path.display()))
+}
+
+/// The running test binary's name without cargo's hash (`lifecycle-0123abcd` -> `lifecycle`).
+fn test_binary() -> String {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let stem = exe
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+        _ => stem,
     }
 }
 
