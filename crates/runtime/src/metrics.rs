@@ -8,8 +8,9 @@
 //!   `workqueue_*{name="evictionrequests"}` of KEP-4563; the KEP's dashboards and alerts then
 //!   work unchanged;
 //! - a metric every component exports is `evictkit_<name>` with a constant `component` label
-//!   (defined here: evictions, admission reviews, leadership, certificate reloads, reconciles),
-//!   so one query sums or splits it across components;
+//!   (defined here: evictions, admission reviews, leadership, certificate reloads, reconciles, the
+//!   webhook server's connections, TLS handshakes and calls), so one query sums or splits it
+//!   across components;
 //! - any other metric of one component is `evictkit_<component>_<name>`, `<component>` the
 //!   binary's name in snake case (`evictkit_taint_manager_paused_zones`);
 //! - `process_*` is the prometheus crate's process collector (CPU, memory, file descriptors;
@@ -27,14 +28,22 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// Buckets of `evictkit_reconcile_duration_seconds`: a reconcile is a few API calls, from a
 /// millisecond (nothing to do) to tens of seconds (a slow apiserver, a webhook's timeout).
 const RECONCILE_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Buckets of the webhook server's times (`evictkit_webhook_*_seconds`): the bounds the apiserver
+/// times a webhook call with (`apiserver_admission_webhook_admission_duration_seconds`: 5, 25,
+/// 100, 500 ms, 1, 2.5, 10, 25 s), so the two histograms read side by side, and finer ones below
+/// 25 ms, where the server's share of a call is.
+const WEBHOOK_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 2.5, 10.0, 25.0,
 ];
 
 /// The `outcome` values of `evictkit_evictions_total`: each `EvictionOutcome::label`, and
@@ -116,6 +125,17 @@ pub struct Metrics {
     pub(crate) leader_terms_lost: IntCounter,
     /// `evictkit_webhook_certificate_reloads_total{component, result}`.
     pub(crate) certificate_reloads: IntCounterVec,
+    /// `evictkit_webhook_connections_accepted_total{component}`: TCP connections the webhook
+    /// server accepted.
+    pub(crate) webhook_connections: IntCounter,
+    /// `evictkit_webhook_tls_handshakes_total{component, result}`: `completed` or `failed`.
+    pub(crate) webhook_tls_handshakes: IntCounterVec,
+    /// `evictkit_webhook_tls_handshake_duration_seconds{component}`: accept to handshake done.
+    pub(crate) webhook_tls_handshake_duration: Histogram,
+    /// `evictkit_webhook_call_duration_seconds{component, webhook, connection}`: a call from
+    /// the connection's accept (the first call of a `new` connection) or from its request's
+    /// arrival (a `reused` one) to its answer.
+    pub(crate) webhook_call_duration: HistogramVec,
     /// `evictkit_reconciles_total{component, controller}`: reconciles that ended.
     pub(crate) reconciles: IntCounterVec,
     /// `evictkit_reconcile_errors_total{component, controller}`: reconciles that ended in an error.
@@ -177,6 +197,44 @@ impl Metrics {
             &["result"],
         )
         .map_err(MetricsError::Register)?;
+        let webhook_connections = IntCounter::with_opts(opts(
+            "evictkit_webhook_connections_accepted_total",
+            "TCP connections the admission webhook server accepted.",
+        ))
+        .map_err(MetricsError::Register)?;
+        let webhook_tls_handshakes = IntCounterVec::new(
+            opts(
+                "evictkit_webhook_tls_handshakes_total",
+                "TLS handshakes of the admission webhook server, by result (completed or failed).",
+            ),
+            &["result"],
+        )
+        .map_err(MetricsError::Register)?;
+        // At 0 from the start, so a rate() of failures sees the series before the first one.
+        for result in ["completed", "failed"] {
+            webhook_tls_handshakes.with_label_values(&[result]);
+        }
+        let webhook_tls_handshake_duration = Histogram::with_opts(
+            HistogramOpts::from(opts(
+                "evictkit_webhook_tls_handshake_duration_seconds",
+                "Time from a connection's accept to its TLS handshake's end, waits for the \
+                 client and for a core included.",
+            ))
+            .buckets(WEBHOOK_BUCKETS.to_vec()),
+        )
+        .map_err(MetricsError::Register)?;
+        let webhook_call_duration = HistogramVec::new(
+            HistogramOpts::from(opts(
+                "evictkit_webhook_call_duration_seconds",
+                "Time of one webhook call in the server, to its answer: from the connection's \
+                 accept for the first call of a new connection (TLS handshake included), from \
+                 the request's arrival for a call on a reused one; by webhook path and \
+                 connection (new or reused).",
+            ))
+            .buckets(WEBHOOK_BUCKETS.to_vec()),
+            &["webhook", "connection"],
+        )
+        .map_err(MetricsError::Register)?;
         let reconciles = IntCounterVec::new(
             opts(
                 "evictkit_reconciles_total",
@@ -223,6 +281,10 @@ impl Metrics {
             leader,
             leader_terms_lost,
             certificate_reloads,
+            webhook_connections,
+            webhook_tls_handshakes,
+            webhook_tls_handshake_duration,
+            webhook_call_duration,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -235,6 +297,10 @@ impl Metrics {
         metrics.register(metrics.leader.clone())?;
         metrics.register(metrics.leader_terms_lost.clone())?;
         metrics.register(metrics.certificate_reloads.clone())?;
+        metrics.register(metrics.webhook_connections.clone())?;
+        metrics.register(metrics.webhook_tls_handshakes.clone())?;
+        metrics.register(metrics.webhook_tls_handshake_duration.clone())?;
+        metrics.register(metrics.webhook_call_duration.clone())?;
         metrics.register(metrics.reconciles.clone())?;
         metrics.register(metrics.reconcile_errors.clone())?;
         metrics.register(metrics.reconcile_duration.clone())?;

@@ -138,7 +138,10 @@ pub struct Limits {
     pub read_timeout: Duration,
     /// A connection on which nothing arrives for this long is closed, whatever it was doing
     /// (e.g. never sent a request). Above the apiserver's longest webhook timeout (30 s), so
-    /// a slow review on an HTTP/2 connection is never cut.
+    /// a slow review on an HTTP/2 connection is never cut, and above the 90 s for which the
+    /// apiserver (client-go's transport) keeps an idle connection: the apiserver retries no
+    /// call, and a POST it sends on a connection we are closing fails (failurePolicy applies),
+    /// so the client must be the one that closes an idle connection.
     pub idle_timeout: Duration,
 }
 
@@ -147,7 +150,7 @@ impl Default for Limits {
         Self {
             max_body_bytes: 7 * 1024 * 1024,
             read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(40),
+            idle_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -386,11 +389,16 @@ impl Webhooks {
         certificates: Arc<ReloadingCertResolver>,
     ) -> Result<WebhookServer, WebhookError> {
         let listener = listen(addr).map_err(|source| WebhookError::Bind { addr, source })?;
-        let tls = certificates.server_config()?;
+        let mut tls = certificates.server_config()?.as_ref().clone();
+        // client-go, the apiserver's client, keeps no TLS sessions and never resumes one: every
+        // new connection is a full handshake, so tickets (TLS 1.3) and cached sessions (1.2)
+        // would be work and bytes on each handshake for nothing.
+        tls.send_tls13_tickets = 0;
+        tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         let (metrics, limits) = (self.metrics.clone(), self.limits);
         Ok(WebhookServer {
             listener,
-            tls,
+            tls: Arc::new(tls),
             certificates,
             router: self.into_router(),
             metrics,
@@ -450,8 +458,11 @@ impl WebhookServer {
             })
         };
         let config = axum_server::tls_rustls::RustlsConfig::from_config(self.tls);
-        let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(config)
-            .acceptor(IdleAcceptor(self.limits.idle_timeout));
+        let acceptor = MeasuredAcceptor {
+            tls: axum_server::tls_rustls::RustlsAcceptor::new(config)
+                .acceptor(IdleAcceptor(self.limits.idle_timeout)),
+            metrics: self.metrics.clone(),
+        };
         let served = match axum_server::from_tcp(self.listener) {
             Ok(server) => {
                 let mut server = server.acceptor(acceptor).handle(handle);
@@ -460,10 +471,16 @@ impl WebhookServer {
                     .http1()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(self.limits.read_timeout);
-                let router = self.router.layer(middleware::from_fn_with_state(
-                    draining,
-                    close_when_draining,
-                ));
+                let router = self
+                    .router
+                    .layer(middleware::from_fn_with_state(
+                        draining,
+                        close_when_draining,
+                    ))
+                    .layer(middleware::from_fn_with_state(
+                        self.metrics.clone(),
+                        time_call,
+                    ));
                 server.serve(router.into_make_service()).await
             }
             Err(error) => Err(error),
@@ -474,6 +491,110 @@ impl WebhookServer {
         reloader.abort();
         served.map_err(WebhookError::Serve)
     }
+}
+
+/// Counts each accepted connection and times its TLS handshake (from the accept, waits for the
+/// client and for a core included), and hands its calls the moment of the accept.
+#[derive(Clone)]
+struct MeasuredAcceptor {
+    tls: axum_server::tls_rustls::RustlsAcceptor<IdleAcceptor>,
+    metrics: Arc<Metrics>,
+}
+
+/// The TLS stream axum-server's acceptor makes of an accepted connection.
+type TlsStream<S> =
+    <axum_server::tls_rustls::RustlsAcceptor<IdleAcceptor> as axum_server::accept::Accept<
+        tokio::net::TcpStream,
+        S,
+    >>::Stream;
+
+impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> for MeasuredAcceptor {
+    type Stream = TlsStream<S>;
+    type Service = WithConnection<S>;
+    type Future = BoxFuture<'static, io::Result<(TlsStream<S>, WithConnection<S>)>>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        let accepted = Instant::now();
+        self.metrics.webhook_connections.inc();
+        let (handshake, metrics) = (self.tls.accept(stream, service), self.metrics.clone());
+        Box::pin(async move {
+            let handshake = handshake.await;
+            let result = if handshake.is_ok() {
+                metrics
+                    .webhook_tls_handshake_duration
+                    .observe(accepted.elapsed().as_secs_f64());
+                "completed"
+            } else {
+                "failed"
+            };
+            metrics
+                .webhook_tls_handshakes
+                .with_label_values(&[result])
+                .inc();
+            let (stream, service) = handshake?;
+            let connection = Arc::new(Connection {
+                accepted,
+                first_call: AtomicBool::new(true),
+            });
+            Ok((
+                stream,
+                WithConnection {
+                    service,
+                    connection,
+                },
+            ))
+        })
+    }
+}
+
+/// One accepted connection, as its calls see it.
+struct Connection {
+    accepted: Instant,
+    /// No call has been answered on it yet: the first one's time starts at the accept.
+    first_call: AtomicBool,
+}
+
+/// A connection's service, which puts the [`Connection`] into each of its requests.
+#[derive(Clone)]
+struct WithConnection<S> {
+    service: S,
+    connection: Arc<Connection>,
+}
+
+impl<S, B> tower::Service<axum::http::Request<B>> for WithConnection<S>
+where
+    S: tower::Service<axum::http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.service.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.connection.clone());
+        self.service.call(request)
+    }
+}
+
+/// Times a call to its answer: from its connection's accept for the connection's first call,
+/// so the handshake and the wait for a core count, else from its request's arrival.
+async fn time_call(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
+    let arrived = Instant::now();
+    let path = request.uri().path().to_owned();
+    let connection = request.extensions().get::<Arc<Connection>>().cloned();
+    let response = next.run(request).await;
+    let (started, kind) = match &connection {
+        Some(c) if c.first_call.swap(false, Ordering::Relaxed) => (c.accepted, "new"),
+        _ => (arrived, "reused"),
+    };
+    metrics
+        .webhook_call_duration
+        .with_label_values(&[path.as_str(), kind])
+        .observe(started.elapsed().as_secs_f64());
+    response
 }
 
 /// While draining (see [`DRAIN`]), each HTTP/1.1 answer closes its connection.
@@ -968,6 +1089,19 @@ mod tests {
             .await
             .unwrap();
         assert!(idle.inner.nodelay().unwrap());
+    }
+
+    /// kube-apiserver keeps an idle connection to a webhook for 90 s (client-go's transport
+    /// default) and retries no call that a closed connection cut: a server that closes first
+    /// can close under a POST the apiserver is sending. The client must be the one to close.
+    #[test]
+    fn the_idle_timeout_outlasts_the_apiservers_idle_connections() {
+        let apiserver_idle = Duration::from_secs(90);
+        assert!(
+            Limits::default().idle_timeout > apiserver_idle,
+            "idle timeout {:?}",
+            Limits::default().idle_timeout
+        );
     }
 
     /// The apiserver's `timeout` parameter, a Go duration, sets the deadline; without one (or

@@ -265,11 +265,17 @@ async fn certificate_rotation_through_symlink_swap_is_served_to_new_connections(
 }
 
 async fn serve_validate(limits: Limits) -> (SocketAddr, TestCa, SecretVolume, CancellationToken) {
+    serve_validate_with(limits, Arc::new(Metrics::new("test").unwrap())).await
+}
+
+async fn serve_validate_with(
+    limits: Limits,
+    metrics: Arc<Metrics>,
+) -> (SocketAddr, TestCa, SecretVolume, CancellationToken) {
     install_crypto_provider();
     let ca = TestCa::new();
     let (cert, key, _) = ca.serving();
     let volume = SecretVolume::new(&cert, &key);
-    let metrics = Arc::new(Metrics::new("test").unwrap());
     let certificates = ReloadingCertResolver::load(volume.files()).unwrap();
     let server = Webhooks::new(metrics)
         .with_limits(limits)
@@ -347,7 +353,7 @@ async fn big_reviews_pass_an_over_limit_body_gets_413_and_the_server_stays_up() 
 /// connection and a task: it is dropped within the read timeout, and others are still served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_stall_are_dropped_within_the_read_timeout() {
-    // Short timeouts (the defaults are 10 s and 40 s); the bound below is generous for a
+    // Short timeouts (the defaults are 10 s and 120 s); the bound below is generous for a
     // loaded machine and still far below "never".
     let limits = Limits {
         read_timeout: Duration::from_secs(2),
@@ -389,6 +395,14 @@ async fn clients_that_stall_are_dropped_within_the_read_timeout() {
     shutdown.cancel();
 }
 
+fn client_config(ca: &CertificateDer<'static>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
 /// A keep-alive HTTP/1.1 connection, as kube-apiserver keeps to a webhook.
 struct KeepAlive {
     tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
@@ -396,13 +410,12 @@ struct KeepAlive {
 
 impl KeepAlive {
     fn open(addr: SocketAddr, ca: &CertificateDer<'static>) -> Self {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca.clone()).unwrap();
-        let config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        Self::open_with(addr, Arc::new(client_config(ca)))
+    }
+
+    fn open_with(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Self {
         let name = ServerName::IpAddress(addr.ip().into());
-        let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let connection = rustls::ClientConnection::new(config, name).unwrap();
         let socket = TcpStream::connect(addr).unwrap();
         socket
             .set_read_timeout(Some(Duration::from_secs(10)))
@@ -542,4 +555,162 @@ async fn a_burst_of_connections_waits_in_the_accept_queue_not_for_a_syn_retry() 
         .collect();
     assert_eq!(connected.len(), burst, "connections queued for accept");
     drop(server);
+}
+
+/// kube-apiserver keeps an idle connection to a webhook for 90 s and retries no call a closed
+/// connection cut, so the server must never close an idle connection first. With a short
+/// idle timeout here: a connection idle for less is served, one idle for longer is closed and
+/// a review sent on it then fails, as the apiserver's would; the default must outlast 90 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_only_after_the_idle_timeout_which_outlasts_the_apiservers() {
+    let idle_timeout = Duration::from_secs(3);
+    let limits = Limits {
+        idle_timeout,
+        ..Limits::default()
+    };
+    let (addr, ca, _volume, shutdown) = serve_validate(limits).await;
+    let issuer = ca.issuer.der().clone();
+    let (within, after) = tokio::task::spawn_blocking(move || {
+        let mut connection = KeepAlive::open(addr, &issuer);
+        assert!(connection.review("first").is_some());
+        std::thread::sleep(idle_timeout / 2);
+        let within = connection.review("within");
+        std::thread::sleep(idle_timeout + Duration::from_secs(1));
+        (within, connection.review("after"))
+    })
+    .await
+    .unwrap();
+    let (_, body) = within.expect("a review after an idle gap below the timeout is answered");
+    assert!(body.contains(r#""uid":"within""#), "{body}");
+    assert!(
+        after.is_none(),
+        "a review sent after the idle timeout meets a closed connection: {after:?}"
+    );
+    shutdown.cancel();
+    let apiserver_idle = Duration::from_secs(90);
+    assert!(
+        Limits::default().idle_timeout > apiserver_idle,
+        "the default idle timeout {:?} closes connections the apiserver still keeps",
+        Limits::default().idle_timeout
+    );
+}
+
+/// client-go never resumes a TLS session, so session tickets (and cached TLS 1.2 sessions) are
+/// work and bytes for nothing: a client that would resume gets nothing to resume with, over TLS
+/// 1.3 and 1.2, and its second connection is a full handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_session_tickets_or_sessions_are_offered() {
+    let (addr, ca, _volume, shutdown) = serve_validate(Limits::default()).await;
+    let issuer = ca.issuer.der().clone();
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let issuer = issuer.clone();
+        let (store, kinds) = tokio::task::spawn_blocking(move || {
+            let store = Arc::new(rustls::client::ClientSessionMemoryCache::new(8));
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(issuer).unwrap();
+            let mut config = rustls::ClientConfig::builder_with_protocol_versions(&[version])
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.resumption = rustls::client::Resumption::store(store.clone());
+            let config = Arc::new(config);
+            let kinds: Vec<_> = (0..2)
+                .map(|i| {
+                    let mut connection = KeepAlive::open_with(addr, config.clone());
+                    // The answer is read after any ticket the server sent with the handshake.
+                    assert!(connection.review(&format!("call-{i}")).is_some());
+                    connection.tls.conn.handshake_kind()
+                })
+                .collect();
+            (store, kinds)
+        })
+        .await
+        .unwrap();
+        let name = ServerName::IpAddress(addr.ip().into());
+        use rustls::client::ClientSessionStore;
+        assert!(
+            store.take_tls13_ticket(&name).is_none(),
+            "{version:?}: a TLS 1.3 ticket was offered"
+        );
+        assert!(
+            store.tls12_session(&name).is_none(),
+            "{version:?}: a TLS 1.2 session was offered"
+        );
+        assert_eq!(kinds, [Some(rustls::HandshakeKind::Full); 2], "{version:?}");
+    }
+    shutdown.cancel();
+}
+
+/// The server's share of a call is a figure: connections accepted, TLS handshakes (completed or
+/// failed) and their time, and each call's time from the accept (a new connection's first
+/// call) or from its request's arrival (a call on a reused connection) to its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_counts_connections_and_handshakes_and_times_each_call() {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let (addr, ca, _volume, shutdown) =
+        serve_validate_with(Limits::default(), metrics.clone()).await;
+    let issuer = ca.issuer.der().clone();
+    tokio::task::spawn_blocking(move || {
+        let mut connection = KeepAlive::open(addr, &issuer);
+        assert!(connection.review("new").is_some());
+        assert!(connection.review("reused").is_some());
+        assert!(connection.review("reused-again").is_some());
+        // Not TLS: a failed handshake.
+        let mut plain = TcpStream::connect(addr).unwrap();
+        plain
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        plain.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let _ = plain.read_to_end(&mut Vec::new());
+    })
+    .await
+    .unwrap();
+    let value = |series: &str| {
+        let text = metrics.encode().unwrap();
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(series)?
+                    .strip_prefix(' ')
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
+    };
+    let counted = wait_until(Duration::from_secs(5), || {
+        metrics.encode().unwrap().contains(
+            r#"evictkit_webhook_tls_handshakes_total{component="test",result="failed"} 1"#,
+        )
+    })
+    .await;
+    assert!(counted, "the failed handshake is counted");
+    for (series, expected) in [
+        (
+            r#"evictkit_webhook_connections_accepted_total{component="test"}"#,
+            "2",
+        ),
+        (
+            r#"evictkit_webhook_tls_handshakes_total{component="test",result="completed"}"#,
+            "1",
+        ),
+        (
+            r#"evictkit_webhook_tls_handshake_duration_seconds_count{component="test"}"#,
+            "1",
+        ),
+        (
+            r#"evictkit_webhook_call_duration_seconds_count{component="test",connection="new",webhook="/validate"}"#,
+            "1",
+        ),
+        (
+            r#"evictkit_webhook_call_duration_seconds_count{component="test",connection="reused",webhook="/validate"}"#,
+            "2",
+        ),
+    ] {
+        assert_eq!(value(series), expected, "{series}");
+    }
+    // A new connection's first call includes its handshake.
+    let seconds = |series: &str| value(series).parse::<f64>().unwrap();
+    assert!(
+        seconds(
+            r#"evictkit_webhook_call_duration_seconds_sum{component="test",connection="new",webhook="/validate"}"#
+        ) >= seconds(r#"evictkit_webhook_tls_handshake_duration_seconds_sum{component="test"}"#)
+    );
+    shutdown.cancel();
 }
