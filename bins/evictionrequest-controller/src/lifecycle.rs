@@ -28,7 +28,7 @@ use evictkit_core::lifecycle::{
 };
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{
-    EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
+    Answer, EvictionClient, EvictionError, EvictionOutcome, STALE_CACHE_RECHECK,
 };
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::index::Grouped;
@@ -1031,43 +1031,34 @@ async fn imperative_evictor(
             return Ok((written, None));
         }
     };
-    match imperative(pod) {
-        Imperative::Evict => {}
+    // Upstream's evictor evicts any pod: a DaemonSet's pod is replaced by its controller, a
+    // mirror pod's object by its kubelet, each with another UID, so the Eviction ends
+    // TargetEvicted. (Refused as the KEP and the evictkit.io CRD do, the evictor went silent
+    // until the heartbeat deadline failed the Eviction and the standing request made another.)
+    if matches!(imperative(pod), Imperative::Terminating) {
         // Terminating pods are not evicted again; its deletion wakes this Eviction. Until then
         // the evictor heartbeats, with the deletion deadline as its expected completion, so a
         // long termination is not Interrupted at the heartbeat deadline.
-        Imperative::Terminating => {
-            let deadline = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-            let (due, next) = core::terminating_report(&own, deadline, now);
-            if !due {
-                return Ok((None, Some(next.unsigned_abs())));
-            }
-            let message = own
-                .message
-                .clone()
-                .unwrap_or_else(|| format!("Pod {} is terminating.", id(pod)));
-            let written =
-                write_own_status(context, eviction, &own, &message, now, deadline, false).await?;
-            return Ok((written, Some(next.unsigned_abs())));
+        let deadline = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+        let report = core::terminating_report(&own, deadline, now);
+        if !report.due {
+            return Ok((None, Some(report.look_again.unsigned_abs())));
         }
-        // Mirror and DaemonSet pods: said once, in the message and a Warning Event; the pod
-        // stays, and the responder is interrupted at the heartbeat deadline.
-        Imperative::Unsupported(message) => {
-            if own.message.as_deref() == Some(message.as_str()) {
-                return Ok((None, None));
-            }
-            warn(
-                &context.recorder,
-                eviction,
-                "EvictionNotSupported",
-                "Evict",
-                &message,
-            )
-            .await;
-            let written =
-                write_own_status(context, eviction, &own, &message, now, None, false).await?;
-            return Ok((written, None));
-        }
+        let message = own
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("Pod {} is terminating.", id(pod)));
+        let written = write_own_status(
+            context,
+            eviction,
+            &own,
+            &message,
+            now,
+            report.expected,
+            false,
+        )
+        .await?;
+        return Ok((written, Some(report.look_again.unsigned_abs())));
     }
     let uid = eviction.metadata.uid.clone().unwrap_or_default();
     let previous = context.retries.current(&uid, || {
@@ -1078,10 +1069,34 @@ async fn imperative_evictor(
     });
     let wait = previous.wait();
     if !wait.is_zero() {
-        return Ok((None, Some(wait)));
+        // Held (a PodDisruptionBudget, a Retry-After): a heartbeat at least every
+        // HEARTBEAT_INTERVAL, however long the back-off.
+        let (due, look_again) = core::between_attempts(&own, signed(wait), now);
+        let written = if due {
+            let message = own.message.clone().unwrap_or_default();
+            write_own_status(context, eviction, &own, &message, now, None, false).await?
+        } else {
+            None
+        };
+        return Ok((written, Some(look_again.unsigned_abs())));
     }
     let pod_id = id(pod);
-    let outcome = context.evictions.evict(pod).await?;
+    let Answer {
+        outcome,
+        retry_after,
+    } = context.evictions.evict_answer(pod).await?;
+    // The next look: the next attempt, or the next heartbeat if that comes first.
+    let look_again = |written: &Option<Eviction>, delay: Duration| {
+        let own = written
+            .as_ref()
+            .and_then(|e| own_status(e, IMPERATIVE_EVICTOR_RESPONDER))
+            .unwrap_or(&own);
+        Some(
+            core::between_attempts(own, signed(delay), now)
+                .1
+                .unsigned_abs(),
+        )
+    };
     let failure = match &outcome {
         EvictionOutcome::Evicted => {
             context.retries.forget(&uid);
@@ -1094,7 +1109,8 @@ async fn imperative_evictor(
         // Accepted, but a 429 like any other (as in the CRD mode): if the background eviction
         // stalls, the pod stays, so the next attempt comes after the back-off.
         EvictionOutcome::InBackground { message } => {
-            let NextAttempt { delay, .. } = context.retries.failed_after(&uid, previous.failures);
+            let NextAttempt { delay, .. } =
+                (context.retries).failed_after_at_least(&uid, previous.failures, retry_after);
             let message = format!(
                 "The Eviction API accepted the eviction of pod {pod_id}, which proceeds in the background: {message}"
             );
@@ -1110,7 +1126,8 @@ async fn imperative_evictor(
             }
             let written =
                 write_own_status(context, eviction, &own, &message, now, None, false).await?;
-            return Ok((written, Some(delay)));
+            let look_again = look_again(&written, delay);
+            return Ok((written, look_again));
         }
         EvictionOutcome::Gone => return Ok((None, None)),
         // Not an attempt: the cached pod is behind (as in the CRD mode).
@@ -1121,7 +1138,10 @@ async fn imperative_evictor(
         EvictionOutcome::BlockedByBudget { message } => message.clone(),
         EvictionOutcome::Other { status } => status.message.clone(),
     };
-    let NextAttempt { failures, delay } = context.retries.failed_after(&uid, previous.failures);
+    // The apiserver's Retry-After (10 s while a budget is still being processed, API priority
+    // and fairness's own) when longer than the back-off, as upstream's.
+    let NextAttempt { failures, delay } =
+        (context.retries).failed_after_at_least(&uid, previous.failures, retry_after);
     context.metrics.failed_evictions.inc();
     let note = format!(
         "Cannot evict pod {pod_id} ({}), retry {failures} in {delay:?}: {failure}",
@@ -1145,7 +1165,12 @@ async fn imperative_evictor(
         false,
     )
     .await?;
-    Ok((written, Some(delay)))
+    let look_again = look_again(&written, delay);
+    Ok((written, look_again))
+}
+
+fn signed(duration: Duration) -> SignedDuration {
+    SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX)
 }
 
 fn terminal(pod: &Pod) -> bool {

@@ -434,7 +434,9 @@ const IN_SCHEDULING_GROUP: &str =
     "Target pod references a SchedulingGroup. Eviction is currently not supported.";
 
 /// The step of a refused Eviction: `Failed=True` (EvictionInvalid) and `TargetEvicted=False`,
-/// its generation observed; the rest of the status (and so every responder) as it was.
+/// its generation observed, and its active responder, if any, Canceled (validation wants the
+/// last active responder in a final state in the write that sets a final condition; an
+/// Eviction refused before its first step has none); the rest of the status as it was.
 pub fn refuse(eviction: &Eviction, message: &str, now: Timestamp) -> Progress {
     let old = eviction.status.clone().unwrap_or_default();
     let conditions = invalid_conditions(old.conditions.as_deref(), message, now);
@@ -447,14 +449,31 @@ pub fn refuse(eviction: &Eviction, message: &str, now: Timestamp) -> Progress {
             })
             .collect()
     });
+    let mut transitions = Vec::new();
+    let target_responders = old.target_responders.map(|list| {
+        list.into_iter()
+            .map(|mut r| {
+                if r.state == STATE_ACTIVE {
+                    r.state = STATE_CANCELED.to_owned();
+                    transitions.push(Transition {
+                        responder: r.name.clone(),
+                        from: STATE_ACTIVE.to_owned(),
+                        to: STATE_CANCELED.to_owned(),
+                    });
+                }
+                r
+            })
+            .collect()
+    });
     Progress {
         status: EvictionStatus {
             conditions: Some(conditions),
             observed_generation: eviction.metadata.generation,
             responders,
+            target_responders,
             ..old
         },
-        transitions: Vec::new(),
+        transitions,
         requeue_after: None,
     }
 }
@@ -769,24 +788,75 @@ pub fn imperative_evictor_active(eviction: &Eviction) -> bool {
             })
 }
 
-/// While its pod terminates, the imperative evictor heartbeats at least this often (as
-/// upstream's), so a termination longer than the heartbeat deadline is not Interrupted.
-pub const TERMINATING_HEARTBEAT: SignedDuration = SignedDuration::from_mins(3);
+/// While it waits (for its pod to terminate, or for its next eviction attempt), the imperative
+/// evictor heartbeats at least this often (as upstream's), so neither a long termination nor a
+/// long back-off meets the heartbeat deadline.
+pub const HEARTBEAT_INTERVAL: SignedDuration = SignedDuration::from_mins(3);
 
-/// The imperative evictor's report while its pod terminates, with the pod's deletion deadline
-/// (its deletionTimestamp) as `expectedCompletionTime`: whether it is due now (no heartbeat for
-/// [`TERMINATING_HEARTBEAT`], or another deadline), and when to look again.
+/// Whether the imperative evictor's heartbeat is due now (none for [`HEARTBEAT_INTERVAL`]), and
+/// how long until it is due (again, if written now).
+fn heartbeat_due(own: &ResponderStatus, now: Timestamp) -> (bool, SignedDuration) {
+    match own.heartbeat_time.as_ref().map(|h| now.duration_since(h.0)) {
+        Some(since) if since < HEARTBEAT_INTERVAL => (false, HEARTBEAT_INTERVAL - since),
+        _ => (true, HEARTBEAT_INTERVAL),
+    }
+}
+
+/// The imperative evictor's look while its next eviction attempt is `until_attempt` away
+/// (a back-off, or the apiserver's Retry-After): whether to heartbeat now, and when to look
+/// again, at the attempt or the next heartbeat, whichever comes first.
+pub fn between_attempts(
+    own: &ResponderStatus,
+    until_attempt: SignedDuration,
+    now: Timestamp,
+) -> (bool, SignedDuration) {
+    let (due, next) = heartbeat_due(own, now);
+    (due, next.min(until_attempt))
+}
+
+/// The imperative evictor's `expectedCompletionTime` while its pod terminates: the pod's
+/// deletion deadline (its deletionTimestamp); once that is past, the present (as upstream's:
+/// validation refuses a time more than 30 s past), keeping a present `reported` already that is
+/// not before the deadline, so each look does not write a new one.
+pub fn expected_completion(
+    deadline: Timestamp,
+    reported: Option<Timestamp>,
+    now: Timestamp,
+) -> Timestamp {
+    if deadline >= now {
+        return deadline;
+    }
+    match reported {
+        Some(reported) if deadline <= reported && reported <= now => reported,
+        _ => now,
+    }
+}
+
+/// The imperative evictor's report while its pod terminates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TerminatingReport {
+    /// Write now: no heartbeat for [`HEARTBEAT_INTERVAL`], or another expected completion.
+    pub due: bool,
+    /// [`expected_completion`] of the pod's deletionTimestamp.
+    pub expected: Option<Timestamp>,
+    pub look_again: SignedDuration,
+}
+
+/// The imperative evictor's report while its pod terminates, the pod's deletion `deadline` (its
+/// deletionTimestamp) as its expected completion ([`expected_completion`]).
 pub fn terminating_report(
     own: &ResponderStatus,
     deadline: Option<Timestamp>,
     now: Timestamp,
-) -> (bool, SignedDuration) {
-    let since = own.heartbeat_time.as_ref().map(|h| now.duration_since(h.0));
-    let stale = since.is_none_or(|since| since >= TERMINATING_HEARTBEAT);
-    let moved = own.expected_completion_time.as_ref().map(|t| t.0) != deadline;
-    match since {
-        Some(since) if !stale && !moved => (false, TERMINATING_HEARTBEAT - since),
-        _ => (true, TERMINATING_HEARTBEAT),
+) -> TerminatingReport {
+    let reported = own.expected_completion_time.as_ref().map(|t| t.0);
+    let expected = deadline.map(|deadline| expected_completion(deadline, reported, now));
+    let (stale, next) = heartbeat_due(own, now);
+    let due = stale || reported != expected;
+    TerminatingReport {
+        due,
+        expected,
+        look_again: if due { HEARTBEAT_INTERVAL } else { next },
     }
 }
 

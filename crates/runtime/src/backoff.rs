@@ -72,8 +72,22 @@ impl<K: Eq + Hash + Clone> PerObject<K> {
     /// As [`PerObject::failed`], counting from `previous` (what the attempt started from, even
     /// if the entry was forgotten meanwhile).
     pub fn failed_after(&self, key: &K, previous: u32) -> NextAttempt {
+        self.failed_after_at_least(key, previous, None)
+    }
+
+    /// As [`PerObject::failed_after`], the next attempt not before `at_least` (the server's
+    /// Retry-After) when that is longer than the back-off.
+    pub fn failed_after_at_least(
+        &self,
+        key: &K,
+        previous: u32,
+        at_least: Option<Duration>,
+    ) -> NextAttempt {
         let failures = previous.saturating_add(1);
-        let delay = self.backoff.delay(failures);
+        let delay = self
+            .backoff
+            .delay(failures)
+            .max(at_least.unwrap_or_default());
         self.entries().insert(
             key.clone(),
             Retry {
@@ -115,6 +129,32 @@ mod tests {
         assert!(retries.get(&"b").is_none(), "per object");
         retries.forget(&"a");
         assert_eq!(retries.failed(&"a").delay, Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_longer_than_the_back_off_defers_the_next_attempt() {
+        let retries = PerObject::new(Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(600),
+        });
+        // (failures before, Retry-After in seconds, failures after, delay in seconds)
+        let cases = [
+            (0, None, 1, 1),
+            (0, Some(10), 1, 10),
+            (5, Some(10), 6, 32),
+            (12, Some(900), 13, 900),
+            (12, Some(0), 13, 600),
+        ];
+        for (previous, retry_after, failures, delay) in cases {
+            let next =
+                retries.failed_after_at_least(&"a", previous, retry_after.map(Duration::from_secs));
+            assert_eq!(
+                (next.failures, next.delay),
+                (failures, Duration::from_secs(delay)),
+                "{previous} failures, Retry-After {retry_after:?}"
+            );
+            assert_eq!(retries.get(&"a").map(|r| r.wait()), Some(next.delay));
+        }
     }
 
     #[tokio::test(start_paused = true)]

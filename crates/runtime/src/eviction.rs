@@ -62,6 +62,15 @@ const IN_BACKGROUND_PREFIX: &str = "Eviction triggered";
 const WEBHOOK_DENIAL_PREFIX: &str = "admission webhook \"";
 const WEBHOOK_DENIAL_SEPARATOR: &str = "\" denied the request: ";
 
+/// An eviction's outcome, with the apiserver's suggested wait before another attempt
+/// (`details.retryAfterSeconds` of a refusal: 10 s while a budget is still being processed,
+/// API priority and fairness's own).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub outcome: EvictionOutcome,
+    pub retry_after: Option<Duration>,
+}
+
 /// The answer to one eviction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EvictionOutcome {
@@ -248,14 +257,22 @@ impl EvictionClient {
         Self { dry_run, ..self }
     }
 
-    /// Evicts exactly this pod (namespace, name and UID from `pod`'s metadata; any projection
-    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry). A pod this
-    /// client evicted already is answered [`EvictionOutcome::Conflict`] without a call: the
-    /// caller decided from a cache that has not seen the eviction yet; decide again later.
+    /// [`EvictionClient::evict_answer`]'s outcome.
     pub async fn evict<K: Resource<DynamicType = ()>>(
         &self,
         pod: &K,
     ) -> Result<EvictionOutcome, EvictionError> {
+        Ok(self.evict_answer(pod).await?.outcome)
+    }
+
+    /// Evicts exactly this pod (namespace, name and UID from `pod`'s metadata; any projection
+    /// of a Pod that keeps them will do, e.g. a controller's slimmed cache entry). A pod this
+    /// client evicted already is answered [`EvictionOutcome::Conflict`] without a call: the
+    /// caller decided from a cache that has not seen the eviction yet; decide again later.
+    pub async fn evict_answer<K: Resource<DynamicType = ()>>(
+        &self,
+        pod: &K,
+    ) -> Result<Answer, EvictionError> {
         let pod_ref = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         let incomplete = |field| EvictionError::Incomplete {
             pod: pod_ref.clone(),
@@ -277,7 +294,10 @@ impl EvictionClient {
                 ),
             };
             self.count(&outcome);
-            return Ok(outcome);
+            return Ok(Answer {
+                outcome,
+                retry_after: None,
+            });
         }
         let eviction = eviction_of(namespace, name, &uid);
         let params = PostParams {
@@ -288,6 +308,15 @@ impl EvictionClient {
         let result = pods
             .create_subresource::<_, Status>("eviction", name, &params, &eviction)
             .await;
+        let retry_after = match &result {
+            Err(kube::Error::Api(status)) => status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|seconds| *seconds > 0)
+                .map(|seconds| Duration::from_secs(seconds.into())),
+            _ => None,
+        };
 
         let outcome = EvictionOutcome::classify(result).map_err(|source| EvictionError::Request {
             pod: pod_ref.clone(),
@@ -306,7 +335,10 @@ impl EvictionClient {
             }
             Err(error) => tracing::warn!(pod = %pod_ref, %uid, %error, "eviction not answered"),
         }
-        outcome
+        outcome.map(|outcome| Answer {
+            outcome,
+            retry_after,
+        })
     }
 
     fn evicted_lately(&self, uid: &str) -> bool {

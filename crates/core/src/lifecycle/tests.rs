@@ -758,6 +758,86 @@ fn evictions_are_validated_themselves_as_upstream() {
     assert!(states(&p).is_empty() && p.transitions.is_empty());
 }
 
+/// Refused while a responder is Active (e.g. its pod joined a pod group): validation wants the
+/// last active responder final in the write that sets `Failed`, so it is Canceled; the one
+/// done before keeps its state, the ones after stay Inactive.
+#[test]
+fn an_eviction_refused_while_a_responder_is_active_cancels_it() {
+    let owner = "owner.example.com/migrate";
+    let helper = "helper.example.com/checkpoint";
+    // (target responders, expected states after the refusal, expected transitions)
+    let cases = [
+        (
+            vec![
+                responder(owner, 10000, STATE_COMPLETED),
+                responder(helper, 1000, STATE_ACTIVE),
+                responder(IMPERATIVE, 100, STATE_INACTIVE),
+            ],
+            [STATE_COMPLETED, STATE_CANCELED, STATE_INACTIVE],
+            vec![(helper, STATE_ACTIVE, STATE_CANCELED)],
+        ),
+        (
+            vec![
+                responder(owner, 10000, STATE_COMPLETED),
+                responder(helper, 1000, STATE_INTERRUPTED),
+                responder(IMPERATIVE, 100, STATE_ACTIVE),
+            ],
+            [STATE_COMPLETED, STATE_INTERRUPTED, STATE_CANCELED],
+            vec![(IMPERATIVE, STATE_ACTIVE, STATE_CANCELED)],
+        ),
+        (
+            vec![
+                responder(owner, 10000, STATE_INACTIVE),
+                responder(helper, 1000, STATE_INACTIVE),
+                responder(IMPERATIVE, 100, STATE_INACTIVE),
+            ],
+            [STATE_INACTIVE, STATE_INACTIVE, STATE_INACTIVE],
+            vec![],
+        ),
+    ];
+    for (responders, expected, transitions) in cases {
+        let entries = responders
+            .iter()
+            .map(|r| {
+                entry(
+                    &r.name,
+                    (r.state != STATE_INACTIVE).then_some(1),
+                    Some(2),
+                    None,
+                )
+            })
+            .collect();
+        let refused = eviction(Some(status(responders, entries)));
+        let p = refuse(
+            &refused,
+            "Target pod web-0 references a SchedulingGroup.",
+            t(9),
+        );
+        let got: Vec<String> = states(&p).into_iter().map(|(_, state)| state).collect();
+        assert_eq!(got, expected, "{:?}", refused.status);
+        let got: Vec<(&str, &str, &str)> = p
+            .transitions
+            .iter()
+            .map(|t| (t.responder.as_str(), t.from.as_str(), t.to.as_str()))
+            .collect();
+        assert_eq!(got, transitions);
+        assert_eq!(
+            cond(&p, CONDITION_FAILED),
+            ("True", REASON_EVICTION_INVALID)
+        );
+        // Of each responder's entry, only its name and startTime are the controller's.
+        assert!(
+            p.status
+                .responders
+                .iter()
+                .flatten()
+                .all(|r| r.heartbeat_time.is_none() && r.completion_time.is_none()),
+            "{:?}",
+            p.status.responders
+        );
+    }
+}
+
 #[test]
 fn a_terminating_pods_evictor_heartbeats_with_the_deletion_deadline() {
     let reported = |heartbeat: i64, expected: Option<i64>| ResponderStatus {
@@ -765,21 +845,98 @@ fn a_terminating_pods_evictor_heartbeats_with_the_deletion_deadline() {
         ..entry(IMPERATIVE, Some(0), Some(heartbeat), None)
     };
     let mins = |m: i64| SignedDuration::from_mins(m);
+    // (own entry, deletionTimestamp, now, (due, expected, look again))
     let cases = [
         // First look at the terminating pod: report the deadline now.
-        (reported(10, None), t(60), (true, mins(3))),
+        (reported(10, None), 3600, 60, (true, 3600, mins(3))),
         // Reported lately with that deadline: look again when 3 minutes are up.
-        (reported(60, Some(3600)), t(120), (false, mins(2))),
+        (reported(60, Some(3600)), 3600, 120, (false, 3600, mins(2))),
         // 3 minutes since the last heartbeat: report again.
-        (reported(60, Some(3600)), t(240), (true, mins(3))),
+        (reported(60, Some(3600)), 3600, 240, (true, 3600, mins(3))),
         // The deadline moved (a shorter grace period): report it.
-        (reported(60, Some(7200)), t(70), (true, mins(3))),
+        (reported(60, Some(7200)), 3600, 70, (true, 3600, mins(3))),
+        // Terminating since long before the evictor's turn (a finalizer, an unreachable node):
+        // the past deadline is refused by validation, so the present is reported.
+        (reported(4000, None), 3600, 4000, (true, 4000, mins(3))),
+        // ... and kept at the next looks, the heartbeat alone keeping its pace.
+        (
+            reported(4000, Some(4000)),
+            3600,
+            4100,
+            (false, 4000, SignedDuration::from_secs(80)),
+        ),
+        (
+            reported(4000, Some(4000)),
+            3600,
+            4180,
+            (true, 4000, mins(3)),
+        ),
+        // The deadline reported before it passed stays as it was.
+        (
+            reported(3590, Some(3600)),
+            3600,
+            3650,
+            (false, 3600, SignedDuration::from_secs(120)),
+        ),
+        // A later deadline reported, then shortened into the past: the present.
+        (reported(60, Some(7200)), 3600, 3700, (true, 3700, mins(3))),
     ];
-    for (own, now, expected) in cases {
+    for (own, deadline, now, (due, expected, look_again)) in cases {
         assert_eq!(
-            terminating_report(&own, Some(t(3600)), now),
+            terminating_report(&own, Some(t(deadline)), t(now)),
+            TerminatingReport {
+                due,
+                expected: Some(t(expected)),
+                look_again
+            },
+            "{own:?} at {now}"
+        );
+    }
+}
+
+#[test]
+fn the_expected_completion_is_never_in_the_past() {
+    // (deadline, reported, now, expected)
+    let cases = [
+        (100, None, 50, 100),
+        (100, Some(100), 50, 100),
+        (100, None, 100, 100),
+        (100, None, 200, 200),
+        (100, Some(150), 200, 150),
+        (100, Some(100), 200, 100),
+        (100, Some(90), 200, 200),
+        (100, Some(250), 200, 200),
+    ];
+    for (deadline, reported, now, expected) in cases {
+        assert_eq!(
+            expected_completion(t(deadline), reported.map(t), t(now)),
+            t(expected),
+            "deadline {deadline}, reported {reported:?}, now {now}"
+        );
+    }
+}
+
+/// Held between eviction attempts (a PodDisruptionBudget's back-off, a Retry-After), the
+/// imperative evictor heartbeats every 3 minutes and looks again by then, however long the wait.
+#[test]
+fn between_attempts_the_evictor_heartbeats_every_three_minutes() {
+    let secs = SignedDuration::from_secs;
+    let mins = SignedDuration::from_mins;
+    let own = |heartbeat: Option<i64>| entry(IMPERATIVE, Some(0), heartbeat, None);
+    // (last heartbeat, until the next attempt, now, (heartbeat now, look again in))
+    let cases = [
+        (Some(0), mins(10), 60, (false, mins(2))),
+        (Some(0), secs(30), 60, (false, secs(30))),
+        (Some(0), mins(10), 180, (true, mins(3))),
+        (Some(0), mins(1), 400, (true, mins(1))),
+        (None, mins(10), 5, (true, mins(3))),
+        (Some(100), mins(15), 279, (false, secs(1))),
+    ];
+    for (heartbeat, until_attempt, now, expected) in cases {
+        assert_eq!(
+            between_attempts(&own(heartbeat), until_attempt, t(now)),
             expected,
-            "{own:?}"
+            "heartbeat {heartbeat:?}, attempt in {until_attempt:?}, now {now}"
         );
     }
 }
