@@ -3,17 +3,21 @@
 //! first; a nested `cargo build` from inside `cargo test` would wait on cargo's lock forever),
 //! logging to a file, stopped with SIGTERM when dropped.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::PostParams;
 
+use crate::descheduler::Identity;
 use crate::{TestEnv, objects};
 
 /// A running component process.
@@ -30,15 +34,40 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// The components, each with the chart of the same name under charts/: a test runs each under
+/// the RBAC its chart renders, so a verb the chart forgot fails a test rather than a cluster.
+pub const COMPONENTS: [&str; 5] = [
+    "affinity-evictor",
+    "taint-manager",
+    "pdb-policy-webhook",
+    "evictionrequest-controller",
+    "descheduler-bridge",
+];
+
+/// The chart identities applied by this process, by chart, namespace and `--set` values: a
+/// component started again in the same test reuses its ServiceAccount and token.
+static CHART_IDENTITIES: Mutex<BTreeMap<ChartRelease, Identity>> = Mutex::new(BTreeMap::new());
+
+/// Chart, namespace, `--set` values.
+type ChartRelease = (String, String, Vec<String>);
+
+/// How long a component's token lasts: longer than any test (soaks included).
+const TOKEN_DURATION: &str = "24h";
+
 impl TestEnv {
     /// Starts `target/debug/<binary>` with `args` plus `--metrics-addr 127.0.0.1:<free port>`,
-    /// `KUBECONFIG` pointing at the test cluster and `RUST_LOG=debug` for our crates.
+    /// `RUST_LOG=debug` for our crates and `KUBECONFIG` for the test cluster: as the
+    /// component's chart's ServiceAccount and RBAC ([`TestEnv::component_identity`], with the
+    /// values `args` need, see [`chart_values`]) for the five components, as the cluster's admin
+    /// for any other binary.
     pub fn start_component(&self, binary: &str, args: &[&str]) -> Result<Component> {
         self.start_component_as(binary, args, self.kubeconfig())
     }
 
     /// [`TestEnv::start_component`] with another identity's kubeconfig (e.g. a
-    /// [`crate::descheduler::Identity`] with fewer permissions).
+    /// [`crate::descheduler::Identity`] with fewer permissions). The cluster's own kubeconfig
+    /// ([`TestEnv::kubeconfig`]) means the component's chart identity, as for
+    /// [`TestEnv::start_component`]: no test runs a component as the admin.
     pub fn start_component_as(
         &self,
         binary: &str,
@@ -63,6 +92,16 @@ impl TestEnv {
                 path.display()
             );
         }
+        let chart_identity = if kubeconfig == self.kubeconfig() && COMPONENTS.contains(&binary) {
+            let set = chart_values(binary, args);
+            let set: Vec<&str> = set.iter().map(String::as_str).collect();
+            Some(self.component_identity(binary, &set)?)
+        } else {
+            None
+        };
+        let kubeconfig = chart_identity
+            .as_ref()
+            .map_or(kubeconfig, |identity| identity.kubeconfig.as_path());
         let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log_dir = self.cluster_dir().join("logs/e2e");
         std::fs::create_dir_all(&log_dir)?;
@@ -94,6 +133,138 @@ impl TestEnv {
             log,
             metrics_addr,
         })
+    }
+
+    /// What `charts/<chart>` grants its component (ServiceAccount, ClusterRole and binding, the
+    /// leader-election Role and binding), rendered by `helm template` as a release of this
+    /// test's namespace (named after it) and applied server-side, and the component's identity:
+    /// a kubeconfig with a token of that ServiceAccount. `set` are helm `--set` values (e.g. a
+    /// mode that grants more); another set is another release. Cached per chart, namespace and
+    /// values; the cluster-scoped objects go with the test.
+    pub fn component_identity(&self, chart: &str, set: &[&str]) -> Result<Identity> {
+        let key = (
+            chart.to_owned(),
+            self.namespace.clone(),
+            set.iter()
+                .map(|value| (*value).to_owned())
+                .collect::<Vec<_>>(),
+        );
+        let mut identities = CHART_IDENTITIES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(identity) = identities.get(&key) {
+            return Ok(identity.clone());
+        }
+        let release = release_name(&self.namespace, set);
+        let chart_path = format!("charts/{chart}");
+        // The library chart, packaged as `cargo xtask test` does before the tests (a fresh
+        // checkout has none; helm template refuses the chart without it).
+        let packaged = std::fs::read_dir(crate::workspace_root().join(&chart_path).join("charts"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| entry.file_name().to_string_lossy().ends_with(".tgz"));
+        if !packaged {
+            self.control_plane_tool(
+                "helm",
+                &["dependency", "build", "--skip-refresh", &chart_path],
+                None,
+            )?;
+        }
+        let mut args = vec![
+            "template",
+            release.as_str(),
+            &chart_path,
+            "--namespace",
+            &self.namespace,
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ];
+        for value in set {
+            args.extend(["--set", value]);
+        }
+        let rendered = self.control_plane_tool("helm", &args, None)?;
+        let applied = self.control_plane_tool(
+            "kubectl",
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=evictkit-testenv",
+                "--force-conflicts",
+                "--output=name",
+                "-f",
+                "-",
+            ],
+            Some(&rendered),
+        )?;
+        let mut account = None;
+        for object in applied.lines() {
+            match object.split_once('/') {
+                Some(("serviceaccount", name)) => account = Some(name.to_owned()),
+                Some(("clusterrole.rbac.authorization.k8s.io", name)) => {
+                    self.delete_on_drop::<ClusterRole>(name)
+                }
+                Some(("clusterrolebinding.rbac.authorization.k8s.io", name)) => {
+                    self.delete_on_drop::<ClusterRoleBinding>(name)
+                }
+                _ => {}
+            }
+        }
+        let account = account
+            .with_context(|| format!("charts/{chart} rendered no ServiceAccount: {applied}"))?;
+        self.wait_for_bindings(&format!(
+            "system:serviceaccount:{}:{account}",
+            self.namespace
+        ))?;
+        let token = self.control_plane_tool(
+            "kubectl",
+            &[
+                "create",
+                "token",
+                &account,
+                "--namespace",
+                &self.namespace,
+                "--duration",
+                TOKEN_DURATION,
+            ],
+            None,
+        )?;
+        let identity = self.token_identity(&account, token.trim())?;
+        identities.insert(key, identity.clone());
+        Ok(identity)
+    }
+
+    /// Waits until the authorizer has seen the bindings just applied for `user`: its ClusterRole
+    /// (every chart lets its component list pods) and its leader-election Role in this
+    /// namespace. A component started before that is refused its first calls.
+    fn wait_for_bindings(&self, user: &str) -> Result<()> {
+        let allowed = |verb: &str, resource: &str| {
+            self.control_plane_tool(
+                "kubectl",
+                &[
+                    "auth",
+                    "can-i",
+                    verb,
+                    resource,
+                    "--namespace",
+                    &self.namespace,
+                    "--as",
+                    user,
+                ],
+                None,
+            )
+            .is_ok()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !(allowed("list", "pods") && allowed("update", "leases.coordination.k8s.io")) {
+            if std::time::Instant::now() >= deadline {
+                bail!(
+                    "{user} is not allowed to list pods and update Leases 30 s after its chart's RBAC was applied"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 
     /// The evictionrequest-controller's controller role for this test's namespace (its CRD
@@ -130,6 +301,57 @@ impl TestEnv {
         controller.wait_ready(crate::wait::DEFAULT_TIMEOUT).await?;
         Ok(controller)
     }
+}
+
+/// The chart values (helm `--set`) under which `binary`'s chart grants what `args` make it
+/// call, as an install with those flags would set them: the affinity-evictor's
+/// `--mode eviction-request` (the requester's grants) and the evictionrequest-controller's
+/// `--finished-ttl` (the deletions). Nothing for other flags, which change no grant.
+pub fn chart_values(binary: &str, args: &[&str]) -> Vec<String> {
+    let value = |flag: &str| flag_value(args, flag);
+    match binary {
+        "affinity-evictor" => value("--mode").map(|mode| format!("mode={mode}")),
+        "evictionrequest-controller" => {
+            value("--finished-ttl").map(|ttl| format!("finishedTtl={ttl}"))
+        }
+        _ => None,
+    }
+    .into_iter()
+    .collect()
+}
+
+/// The value of the last `--flag value` or `--flag=value` in `args`.
+fn flag_value<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
+    let mut found = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if *arg == flag {
+            found = args.next().copied();
+        } else if let Some(value) = arg
+            .strip_prefix(flag)
+            .and_then(|rest| rest.strip_prefix('='))
+        {
+            found = Some(value);
+        }
+    }
+    found
+}
+
+/// The release of a chart identity: the namespace for the chart's defaults; with values, the
+/// namespace and a digest of them, so two sets in one namespace do not overwrite each other's
+/// ClusterRole.
+fn release_name(namespace: &str, set: &[&str]) -> String {
+    if set.is_empty() {
+        return namespace.to_owned();
+    }
+    // FNV-1a: stable across runs, unlike std's RandomState.
+    let digest = set
+        .join(",")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("{namespace}-{:06x}", digest & 0xff_ffff)
 }
 
 impl Component {
@@ -309,4 +531,49 @@ pub fn ensure_none_refused(
         "{gone_reads} reads past the cache for pods already gone, for {requested} requests"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chart_values_follow_the_flags_that_change_grants() {
+        let cases: [(&str, &[&str], &[&str]); 7] = [
+            (
+                "affinity-evictor",
+                &["--mode", "eviction-request"],
+                &["mode=eviction-request"],
+            ),
+            ("affinity-evictor", &["--mode=eviction"], &["mode=eviction"]),
+            ("affinity-evictor", &["--namespace", "ns"], &[]),
+            (
+                "evictionrequest-controller",
+                &["--api=lifecycle", "--finished-ttl=5s"],
+                &["finishedTtl=5s"],
+            ),
+            (
+                "evictionrequest-controller",
+                &["--finished-ttl", "0s"],
+                &["finishedTtl=0s"],
+            ),
+            ("evictionrequest-controller", &["--roles=controller"], &[]),
+            ("taint-manager", &["--mode", "x"], &[]),
+        ];
+        for (binary, args, want) in cases {
+            assert_eq!(chart_values(binary, args), want, "{binary} {args:?}");
+        }
+    }
+
+    #[test]
+    fn a_release_per_set_of_values() {
+        assert_eq!(release_name("ns-1", &[]), "ns-1");
+        let a = release_name("ns-1", &["mode=eviction-request"]);
+        let b = release_name("ns-1", &["mode=eviction"]);
+        assert!(
+            a.starts_with("ns-1-") && b.starts_with("ns-1-") && a != b,
+            "{a} {b}"
+        );
+        assert_eq!(a, release_name("ns-1", &["mode=eviction-request"]));
+    }
 }

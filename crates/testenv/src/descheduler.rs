@@ -39,6 +39,7 @@ pub fn binary() -> Result<PathBuf> {
 }
 
 /// An identity of its own: a ServiceAccount of the test's namespace.
+#[derive(Clone)]
 pub struct Identity {
     /// `system:serviceaccount:<namespace>:<name>`, as admission reviews and the audit log show it.
     pub username: String,
@@ -126,10 +127,16 @@ impl TestEnv {
             .context("a TokenRequest without status")?
             .token
             .context("a TokenRequest status without token")?;
+        self.token_identity(name, &token)
+    }
+
+    /// The identity of ServiceAccount `name` of the test's namespace with `token`: the cluster's
+    /// kubeconfig (server, CA) authenticating with the token instead of the admin's.
+    pub(crate) fn token_identity(&self, name: &str, token: &str) -> Result<Identity> {
         let mut kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
         for user in &mut kubeconfig.auth_infos {
             if let Some(auth) = user.auth_info.as_mut() {
-                auth.token = Some(token.clone().into());
+                auth.token = Some(token.to_owned().into());
                 auth.client_certificate_data = None;
                 auth.client_key_data = None;
             }
@@ -147,34 +154,11 @@ impl TestEnv {
 }
 
 impl TestEnv {
-    /// Applies what `charts/<chart>` grants its component (ServiceAccount, ClusterRole and
-    /// binding, the leader-election Role and binding), rendered by helm as a release named after
-    /// the test's namespace, and returns the component's identity: a test runs the component
-    /// with exactly its chart's permissions. `set` are helm `--set` values (e.g. a mode that
-    /// grants more). The cluster-scoped objects go with the test.
+    /// Applies what `charts/<chart>` grants its component and returns the component's identity
+    /// (see [`TestEnv::component_identity`]); `set` are helm `--set` values (e.g. a mode that
+    /// grants more).
     pub async fn chart_identity(&self, chart: &str, set: &[&str]) -> Result<Identity> {
-        let release = self.namespace.as_str();
-        let chart_path = format!("charts/{chart}");
-        let mut args = vec![
-            "template",
-            release,
-            &chart_path,
-            "--namespace",
-            release,
-            "--show-only",
-            "templates/serviceaccount.yaml",
-            "--show-only",
-            "templates/rbac.yaml",
-        ];
-        for value in set {
-            args.extend(["--set", value]);
-        }
-        let rendered = self.control_plane_tool("helm", &args, None)?;
-        self.control_plane_tool("kubectl", &["apply", "-f", "-"], Some(&rendered))?;
-        let name = format!("{release}-{chart}");
-        self.delete_on_drop::<k8s_openapi::api::rbac::v1::ClusterRole>(&name);
-        self.delete_on_drop::<ClusterRoleBinding>(&name);
-        self.identity(&name).await
+        self.component_identity(chart, set)
     }
 }
 
