@@ -229,7 +229,7 @@ fn validate_pdb(ctx: &Context, request: &AdmissionRequest<PodDisruptionBudget>) 
 /// It decides from the caches; the pod or its PDB is read from the API ([`crate::live`]) only
 /// where the cache could turn a denial into an allow: the pod not cached yet, cached Pending, a
 /// readiness or a `disruptedPods` a moment old at the boundary of a rule (see [`facts`]). The
-/// other pods of the namespace, which the strict count reads, come from the cache. When a read
+/// other pods of its PDBs, which the strict count reads, come from the cache. When a read
 /// fails the webhook cannot decide
 /// and answers 429 too: the evictor retries, and nothing is evicted on a guess. So does a read
 /// that would outlast the apiserver's `deadline`: past it the apiserver applies failurePolicy
@@ -317,7 +317,14 @@ async fn decide(
         let pods = with_subject(&others, &pod);
         let decision = eviction::decide(&pod, &pdbs);
         let mut allowed = ctx.allowed();
-        let not_seen = allowed.not_seen(namespace, &pods, &pdbs, circumstances.now);
+        let not_seen = not_seen(
+            ctx,
+            &mut allowed,
+            namespace,
+            &pods,
+            &pdbs,
+            circumstances.now,
+        );
         if not_seen != circumstances.allowed_not_seen {
             // Another review was allowed since these facts were gathered: at a boundary it
             // now reached, the facts are gathered again with the reads it needs.
@@ -347,12 +354,34 @@ async fn decide(
     }
 }
 
-/// The pod, the PDBs and the other pods of its namespace, and the pod's node-local claims, as
-/// the eviction is decided on.
+/// [`pdb_policy::AllowedEvictions::not_seen`] on `pods` (the pod's PDBs' pods) and the pods
+/// whose allows are held, from the cache: a held pod of another PDB is not taken as gone for
+/// being left out of this review's pods.
+fn not_seen(
+    ctx: &Context,
+    allowed: &mut pdb_policy::AllowedEvictions,
+    namespace: &str,
+    pods: &[&CachedPod],
+    pdbs: &[PodDisruptionBudget],
+    now: k8s_openapi::jiff::Timestamp,
+) -> std::collections::BTreeSet<String> {
+    let held: Vec<Arc<CachedPod>> = (allowed.held(namespace))
+        .filter(|held| !pods.iter().any(|p| p.name() == Some(held)))
+        .filter_map(|held| ctx.caches.pods.get_in(namespace, held))
+        .collect();
+    let mut pods = pods.to_vec();
+    pods.extend(held.iter().map(Arc::as_ref));
+    allowed.not_seen(namespace, &pods, pdbs, now)
+}
+
+/// The pod, its PDBs and the other pods they select, and the pod's node-local claims, as the
+/// eviction is decided on.
 struct Facts {
     pod: CachedPod,
+    /// The PDBs selecting the pod (the decisions ignore any other PDB of the namespace).
     pdbs: Vec<PodDisruptionBudget>,
-    /// Shared with the cache: a namespace's pods are not copied per review.
+    /// The other pods those PDBs select (the strict count reads no other), shared with the
+    /// cache.
     others: Vec<Arc<CachedPod>>,
     /// With the allows held when the facts were gathered.
     circumstances: pdb_policy::Circumstances,
@@ -360,13 +389,35 @@ struct Facts {
     fresh: Vec<pdb_policy::FreshRead>,
 }
 
-/// The pods of the namespace, `pod` among them, as the decisions take them.
+/// The pods the decisions take, `pod` among them.
 fn with_subject<'a>(others: &'a [Arc<CachedPod>], pod: &'a CachedPod) -> Vec<&'a CachedPod> {
     others
         .iter()
         .map(|p| p.as_ref())
         .chain(std::iter::once(pod))
         .collect()
+}
+
+/// The PDBs of `namespace` that select `pod` as read from the API (its labels may not be the
+/// cached pod's), and the pods they select without it: the namespace's PDBs are matched, a
+/// path taken only where the pod was read fresh.
+fn budgets_matching(
+    ctx: &Context,
+    namespace: &str,
+    pod: &CachedPod,
+) -> (Vec<PodDisruptionBudget>, Vec<Arc<CachedPod>>) {
+    let pdbs: Vec<PodDisruptionBudget> = (ctx.caches.pdbs.in_namespace(namespace).iter())
+        .filter(|pdb| eviction::selects(pdb, pod))
+        .map(|pdb| pdb.as_ref().clone())
+        .collect();
+    let mut others: Vec<Arc<CachedPod>> = (pdbs.iter())
+        .filter_map(|pdb| pdb.metadata.name.as_deref())
+        .flat_map(|pdb| ctx.caches.pods_of_budget(namespace, pdb))
+        .filter(|p| p.name() != pod.name())
+        .collect();
+    others.sort_by(|a, b| a.name().cmp(&b.name()));
+    others.dedup_by(|a, b| a.name() == b.name());
+    (pdbs, others)
 }
 
 /// The facts from the caches, with the pod and its PDB read from the API only where the cache
@@ -378,33 +429,38 @@ async fn facts(
     name: &str,
     policy: &PodDisruptionBudgetPolicy,
 ) -> Result<Option<Facts>, live::ReadError> {
-    // A namespace has few PDBs; its pods are shared with the cache.
-    let mut pdbs: Vec<PodDisruptionBudget> = (ctx.caches.pdbs.in_namespace(namespace).iter())
-        .map(|p| p.as_ref().clone())
-        .collect();
-    let mut others = ctx.caches.pods.in_namespace(namespace);
-    let cached = others
-        .iter()
-        .position(|p| p.name() == Some(name))
-        .map(|i| others.remove(i));
     let mut fresh = Vec::new();
-    if cached.is_none() {
-        fresh.push(pdb_policy::FreshRead::Pod);
-    }
-    let mut pod = match cached {
-        Some(pod) => pod.as_ref().clone(),
-        None => match ctx.live.pod(namespace, name).await? {
-            Some(pod) => pod,
-            None => return Ok(None),
-        },
+    // The pod's PDBs (few) are copied, the decisions take them by value; their pods are
+    // shared with the cache.
+    let (mut pod, mut pdbs, mut others) = match ctx.caches.pods.get_in(namespace, name) {
+        Some(cached) => {
+            let (pdbs, mut others) = ctx.caches.budgets_of_pod(namespace, name);
+            others.retain(|p| p.name() != Some(name));
+            let pdbs = pdbs.iter().map(|p| p.as_ref().clone()).collect();
+            (cached.as_ref().clone(), pdbs, others)
+        }
+        None => {
+            fresh.push(pdb_policy::FreshRead::Pod);
+            let Some(pod) = ctx.live.pod(namespace, name).await? else {
+                return Ok(None);
+            };
+            let (pdbs, others) = budgets_matching(ctx, namespace, &pod);
+            (pod, pdbs, others)
+        }
     };
     let mut read_fresh = true;
     loop {
         let mut circumstances = live::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
         let decision = eviction::decide(&pod, &pdbs);
         let pods = with_subject(&others, &pod);
-        circumstances.allowed_not_seen =
-            (ctx.allowed()).not_seen(namespace, &pods, &pdbs, circumstances.now);
+        circumstances.allowed_not_seen = not_seen(
+            ctx,
+            &mut ctx.allowed(),
+            namespace,
+            &pods,
+            &pdbs,
+            circumstances.now,
+        );
         let reads = pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
         let reads: Vec<_> = reads
             .into_iter()
@@ -445,6 +501,7 @@ async fn facts(
                 return Ok(None);
             };
             pod = fresh_pod;
+            (pdbs, others) = budgets_matching(ctx, namespace, &pod);
         }
         if let (Some(pdb_name), Some(fresh_pdb)) = (pdb_name, fresh_pdb) {
             pdbs.retain(|p| p.metadata.name.as_deref() != Some(pdb_name));

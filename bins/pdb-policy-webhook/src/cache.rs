@@ -1,7 +1,9 @@
 //! Watch caches the webhooks answer from: PodDisruptionBudgets, Pods projected to the fields
 //! the decisions read, Namespaces' labels and the PodDisruptionBudgetPolicies. A review never
 //! lists anything from the API server (an eviction storm during a drain would otherwise turn
-//! into a LIST storm); it reads a namespace's objects from an index kept by namespace.
+//! into a LIST storm); it reads a namespace's objects from an index kept by namespace, and an
+//! eviction's PDBs and their pods from the index of which PDB selects which pod
+//! ([`selections`]), without going through the rest of the namespace.
 //!
 //! The price is staleness of a watch delay: a PDB status the disruption controller has just
 //! written may not be here yet. The stricter rules only ever deny what the apiserver would
@@ -27,8 +29,10 @@ use tokio_util::sync::CancellationToken;
 use evictkit_api::PodDisruptionBudgetPolicy;
 
 mod pod;
+mod selections;
 
 pub use pod::CachedPod;
+use selections::Selections;
 
 /// One kind's watch cache: kube-runtime's reflector store of the objects as the projection
 /// keeps them, with (for kinds a review reads per namespace) the index by namespace.
@@ -64,6 +68,11 @@ where
         })
     }
 
+    /// A namespaced object by namespace and name.
+    pub fn get_in(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
     /// A cluster-scoped object by name.
     pub fn get(&self, name: &str) -> Option<Arc<K>> {
         self.store.get(&ObjectRef::new(name))
@@ -78,17 +87,20 @@ where
         self.synced.load(Ordering::Relaxed)
     }
 
-    /// Follows one event the reflector has applied to the store.
-    fn follow(&self, event: &Event<K>) {
-        if let Some(index) = &self.by_namespace {
-            index
+    /// Follows one event the reflector has applied to the store; returns the objects that
+    /// left the cache with it (deleted, or not listed again by a relist).
+    fn follow(&self, event: &Event<K>) -> Vec<ObjectRef<K>> {
+        let gone = match &self.by_namespace {
+            Some(index) => index
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
-                .apply(event, &self.store);
-        }
+                .apply(event, &self.store),
+            None => Vec::new(),
+        };
         if matches!(event, Event::InitDone) {
             self.synced.store(true, Ordering::Relaxed);
         }
+        gone
     }
 }
 
@@ -99,16 +111,90 @@ pub struct Caches {
     pub pdbs: Arc<Cache<PodDisruptionBudget>>,
     pub namespaces: Arc<Cache<Namespace>>,
     pub policies: Arc<Cache<PodDisruptionBudgetPolicy>>,
+    /// Which PDB selects which pod, followed from the pods' and the PDBs' watches.
+    selections: Arc<RwLock<Selections>>,
+}
+
+/// What a kind's watch does after its cache followed an event: the selections follow the pods
+/// and the PDBs.
+type Then<K> = Box<dyn Fn(&Event<K>, &[ObjectRef<K>]) + Send + Sync>;
+
+fn nothing<K: Lookup<DynamicType = ()>>() -> Then<K> {
+    Box::new(|_, _| {})
+}
+
+/// The objects an event applied (gone ones aside).
+fn applied<K>(event: &Event<K>) -> Option<&K> {
+    match event {
+        Event::Apply(object) | Event::InitApply(object) => Some(object),
+        Event::Delete(_) | Event::Init | Event::InitDone => None,
+    }
+}
+
+fn follow_pods(selections: &Arc<RwLock<Selections>>) -> Then<CachedPod> {
+    let selections = selections.clone();
+    Box::new(move |event, gone| {
+        let mut selections = selections.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(pod) = applied(event) {
+            selections.pod_applied(pod);
+        }
+        for pod in gone {
+            selections.pod_deleted(pod.namespace.as_deref().unwrap_or_default(), &pod.name);
+        }
+    })
+}
+
+fn follow_pdbs(selections: &Arc<RwLock<Selections>>) -> Then<PodDisruptionBudget> {
+    let selections = selections.clone();
+    Box::new(move |event, gone| {
+        let mut selections = selections.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(pdb) = applied(event) {
+            selections.budget_applied(pdb);
+        }
+        for pdb in gone {
+            selections.budget_deleted(pdb.namespace.as_deref().unwrap_or_default(), &pdb.name);
+        }
+    })
 }
 
 impl Caches {
     /// Starts the watches; they stop with `shutdown`.
     pub fn start(client: &Client, shutdown: &CancellationToken) -> Self {
+        let selections = Arc::default();
         Self {
-            pods: watch(client, "Pod", true, |_| {}, shutdown),
-            pdbs: watch(client, "PodDisruptionBudget", true, project_pdb, shutdown),
-            namespaces: watch(client, "Namespace", false, project_namespace, shutdown),
-            policies: watch(client, "PodDisruptionBudgetPolicy", false, |_| {}, shutdown),
+            pods: watch(
+                client,
+                "Pod",
+                true,
+                |_| {},
+                follow_pods(&selections),
+                shutdown,
+            ),
+            pdbs: watch(
+                client,
+                "PodDisruptionBudget",
+                true,
+                project_pdb,
+                follow_pdbs(&selections),
+                shutdown,
+            ),
+            namespaces: watch(
+                client,
+                "Namespace",
+                false,
+                project_namespace,
+                nothing(),
+                shutdown,
+            ),
+            policies: watch(
+                client,
+                "PodDisruptionBudgetPolicy",
+                false,
+                |_| {},
+                nothing(),
+                shutdown,
+            ),
+            selections,
         }
     }
 
@@ -141,6 +227,34 @@ impl Caches {
             .cloned()
     }
 
+    /// The PDBs that select pod `name` of `namespace` and the pods they select, `name` among
+    /// them, shared with the caches; none for a pod not cached.
+    pub fn budgets_of_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> (Vec<Arc<PodDisruptionBudget>>, Vec<Arc<CachedPod>>) {
+        let (budgets, pods) =
+            (self.selections.read().unwrap_or_else(|e| e.into_inner())).of_pod(namespace, name);
+        (
+            (budgets.iter())
+                .filter_map(|pdb| self.pdbs.get_in(namespace, pdb))
+                .collect(),
+            (pods.iter())
+                .filter_map(|pod| self.pods.get_in(namespace, pod))
+                .collect(),
+        )
+    }
+
+    /// The pods PDB `pdb` of `namespace` selects, shared with the caches.
+    pub fn pods_of_budget(&self, namespace: &str, pdb: &str) -> Vec<Arc<CachedPod>> {
+        let pods =
+            (self.selections.read().unwrap_or_else(|e| e.into_inner())).of_budget(namespace, pdb);
+        (pods.iter())
+            .filter_map(|pod| self.pods.get_in(namespace, pod))
+            .collect()
+    }
+
     /// Owned copies of a namespace's PDBs (the core decisions take a slice) and its pods
     /// (shared with the cache).
     pub fn namespace_objects(
@@ -161,28 +275,44 @@ impl Caches {
         namespaces: Vec<Namespace>,
         policies: Vec<PodDisruptionBudgetPolicy>,
     ) -> Self {
+        let selections = Arc::default();
         Self {
             pods: listed(
                 "Pod",
                 true,
                 |_| {},
+                follow_pods(&selections),
                 pods.into_iter().map(CachedPod::from).collect(),
             ),
-            pdbs: listed("PodDisruptionBudget", true, project_pdb, pdbs),
-            namespaces: listed("Namespace", false, project_namespace, namespaces),
-            policies: listed("PodDisruptionBudgetPolicy", false, |_| {}, policies),
+            pdbs: listed(
+                "PodDisruptionBudget",
+                true,
+                project_pdb,
+                follow_pdbs(&selections),
+                pdbs,
+            ),
+            namespaces: listed("Namespace", false, project_namespace, nothing(), namespaces),
+            policies: listed(
+                "PodDisruptionBudgetPolicy",
+                false,
+                |_| {},
+                nothing(),
+                policies,
+            ),
+            selections,
         }
     }
 }
 
 /// Starts the watch of one kind: reflected into its store (as `project` keeps it), then
-/// followed by the cache. A watch error is logged and the watcher retries with backoff (the
+/// followed by the cache and by `then`. A watch error is logged and the watcher retries with backoff (the
 /// cache keeps serving its last state meanwhile).
 fn watch<K>(
     client: &Client,
     kind: &'static str,
     namespaced: bool,
     project: fn(&mut K),
+    then: Then<K>,
     shutdown: &CancellationToken,
 ) -> Arc<Cache<K>>
 where
@@ -214,7 +344,7 @@ where
             };
             match event {
                 None => return,
-                Some(Ok(event)) => following.follow(&event),
+                Some(Ok(event)) => then(&event, &following.follow(&event)),
                 Some(Err(error)) => {
                     tracing::warn!(kind = following.kind, %error, "watch failed; retrying");
                 }
@@ -229,6 +359,7 @@ fn listed<K>(
     kind: &'static str,
     namespaced: bool,
     project: fn(&mut K),
+    then: Then<K>,
     objects: Vec<K>,
 ) -> Arc<Cache<K>>
 where
@@ -244,14 +375,19 @@ where
     events.push(Event::InitDone);
     for event in &events {
         writer.apply_watcher_event(event);
-        cache.follow(event);
+        then(event, &cache.follow(event));
     }
     cache
 }
 
+/// Of the annotations only the controller's record of the value before enforcement.
 fn project_pdb(pdb: &mut PodDisruptionBudget) {
     pdb.metadata.managed_fields = None;
-    pdb.metadata.annotations = None;
+    pdb.metadata.annotations = pdb.metadata.annotations.take().and_then(|mut annotations| {
+        let key = evictkit_api::keys::UNHEALTHY_POD_EVICTION_POLICY_BEFORE_ENFORCEMENT;
+        let record = annotations.remove_entry(key)?;
+        Some([record].into())
+    });
 }
 
 fn project_namespace(namespace: &mut Namespace) {

@@ -783,3 +783,50 @@ async fn eviction_webhook_allows_exactly_what_the_budget_spares_among_concurrent
         );
     }
 }
+
+/// The micro-bench behind the eviction review's data access: one review's decision (dry run,
+/// from the caches) in a namespace of `n` pods, 20 per workload, one PDB per workload, under a
+/// strict policy. The review's work should follow the pod's PDB and its pods, not `n`.
+/// `cargo test -p pdb-policy-webhook --lib -- --ignored --nocapture eviction_review_cost`
+#[tokio::test]
+#[ignore = "micro-bench; run by hand"]
+async fn eviction_review_cost() {
+    let synced = ["Ready", "example.com/Synced"];
+    for n in [1_000, 10_000, 30_000] {
+        let workloads = n / 20;
+        let pods: Vec<Pod> = (0..n)
+            .map(|i| {
+                let mut p = pod(&format!("w{}-{i}", i % workloads), &synced);
+                p.metadata.labels =
+                    Some([("app".to_owned(), format!("w{}", i % workloads))].into());
+                p
+            })
+            .collect();
+        let pdbs: Vec<PodDisruptionBudget> = (0..workloads)
+            .map(|w| {
+                let mut budget = synced_budget(2, 20);
+                budget.metadata.name = Some(format!("w{w}"));
+                budget.spec.as_mut().unwrap().selector =
+                    serde_json::from_value(json!({"matchLabels": {"app": format!("w{w}")}}))
+                        .unwrap();
+                budget
+            })
+            .collect();
+        let policy = strict(&["example.com/Synced"], false);
+        let caches = Caches::of(pods, pdbs, vec![namespace("team")], vec![policy.clone()]);
+        let ctx = context(caches);
+        let reviews = 200;
+        let start = std::time::Instant::now();
+        for r in 0..reviews {
+            let i = r * 7919 % n;
+            let name = format!("w{}-{i}", i % workloads);
+            let decided = decide(&ctx, "team", &name, &policy, true).await.unwrap();
+            assert_eq!(decided, Some(None), "{name} is allowed");
+        }
+        let per_review = start.elapsed() / reviews as u32;
+        println!(
+            "{n:>6} pods, {workloads:>5} PDBs in the namespace: {:>9.1} us per eviction review",
+            per_review.as_secs_f64() * 1e6
+        );
+    }
+}

@@ -61,6 +61,13 @@ impl From<Pod> for CachedPod {
     }
 }
 
+impl CachedPod {
+    /// The labels, as shared by the pods that carry the same: equal labels are one allocation.
+    pub(crate) fn shared_labels(&self) -> &Arc<BTreeMap<String, String>> {
+        &self.labels
+    }
+}
+
 impl PodFacts for CachedPod {
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata

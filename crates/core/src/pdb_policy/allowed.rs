@@ -68,6 +68,14 @@ impl AllowedEvictions {
         names
     }
 
+    /// The pods of `namespace` whose allows are held, seen going or not: a caller that hands
+    /// [`Self::not_seen`] only some pods of the namespace (those of one PDB) adds these, so an
+    /// allow is not released for a pod merely left out.
+    pub fn held(&self, namespace: &str) -> impl Iterator<Item = &str> {
+        (self.by_namespace.get(namespace).into_iter())
+            .flat_map(|held| held.keys().map(String::as_str))
+    }
+
     /// Holds the allowed eviction of `pod` from `now`. Allows held past the hold in other
     /// namespaces go too: a namespace no review comes back to keeps nothing.
     pub fn allowed(&mut self, pod: &impl PodFacts, now: Timestamp) {
