@@ -1028,23 +1028,27 @@ async fn zone_guard_follows_node_lifecycle_zone_states() -> Result<()> {
 }
 
 /// Issue 15 item 6: the default deployment, without --namespace and --policy-selector: every
-/// namespace's pods and every policy. Run alone ([`EXCLUSIVE`]): a cluster-wide taint-manager
-/// would act on the other tests' pods.
+/// namespace's pods and every policy. The pods and the policy are in a namespace other than the
+/// Lease's (a second test namespace), so a manager confined to its own namespace fails here.
+/// Run alone ([`EXCLUSIVE`]): a cluster-wide taint-manager would act on the other tests' pods.
 #[tokio::test]
 async fn cluster_wide_by_default() -> Result<()> {
     let _alone = EXCLUSIVE.write().await;
     let env = TestEnv::new("tm-wide").await?;
+    let other = TestEnv::new("tm-wide-other").await?;
     let node = env
         .create_node(objects::node("n", &[], vec![]))
         .await?
         .name_any();
-    env.create(&pod_on("plain", &node, vec![])).await?;
-    env.create(&pod_on("two", &node, vec![tolerate(TAINT, Some(2))]))
+    env.create(&pod_on("own", &node, vec![])).await?;
+    other.create(&pod_on("plain", &node, vec![])).await?;
+    other
+        .create(&pod_on("two", &node, vec![tolerate(TAINT, Some(2))]))
         .await?;
-    env.create(&pod_on("kept", &node, vec![])).await?;
-    let mut ignore = policy(&env, "ignore", 0, TaintEvictionAction::Ignore);
+    other.create(&pod_on("kept", &node, vec![])).await?;
+    let mut ignore = policy(&other, "ignore", 0, TaintEvictionAction::Ignore);
     ignore.spec.pod_selector = pod_selector("kept");
-    create_policy(&env, &ignore).await?;
+    create_policy(&other, &ignore).await?;
     env.apply_crd("TaintEvictionPolicy").await?;
     let mut manager = env.start_component(
         "taint-manager",
@@ -1054,14 +1058,20 @@ async fn cluster_wide_by_default() -> Result<()> {
 
     let added = now_seconds();
     set_taints(&env, &node, vec![no_execute(TAINT, Some(added))]).await?;
-    deletion_of(&env, "plain", Duration::from_secs(5)).await?;
-    let two = deleted_after(&env, "two", added, Duration::from_secs(15)).await?;
-    ensure!(
-        (2..=3).contains(&two),
-        "deleted {two} s after the taint, expected 2"
-    );
-    not_deleted_for(&env, "kept", Duration::from_secs(2)).await?;
-    release(&env).await
+    let result = async {
+        deletion_of(&env, "own", Duration::from_secs(5)).await?;
+        deletion_of(&other, "plain", Duration::from_secs(5)).await?;
+        let two = deleted_after(&other, "two", added, Duration::from_secs(15)).await?;
+        ensure!(
+            (2..=3).contains(&two),
+            "deleted {two} s after the taint, expected 2"
+        );
+        not_deleted_for(&other, "kept", Duration::from_secs(2)).await
+    }
+    .await;
+    release(&env).await?;
+    release(&other).await?;
+    result
 }
 
 /// Seconds from `added` to the pod's deletionTimestamp (whole seconds; grace period 0).
