@@ -47,7 +47,8 @@ use evictkit_runtime::backoff::Backoff;
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
 pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
-const LEASE_NAME: &str = "evictkit-evictionrequest-controller";
+/// Requesters look for it by this name ([`evictkit_runtime::requester`]).
+const LEASE_NAME: &str = evictkit_runtime::requester::CONTROLLER_LEASE;
 // When an object's cache still predates our own write (or a write decided from it was refused
 // as superseded), look again as soon as after an eviction's conflict; both APIs.
 
@@ -270,6 +271,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 listing,
             }))
         };
+        // Requesters in `auto` follow what the holder says it serves on its Lease.
+        let lease_namespace = args.common.leader_elect.then(|| {
+            let namespace = args.common.leader_election_namespace.clone();
+            namespace.unwrap_or_else(|| client.default_namespace().to_owned())
+        });
         manager.lead(LEASE_NAME, move |term| {
             serve_apis(
                 client.clone(),
@@ -278,6 +284,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 lifecycle_settings.clone(),
                 args.namespace.clone(),
                 pod_live_reads.clone(),
+                lease_namespace.clone(),
                 term,
             )
         });
@@ -295,7 +302,9 @@ fn backoff_within_heartbeat(backoff_max: Duration, heartbeat_timeout: Duration) 
 /// Runs the controller of each API that `mode` serves ([`ApiMode::controlled`]) until `term`
 /// ends; `auto` looks at discovery again every [`REDISCOVERY`] until it serves both, so an API
 /// turned on later is served without a restart, and one served is never dropped while its
-/// requests may be in flight. Both read the pods of `namespace` from one watch.
+/// requests may be in flight. Both read the pods of `namespace` from one watch. What it serves
+/// is said on the Lease in `lease_namespace` ([`evictkit_runtime::requester::advertise`]).
+#[allow(clippy::too_many_arguments)]
 async fn serve_apis(
     client: kube::Client,
     mode: ApiMode,
@@ -303,8 +312,11 @@ async fn serve_apis(
     lifecycle: Option<Arc<lifecycle::Settings>>,
     namespace: Option<String>,
     live_reads: prometheus::IntCounterVec,
+    lease_namespace: Option<String>,
     term: CancellationToken,
 ) {
+    let mut advertised = None;
+    let mut advertising: Option<tokio::task::JoinHandle<()>> = None;
     let mut serving = Apis::default();
     let mut controllers = Vec::new();
     // Started with the first controller, shared by the second.
@@ -345,6 +357,24 @@ async fn serve_apis(
             serving.lifecycle = true;
             let run = lifecycle::control(client.clone(), settings.clone(), pods(), term.clone());
             controllers.push(tokio::spawn(run));
+        }
+        if let Some(lease_namespace) = &lease_namespace
+            && advertised != Some(serving)
+        {
+            // The latest only: an earlier one still retrying would write less than is served.
+            if let Some(earlier) = advertising.take() {
+                earlier.abort();
+            }
+            advertising = Some(tokio::spawn(
+                evictkit_runtime::requester::advertise_in_term(
+                    client.clone(),
+                    lease_namespace.clone(),
+                    serving,
+                    std::time::Duration::from_secs(2),
+                    term.clone(),
+                ),
+            ));
+            advertised = Some(serving);
         }
         if mode != ApiMode::Auto || (serving.crd && serving.lifecycle) {
             break;

@@ -2,6 +2,8 @@
 //! eviction request controller has taken it up, refused it, or ended it without the pod going.
 //! A requester that says something about the pod on the strength of its request (the
 //! taint-manager's `DisruptionTarget` condition) says it only once the request is taken up.
+//!
+//! And which API a requester in `auto` asks through ([`auto_api`]).
 
 use evictkit_api::eviction_request::EvictionRequest;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
@@ -74,4 +76,73 @@ pub fn lifecycle_standing(request: &LifecycleRequest) -> Standing {
 /// Whether the controller observed `generation` (an object without one is taken as seen).
 fn caught_up(generation: Option<i64>, observed: Option<i64>) -> bool {
     generation.is_none_or(|generation| observed.is_some_and(|observed| observed >= generation))
+}
+
+/// The EvictionRequest API a requester asks through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `evictionrequests.evictkit.io`.
+    Crd,
+    /// `lifecycle.k8s.io/v1alpha1`.
+    Lifecycle,
+}
+
+/// What a requester sees of the evictionrequest-controller (its Lease).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Controller {
+    /// No Lease to read where the requester looks (not installed there, or not readable).
+    Unseen,
+    /// Its Lease's holder says nothing of what it serves: a version from before the switch to
+    /// lifecycle.k8s.io (those served the CRD only), or a holder that has not said yet.
+    Silent,
+    /// Its Lease's holder serves these.
+    Serves { crd: bool, lifecycle: bool },
+}
+
+/// No API both the apiserver and the evictionrequest-controller serve: asking would write a
+/// request nothing carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unserved {
+    #[error(
+        "the evictionrequest-controller does not serve lifecycle.k8s.io/v1alpha1 yet (a version from before the switch, or --api crd) and the evictkit.io CRD is not served: upgrade the evictionrequest-controller first (--api auto or lifecycle), then restart this requester"
+    )]
+    ControllerNotSwitched,
+    #[error(
+        "the evictionrequest-controller serves no EvictionRequest API this cluster serves (it serves crd: {crd}, lifecycle.k8s.io: {lifecycle}; the cluster: crd: {served_crd}, lifecycle.k8s.io: {served_lifecycle}): run it with --api auto"
+    )]
+    Neither {
+        crd: bool,
+        lifecycle: bool,
+        served_crd: bool,
+        served_lifecycle: bool,
+    },
+}
+
+/// The API of a requester in `auto`, from what the apiserver serves (`served_crd`,
+/// `served_lifecycle`) and what the evictionrequest-controller says it serves: the requester
+/// follows the controller, so a requester restarted before the controller in an upgrade keeps
+/// asking through the CRD the old controller serves, and moves to lifecycle.k8s.io at a restart
+/// after the controller serves it. Without a controller to see, discovery alone decides, as
+/// before (lifecycle.k8s.io wherever it is served).
+pub fn auto_api(
+    served_crd: bool,
+    served_lifecycle: bool,
+    controller: Controller,
+) -> Result<Api, Unserved> {
+    match controller {
+        Controller::Unseen if served_lifecycle => Ok(Api::Lifecycle),
+        Controller::Unseen => Ok(Api::Crd),
+        Controller::Silent if served_crd => Ok(Api::Crd),
+        Controller::Silent => Err(Unserved::ControllerNotSwitched),
+        Controller::Serves {
+            lifecycle: true, ..
+        } if served_lifecycle => Ok(Api::Lifecycle),
+        Controller::Serves { crd: true, .. } if served_crd => Ok(Api::Crd),
+        Controller::Serves { crd, lifecycle } => Err(Unserved::Neither {
+            crd,
+            lifecycle,
+            served_crd,
+            served_lifecycle,
+        }),
+    }
 }

@@ -3,15 +3,170 @@
 //! requester, withdrawn by intent `Withdrawn`) or the `evictkit.io` CRD
 //! ([`crate::eviction_request`], one request per pod, withdrawn by leaving `.spec.requesters`).
 //! taint-manager, affinity-evictor and descheduler-bridge ask and withdraw through this.
+//!
+//! In `auto` a requester asks through the API the evictionrequest-controller serves, as its
+//! Lease says ([`advertise`], [`evictkit_core::requester::auto_api`]): in an upgrade the
+//! apiserver may serve lifecycle.k8s.io while the controller, not upgraded yet, serves only the
+//! CRD, and a request there would wait for a controller that is not running.
 
-use evictkit_core::requester::{self as standing, Standing};
+use std::time::Duration;
+
+use evictkit_api::keys::{API_VERSION as CRD_API_VERSION, LIFECYCLE_API_VERSION};
+use evictkit_core::requester::{self as standing, Api, Controller, Standing, Unserved};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Patch, PatchParams};
 use kube::{Client, Resource};
+use serde_json::json;
 
 use crate::events::EventRecorder;
 use crate::eviction_request::{self as crd, EvictionRequestError, TargetPod};
-use crate::lifecycle_request::{self as lifecycle, ApiMode};
+use crate::lifecycle_request::{self as lifecycle, ApiMode, Apis};
 use crate::shutdown::CancellationToken;
 pub use evictkit_core::lifecycle::cleanup::Done;
+
+/// The evictionrequest-controller's leader-election Lease, on which its holder says which
+/// EvictionRequest APIs it serves.
+pub const CONTROLLER_LEASE: &str = "evictkit-evictionrequest-controller";
+/// Annotation of [`CONTROLLER_LEASE`]: the API versions its holder serves, comma-separated
+/// (`evictkit.io/v1alpha1`, `lifecycle.k8s.io/v1alpha1`).
+pub const SERVED_APIS: &str = "evictkit.io/eviction-request-apis";
+/// Annotation of [`CONTROLLER_LEASE`]: the holder that wrote [`SERVED_APIS`]. A later holder
+/// that wrote nothing (an older version taking the Lease back in a rollback) is not taken at
+/// another's word.
+pub const SERVED_APIS_HOLDER: &str = "evictkit.io/eviction-request-apis-holder";
+
+/// Why a requester cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum RequesterError {
+    #[error("cannot discover the EvictionRequest APIs: {0}")]
+    Discovery(#[source] kube::Error),
+    #[error(
+        "cannot read Lease {namespace}/{CONTROLLER_LEASE} of the evictionrequest-controller: {source}"
+    )]
+    Lease {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("--eviction-request-api auto: {0}")]
+    Unserved(#[from] Unserved),
+}
+
+/// Says on the evictionrequest-controller's Lease `namespace/`[`CONTROLLER_LEASE`] that its
+/// holder serves `serving`; for the holder, each time what it serves changes. Returns whether
+/// it was written (not without a holder, e.g. with leader election off).
+pub async fn advertise(
+    client: &Client,
+    namespace: &str,
+    serving: Apis,
+) -> Result<bool, kube::Error> {
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), namespace);
+    let holder = leases
+        .get_opt(CONTROLLER_LEASE)
+        .await?
+        .and_then(|lease| lease.spec?.holder_identity)
+        .filter(|holder| !holder.is_empty());
+    let Some(holder) = holder else {
+        return Ok(false);
+    };
+    let apis: Vec<&str> = [
+        (serving.crd, CRD_API_VERSION),
+        (serving.lifecycle, LIFECYCLE_API_VERSION),
+    ]
+    .into_iter()
+    .filter_map(|(served, version)| served.then_some(version))
+    .collect();
+    // A merge patch of the annotations alone: never the Lease's spec, which leader election
+    // writes at the resourceVersion it read.
+    let patch = json!({"metadata": {"annotations": {
+        SERVED_APIS: apis.join(","),
+        SERVED_APIS_HOLDER: holder,
+    }}});
+    leases
+        .patch(
+            CONTROLLER_LEASE,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    Ok(true)
+}
+
+/// [`advertise`] until it is written or `term` ends, every `retry`; a refusal (RBAC) is
+/// logged and not retried. Run it as a task of the term.
+pub async fn advertise_in_term(
+    client: Client,
+    namespace: String,
+    serving: Apis,
+    retry: Duration,
+    term: CancellationToken,
+) {
+    let lease = format!("{namespace}/{CONTROLLER_LEASE}");
+    loop {
+        // Nothing of a term writes after it ended.
+        let written = tokio::select! {
+            () = term.cancelled() => return,
+            written = advertise(&client, &namespace, serving) => written,
+        };
+        match written {
+            Ok(written) => {
+                tracing::info!(?serving, written, %lease, "said on the Lease which EvictionRequest APIs are served");
+                return;
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                tracing::warn!(%lease, message = status.message, "cannot say on the Lease which EvictionRequest APIs are served (patch forbidden): requesters in auto ask through the CRD while it is served");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, %lease, "cannot say on the Lease which EvictionRequest APIs are served; retrying");
+            }
+        }
+        tokio::select! {
+            () = term.cancelled() => return,
+            () = tokio::time::sleep(retry) => {}
+        }
+    }
+}
+
+/// What the Lease says of the evictionrequest-controller's APIs.
+fn controller_of(lease: &Lease) -> Controller {
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref());
+    let annotations = lease.metadata.annotations.as_ref();
+    let said_by = annotations.and_then(|a| a.get(SERVED_APIS_HOLDER));
+    match annotations.and_then(|a| a.get(SERVED_APIS)) {
+        Some(apis)
+            if holder.is_some_and(|h| !h.is_empty()) && said_by.map(String::as_str) == holder =>
+        {
+            let serves = |version: &str| apis.split(',').any(|api| api.trim() == version);
+            Controller::Serves {
+                crd: serves(CRD_API_VERSION),
+                lifecycle: serves(LIFECYCLE_API_VERSION),
+            }
+        }
+        _ => Controller::Silent,
+    }
+}
+
+/// The evictionrequest-controller as seen from its Lease in `namespace`: not installed there,
+/// or the Lease not readable (RBAC), is [`Controller::Unseen`].
+async fn controller(client: &Client, namespace: &str) -> Result<Controller, RequesterError> {
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), namespace);
+    match leases.get_opt(CONTROLLER_LEASE).await {
+        Ok(Some(lease)) => Ok(controller_of(&lease)),
+        Ok(None) => Ok(Controller::Unseen),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(lease = %format!("{namespace}/{CONTROLLER_LEASE}"), "cannot read the evictionrequest-controller's Lease (forbidden): choosing the EvictionRequest API by discovery alone");
+            Ok(Controller::Unseen)
+        }
+        Err(source) => Err(RequesterError::Lease {
+            namespace: namespace.to_owned(),
+            source,
+        }),
+    }
+}
 
 /// The requester's names: the CRD's requester name (a DNS subdomain such as
 /// `taint-manager.evictkit.io`) and the upstream API's domain-prefixed key
@@ -32,15 +187,43 @@ pub struct Requester {
 }
 
 impl Requester {
-    /// `api` as the flag says; `auto` is decided now, by discovery: a requester moves to
-    /// lifecycle.k8s.io at its first start after the gate went on. That is safe because the
-    /// evictionrequest-controller in `auto` serves the CRD too while it is installed.
+    /// [`Self::following`] the evictionrequest-controller in the client's namespace (the pod's
+    /// own in a cluster, where the charts install every component together).
     pub async fn new(
         client: Client,
         requested: ApiMode,
         names: RequesterNames,
-    ) -> Result<Self, kube::Error> {
-        let api = requested.resolve(&client).await?;
+    ) -> Result<Self, RequesterError> {
+        Self::following(client, requested, names, None).await
+    }
+
+    /// `api` as the flag says; `auto` is decided now, from discovery and what the
+    /// evictionrequest-controller whose Lease is in `controller_namespace` (default: the
+    /// client's) serves ([`evictkit_core::requester::auto_api`]): a requester moves to
+    /// lifecycle.k8s.io at its first start after the controller serves it, and refuses to start
+    /// when no API is served by both. Moving is safe because the controller in `auto` serves
+    /// the CRD too while it is installed.
+    pub async fn following(
+        client: Client,
+        requested: ApiMode,
+        names: RequesterNames,
+        controller_namespace: Option<&str>,
+    ) -> Result<Self, RequesterError> {
+        let api = match requested {
+            ApiMode::Auto => {
+                let served = lifecycle::discover(&client)
+                    .await
+                    .map_err(RequesterError::Discovery)?;
+                let namespace = controller_namespace.unwrap_or(client.default_namespace());
+                let controller = controller(&client, namespace).await?;
+                tracing::info!(?served, ?controller, lease = %format!("{namespace}/{CONTROLLER_LEASE}"), "choosing the EvictionRequest API");
+                match standing::auto_api(served.crd, served.lifecycle, controller)? {
+                    Api::Crd => ApiMode::Crd,
+                    Api::Lifecycle => ApiMode::Lifecycle,
+                }
+            }
+            pinned => pinned,
+        };
         tracing::info!(
             ?api,
             requester = names.crd,
@@ -169,5 +352,39 @@ impl Requester {
             crd::withdraw_from(&self.client, request, name).await?;
         }
         Ok(listed.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, annotations: &[(&str, &str)]) -> Lease {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": CONTROLLER_LEASE, "namespace": "evictkit-system",
+                "annotations": annotations.iter().map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            },
+            "spec": {"holderIdentity": holder},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_lease_says_what_its_holder_serves() {
+        let both = "evictkit.io/v1alpha1,lifecycle.k8s.io/v1alpha1";
+        let serves = |crd, lifecycle| Controller::Serves { crd, lifecycle };
+        #[rustfmt::skip]
+        let cases = [
+            ("said by its holder", lease(Some("a"), &[(SERVED_APIS, both), (SERVED_APIS_HOLDER, "a")]), serves(true, true)),
+            ("the CRD only", lease(Some("a"), &[(SERVED_APIS, "evictkit.io/v1alpha1"), (SERVED_APIS_HOLDER, "a")]), serves(true, false)),
+            ("nothing said (an older version)", lease(Some("a"), &[]), Controller::Silent),
+            ("said by an earlier holder", lease(Some("b"), &[(SERVED_APIS, both), (SERVED_APIS_HOLDER, "a")]), Controller::Silent),
+            ("released", lease(None, &[(SERVED_APIS, both), (SERVED_APIS_HOLDER, "a")]), Controller::Silent),
+        ];
+        for (case, lease, want) in cases {
+            assert_eq!(controller_of(&lease), want, "{case}");
+        }
     }
 }

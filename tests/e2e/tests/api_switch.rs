@@ -4,7 +4,8 @@
 //! is in flight on the CRD, a requester not yet upgraded still asks through the CRD, and an
 //! upgraded one asks through lifecycle.k8s.io. The evictionrequest-controller in `auto` serves
 //! both, and every pod asked for goes; a requester that moved to lifecycle.k8s.io at its
-//! restart withdraws what it asked through the CRD before.
+//! restart withdraws what it asked through the CRD before; a requester restarted before the
+//! controller asks through what the controller serves.
 
 use std::time::Duration;
 
@@ -19,7 +20,11 @@ use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::Component;
 use evictkit_testenv::objects;
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::json;
 
 /// A requester before its upgrade: pinned to the CRD (or not restarted since the gate went on).
 const NOT_UPGRADED: RequesterNames = RequesterNames {
@@ -173,5 +178,95 @@ async fn a_requester_moved_by_its_restart_withdraws_what_it_asked_through_the_cr
         env.api::<Pod>().get_opt("kept").await?.is_some(),
         "the pod went"
     );
+    Ok(())
+}
+
+/// A client whose namespace is the test's: a requester installed beside the controller (as the
+/// charts install them) looks for the controller's Lease there.
+async fn beside_the_controller(env: &TestEnv) -> Result<kube::Client> {
+    let kubeconfig = Kubeconfig::read_from(env.kubeconfig())?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.default_namespace = env.namespace.clone();
+    Ok(evictkit_runtime::client::from_config(
+        config,
+        evictkit_runtime::client::RateLimit::UNLIMITED,
+    )?)
+}
+
+#[tokio::test]
+async fn a_requester_restarted_before_the_controller_asks_through_what_it_serves() -> Result<()> {
+    let env = TestEnv::new("api-switch-order").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    env.apply_crd("EvictionRequest").await?;
+    let client = beside_the_controller(&env).await?;
+
+    // The controller not upgraded yet serves the CRD only, and a version from before the
+    // switch says nothing on its Lease of what it serves.
+    let before = start(&env, "crd").await?;
+    let leases = env.api::<Lease>();
+    let lease = evictkit_runtime::requester::CONTROLLER_LEASE;
+    // This version says it (once its term began); the older one is played by taking it back.
+    wait::wait_for(
+        &leases,
+        lease,
+        DEFAULT_TIMEOUT,
+        "said what it serves",
+        |l| {
+            l.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(evictkit_runtime::requester::SERVED_APIS))
+        },
+    )
+    .await?;
+    let said = json!({"metadata": {"annotations": {
+        evictkit_runtime::requester::SERVED_APIS: null,
+        evictkit_runtime::requester::SERVED_APIS_HOLDER: null,
+    }}});
+    leases
+        .patch(lease, &PatchParams::default(), &Patch::Merge(said))
+        .await?;
+    // A requester in `auto` restarted first: the apiserver serves lifecycle.k8s.io already, but
+    // nothing would carry out a request there.
+    let early = Requester::new(client.clone(), ApiMode::Auto, UPGRADED).await?;
+    ensure!(
+        early.api() == ApiMode::Crd,
+        "a requester restarted before the controller asks through {:?}, which nothing serves yet",
+        early.api()
+    );
+    let pod = ready_pod(&env, "early", None).await?;
+    early.request_eviction(&pod).await?;
+    gone(
+        &env,
+        &before,
+        "early",
+        "asked before the controller's upgrade",
+    )
+    .await?;
+    drop(before);
+
+    // The controller upgraded, in `auto`: a requester restarted now moves to lifecycle.k8s.io
+    // once the controller said it serves it.
+    let after = start(&env, "auto").await?;
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    let late = loop {
+        let late = Requester::new(client.clone(), ApiMode::Auto, UPGRADED).await?;
+        if late.api() == ApiMode::Lifecycle {
+            break late;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "a requester restarted after the controller's upgrade stays on {:?}; Lease: {:?}",
+            late.api(),
+            leases.get_opt(lease).await?.map(|l| l.metadata.annotations)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let pod = ready_pod(&env, "late", None).await?;
+    late.request_eviction(&pod).await?;
+    gone(&env, &after, "late", "asked after the controller's upgrade").await?;
     Ok(())
 }

@@ -99,3 +99,27 @@ fn lifecycle_standing_table() {
         assert_eq!(lifecycle_standing(request), *want, "{name}");
     }
 }
+
+#[test]
+fn auto_follows_what_the_controller_serves() {
+    use Api::*;
+    use Controller::*;
+    let serves = |crd, lifecycle| Serves { crd, lifecycle };
+    // (case, CRD served, lifecycle.k8s.io served, the controller, the API or the error)
+    #[rustfmt::skip]
+    let cases = [
+        ("no controller to see: discovery, upstream first", true, true, Unseen, Ok(Lifecycle)),
+        ("no controller to see, no gate", true, false, Unseen, Ok(Crd)),
+        ("a controller from before the switch: its CRD", true, true, Silent, Ok(Crd)),
+        ("a silent controller without the CRD", false, true, Silent, Err(Unserved::ControllerNotSwitched)),
+        ("the controller upgraded, in auto", true, true, serves(true, true), Ok(Lifecycle)),
+        ("the controller pinned to the CRD", true, true, serves(true, false), Ok(Crd)),
+        ("the controller on lifecycle.k8s.io only", true, true, serves(false, true), Ok(Lifecycle)),
+        ("the controller in auto before the gate", true, false, serves(true, false), Ok(Crd)),
+        ("the controller's API no longer served", false, true, serves(true, false),
+         Err(Unserved::Neither { crd: true, lifecycle: false, served_crd: false, served_lifecycle: true })),
+    ];
+    for (case, crd, lifecycle, controller, want) in cases {
+        assert_eq!(auto_api(crd, lifecycle, controller), want, "{case}");
+    }
+}
