@@ -253,9 +253,14 @@ fn readme(
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or("");
+    let version = chart.get("version").and_then(Value::as_str).unwrap_or("?");
+    let repository = crate::release::CHART_REPOSITORY;
     let mut out = format!(
         "{README_HEADER}# {name}\n\n{description}\n\n\
-         ```sh\nhelm install evictkit charts/{name} --namespace evictkit-system --create-namespace\n```\n\n\
+         ```sh\nhelm install evictkit oci://{repository}/{name} --version {version} \
+         --namespace evictkit-system --create-namespace\n```\n\n\
+         From a checkout, `helm dependency build charts/{name}` first, then `charts/{name}` in \
+         place of the `oci://` reference.\n\n\
          The keys every evictkit chart shares and the library behind them: \
          [charts/README.md](../README.md).\n\n\
          ## Values\n\n| Key | Type | Default | Description |\n|---|---|---|---|\n"

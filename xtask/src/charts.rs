@@ -250,7 +250,7 @@ fn enable_all_components(chart: &Path) -> Result<String> {
 /// The umbrella's blocks of the components that serve webhooks: each subchart dependency's
 /// `condition: <block>.enabled` (other blocks with a switch, such as the dashboard's, are no
 /// component) whose subchart has `webhook.certificate` values.
-fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
+pub(crate) fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
     let chart = read_yaml(&umbrella.join("Chart.yaml"))?;
     let mut blocks = Vec::new();
     for dependency in chart["dependencies"].as_array().into_iter().flatten() {

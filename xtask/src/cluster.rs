@@ -663,7 +663,7 @@ pub fn down() -> Result<()> {
 }
 
 /// SIGTERM, then SIGKILL if the process still runs 10 s later.
-fn stop(pid: u32, bin: &Path) {
+pub(crate) fn stop(pid: u32, bin: &Path) {
     signal(pid, "TERM");
     let start = Instant::now();
     while process_runs(pid, bin) && start.elapsed() < Duration::from_secs(10) {
@@ -710,7 +710,7 @@ fn status() -> Result<()> {
 
 /// Runs tests/controlplane/build.sh for `version` (None: the pinned one; builds only what is
 /// missing) and returns the bin directory.
-fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
+pub(crate) fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
     crate::packages::ensure(
         &[crate::packages::CA_CERTIFICATES],
         "the Go module proxy (TLS)",
@@ -918,7 +918,7 @@ status:
 }
 
 /// Picks distinct free loopback ports by holding all listeners until every port is chosen.
-fn free_ports<const N: usize>() -> Result<[u16; N]> {
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -930,7 +930,7 @@ fn free_ports<const N: usize>() -> Result<[u16; N]> {
 }
 
 /// The PID runs and is the binary we started (PIDs are reused).
-fn process_runs(pid: u32, bin: &Path) -> bool {
+pub(crate) fn process_runs(pid: u32, bin: &Path) -> bool {
     let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
@@ -960,7 +960,7 @@ fn signal(pid: u32, signal: &str) {
         .status();
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let content = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = content.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

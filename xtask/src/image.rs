@@ -55,9 +55,9 @@ const USER: &str = "65532:65532";
 /// What `FROM scratch` images built by Docker carry; kept so both builds give the same config.
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const SOURCE: &str = "https://github.com/evictkit/evictkit";
-/// The charts' default repository is `evictkit/<component>` (Docker Hub's namespace, as the
-/// container runtime normalises a short name).
-const REPOSITORY_PREFIX: &str = "docker.io/evictkit/";
+/// The charts' default image is `ghcr.io/evictkit/<component>` (`image.registry` and
+/// `image.repository`), where `cargo xtask release` publishes.
+const REPOSITORY_PREFIX: &str = "ghcr.io/evictkit/";
 
 const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -143,7 +143,7 @@ pub fn build(names: &[&str], compile: bool) -> Result<Vec<Image>> {
         .collect()
 }
 
-/// The reference an image is imported as, e.g. `docker.io/evictkit/taint-manager:0.1.0`.
+/// The reference an image is imported as, e.g. `ghcr.io/evictkit/taint-manager:0.1.0`.
 pub fn reference(name: &str) -> String {
     format!("{REPOSITORY_PREFIX}{name}:{}", env!("CARGO_PKG_VERSION"))
 }
@@ -157,6 +157,8 @@ pub fn archive_path(name: &str) -> PathBuf {
 
 fn compile_static(root: &Path) -> Result<()> {
     let mut command = static_build(root);
+    // evictkit_build_info's commit label (evictkit-runtime reads it at compile time).
+    command.env("EVICTKIT_COMMIT", Provenance::of(root)?.revision);
     eprintln!("--> RUSTFLAGS='{RUSTFLAGS}' {command:?}");
     let status = command.status().context("running cargo build")?;
     if !status.success() {
@@ -347,7 +349,7 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex(bytes))
 }
 
@@ -412,12 +414,22 @@ mod tests {
 
     #[test]
     fn references_match_the_charts_default_image() {
-        assert_eq!(
-            reference("taint-manager"),
-            format!(
-                "docker.io/evictkit/taint-manager:{}",
-                env!("CARGO_PKG_VERSION")
-            )
-        );
+        for name in COMPONENTS {
+            let path = crate::workspace_root().join(format!("charts/{name}/values.yaml"));
+            let values: Value =
+                serde_saphyr::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+            let image = &values["image"];
+            assert_eq!(
+                reference(name),
+                format!(
+                    "{}/{}:{}",
+                    image["registry"].as_str().unwrap(),
+                    image["repository"].as_str().unwrap(),
+                    env!("CARGO_PKG_VERSION")
+                ),
+                "{}",
+                path.display()
+            );
+        }
     }
 }

@@ -13,6 +13,8 @@ mod image;
 mod links;
 mod matrix;
 mod packages;
+mod registry;
+mod release;
 mod soak;
 mod test;
 
@@ -71,6 +73,13 @@ enum Command {
     /// suite, `bench taint-manager --sequences` and the pdb explain oracle, each on a cluster of
     /// that release; writes docs/versions.csv and docs/versions.md.
     Matrix(matrix::Args),
+    /// Start, stop or locate the local OCI registry (the CNCF distribution registry, built from
+    /// its Go module) that `release` pushes to.
+    Registry(registry::Args),
+    /// Release the workspace version: its CHANGELOG.md section, the images pushed to a registry,
+    /// the charts pushed as OCI artifacts (dependencies inside) and target/release/<version>/
+    /// install.yaml for `kubectl apply`.
+    Release(release::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -89,6 +98,8 @@ fn main() -> anyhow::Result<()> {
         Command::Fuzz(args) => fuzz::run(args),
         Command::Soak(args) => soak::run(args),
         Command::Matrix(args) => matrix::run(args),
+        Command::Registry(args) => registry::run(args),
+        Command::Release(args) => release::run(args),
     }
 }
 

@@ -39,13 +39,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
-{{/* The container image: .Values.image.{registry,repository,tag}, tag defaulting to appVersion.
-global.imageRegistry, when set, replaces the registry. */}}
+{{/* The container image: "<registry>/<repository>:<tag>", the registry (a host and path, e.g.
+ghcr.io/evictkit) global.imageRegistry when set, else .Values.image.registry; the repository the
+component's name unless .Values.image.repository names another; the tag the chart's appVersion
+unless .Values.image.tag is set. */}}
 {{- define "evictkit.image" -}}
 {{- $image := .Values.image | default dict -}}
 {{- $global := .Values.global | default dict -}}
-{{- $registry := $global.imageRegistry | default $image.registry -}}
-{{- $repository := $image.repository | default (printf "evictkit/%s" (include "evictkit.component" .)) -}}
+{{- $registry := $global.imageRegistry | default $image.registry | trimSuffix "/" -}}
+{{- $repository := $image.repository | default (include "evictkit.component" .) -}}
 {{- $tag := $image.tag | default .Chart.AppVersion -}}
 {{- if $registry -}}
 {{- printf "%s/%s:%s" $registry $repository $tag -}}

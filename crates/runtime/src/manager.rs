@@ -72,6 +72,7 @@ impl Manager {
         let shutdown = shutdown::on_signal()?;
         let client = client::build(common.rate_limit()).await?;
         let metrics = Arc::new(Metrics::new(component)?);
+        register_build_info(&metrics, component)?;
         let readiness = Readiness::default();
         let health =
             HealthServer::bind(common.metrics_addr, metrics.clone(), readiness.clone()).await?;
@@ -180,5 +181,46 @@ impl Manager {
             tracing::error!(error = %error, "stopping");
         }
         result
+    }
+}
+
+/// The commit the binary was built from: `EVICTKIT_COMMIT` at compile time, which `cargo xtask
+/// image` sets to the commit it builds (so the same commit gives the same binary); `unknown` in a
+/// build without it.
+const BUILD_COMMIT: &str = match option_env!("EVICTKIT_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
+
+/// `evictkit_build_info{component, version, commit} 1`: which build runs, for a query to join on
+/// (e.g. every replica of a component on the same version after an upgrade).
+fn register_build_info(metrics: &Metrics, component: &str) -> Result<(), MetricsError> {
+    let info = metrics.add(prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "evictkit_build_info",
+            "1, labelled with the version and the commit of the running build.",
+        )
+        .const_label("component", component),
+        &["version", "commit"],
+    ))?;
+    info.with_label_values(&[env!("CARGO_PKG_VERSION"), BUILD_COMMIT])
+        .set(1);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_component_reports_its_build() {
+        let metrics = Metrics::new("taint-manager").unwrap();
+        register_build_info(&metrics, "taint-manager").unwrap();
+        let line = format!(
+            "evictkit_build_info{{commit=\"{BUILD_COMMIT}\",component=\"taint-manager\",version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        let text = metrics.encode().unwrap();
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
     }
 }

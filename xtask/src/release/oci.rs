@@ -1,0 +1,187 @@
+//! Pushing an image of `cargo xtask image` (an OCI image layout in a tar) to a registry over the
+//! OCI distribution API, byte for byte: the manifest pushed is the one in the archive, so the
+//! digest a user pulls is the digest the reproducible build wrote.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use serde_json::Value;
+
+const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// An image layout read from its archive: the manifest's bytes and every blob by digest.
+pub struct Layout {
+    pub manifest: Vec<u8>,
+    pub manifest_digest: String,
+    blobs: BTreeMap<String, Vec<u8>>,
+}
+
+impl Layout {
+    pub fn read(archive: &Path) -> Result<Self> {
+        let file = std::fs::File::open(archive)
+            .with_context(|| format!("opening {}", archive.display()))?;
+        let mut files = BTreeMap::new();
+        for entry in tar::Archive::new(file).entries()? {
+            let mut entry = entry?;
+            let path = entry.path()?.to_string_lossy().into_owned();
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            files.insert(path, bytes);
+        }
+        let index: Value = serde_json::from_slice(
+            files
+                .get("index.json")
+                .with_context(|| format!("{} has no index.json", archive.display()))?,
+        )?;
+        let manifests = index["manifests"].as_array().map_or(&[][..], Vec::as_slice);
+        let [descriptor] = manifests else {
+            bail!(
+                "{}: index.json lists {} manifests, not one",
+                archive.display(),
+                manifests.len()
+            );
+        };
+        let manifest_digest = descriptor["digest"]
+            .as_str()
+            .context("a manifest descriptor without a digest")?
+            .to_string();
+        let mut blobs = BTreeMap::new();
+        for (path, bytes) in files {
+            if let Some(hex) = path.strip_prefix("blobs/sha256/") {
+                let digest = format!("sha256:{hex}");
+                if digest != crate::image::sha256(&bytes) {
+                    bail!("{}: blob {path} does not match its name", archive.display());
+                }
+                blobs.insert(digest, bytes);
+            }
+        }
+        let manifest = blobs
+            .get(&manifest_digest)
+            .with_context(|| format!("{}: no blob {manifest_digest}", archive.display()))?
+            .clone();
+        Ok(Self {
+            manifest,
+            manifest_digest,
+            blobs,
+        })
+    }
+
+    /// The config and the layers the manifest names, in its order.
+    pub fn referenced_blobs(&self) -> Result<Vec<(&str, &[u8])>> {
+        let manifest: Value = serde_json::from_slice(&self.manifest)?;
+        let descriptors = std::iter::once(&manifest["config"])
+            .chain(manifest["layers"].as_array().into_iter().flatten());
+        descriptors
+            .map(|descriptor| {
+                let digest = descriptor["digest"]
+                    .as_str()
+                    .context("a descriptor without a digest")?;
+                let (digest, bytes) = self
+                    .blobs
+                    .get_key_value(digest)
+                    .with_context(|| format!("the manifest names {digest}, not in the archive"))?;
+                Ok((digest.as_str(), bytes.as_slice()))
+            })
+            .collect()
+    }
+}
+
+/// A client for `registry`: plain HTTP on loopback (the local registry of `cargo xtask
+/// registry`), HTTPS elsewhere; credentials from REGISTRY_USERNAME and REGISTRY_PASSWORD when set.
+pub struct Registry {
+    client: Client,
+    auth: RegistryAuth,
+}
+
+impl Registry {
+    pub fn new(registry: &str) -> Self {
+        // reqwest's rustls needs a process-wide provider; a second install is refused, harmlessly.
+        drop(rustls::crypto::ring::default_provider().install_default());
+        let protocol = if plain_http(registry) {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        };
+        let auth = match (
+            std::env::var("REGISTRY_USERNAME"),
+            std::env::var("REGISTRY_PASSWORD"),
+        ) {
+            (Ok(user), Ok(password)) => RegistryAuth::Basic(user, password),
+            _ => RegistryAuth::Anonymous,
+        };
+        let client = Client::new(ClientConfig {
+            protocol,
+            ..ClientConfig::default()
+        });
+        Self { client, auth }
+    }
+
+    /// Pushes the layout's blobs (those the registry lacks), then its manifest under `reference`;
+    /// returns the digest the registry reports for the tag, which must be the layout's.
+    pub async fn push(&self, reference: &str, layout: &Layout) -> Result<String> {
+        let image: Reference = reference
+            .parse()
+            .with_context(|| format!("parsing {reference}"))?;
+        self.client
+            .auth(&image, &self.auth, RegistryOperation::Push)
+            .await
+            .with_context(|| format!("logging in to push {reference}"))?;
+        for (digest, bytes) in layout.referenced_blobs()? {
+            self.client
+                .push_blob(&image, bytes.to_vec(), digest)
+                .await
+                .with_context(|| format!("pushing blob {digest} of {reference}"))?;
+        }
+        self.client
+            .push_manifest_raw(
+                &image,
+                layout.manifest.clone(),
+                http::HeaderValue::from_static(MEDIA_MANIFEST),
+            )
+            .await
+            .with_context(|| format!("pushing the manifest of {reference}"))?;
+        let pushed = self
+            .client
+            .fetch_manifest_digest(&image, &self.auth)
+            .await
+            .with_context(|| format!("reading back the digest of {reference}"))?;
+        if pushed != layout.manifest_digest {
+            bail!(
+                "{reference} resolves to {pushed}, not to the built manifest {}",
+                layout.manifest_digest
+            );
+        }
+        Ok(pushed)
+    }
+}
+
+/// Loopback registries speak plain HTTP (as `helm --plain-http`); every other one HTTPS.
+pub fn plain_http(registry: &str) -> bool {
+    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
+    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_registries_are_plain_http() {
+        for (registry, plain) in [
+            ("127.0.0.1:5000", true),
+            ("localhost:5000", true),
+            ("[::1]:5000", true),
+            ("localhost", true),
+            ("ghcr.io", false),
+            ("registry.example.com:5000", false),
+            ("127.0.0.2.example.com", false),
+        ] {
+            assert_eq!(plain_http(registry), plain, "{registry}");
+        }
+    }
+}
