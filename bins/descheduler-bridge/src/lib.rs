@@ -24,6 +24,7 @@
 mod cache;
 pub mod controller;
 pub mod metrics;
+mod requests;
 pub mod webhook;
 
 use std::collections::BTreeSet;
@@ -109,10 +110,13 @@ pub struct Args {
     /// Which EvictionRequest API to request evictions through (KEP-4563): `lifecycle`
     /// (Kubernetes' own lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature
     /// gate; requester evictkit.io/descheduler-bridge), `crd` (evictionrequests.evictkit.io;
-    /// requester descheduler-bridge.evictkit.io), or `auto`: lifecycle when discovery shows it
-    /// at start-up, else crd (a request made through the CRD before a restart is still
-    /// withdrawn there). Run the evictionrequest-controller on the same API or in `auto`, which
-    /// serves both; upgrade it first.
+    /// requester descheduler-bridge.evictkit.io), or `auto`: at start-up, the API the
+    /// evictionrequest-controller says it serves on its Lease (in --leader-election-namespace),
+    /// lifecycle first; one from before the switch to lifecycle.k8s.io says nothing and serves
+    /// the CRD; without its Lease, lifecycle when discovery shows it, else crd. A request made
+    /// through the CRD before a restart is still withdrawn there. Run the
+    /// evictionrequest-controller on the same API or in `auto`, which serves both; upgrade it
+    /// first, then restart the bridge to move it.
     #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
     pub eviction_request_api: ApiMode,
 }
@@ -147,24 +151,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut manager =
         Manager::start(COMPONENT, &args.common, args.roles.runs(Role::Webhook)).await?;
     let client = manager.client().clone();
-    let requester = Requester::new(
+    // In `auto`, the API the evictionrequest-controller whose Lease is beside the bridge's
+    // serves.
+    let requester = Requester::following(
         client.clone(),
         args.eviction_request_api,
         RequesterNames {
             crd: DESCHEDULER_REQUESTER,
             lifecycle: DESCHEDULER_REQUESTER_KEY,
         },
+        args.common.leader_election_namespace.as_deref(),
     )
     .await
-    .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?;
+    .context("choosing the EvictionRequest API (--eviction-request-api)")?;
     let bridge_metrics = BridgeMetrics::register(manager.metrics())?;
     // --dry-run: the webhook answers as it would, and nothing is written.
     let field_manager = COMPONENT.to_owned();
     if args.roles.runs(Role::Webhook) {
         tracing::info!(users = ?users, "intercepting the evictions of these users");
+        let requests = requests::Requests::start(
+            client.clone(),
+            args.namespace.clone(),
+            manager.shutdown().clone(),
+        );
+        // Not ready (no reviews sent here) until the caches the reviews decide from listed.
+        let listed = requests.clone();
+        manager.ready_when(async move { listed.listed().await });
         let context = Arc::new(webhook::Context {
             client: client.clone(),
             requester: requester.clone(),
+            requests,
             users: users.clone(),
             opt_in: if args.intercept_interceptor_pods {
                 OptIn::AlsoInterceptorPods

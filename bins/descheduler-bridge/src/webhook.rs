@@ -12,6 +12,12 @@
 //! pod's evacuation start. Dry-run evictions get the same answer with no write
 //! (`sideEffects: NoneOnDryRun`). The decisions are [`evictkit_core::descheduler_bridge`].
 //!
+//! Who already asks for a pod's eviction comes from the watch caches of both APIs'
+//! EvictionRequests ([`crate::requests`]), never from a read per review; the pod is read from
+//! the API (one GET by name): the descheduler decided from its own view of the pod, which may
+//! be ahead of any cache of ours, and a stale "not opted in" would let through an eviction the
+//! descheduler meant in background.
+//!
 //! The users matter twice: the webhook configuration's `matchConditions` keep the apiserver
 //! from calling the webhook for anyone else, and the webhook checks again, so a configuration
 //! without them still never intercepts the evictionrequest-controller's own fallback eviction
@@ -20,23 +26,21 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn, Requested};
+use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn};
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
-use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::requester::Requester;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::api::policy::v1::Eviction;
-use kube::api::{ListParams, Patch};
+use kube::api::Patch;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::metrics::{self, BridgeMetrics};
+use crate::requests::Requests;
 
 /// Path of the webhook in the ValidatingWebhookConfiguration.
 pub const PATH: &str = "/validate-eviction";
@@ -46,6 +50,8 @@ pub struct Context {
     pub client: Client,
     /// Requests the evictions on the API `--eviction-request-api` chose.
     pub requester: Requester,
+    /// Who asks for which pod's eviction, on both APIs.
+    pub requests: Arc<Requests>,
     /// `--intercept-user`: the usernames whose evictions are evacuated.
     pub users: BTreeSet<String>,
     pub opt_in: OptIn,
@@ -98,16 +104,17 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
         }
     };
     let uid = precondition_uid(request.object.as_ref());
-    let requested = match requested(&context, &pod, namespace).await {
+    let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let requested = match context.requests.requested(namespace, name, pod_uid) {
         Ok(requested) => requested,
         Err(error) => {
             context.metrics.count(metrics::FAILED);
-            tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot read the pod's EvictionRequests");
+            tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot tell who asks for the pod's eviction");
             // Not allowed: the pod may be under another requester's eviction.
             return Admission::undecided(
                 500,
                 format!(
-                    "descheduler-bridge cannot read the EvictionRequests of pod {namespace}/{name}: {error}"
+                    "descheduler-bridge cannot tell who asks for the eviction of pod {namespace}/{name}: {error}"
                 ),
             );
         }
@@ -142,32 +149,6 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
             Admission::deny(429, core::evacuation_message(namespace, name, &request))
         }
     }
-}
-
-/// Who asks for `pod`'s eviction through an EvictionRequest on the API the bridge uses.
-async fn requested(
-    context: &Context,
-    pod: &Pod,
-    namespace: &str,
-) -> Result<Requested, kube::Error> {
-    let Some(uid) = pod.metadata.uid.as_deref() else {
-        return Ok(Requested::default());
-    };
-    let bridge = context.requester.name();
-    Ok(match context.requester.api() {
-        ApiMode::Lifecycle => {
-            let api: Api<LifecycleRequest> = Api::namespaced(context.client.clone(), namespace);
-            let requests = api.list(&ListParams::default()).await?;
-            core::lifecycle_requested(&requests.items, uid, bridge)
-        }
-        _ => {
-            let api: Api<EvictionRequest> = Api::namespaced(context.client.clone(), namespace);
-            api.get_opt(uid)
-                .await?
-                .map(|request| core::crd_requested(&request, bridge))
-                .unwrap_or_default()
-        }
-    })
 }
 
 /// Requests the eviction, marks the pod, and answers 429.

@@ -95,48 +95,78 @@ pub struct Requested {
     pub by_others: Option<String>,
 }
 
-/// [`Requested`] from the pod's `evictkit.io` EvictionRequest (one per pod, every requester
-/// listed in it), the bridge being `bridge`.
-pub fn crd_requested(request: &EvictionRequest, bridge: &str) -> Requested {
-    if State::of(request) != State::InProgress {
-        return Requested::default();
+/// What the bridge's webhook keeps of one EvictionRequest of either API: the pod it targets
+/// and who asks for that pod's eviction through it now. The webhook decides from these alone,
+/// so its caches hold nothing else.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Asking {
+    /// The request's name (named in the 429 of a pod already getting evacuated).
+    pub request: String,
+    /// The target pod's name and UID (a request of a predecessor of the same name asks for
+    /// nothing of this pod).
+    pub pod: String,
+    pub pod_uid: String,
+    /// Who asks through it; empty once it ended (or, upstream, was withdrawn).
+    pub requesters: Vec<String>,
+}
+
+impl Asking {
+    /// An `evictkit.io` EvictionRequest (one per pod, every requester listed in it): its
+    /// requesters while it is in progress.
+    pub fn of_crd(request: &EvictionRequest) -> Self {
+        let pod = request.spec.target.pod.as_ref();
+        let in_progress = State::of(request) == State::InProgress;
+        Self {
+            request: request.metadata.name.clone().unwrap_or_default(),
+            pod: pod.map(|p| p.name.clone()).unwrap_or_default(),
+            pod_uid: pod.map(|p| p.uid.clone()).unwrap_or_default(),
+            requesters: in_progress
+                .then(|| request.spec.requesters.iter().map(|r| r.name.clone()))
+                .into_iter()
+                .flatten()
+                .collect(),
+        }
     }
-    let requesters = &request.spec.requesters;
-    Requested {
-        by_bridge: requesters.iter().any(|r| r.name == bridge),
-        by_others: requesters
-            .iter()
-            .any(|r| r.name != bridge)
-            .then(|| request.metadata.name.clone().unwrap_or_default()),
+
+    /// A `lifecycle.k8s.io` EvictionRequest (one per requester): its requester while it states
+    /// intent `Eviction` and has not ended ([`lifecycle_state`]).
+    pub fn of_lifecycle(request: &LifecycleRequest) -> Self {
+        let pod = request.spec.target.pod.as_ref();
+        let asks =
+            request.spec.intent == INTENT_EVICTION && lifecycle_state(request) == State::InProgress;
+        Self {
+            request: request.metadata.name.clone().unwrap_or_default(),
+            pod: pod.map(|p| p.name.clone()).unwrap_or_default(),
+            pod_uid: pod.map(|p| p.uid.clone()).unwrap_or_default(),
+            requesters: asks
+                .then(|| request.spec.requester.clone())
+                .into_iter()
+                .collect(),
+        }
     }
 }
 
-/// [`Requested`] from the `lifecycle.k8s.io` EvictionRequests of the pod's namespace (one per
-/// requester), for the pod of UID `pod_uid`, the bridge being `bridge`. A request counts while
-/// it states intent `Eviction` and has not ended ([`lifecycle_state`]).
-pub fn lifecycle_requested<'a>(
-    requests: impl IntoIterator<Item = &'a LifecycleRequest>,
+/// [`Requested`] for the pod of UID `pod_uid` from its EvictionRequests on both APIs, the
+/// bridge being any of `bridge` (its requester names on the two APIs): a pod asked for through
+/// either API is already getting evacuated, whichever API the bridge itself asks through (in an
+/// upgrade both are in use at once).
+pub fn requested<'a>(
+    requests: impl IntoIterator<Item = &'a Asking>,
     pod_uid: &str,
-    bridge: &str,
+    bridge: &[&str],
 ) -> Requested {
     let mut requested = Requested::default();
-    let asking = requests.into_iter().filter(|r| {
-        r.spec.target.pod.as_ref().is_some_and(|p| p.uid == pod_uid)
-            && r.spec.intent == INTENT_EVICTION
-            && lifecycle_state(r) == State::InProgress
-    });
-    for request in asking {
-        if request.spec.requester == bridge {
-            requested.by_bridge = true;
-        } else {
-            let name = request.metadata.name.clone().unwrap_or_default();
-            // The first by name, so that repeated answers name the same request.
-            if requested
+    for request in requests.into_iter().filter(|r| r.pod_uid == pod_uid) {
+        for requester in &request.requesters {
+            if bridge.contains(&requester.as_str()) {
+                requested.by_bridge = true;
+            } else if requested
                 .by_others
                 .as_ref()
-                .is_none_or(|first| name < *first)
+                // The first by name, so that repeated answers name the same request.
+                .is_none_or(|first| request.request < *first)
             {
-                requested.by_others = Some(name);
+                requested.by_others = Some(request.request.clone());
             }
         }
     }

@@ -154,10 +154,20 @@ async fn setup_on(api: &str, prefix: &str, ttl: &str, bridge_flags: &[&str]) -> 
 
 /// Starts `binary` for the test's namespace only, without a Lease, and waits until it is ready.
 async fn start(env: &TestEnv, binary: &str, args: &[&str]) -> Result<Component> {
+    start_as(env, binary, args, env.kubeconfig()).await
+}
+
+/// [`start`] as the identity of `kubeconfig`.
+async fn start_as(
+    env: &TestEnv,
+    binary: &str,
+    args: &[&str],
+    kubeconfig: &std::path::Path,
+) -> Result<Component> {
     let namespace = format!("--namespace={}", env.namespace);
     let mut all = vec![namespace.as_str(), "--leader-elect=false"];
     all.extend_from_slice(args);
-    let mut component = env.start_component(binary, &all)?;
+    let mut component = env.start_component_as(binary, &all, kubeconfig)?;
     component.wait_ready(DEFAULT_TIMEOUT).await?;
     Ok(component)
 }
@@ -168,6 +178,32 @@ impl Bridge {
         ensure!(self.bridge.stop(), "the bridge exits on SIGTERM");
         self.bridge = start(&self.env, "descheduler-bridge", &as_strs(&self.bridge_args)).await?;
         Ok(())
+    }
+
+    /// [`Self::restart_bridge`] as `identity`, whose calls the audit log then tells apart.
+    async fn restart_bridge_as(&mut self, identity: &Identity) -> Result<()> {
+        ensure!(self.bridge.stop(), "the bridge exits on SIGTERM");
+        let args = as_strs(&self.bridge_args);
+        self.bridge =
+            start_as(&self.env, "descheduler-bridge", &args, &identity.kubeconfig).await?;
+        Ok(())
+    }
+
+    /// The LISTs of EvictionRequests (either API) `username` made in this namespace, per the
+    /// audit log.
+    fn request_lists_by(&self, username: &str) -> Result<usize> {
+        Ok(self
+            .env
+            .audit_events()?
+            .iter()
+            .filter(|event| {
+                event.user.username == username
+                    && event.verb == "list"
+                    && event.object_ref.as_ref().is_some_and(|o| {
+                        o.resource.as_deref() == Some("evictionrequests") && o.subresource.is_none()
+                    })
+            })
+            .count())
     }
 
     /// A Deployment of `replicas` pods on the test's node, annotated `request-evict-only` and
@@ -1347,6 +1383,115 @@ async fn a_pod_in_another_requesters_crd_request_is_already_getting_evacuated() 
     ensure!(
         objects::pod_ready(&t.env.api::<Pod>().get(&pod.name_any()).await?),
         "the pod stays while its interceptor works"
+    );
+    ensure!(t.evacuations("already_evacuating")? == 1.0);
+    t.env.ensure_no_invalid_writes()
+}
+
+/// The webhook answers from its caches of the EvictionRequests: an eviction costs no LIST of
+/// the namespace's requests (a descheduler cycle evicting many pods of a namespace made one per
+/// eviction, each inside the apiserver's webhook timeout, under failurePolicy Fail).
+#[tokio::test]
+async fn the_webhook_lists_no_eviction_requests_per_eviction() -> Result<()> {
+    // setup_on starts the controller on lifecycle.k8s.io: ask the cluster first.
+    if TestEnv::new("desched-lc-probe")
+        .await?
+        .skip_without_lifecycle_api()
+        .await?
+    {
+        return Ok(());
+    }
+    let mut t = setup_on("lifecycle", "desched-lists", "1h", &[]).await?;
+    let identity = t.env.service_account("bridge", "cluster-admin").await?;
+    t.restart_bridge_as(&identity).await?;
+    let pods = t.workload_with("web", 3, &[(RESPONDER, 10000)]).await?;
+    // What the bridge's watches listed at start-up (once each) is not the evictions'.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = t.request_lists_by(&identity.username)?;
+    let as_descheduler = t.descheduler.client().await?;
+    let mut evictions = 0;
+    for pod in pods.iter().chain(&pods) {
+        let answer = evict(&as_descheduler, pod, false).await?;
+        let Err((429, message)) = &answer else {
+            anyhow::bail!(
+                "the eviction of {} is answered 429, got {answer:?}",
+                pod.name_any()
+            );
+        };
+        ensure!(
+            message.contains(&lifecycle_request::request_name(
+                &pod.name_any(),
+                DESCHEDULER_REQUESTER_KEY
+            )),
+            "{message}"
+        );
+        evictions += 1;
+    }
+    let lists = t.request_lists_by(&identity.username)? - before;
+    ensure!(
+        lists == 0,
+        "the bridge listed EvictionRequests {lists} times for {evictions} evictions; bridge log:\n{}",
+        t.bridge.log_tail(30)
+    );
+    ensure!(t.evacuations("requested")? == 3.0 && t.evacuations("repeated")? == 3.0);
+    t.env.ensure_no_invalid_writes()
+}
+
+/// In an upgrade a pod may be asked for through either API: the bridge asking through
+/// lifecycle.k8s.io answers the descheduler's eviction of a pod under a requester's
+/// `evictkit.io` request (one not upgraded yet) as already getting evacuated, naming that
+/// request, and the pod stays with its interceptor.
+#[tokio::test]
+async fn a_pod_asked_for_on_the_other_api_is_already_getting_evacuated() -> Result<()> {
+    const NOT_UPGRADED: &str = "drain.example.com";
+    if TestEnv::new("desched-lc-probe")
+        .await?
+        .skip_without_lifecycle_api()
+        .await?
+    {
+        return Ok(());
+    }
+    let bridge = ["--eviction-request-api=lifecycle"];
+    let t = setup_on("auto", "desched-either-api", "1h", &bridge).await?;
+    let pods = t.workload("web", 1).await?;
+    let pod = &pods[0];
+    t.annotate(pod, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
+        .await?;
+    evictkit_runtime::eviction_request::request_eviction(&t.env.client, pod, NOT_UPGRADED).await?;
+    let interceptor = InterceptorClient::new(t.env.client.clone(), INTERCEPTOR);
+    t.wait_request(pod, "handed to the interceptor", |r| {
+        interceptor.is_active(r)
+    })
+    .await?;
+
+    let as_descheduler = t.descheduler.client().await?;
+    let answer = evict(&as_descheduler, pod, false).await?;
+    let Err((429, message)) = &answer else {
+        anyhow::bail!(
+            "the eviction of a pod under an evictkit.io request is answered 429 by the bridge on lifecycle.k8s.io, got {answer:?}"
+        );
+    };
+    ensure!(
+        message.contains(&format!(
+            "Eviction triggered evacuation of pod {}/{} via EvictionRequest {}",
+            t.env.namespace,
+            pod.name_any(),
+            uid(pod)
+        )),
+        "{message}"
+    );
+    ensure!(
+        objects::pod_ready(&t.env.api::<Pod>().get(&pod.name_any()).await?),
+        "the pod stays while its interceptor works"
+    );
+    let bridges = lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY);
+    ensure!(
+        t.env
+            .api::<LifecycleRequest>()
+            .get_opt(&bridges)
+            .await?
+            .is_none(),
+        "the bridge asked too"
     );
     ensure!(t.evacuations("already_evacuating")? == 1.0);
     t.env.ensure_no_invalid_writes()

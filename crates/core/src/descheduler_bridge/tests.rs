@@ -135,7 +135,11 @@ fn crd_requested_table() {
     ];
     for (name, requesters, condition, want) in cases {
         assert_eq!(
-            crd_requested(&crd_request(requesters, *condition), US),
+            requested(
+                [&Asking::of_crd(&crd_request(requesters, *condition))],
+                "uid-1",
+                &[US]
+            ),
             *want,
             "{name}"
         );
@@ -180,12 +184,46 @@ fn lifecycle_requested_table() {
         ("asking again after a cancellation", vec![&asking_again], by(false, Some("b"))),
         ("a predecessor's", vec![&predecessor], by(false, None)),
     ];
+    let asking = |requests: &[&LifecycleRequest]| -> Vec<Asking> {
+        requests.iter().map(|r| Asking::of_lifecycle(r)).collect()
+    };
     for (name, requests, want) in cases {
         assert_eq!(
-            lifecycle_requested(requests.iter().copied(), "uid-1", US),
+            requested(&asking(requests), "uid-1", &[US]),
             *want,
             "{name}"
         );
+    }
+}
+
+/// In an upgrade both APIs are in use at once: whichever the bridge asks through, a pod asked
+/// for through the other is already getting evacuated, and its own request on either is its.
+#[test]
+fn requested_reads_both_apis() {
+    const BRIDGE: &[&str] = &[
+        "descheduler-bridge.evictkit.io",
+        "evictkit.io/descheduler-bridge",
+    ];
+    let crd = |requesters: &[&str]| Asking::of_crd(&crd_request(requesters, None));
+    let lifecycle = |requester: &str| {
+        let mut request = lifecycle_request(requester, "Eviction", &[]);
+        request.metadata.name = Some(format!("web-0-{}", requester.replace(['.', '/'], "-")));
+        Asking::of_lifecycle(&request)
+    };
+    let by = |bridge: bool, others: Option<&str>| Requested {
+        by_bridge: bridge,
+        by_others: others.map(str::to_owned),
+    };
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Vec<Asking>, Requested)> = vec![
+        ("a drain on the CRD", vec![crd(&["drain.example.com"])], by(false, Some("uid-1"))),
+        ("a drain upstream", vec![lifecycle("example.com/drain")], by(false, Some("web-0-example-com-drain"))),
+        ("the bridge on the CRD before its restart", vec![crd(&[BRIDGE[0]])], by(true, None)),
+        ("the bridge upstream, a drain on the CRD", vec![lifecycle(BRIDGE[1]), crd(&["drain.example.com"])], by(true, Some("uid-1"))),
+        ("both APIs asked by others: the first name", vec![lifecycle("example.com/drain"), crd(&["drain.example.com"])], by(false, Some("uid-1"))),
+    ];
+    for (name, asking, want) in cases {
+        assert_eq!(requested(&asking, "uid-1", BRIDGE), want, "{name}");
     }
 }
 
