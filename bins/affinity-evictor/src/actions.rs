@@ -5,14 +5,23 @@
 use evictkit_api::conditions::{
     REASON_REQUIRED_NODE_AFFINITY_VIOLATION, STATUS_FALSE, STATUS_TRUE,
 };
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
+use evictkit_api::eviction_request::EvictionRequest as CrdRequest;
+use evictkit_api::keys::{
+    AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
+};
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, daemonset_recreates_on};
+use evictkit_core::lifecycle::ROLE_REQUESTER;
+use evictkit_runtime::backoff::Backoff;
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::eviction::{EvictionOutcome, STALE_CACHE_RECHECK};
-use evictkit_runtime::eviction_request::EvictionRequestError;
+use evictkit_runtime::eviction_request::{self as crd, EvictionRequestError};
+use evictkit_runtime::lifecycle_request::{self as lifecycle, ApiMode, INTENT_WITHDRAWN};
 use evictkit_runtime::pod_condition::{self, PodCondition};
 use evictkit_runtime::requester::Requester;
+use evictkit_runtime::shutdown::CancellationToken;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
@@ -274,4 +283,112 @@ pub(crate) async fn record(context: &Context, pod: &CachedPod, event_type: Event
         .recorder
         .publish(pod, event_type, EVENT_REASON, "Evict", note)
         .await;
+}
+
+/// KEP-4328's gate off (`--enabled=false`, chart value `dryRun: true`) in `--mode
+/// eviction-request`: no eviction may follow, so every EvictionRequest this requester still has
+/// standing is withdrawn, found by the requester's name rather than pod by pod, so a request for
+/// a pod outside the cache or without our condition goes too. Once per term (nothing new is asked
+/// while off), retried with the pods' back-off until it succeeds or the term ends.
+pub(crate) async fn withdraw_standing(
+    client: &Client,
+    requester: &Requester,
+    flag: ApiMode,
+    namespace: Option<&str>,
+    backoff: Backoff,
+    token: CancellationToken,
+) {
+    let mut failures = 0;
+    loop {
+        match withdraw_all(client, requester, flag, namespace).await {
+            Ok(withdrawn) => {
+                tracing::info!(
+                    withdrawn,
+                    "--enabled=false: withdrew this requester's standing eviction requests"
+                );
+                return;
+            }
+            Err(error) => {
+                failures += 1;
+                let delay = backoff.delay(failures);
+                tracing::warn!(%error, ?delay, "cannot withdraw the standing eviction requests; retrying");
+                tokio::select! {
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Withdraws each request of ours on the API in use, and on the CRD too when `--eviction-request-api
+/// auto` moved to lifecycle.k8s.io (asked there before a restart); how many.
+async fn withdraw_all(
+    client: &Client,
+    requester: &Requester,
+    flag: ApiMode,
+    namespace: Option<&str>,
+) -> Result<usize, EvictionRequestError> {
+    let mut withdrawn = 0;
+    if requester.api() == ApiMode::Lifecycle {
+        let key = AFFINITY_EVICTOR_REQUESTER_KEY;
+        let own = ListParams::default().labels(&format!("{key}={ROLE_REQUESTER}"));
+        for request in list::<LifecycleRequest>(client, namespace, &own, key).await? {
+            if request.spec.requester == key && request.spec.intent != INTENT_WITHDRAWN {
+                lifecycle::withdraw_from(client, &request, key).await?;
+                withdrawn += 1;
+                tracing::info!(request = %full_name(&request), "withdrew the eviction request (--enabled=false)");
+            }
+        }
+    }
+    if requester.api() == ApiMode::Crd || flag == ApiMode::Auto {
+        let name = AFFINITY_EVICTOR_REQUESTER;
+        let all = ListParams::default();
+        for request in list::<CrdRequest>(client, namespace, &all, name).await? {
+            if request.spec.requesters.iter().any(|r| r.name == name) {
+                crd::withdraw_from(client, &request, name).await?;
+                withdrawn += 1;
+                tracing::info!(request = %full_name(&request), "withdrew the eviction request (--enabled=false)");
+            }
+        }
+    }
+    Ok(withdrawn)
+}
+
+/// The requests of `namespace` (or all); none where the API is not served (the CRD not
+/// installed under `--eviction-request-api auto`).
+async fn list<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    params: &ListParams,
+    actor: &str,
+) -> Result<Vec<K>, EvictionRequestError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    match api.list(params).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+        Err(source) => Err(EvictionRequestError::Api {
+            action: "list",
+            request: format!("{}/*", namespace.unwrap_or("*")),
+            actor: actor.to_owned(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+fn full_name(request: &impl ResourceExt) -> String {
+    format!(
+        "{}/{}",
+        request.namespace().unwrap_or_default(),
+        request.name_any()
+    )
 }

@@ -84,7 +84,9 @@ pub struct Args {
     #[command(flatten)]
     pub roles: RoleArgs,
     /// Act on violations (KEP-4328's feature gate). With `--enabled=false` violations are only
-    /// logged and counted (evictkit_affinity_evictor_violating_pods); nothing is written.
+    /// logged and counted (evictkit_affinity_evictor_violating_pods); nothing is evicted or
+    /// asked for, and with `--mode eviction-request` the EvictionRequests it made before are
+    /// withdrawn.
     #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1,
           default_value_t = true, default_missing_value = "true")]
     pub enabled: bool,
@@ -153,6 +155,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 max: args.retry_backoff_max,
             },
             namespace: args.namespace.clone(),
+            eviction_request_api: args.eviction_request_api,
             requester: match args.mode {
                 Mode::Eviction => None,
                 Mode::EvictionRequest => Some(
@@ -199,7 +202,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                             .await;
                     }
                 };
-                future::join(control(client, settings.clone(), term.clone()), cleanup).await;
+                // KEP-4328's gate off: what this requester asked for before must not go on
+                // evicting pods.
+                let withdrawal = async {
+                    if let Some(requester) = &settings.requester
+                        && !settings.enabled
+                    {
+                        if settings.dry_run {
+                            tracing::info!("would withdraw this requester's standing eviction requests (--enabled=false, --dry-run)");
+                        } else {
+                            actions::withdraw_standing(
+                                &client,
+                                requester,
+                                settings.eviction_request_api,
+                                settings.namespace.as_deref(),
+                                settings.backoff,
+                                term.clone(),
+                            )
+                            .await;
+                        }
+                    }
+                };
+                future::join3(
+                    control(client.clone(), settings.clone(), term.clone()),
+                    cleanup,
+                    withdrawal,
+                )
+                .await;
             }
         });
     }
@@ -216,6 +245,8 @@ struct Settings {
     /// `--retry-backoff-base`, `--retry-backoff-max`.
     backoff: Backoff,
     namespace: Option<String>,
+    /// `--eviction-request-api` as given: `auto` also withdraws what was asked through the CRD.
+    eviction_request_api: ApiMode,
     /// `--mode eviction-request`: asks for and withdraws EvictionRequests; `None`: evicts.
     requester: Option<Requester>,
     controller: controller::Config,

@@ -18,7 +18,7 @@ use evictkit_api::keys::{
     AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
 };
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, REASON_OPTED_OUT};
-use evictkit_core::lifecycle::INTENT_EVICTION;
+use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
 use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
@@ -987,6 +987,148 @@ async fn eviction_request_mode_requests_and_withdraws() -> Result<()> {
     assert_eq!(
         evictor.metric_value("evictions_node_affinity_total")?,
         Some(3.0)
+    );
+    Ok(())
+}
+
+/// KEP-4328's rollback in `--mode eviction-request`: with the gate off no eviction may follow,
+/// so a request made before (held by the pod's PDB) is withdrawn when the evictor restarts with
+/// `--enabled=false` (chart value `dryRun: true`), and the pod stays once the PDB allows it.
+#[tokio::test]
+async fn disabled_withdraws_the_requests_made_before_on_the_crd() -> Result<()> {
+    let env = TestEnv::new("affinity-off-er").await?;
+    let _controller = env.start_eviction_request_controller().await?;
+    let requests = env.api::<EvictionRequest>();
+    let ours = |request: &EvictionRequest| {
+        request
+            .spec
+            .requesters
+            .iter()
+            .any(|r| r.name == AFFINITY_EVICTOR_REQUESTER)
+    };
+    let (evictor, db) = held_request(&env, "crd").await?;
+    let request = db.uid().unwrap_or_default();
+    wait::wait_for(
+        &requests,
+        &request,
+        DEFAULT_TIMEOUT,
+        "requested by the affinity-evictor",
+        ours,
+    )
+    .await?;
+
+    let _evictor = restart(
+        &env,
+        evictor,
+        &[
+            "--mode=eviction-request",
+            "--eviction-request-api=crd",
+            "--enabled=false",
+        ],
+    )
+    .await?;
+    wait::wait_for(
+        &requests,
+        &request,
+        DEFAULT_TIMEOUT,
+        "withdrawn while off",
+        |r: &EvictionRequest| !ours(r),
+    )
+    .await?;
+    the_pod_stays_once_its_budget_allows(&env, &db).await
+}
+
+/// [`disabled_withdraws_the_requests_made_before_on_the_crd`] on lifecycle.k8s.io: the request
+/// `<pod>-evictkit.io/affinity-evictor` gets intent `Withdrawn`.
+#[tokio::test]
+async fn disabled_withdraws_the_requests_made_before_on_the_upstream_api() -> Result<()> {
+    let env = TestEnv::new("affinity-off-lc").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = env.start_lifecycle_controller().await?;
+    let requests = env.api::<LifecycleRequest>();
+    let name = lifecycle_request::request_name("db", AFFINITY_EVICTOR_REQUESTER_KEY);
+    let (evictor, db) = held_request(&env, "lifecycle").await?;
+    wait::wait_for(
+        &requests,
+        &name,
+        DEFAULT_TIMEOUT,
+        "requested",
+        |r: &LifecycleRequest| r.spec.intent == INTENT_EVICTION,
+    )
+    .await?;
+
+    let _evictor = restart(
+        &env,
+        evictor,
+        &[
+            "--mode=eviction-request",
+            "--eviction-request-api=lifecycle",
+            "--enabled=false",
+        ],
+    )
+    .await?;
+    let own = format!(
+        "{AFFINITY_EVICTOR_REQUESTER_KEY}={}",
+        evictkit_core::lifecycle::ROLE_REQUESTER
+    );
+    wait::wait_for_list(
+        &requests,
+        &own,
+        DEFAULT_TIMEOUT,
+        "withdrawn while off",
+        |left| left.iter().all(|r| r.spec.intent == INTENT_WITHDRAWN),
+    )
+    .await?;
+    the_pod_stays_once_its_budget_allows(&env, &db).await
+}
+
+/// An evictor in `--mode eviction-request` on `api` and the pod `db`, on a node that no longer
+/// matches it, whose PDB (`minAvailable: 1`) holds the eviction the evictor requested.
+async fn held_request(env: &TestEnv, api: &str) -> Result<(Component, Pod)> {
+    let ns = env.namespace.clone();
+    let api = format!("--eviction-request-api={api}");
+    let evictor = start(env, &["--mode=eviction-request", &api]).await?;
+    let node = env
+        .create_node(objects::node("n", &[(USER_B, &ns)], vec![]))
+        .await?
+        .name_any();
+    let pods = env.api::<Pod>();
+    env.create(&annotated_pod("db", "db", &selector(env)))
+        .await?;
+    env.create(&objects::pdb(
+        "db",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    let db = wait::wait_for(&pods, "db", DEFAULT_TIMEOUT, "Ready", objects::pod_ready).await?;
+    env.wait_for_observed_budget("db", "expectedPods=1", |s| s.expected_pods == Some(1))
+        .await?;
+    label_node(env, &node, json!({USER_B: null})).await?;
+    Ok((evictor, db))
+}
+
+/// `db`'s PDB goes, which would let a standing request evict it at the controller's next
+/// attempt (its back-off is at most 1 s here): it must not be evicted.
+async fn the_pod_stays_once_its_budget_allows(env: &TestEnv, db: &Pod) -> Result<()> {
+    env.api::<PodDisruptionBudget>()
+        .delete("db", &Default::default())
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let kept = env.api::<Pod>().get_opt("db").await?;
+    let uid = db.uid().unwrap_or_default();
+    ensure!(
+        kept.as_ref()
+            .is_some_and(|pod| pod.uid() == db.uid() && pod.metadata.deletion_timestamp.is_none())
+            && !env
+                .evictions_of_uid(&uid)?
+                .iter()
+                .any(|e| e.code() == Some(201)),
+        "db was evicted while the affinity-evictor was off: {}",
+        wait::describe(kept.as_ref())
     );
     Ok(())
 }
