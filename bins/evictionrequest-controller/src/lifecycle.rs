@@ -1211,6 +1211,9 @@ async fn write_own_status(
         entry["expectedCompletionTime"] = json!(Time(expected));
     }
     if complete {
+        // Done now: expected then too (as upstream's responder reports it), and an earlier
+        // expectation this field manager applied would otherwise be dropped from the entry.
+        entry["expectedCompletionTime"] = json!(Time(now));
         entry["completionTime"] = json!(Time(now));
     }
     let api: Api<Eviction> = Api::namespaced(

@@ -541,7 +541,8 @@ async fn upstream_responder_skips_an_eviction_it_is_inactive_in() -> Result<()> 
 /// "should skip processing for eviction with completionTime": the evictor is Active and its
 /// entry carries a completionTime it did not write (here a third field manager completes it
 /// while a budget holds the evictor between attempts). The evictor writes no more in its entry
-/// and makes no further attempt: the pod stays after the budget is gone.
+/// past its next attempt's time; the Eviction is Failed (no further responder), and a new one
+/// follows for the request still asking, as upstream's.
 #[tokio::test]
 async fn upstream_responder_skips_an_entry_already_completed() -> Result<()> {
     let env = TestEnv::new("lc-par-completed").await?;
@@ -558,12 +559,11 @@ async fn upstream_responder_skips_an_entry_already_completed() -> Result<()> {
     .await?;
     let completed = respond(&env, &failing, IMPERATIVE, "c.example.com", true).await?;
     let before = own(&completed).cloned().context("the evictor's entry")?;
-    env.api::<PodDisruptionBudget>()
-        .delete("test-pod", &DeleteParams::default())
-        .await?;
-    wait_eviction(
-        &env,
-        &pod,
+    let name = completed.name_any();
+    wait::wait_for(
+        &env.api::<Eviction>(),
+        &name,
+        DEFAULT_TIMEOUT,
         "Completed, Failed (no further responder)",
         |e| {
             state(e, IMPERATIVE).as_deref() == Some(STATE_COMPLETED)
@@ -574,18 +574,11 @@ async fn upstream_responder_skips_an_entry_already_completed() -> Result<()> {
     // Past the next attempt the back-off would have made.
     consistently(
         &env,
-        &completed.name_any(),
+        &name,
         "test-pod",
         QUIET + Duration::from_secs(5),
-        "as the third party left it, the pod there",
-        |e, pod| {
-            own(e).is_some_and(|r| {
-                r.heartbeat_time == before.heartbeat_time
-                    && r.message == before.message
-                    && r.expected_completion_time == before.expected_completion_time
-                    && r.completion_time == before.completion_time
-            }) && present_and_not_terminating(pod)
-        },
+        "as the third party left it",
+        |e, _| own(e) == Some(&before),
     )
     .await?;
     env.ensure_no_invalid_writes()
