@@ -32,6 +32,9 @@ pub struct WebhookMetrics {
     /// `evictkit_pdb_policy_webhook_budgets_enforced_total`: existing PDBs whose field the controller
     /// set for an Enforce policy.
     pub enforced: IntCounter,
+    /// `evictkit_pdb_policy_webhook_budgets_restored_total`: PDBs whose own value the
+    /// controller put back once no Enforce policy was in force.
+    pub restored: IntCounter,
     /// The controller role's status reconciles
     /// (`evictkit_reconcile*{controller="poddisruptionbudgetpolicy"}`).
     pub reconciles: Reconciles,
@@ -87,6 +90,11 @@ impl WebhookMetrics {
                 "Existing PodDisruptionBudgets whose unhealthyPodEvictionPolicy the controller set for an Enforce policy.",
             )
             .map_err(MetricsError::Register)?,
+            restored: IntCounter::new(
+                "evictkit_pdb_policy_webhook_budgets_restored_total",
+                "PodDisruptionBudgets whose unhealthyPodEvictionPolicy the controller restored to its value before enforcement, once no Enforce policy was in force.",
+            )
+            .map_err(MetricsError::Register)?,
             reconciles: Reconciles::new(metrics, "poddisruptionbudgetpolicy"),
         };
         metrics.register(own.requests.clone())?;
@@ -96,6 +104,7 @@ impl WebhookMetrics {
         metrics.register(own.denials.clone())?;
         metrics.register(own.nonconforming.clone())?;
         metrics.register(own.enforced.clone())?;
+        metrics.register(own.restored.clone())?;
         // Each webhook's duration and error series from the start, so alerts on rate() see 0
         // rather than nothing.
         for webhook in WEBHOOKS {

@@ -53,6 +53,7 @@ pub async fn run(
                 .iter()
                 .filter_map(|p| p.metadata.name.clone())
                 .collect();
+            enforcer.restore_orphans(&caches).await;
             enforcer.forget_others(&names, &previous, &caches);
             previous = names;
         }

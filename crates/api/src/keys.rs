@@ -59,6 +59,13 @@ pub const DESCHEDULER_BRIDGE_EVACUATION_ANSWERED: &str = "evictkit.io/evacuation
 /// its assumed entry: the pod update makes the descheduler count the pod again, for good.
 pub const DESCHEDULER_BRIDGE_EVACUATION_REFRESHED: &str = "evictkit.io/evacuation-refreshed";
 
+/// PodDisruptionBudget annotation the pdb-policy-webhook's controller writes with the first
+/// `unhealthyPodEvictionPolicy` it overwrites for an Enforce PodDisruptionBudgetPolicy: the
+/// PDB's own value before enforcement (empty: it was unset). Once no Enforce policy is in force
+/// in the PDB's namespace any more, the value is put back and the annotation removed.
+pub const UNHEALTHY_POD_EVICTION_POLICY_BEFORE_ENFORCEMENT: &str =
+    "evictkit.io/unhealthy-pod-eviction-policy-before-enforcement";
+
 /// KEP-4563's default interceptor, always appended last to `.status.targetInterceptors`: the
 /// eviction request controller evicts the pod through the Eviction API.
 pub const IMPERATIVE_EVICTION_INTERCEPTOR: &str = "imperative-eviction.k8s.io";

@@ -144,36 +144,6 @@ pub fn unhealthy_pod_eviction_policy_to_set(
     }
 }
 
-/// Whether an existing PDB has the `unhealthyPodEvictionPolicy` the policy in force in its
-/// namespace sets, and what the controller does about it. The mutating webhook acts only on
-/// writes; this is for the PDBs that were there before the policy (or the webhook).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Conformance {
-    /// The field is what the policy sets (or the policy sets nothing).
-    Conforms,
-    /// Enforce mode: the controller sets the field to this value now, without waiting for the
-    /// PDB to be edited (a policy installed to unblock a stuck drain must act at once).
-    Set(UnhealthyPodEvictionPolicyType),
-    /// Reported, not changed: in Default mode an unset field, which the webhook fills at the
-    /// PDB's next write (Default never rewrites an existing PDB); in Enforce mode a PDB that is
-    /// being deleted.
-    Differs(UnhealthyPodEvictionPolicyType),
-}
-
-/// The [`Conformance`] of `pdb` under `policy`, the policy in force in its namespace.
-pub fn conformance(pdb: &PodDisruptionBudget, policy: &PodDisruptionBudgetPolicy) -> Conformance {
-    match unhealthy_pod_eviction_policy_to_set(pdb, policy) {
-        None => Conformance::Conforms,
-        Some(value)
-            if policy.spec.mode == PolicyMode::Enforce
-                && pdb.metadata.deletion_timestamp.is_none() =>
-        {
-            Conformance::Set(value)
-        }
-        Some(value) => Conformance::Differs(value),
-    }
-}
-
 /// One check a PDB fails, with the action the policy takes on it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
@@ -314,11 +284,13 @@ fn object_id(pdb: &PodDisruptionBudget) -> String {
 }
 
 mod allowed;
+mod enforcement;
 mod explain;
 mod stricter;
 #[cfg(test)]
 mod tests;
 
 pub use allowed::*;
+pub use enforcement::*;
 pub use explain::*;
 pub use stricter::*;

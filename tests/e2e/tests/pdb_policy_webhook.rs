@@ -15,15 +15,18 @@
 //! `observedGeneration`, so the PDB stays stale for as long as the test needs — unlike a spec
 //! change raced against the controller, which it usually wins within milliseconds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use evictkit_api::{
     CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec, PolicyMode,
     StricterEviction, UnhealthyPodEvictionPolicyType,
 };
 use evictkit_core::pdb_policy::Explanation;
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::webhook::{Admission, Webhooks};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::{Component, free_port};
 use evictkit_testenv::objects::{self, Budget, CUSTOM_STATUS_ANNOTATION};
@@ -36,6 +39,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
+use kube::core::admission::AdmissionRequest;
 use kube::{Api, Client};
 use pdb_policy_webhook::explain::{ExplainArgs, Output};
 use serde_json::json;
@@ -881,7 +885,17 @@ async fn existing_budgets_are_reported_and_enforce_brings_them_into_conformance(
         || status_is(2, 1, vec![id("unset")]),
     )
     .await?;
-    assert_eq!(webhook.metric(&gauge)?, 1.0, "{gauge}");
+    // Its own resync sets the gauge: the status may have come from the controller of a test
+    // running alongside (each runs one for every namespace).
+    eventually("the gauge counts the unset PDB", || async {
+        let value = webhook.metric(&gauge)?;
+        if value == 1.0 {
+            Ok(())
+        } else {
+            bail!("{gauge} {value}")
+        }
+    })
+    .await?;
     assert_eq!(
         policy_of(&pdbs.get("unset").await?),
         None,
@@ -940,6 +954,219 @@ async fn existing_budgets_are_reported_and_enforce_brings_them_into_conformance(
             reasons
                 .iter()
                 .any(|r| r == "UnhealthyPodEvictionPolicyEnforced"),
+            "PDB {name}: events {reasons:?}"
+        );
+    }
+    Ok(())
+}
+
+/// How often the API server has been asked for, and has said, `reason` about PDB `name`: the
+/// Events' occurrences, a series counted whole.
+async fn event_occurrences(env: &TestEnv, name: &str, reason: &str) -> Result<i32> {
+    let events = env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await?;
+    Ok(events
+        .items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("PodDisruptionBudget")
+                        && r.name.as_deref() == Some(name)
+                })
+        })
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum())
+}
+
+/// An Enforce policy's PATCH that the API server refuses (here a webhook of the test, which
+/// counts the attempts) is retried with a back-off (5 s doubling: at most 4 attempts in 30 s,
+/// not one every 5 s resync) and reported by one Warning Event while the refusal stays the same.
+/// Counted per controller (by its identity): the webhooks of tests running alongside each run
+/// a controller for every namespace too.
+#[tokio::test]
+async fn a_refused_enforcement_is_retried_with_back_off_and_reported_once() -> Result<()> {
+    let env = TestEnv::new("pdbp-refused").await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
+    let pdbs = env.api::<PodDisruptionBudget>();
+    env.create(&objects::pdb(
+        "own",
+        "db",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        Some("IfHealthyBudget"),
+    ))
+    .await?;
+    let attempts: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let counted = attempts.clone();
+    let served = env.serve_webhooks(Webhooks::new(Arc::new(Metrics::new("e2e")?)).route(
+        "/refuse-pdb",
+        move |request: AdmissionRequest<PodDisruptionBudget>| {
+            let counted = counted.clone();
+            async move {
+                if !request.dry_run {
+                    let user = request.user_info.username.unwrap_or_default();
+                    *counted
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(user)
+                        .or_default() += 1;
+                }
+                Admission::deny(403, "PDB updates refused by the test")
+            }
+        },
+    ))?;
+    let attempts = move || attempts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    env.register_validating_webhook(
+        Registration {
+            name: "refuse-pdb".into(),
+            url: format!("{}/refuse-pdb", served.base_url),
+            rules: vec![rule(
+                &["policy"],
+                &["v1"],
+                &["poddisruptionbudgets"],
+                &["UPDATE"],
+            )],
+            failure_policy: "Fail".into(),
+        },
+        &served.ca_pem,
+    )
+    .await?;
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let probe = Patch::Merge(json!({"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}}));
+    eventually("the test's webhook refuses PDB updates", || async {
+        match pdbs.patch("own", &dry_run, &probe).await {
+            Err(_) => Ok(()),
+            Ok(_) => bail!("a dry-run update went through"),
+        }
+    })
+    .await?;
+    let _policy = Policy::create(
+        &env,
+        "refused",
+        policy_spec(
+            UnhealthyPodEvictionPolicyType::AlwaysAllow,
+            PolicyMode::Enforce,
+        ),
+    )
+    .await?;
+    let _webhook = Webhook::start(&[&env], "webhook,controller").await?;
+    eventually("the first refusal", || async {
+        if attempts().is_empty() {
+            bail!("no PATCH of the PDB yet")
+        } else {
+            Ok(())
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let patches = attempts();
+    let events = event_occurrences(&env, "own", "UnhealthyPodEvictionPolicyEnforceFailed").await?;
+    ensure!(
+        patches.values().all(|&n| n <= 4) && (1..=patches.len() as i32).contains(&events),
+        "in the 30 s after the first refusal: PATCHes per controller {patches:?} (at most 4 \
+         each with the back-off) and {events} refusal Events (at most one per controller: the \
+         error did not change)"
+    );
+    assert_eq!(
+        policy_of(&pdbs.get("own").await?),
+        Some("IfHealthyBudget"),
+        "refused, so unchanged"
+    );
+    Ok(())
+}
+
+/// An Enforce `AlwaysAllow` (put in to unblock a drain) goes with its policy: the controller
+/// records each PDB's own value before it overwrites it and puts it back once the policy is
+/// deleted, whether that was `IfHealthyBudget` or unset.
+#[tokio::test]
+async fn deleting_an_enforce_policy_restores_the_budgets_own_values() -> Result<()> {
+    let env = TestEnv::new("pdbp-restore").await?;
+    env.apply_crd("PodDisruptionBudgetPolicy").await?;
+    let pdbs = env.api::<PodDisruptionBudget>();
+    let budget = || Budget::MinAvailable(IntOrString::Int(1));
+    env.create(&objects::pdb(
+        "own",
+        "db",
+        budget(),
+        Some("IfHealthyBudget"),
+    ))
+    .await?;
+    env.create(&objects::pdb("unset", "web", budget(), None))
+        .await?;
+    let policy = Policy::create(
+        &env,
+        "unblock",
+        policy_spec(
+            UnhealthyPodEvictionPolicyType::AlwaysAllow,
+            PolicyMode::Enforce,
+        ),
+    )
+    .await?;
+    let _webhook = Webhook::start(&[&env], "webhook,controller").await?;
+    let values = || async {
+        let mut values: Vec<(String, Option<String>)> = pdbs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    policy_of(p).map(str::to_owned),
+                )
+            })
+            .collect();
+        values.sort();
+        anyhow::Ok(values)
+    };
+    let values_are = |expected: [(&'static str, Option<&'static str>); 2]| {
+        let values = &values;
+        async move {
+            let got = values().await?;
+            let expected: Vec<(String, Option<String>)> = expected
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), value.map(str::to_owned)))
+                .collect();
+            if got == expected {
+                Ok(())
+            } else {
+                bail!("unhealthyPodEvictionPolicy of the PDBs: {got:?}")
+            }
+        }
+    };
+    eventually("Enforce sets AlwaysAllow on both", || {
+        values_are([("own", Some("AlwaysAllow")), ("unset", Some("AlwaysAllow"))])
+    })
+    .await?;
+
+    policy
+        .api()
+        .delete(&policy.name, &DeleteParams::default())
+        .await?;
+    eventually(
+        "the policy's deletion restores each PDB's own value",
+        || values_are([("own", Some("IfHealthyBudget")), ("unset", None)]),
+    )
+    .await?;
+    for name in ["own", "unset"] {
+        let pdb = pdbs.get(name).await?;
+        ensure!(
+            !pdb.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key(evictkit_api::keys::UNHEALTHY_POD_EVICTION_POLICY_BEFORE_ENFORCEMENT),
+            "PDB {name} still carries the record"
+        );
+        let reasons = event_reasons(&env, name).await?;
+        ensure!(
+            reasons
+                .iter()
+                .any(|r| r == "UnhealthyPodEvictionPolicyRestored"),
             "PDB {name}: events {reasons:?}"
         );
     }

@@ -215,75 +215,247 @@ fn conformance_of_existing_budgets() {
     use Conformance::*;
     use PolicyMode::*;
     use UnhealthyPodEvictionPolicyType::*;
-    // (case, mode, policy's value, PDB's value, PDB being deleted, conformance)
+    let before = |value: Option<&str>| BeforeEnforcement(value.map(String::from));
+    let set = |value, record: Option<Option<&str>>| Set {
+        value,
+        record: record.map(before),
+    };
+    // (case, policy in force: (mode, its value), PDB's value, its record (annotation value),
+    //  PDB being deleted, conformance)
     let cases = [
         (
-            "Enforce sets a differing value",
-            Enforce,
-            Some(AlwaysAllow),
+            "Enforce sets a differing value, recording it",
+            Some((Enforce, Some(AlwaysAllow))),
             Some("IfHealthyBudget"),
-            false,
-            Set(AlwaysAllow),
-        ),
-        (
-            "Enforce sets an unset field",
-            Enforce,
-            Some(AlwaysAllow),
             None,
             false,
-            Set(AlwaysAllow),
+            set(AlwaysAllow, Some(Some("IfHealthyBudget"))),
+        ),
+        (
+            "Enforce sets an unset field, recording it unset",
+            Some((Enforce, Some(AlwaysAllow))),
+            None,
+            None,
+            false,
+            set(AlwaysAllow, Some(None)),
+        ),
+        (
+            "Enforce keeps the record of an earlier Enforce policy",
+            Some((Enforce, Some(IfHealthyBudget))),
+            Some("AlwaysAllow"),
+            Some(""),
+            false,
+            set(IfHealthyBudget, None),
         ),
         (
             "Enforce, already the value",
-            Enforce,
-            Some(AlwaysAllow),
+            Some((Enforce, Some(AlwaysAllow))),
             Some("AlwaysAllow"),
+            None,
+            false,
+            Conforms,
+        ),
+        (
+            "Enforce, already the value it set: the record stays",
+            Some((Enforce, Some(AlwaysAllow))),
+            Some("AlwaysAllow"),
+            Some("IfHealthyBudget"),
             false,
             Conforms,
         ),
         (
             "Enforce leaves a PDB being deleted alone",
-            Enforce,
-            Some(IfHealthyBudget),
+            Some((Enforce, Some(IfHealthyBudget))),
             Some("AlwaysAllow"),
+            None,
             true,
             Differs(IfHealthyBudget),
         ),
         (
             "a policy without a value conforms all",
-            Enforce,
-            None,
+            Some((Enforce, None)),
             Some("IfHealthyBudget"),
+            None,
             false,
             Conforms,
         ),
         (
+            "a policy without a value enforces nothing: restore",
+            Some((Enforce, None)),
+            Some("AlwaysAllow"),
+            Some("IfHealthyBudget"),
+            false,
+            Restore(before(Some("IfHealthyBudget"))),
+        ),
+        (
             "Default reports an unset field",
-            Default,
-            Some(AlwaysAllow),
+            Some((Default, Some(AlwaysAllow))),
+            None,
             None,
             false,
             Differs(AlwaysAllow),
         ),
         (
             "Default keeps the PDB's own choice",
-            Default,
-            Some(AlwaysAllow),
+            Some((Default, Some(AlwaysAllow))),
             Some("IfHealthyBudget"),
+            None,
             false,
             Conforms,
         ),
+        (
+            "switched to Default: restore",
+            Some((Default, Some(AlwaysAllow))),
+            Some("AlwaysAllow"),
+            Some("IfHealthyBudget"),
+            false,
+            Restore(before(Some("IfHealthyBudget"))),
+        ),
+        (
+            "no policy, never enforced: left alone",
+            None,
+            Some("AlwaysAllow"),
+            None,
+            false,
+            Conforms,
+        ),
+        (
+            "no policy any more: restore the value",
+            None,
+            Some("AlwaysAllow"),
+            Some("IfHealthyBudget"),
+            false,
+            Restore(before(Some("IfHealthyBudget"))),
+        ),
+        (
+            "no policy any more: restore unset",
+            None,
+            Some("AlwaysAllow"),
+            Some(""),
+            false,
+            Restore(before(None)),
+        ),
+        (
+            "no policy, changed since: the record is put back all the same",
+            None,
+            Some("IfHealthyBudget"),
+            Some("IfHealthyBudget"),
+            false,
+            Restore(before(Some("IfHealthyBudget"))),
+        ),
+        (
+            "no policy, being deleted: left alone",
+            None,
+            Some("AlwaysAllow"),
+            Some(""),
+            true,
+            Conforms,
+        ),
     ];
-    for (case, mode, wanted, current, deleting, expected) in cases {
-        let mut p = policy("p", 0, None);
-        p.spec.mode = mode;
-        p.spec.unhealthy_pod_eviction_policy = wanted;
+    for (case, in_force, current, record, deleting, expected) in cases {
+        let p = in_force.map(|(mode, wanted)| {
+            let mut p = policy("p", 0, None);
+            p.spec.mode = mode;
+            p.spec.unhealthy_pod_eviction_policy = wanted;
+            p
+        });
         let mut budget = pdb("b", Some("web"), int(1), None);
         budget.spec.as_mut().unwrap().unhealthy_pod_eviction_policy = current.map(String::from);
+        if let Some(record) = record {
+            budget.metadata.annotations = Some(labels(&[(
+                evictkit_api::keys::UNHEALTHY_POD_EVICTION_POLICY_BEFORE_ENFORCEMENT,
+                record,
+            )]));
+        }
         if deleting {
             budget.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         }
-        assert_eq!(conformance(&budget, &p), expected, "{case}");
+        assert_eq!(conformance(&budget, p.as_ref()), expected, "{case}");
+    }
+}
+
+#[test]
+fn refusals_are_spaced_and_reported_when_new() {
+    use UnhealthyPodEvictionPolicyType::*;
+    let set = |value| Conformance::Set {
+        value,
+        record: Some(BeforeEnforcement(None)),
+    };
+    let refused = |write, error: &str, failures| Refusal {
+        write,
+        error: error.to_owned(),
+        failures,
+    };
+    let denied = "admission policy denied the request";
+    // (case, refusal before, write refused now, its error, failures after, news, delay in s)
+    let cases = [
+        (
+            "the first refusal",
+            None,
+            set(AlwaysAllow),
+            denied,
+            1,
+            true,
+            5,
+        ),
+        (
+            "the same again: no Event, twice the wait",
+            Some(refused(set(AlwaysAllow), denied, 1)),
+            set(AlwaysAllow),
+            denied,
+            2,
+            false,
+            10,
+        ),
+        (
+            "another error: an Event, the back-off goes on",
+            Some(refused(set(AlwaysAllow), denied, 2)),
+            set(AlwaysAllow),
+            "forbidden",
+            3,
+            true,
+            20,
+        ),
+        (
+            "capped at 5 minutes",
+            Some(refused(set(AlwaysAllow), denied, 12)),
+            set(AlwaysAllow),
+            denied,
+            13,
+            false,
+            300,
+        ),
+        (
+            "another write starts afresh",
+            Some(refused(set(AlwaysAllow), denied, 6)),
+            Conformance::Restore(BeforeEnforcement(None)),
+            denied,
+            1,
+            true,
+            5,
+        ),
+        (
+            "another value starts afresh",
+            Some(refused(set(AlwaysAllow), denied, 6)),
+            set(IfHealthyBudget),
+            denied,
+            1,
+            true,
+            5,
+        ),
+    ];
+    for (case, previous, write, error, failures, news, delay) in cases {
+        let (refusal, reported) = Refusal::after(previous.as_ref(), &write, error);
+        assert_eq!(
+            (refusal.failures, reported, refusal.delay()),
+            (failures, news, std::time::Duration::from_secs(delay)),
+            "{case}"
+        );
+        assert_eq!(
+            (refusal.write, refusal.error.as_str()),
+            (write, error),
+            "{case}"
+        );
     }
 }
 
