@@ -106,6 +106,9 @@ async fn start_roles_with(
         "--eviction-backoff-initial=200ms",
         "--eviction-backoff-max=1s",
         &controller_username,
+        // The tests' own client (the cluster's admin) plays the controller in the admission
+        // tests.
+        "--controller-username=admin",
     ];
     let mut component = env.start_component("evictionrequest-controller", &args)?;
     component.wait_ready(DEFAULT_TIMEOUT).await?;
