@@ -29,7 +29,7 @@ use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
-use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, ResponderStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -54,8 +54,20 @@ async fn start(env: &TestEnv, api: &str) -> Result<Component> {
 
 /// [`start`] as the identity of `kubeconfig`.
 async fn start_as(env: &TestEnv, api: &str, kubeconfig: &std::path::Path) -> Result<Component> {
+    start_with(env, api, kubeconfig, &["200ms", "1s"]).await
+}
+
+/// [`start_as`] with the imperative evictor's back-off `[initial, max]`.
+async fn start_with(
+    env: &TestEnv,
+    api: &str,
+    kubeconfig: &std::path::Path,
+    [initial, max]: &[&str; 2],
+) -> Result<Component> {
     let ns = env.namespace.as_str();
     let api = format!("--api={api}");
+    let initial = format!("--eviction-backoff-initial={initial}");
+    let max = format!("--eviction-backoff-max={max}");
     let mut component = env.start_component_as(
         "evictionrequest-controller",
         &[
@@ -65,8 +77,8 @@ async fn start_as(env: &TestEnv, api: &str, kubeconfig: &std::path::Path) -> Res
             ns,
             "--leader-election-namespace",
             ns,
-            "--eviction-backoff-initial=200ms",
-            "--eviction-backoff-max=1s",
+            &initial,
+            &max,
         ],
         kubeconfig,
     )?;
@@ -241,6 +253,24 @@ fn start_time(eviction: &Eviction, responder: &str) -> Option<Timestamp> {
         .iter()
         .find(|r| r.name == responder)?
         .start_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// `responder`'s own entry in `.status.responders`.
+fn entry<'a>(eviction: &'a Eviction, responder: &str) -> Option<&'a ResponderStatus> {
+    eviction
+        .status
+        .as_ref()?
+        .responders
+        .as_ref()?
+        .iter()
+        .find(|r| r.name == responder)
+}
+
+fn heartbeat(eviction: &Eviction, responder: &str) -> Option<Timestamp> {
+    entry(eviction, responder)?
+        .heartbeat_time
         .as_ref()
         .map(|t| t.0)
 }
@@ -650,6 +680,43 @@ async fn a_second_eviction_made_by_hand_is_refused() -> Result<()> {
     env.ensure_no_invalid_writes()
 }
 
+/// An Eviction refused while a responder is Active (its pod joined a pod group meanwhile):
+/// validation wants the last active responder in a final state in the same write that sets
+/// `Failed`, so the refusal cancels it, the responders after it staying Inactive. (Refused
+/// with the responder left Active, every write was answered 422, retried every 5 s.)
+#[tokio::test]
+async fn an_eviction_refused_while_a_responder_is_active_cancels_it() -> Result<()> {
+    let env = TestEnv::new("lc-refused-active").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = start(&env, "lifecycle").await?;
+    let pod = ready_pod(&env, "joins-0", &[(OWNER, 10000)]).await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    wait_eviction(&env, &pod, "owner active", |e| {
+        state(e, OWNER).as_deref() == Some(STATE_ACTIVE)
+    })
+    .await?;
+    env.api::<Pod>()
+        .patch(
+            "joins-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { POD_GROUP_LABEL: "gang" } } })),
+        )
+        .await?;
+    let refused = wait_eviction(&env, &pod, "refused, the owner canceled", |e| {
+        eviction_condition(e, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
+            && state(e, OWNER).as_deref() == Some(STATE_CANCELED)
+    })
+    .await?;
+    ensure!(
+        state(&refused, IMPERATIVE).as_deref() == Some(STATE_INACTIVE),
+        "{}",
+        summary(&refused)
+    );
+    env.ensure_no_invalid_writes()
+}
+
 /// Upstream's imperative evictor heartbeats while its pod terminates, with the deletion
 /// deadline as its expectedCompletionTime, so a long termination is not Interrupted at the
 /// 20-minute heartbeat deadline. A finalizer holds the pod in its termination here.
@@ -711,6 +778,85 @@ async fn the_imperative_evictor_reports_the_deletion_deadline_while_its_pod_term
             && state(e, IMPERATIVE).as_deref() == Some(STATE_COMPLETED)
     })
     .await?;
+    env.ensure_no_invalid_writes()
+}
+
+/// A pod terminating since long before the imperative evictor's turn (a finalizer holds it
+/// here, as an unreachable node would): its deletionTimestamp lies further in the past than
+/// the 30 s validation allows an `expectedCompletionTime`, so the evictor reports the present
+/// instead, as upstream's does. Its writes are accepted, it heartbeats, and a withdrawal
+/// cancels it. (Copying the deletionTimestamp, every write was answered 422 and the reconcile
+/// failed until the pod was gone.)
+#[tokio::test]
+async fn a_pod_terminating_long_before_the_evictors_turn_is_expected_now() -> Result<()> {
+    const HOLD: &str = "example.com/hold";
+    let env = TestEnv::new("lc-long-terminating").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = start(&env, "lifecycle").await?;
+    let mut held = objects::pod("stuck-0", "stuck-0");
+    held.metadata.finalizers = Some(vec![HOLD.into()]);
+    env.create(&held).await?;
+    let pod = wait::wait_for(
+        &env.api::<Pod>(),
+        "stuck-0",
+        DEFAULT_TIMEOUT,
+        "ready",
+        objects::pod_ready,
+    )
+    .await?;
+    let outcome = async {
+        env.api::<Pod>()
+            .delete("stuck-0", &DeleteParams::default())
+            .await?;
+        let terminating = wait::wait_for(
+            &env.api::<Pod>(),
+            "stuck-0",
+            DEFAULT_TIMEOUT,
+            "terminating",
+            |p| p.metadata.deletion_timestamp.is_some(),
+        )
+        .await?;
+        let deleted = terminating
+            .metadata
+            .deletion_timestamp
+            .context("deletionTimestamp")?
+            .0;
+        // Past the apiserver's 30 s of allowed skew.
+        let past = deleted + jiff::SignedDuration::from_secs(35);
+        tokio::time::sleep(Timestamp::now().duration_until(past).unsigned_abs()).await;
+        let asked = Timestamp::from_second(Timestamp::now().as_second())?;
+        request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+        let reported = wait_eviction(&env, &pod, "reporting the termination", |e| {
+            state(e, IMPERATIVE).as_deref() == Some(STATE_ACTIVE)
+                && heartbeat(e, IMPERATIVE).is_some_and(|h| h >= asked)
+        })
+        .await?;
+        let expected = entry(&reported, IMPERATIVE)
+            .and_then(|r| r.expected_completion_time.as_ref())
+            .map(|t| t.0);
+        ensure!(
+            expected.is_some_and(|t| t >= asked),
+            "expectedCompletionTime {expected:?}: the present, not the deletionTimestamp {deleted}"
+        );
+        request(&env, &pod, DRAIN, INTENT_WITHDRAWN).await?;
+        wait_eviction(&env, &pod, "canceled", |e| {
+            eviction_condition(e, CONDITION_FAILED, "True", REASON_CANCELED_NO_REQUESTERS)
+                && state(e, IMPERATIVE).as_deref() == Some(STATE_CANCELED)
+        })
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    env.api::<Pod>()
+        .patch(
+            "stuck-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await?;
+    outcome?;
     env.ensure_no_invalid_writes()
 }
 
@@ -828,38 +974,82 @@ async fn a_terminal_pod_is_target_evicted() -> Result<()> {
     env.ensure_no_invalid_writes()
 }
 
-/// KEP: "API-initiated eviction of DaemonSet pods and mirror pods is not supported": the
-/// imperative evictor says so in its message (and a Warning Event) and leaves the pod.
+/// Upstream's imperative evictor evicts any pod, DaemonSet and mirror pods too (the
+/// evictkit.io CRD keeps the KEP's refusal): each Eviction ends TargetEvicted, without a
+/// Warning, and no other is made. (Refusing them, the evictor never heartbeat: at the
+/// 20-minute deadline the Eviction failed and the standing request made a new one, about 72
+/// Evictions and Warning Events per pod and day.)
 #[tokio::test]
-async fn the_imperative_evictor_does_not_evict_a_mirror_pod() -> Result<()> {
+async fn the_imperative_evictor_evicts_daemonset_and_mirror_pods_as_upstream() -> Result<()> {
     let env = TestEnv::new("lc-mirror").await?;
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
     let _controller = start(&env, "lifecycle").await?;
-    let mut pod = objects::pod("static-0", "static-0");
+    let mut mirror = objects::pod("static-0", "static-0");
     // The apiserver accepts a mirror pod only bound to a node.
-    if let Some(spec) = pod.spec.as_mut() {
+    if let Some(spec) = mirror.spec.as_mut() {
         spec.node_name = Some("kwok-node-0".into());
     }
-    pod.metadata.annotations =
+    mirror.metadata.annotations =
         Some([("kubernetes.io/config.mirror".to_owned(), "hash".to_owned())].into());
-    let pod = env.create(&pod).await?;
-    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
-    wait_eviction(&env, &pod, "refused by the imperative evictor", |e| {
-        message(e, IMPERATIVE).is_some_and(|m| {
-            m.starts_with("API-initiated eviction of mirror pods is not supported")
-        })
-    })
+    let mirror = env.create(&mirror).await?;
+    let daemonset: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": { "name": "agent" },
+        "spec": {
+            "selector": { "matchLabels": { "app": "agent" } },
+            "template": { "metadata": { "labels": { "app": "agent" } }, "spec": objects::pod_spec() },
+        },
+    }))?;
+    env.create(&daemonset).await?;
+    let agents = wait::wait_for_list(
+        &env.api::<Pod>(),
+        "app=agent",
+        DEFAULT_TIMEOUT,
+        "a ready DaemonSet pod",
+        |pods| pods.iter().any(objects::pod_ready),
+    )
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let agent = agents
+        .into_iter()
+        .find(objects::pod_ready)
+        .context("a ready DaemonSet pod")?;
+
+    for pod in [&mirror, &agent] {
+        request(&env, pod, DRAIN, INTENT_EVICTION).await?;
+    }
+    for pod in [&mirror, &agent] {
+        wait_eviction(&env, pod, "TargetEvicted", |e| {
+            eviction_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
+                && state(e, IMPERATIVE).as_deref() == Some(STATE_COMPLETED)
+        })
+        .await?;
+    }
+    // Nothing more comes of the standing requests.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let evictions = env
+        .api::<Eviction>()
+        .list(&ListParams::default())
+        .await?
+        .items;
     ensure!(
-        env.api::<Pod>()
-            .get_opt("static-0")
-            .await?
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
-        "the mirror pod stays"
+        evictions.len() == 2,
+        "one Eviction per pod: {:?}",
+        evictions.iter().map(summary).collect::<Vec<_>>()
     );
+    let warnings: Vec<String> = env
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Eviction"))
+        .map(|e| format!("{:?}: {:?}", e.reason, e.note))
+        .collect();
+    ensure!(warnings.is_empty(), "Warnings: {warnings:#?}");
     env.ensure_no_invalid_writes()
 }
 
@@ -920,6 +1110,68 @@ async fn the_imperative_evictor_backs_off_while_a_budget_blocks() -> Result<()> 
         eviction_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
     })
     .await?;
+    env.ensure_no_invalid_writes()
+}
+
+/// Held by a PodDisruptionBudget in a back-off longer than 3 minutes (a first wait of 4 here),
+/// the imperative evictor heartbeats between its attempts at least every 3 minutes, as
+/// upstream's, so the heartbeat deadline never interrupts it while it waits. (It heartbeat only
+/// when it tried: at the default 15-minute cap, 15 minutes without one against the 20-minute
+/// deadline.) Takes about 3.5 minutes.
+#[tokio::test]
+async fn the_imperative_evictor_heartbeats_while_a_budget_holds_it_in_back_off() -> Result<()> {
+    let env = TestEnv::new("lc-pdb-heartbeat").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = start_with(&env, "lifecycle", env.kubeconfig(), &["4m", "10m"]).await?;
+    let pod = ready_pod(&env, "held-0", &[]).await?;
+    env.create(&objects::pdb(
+        "held",
+        "held-0",
+        Budget::MinAvailable(IntOrString::Int(1)),
+        None,
+    ))
+    .await?;
+    env.wait_for_observed_budget("held", "observed", |s| {
+        s.observed_generation.is_some() && s.current_healthy == Some(1)
+    })
+    .await?;
+    request(&env, &pod, DRAIN, INTENT_EVICTION).await?;
+    let blocked = wait_eviction(&env, &pod, "blocked once", |e| {
+        heartbeat(e, IMPERATIVE).is_some() && message(e, IMPERATIVE).is_some()
+    })
+    .await?;
+    let first = heartbeat(&blocked, IMPERATIVE).context("first heartbeat")?;
+    let said = message(&blocked, IMPERATIVE);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3 * 60 + 40);
+    let next = loop {
+        let eviction = wait_eviction(&env, &pod, "any", |_| true).await?;
+        if let Some(next) = heartbeat(&eviction, IMPERATIVE).filter(|h| *h > first) {
+            ensure!(
+                message(&eviction, IMPERATIVE) == said
+                    && state(&eviction, IMPERATIVE).as_deref() == Some(STATE_ACTIVE)
+                    && entry(&eviction, IMPERATIVE).is_some_and(|r| r.completion_time.is_none()),
+                "a heartbeat of the evictor still held, without another attempt: {}",
+                wait::describe(Some(&eviction))
+            );
+            break next;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no heartbeat since {first} while held: {}",
+            wait::describe(Some(&eviction))
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    // Every 3 minutes: not later, and not sooner either, since nothing else changed.
+    let gap = next.duration_since(first);
+    ensure!(
+        (170..=185).contains(&gap.as_secs()),
+        "heartbeat {gap:?} after the first"
+    );
+    let attempts = env.evictions_of_uid(&uid(&pod))?.len();
+    ensure!(attempts == 1, "{attempts} eviction attempts, one expected");
     env.ensure_no_invalid_writes()
 }
 
