@@ -78,6 +78,13 @@ const UNREACHED: &[Unreached] = &[
         components: &["pdb-policy-webhook"],
         group: "policy",
         resources: &["poddisruptionbudgets"],
+        verbs: &["get"],
+        why: "bins/pdb-policy-webhook/src/admission.rs live_facts (FreshRead::Pdb): an eviction under a policy's requiredPodConditions whose cached count has no pod to spare, which the suite's evictions must not meet; tests/e2e/tests/pdb_policy_webhook.rs stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_says_so reaches it under the chart's RBAC",
+    },
+    Unreached {
+        components: &["pdb-policy-webhook"],
+        group: "policy",
+        resources: &["poddisruptionbudgets"],
         verbs: &["patch"],
         why: "bins/pdb-policy-webhook/src/conformance.rs Enforcer::set: an Enforce policy over a PDB that differs from it (the suite's policy is in Default mode)",
     },
