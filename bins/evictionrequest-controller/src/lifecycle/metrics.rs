@@ -1,5 +1,8 @@
-//! The metrics KEP-4563 names for beta, as upstream's controller spells them (labels
-//! included), for the `lifecycle.k8s.io` mode, and the workqueue metrics of its two queues.
+//! The metrics KEP-4563 names for beta, for the `lifecycle.k8s.io` mode, and the workqueue
+//! metrics of its two queues. Upstream's controller at the revision
+//! docs/evictionrequest-upstream-parity.md pins exports none of these gauges; their labels are
+//! those of its last revision that did, but for an Eviction's name, labelled `eviction` where
+//! that revision kept `evictionrequest` from before the two kinds were split.
 //! Per-object series are replaced on every reconcile and removed with the object, so the
 //! registry holds only live EvictionRequests and Evictions.
 
@@ -37,7 +40,7 @@ pub struct LifecycleMetrics {
     /// target_type, requester, intent}` = 1.
     requester_intent: IntGaugeVec,
     /// `evictionrequest_controller_target_responders{namespace, eviction, target_name,
-    /// target_type}`: the KEP names it; upstream's controller has since dropped it.
+    /// target_type}`: the KEP names it.
     target_responders: IntGaugeVec,
     /// `imperative_eviction_responder_controller_failed_evictions`: failed Eviction API calls
     /// of the imperative-eviction.k8s.io/evictor responder.
