@@ -20,7 +20,7 @@ use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::lifecycle_request::{self, ApiMode};
 use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::requester::{self, Requester, RequesterNames};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
@@ -55,10 +55,15 @@ pub struct DrainArgs {
     /// Say what the drain would do (cordon, ask, leave, refuse) and change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// The EvictionRequest API to ask through: lifecycle.k8s.io where served, else
-    /// evictkit.io's CRD (auto), or the one chosen.
+    /// The EvictionRequest API to ask through, or auto: the one the evictionrequest-controller
+    /// says it serves on its Lease in --controller-namespace (lifecycle.k8s.io first; one from
+    /// before the switch to lifecycle.k8s.io says nothing and serves the CRD); without that
+    /// Lease to read, lifecycle.k8s.io where served, else evictkit.io's CRD.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     api: ApiMode,
+    /// Namespace of the evictionrequest-controller (its Lease), which --api auto follows.
+    #[arg(long, value_name = "NAMESPACE", default_value = "evictkit-system")]
+    controller_namespace: String,
     /// Where the cluster serves no EvictionRequest API, evict through the Eviction API as
     /// kubectl drain does (PodDisruptionBudgets respected; no interceptor or responder acts).
     #[arg(long)]
@@ -169,8 +174,13 @@ async fn channel(client: &Client, args: &DrainArgs) -> Result<Channel> {
     let served = lifecycle_request::discover(client)
         .await
         .context("discovering the EvictionRequest APIs")?;
-    let lifecycle = served.lifecycle && args.api != ApiMode::Crd;
-    let crd = served.crd && args.api != ApiMode::Lifecycle;
+    let mut lifecycle = served.lifecycle && args.api != ApiMode::Crd;
+    let mut crd = served.crd && args.api != ApiMode::Lifecycle;
+    if args.api == ApiMode::Auto && (lifecycle || crd) {
+        // As every requester in auto: through what the controller serves.
+        let api = requester::auto_api(client, served, &args.controller_namespace).await?;
+        (lifecycle, crd) = (api == ApiMode::Lifecycle, api == ApiMode::Crd);
+    }
     drain::channel(lifecycle, crd, args.eviction_api_fallback).with_context(|| {
         let missing = match args.api {
             ApiMode::Auto => {

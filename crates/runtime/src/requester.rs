@@ -128,6 +128,24 @@ pub async fn advertise_in_term(
     }
 }
 
+/// The API of a requester in `auto` where the apiserver serves `served`: the one the
+/// evictionrequest-controller whose Lease is in `controller_namespace` says it serves
+/// ([`evictkit_core::requester::auto_api`]); [`ApiMode::Crd`] or [`ApiMode::Lifecycle`].
+pub async fn auto_api(
+    client: &Client,
+    served: Apis,
+    controller_namespace: &str,
+) -> Result<ApiMode, RequesterError> {
+    let controller = controller(client, controller_namespace).await?;
+    tracing::info!(?served, ?controller, lease = %format!("{controller_namespace}/{CONTROLLER_LEASE}"), "choosing the EvictionRequest API");
+    Ok(
+        match standing::auto_api(served.crd, served.lifecycle, controller)? {
+            Api::Crd => ApiMode::Crd,
+            Api::Lifecycle => ApiMode::Lifecycle,
+        },
+    )
+}
+
 /// What the Lease says of the evictionrequest-controller's APIs.
 fn controller_of(lease: &Lease) -> Controller {
     let holder = lease
@@ -215,12 +233,7 @@ impl Requester {
                     .await
                     .map_err(RequesterError::Discovery)?;
                 let namespace = controller_namespace.unwrap_or(client.default_namespace());
-                let controller = controller(&client, namespace).await?;
-                tracing::info!(?served, ?controller, lease = %format!("{namespace}/{CONTROLLER_LEASE}"), "choosing the EvictionRequest API");
-                match standing::auto_api(served.crd, served.lifecycle, controller)? {
-                    Api::Crd => ApiMode::Crd,
-                    Api::Lifecycle => ApiMode::Lifecycle,
-                }
+                auto_api(&client, served, namespace).await?
             }
             pinned => pinned,
         };

@@ -551,3 +551,68 @@ async fn drain_through_the_crd_waits_for_the_interceptor() -> Result<()> {
     }
     Ok(())
 }
+
+/// `kubectl evictkit drain` in `--api auto` asks through the API the evictionrequest-controller
+/// serves, as its Lease in `--controller-namespace` says: on a cluster serving lifecycle.k8s.io
+/// whose controller serves only the CRD (not upgraded yet), through the CRD, and the node is
+/// drained.
+#[tokio::test]
+async fn drain_in_auto_follows_the_controller() -> Result<()> {
+    let env = TestEnv::new("plugin-drain-follows").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let _controller = env.start_eviction_request_controller().await?;
+    wait::wait_for(
+        &env.api::<k8s_openapi::api::coordination::v1::Lease>(),
+        evictkit_runtime::requester::CONTROLLER_LEASE,
+        DEFAULT_TIMEOUT,
+        "said what it serves",
+        |l| {
+            l.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(evictkit_runtime::requester::SERVED_APIS))
+        },
+    )
+    .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on(&node, "web-0", "web")).await?;
+    env.wait_for_ready_pods("app=web", 1).await?;
+    let ns = env.namespace.as_str();
+    let run = kubectl_evictkit(
+        &env,
+        &[
+            "drain",
+            &node,
+            "--controller-namespace",
+            ns,
+            "--force",
+            "--timeout",
+            "60s",
+        ],
+    )?;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        env.api::<Pod>().get_opt("web-0").await?.is_none(),
+        "{run:?}"
+    );
+    let asked: Vec<(String, String)> = env
+        .audit_events()?
+        .into_iter()
+        .filter(|e| e.verb == "create" || e.verb == "patch")
+        .filter_map(|e| {
+            let o = e.object_ref?;
+            (o.resource.as_deref() == Some("evictionrequests"))
+                .then(|| (o.api_group.unwrap_or_default(), e.verb))
+        })
+        .collect();
+    ensure!(
+        !asked.is_empty() && asked.iter().all(|(group, _)| group == "evictkit.io"),
+        "the drain asked through the CRD only: {asked:?}"
+    );
+    Ok(())
+}
