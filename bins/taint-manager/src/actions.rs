@@ -3,25 +3,20 @@
 //! `Delete` is upstream's: the DisruptionTarget condition, then a delete carrying the pod's
 //! UID. `Evict` goes through the Eviction API (PodDisruptionBudgets respected). `EvictionRequest`
 //! joins the pod's EvictionRequest as requester `taint-manager.evictkit.io` (KEP-4563), so the
-//! pod's interceptors act first and the evictionrequest-controller evicts it; once the
-//! controller took the request up, the pod's DisruptionTarget condition with reason
-//! `EvictionRequestByTaintManager` says so (taken back after a refusal) and is the durable mark
-//! from which the request is withdrawn once the pod is no longer due, also after a restart.
-//! `ForceDelete` deletes a pod stuck terminating on an unreachable node with grace period 0.
-//! Each removal is announced by one Event and counted once per pod; refusals and errors are
-//! retried with the pod's backoff while it stays due.
+//! pod's interceptors act first and the evictionrequest-controller evicts it (the Eviction API
+//! then says DisruptionTarget, as the pod goes). The request itself is the record of having
+//! asked ([`crate::requests`]): it is withdrawn once the pod is no longer due, also after a
+//! restart. `ForceDelete` deletes a pod stuck terminating on an unreachable node with grace
+//! period 0. Each removal is announced by one Event and counted once per pod; refusals and
+//! errors are retried with the pod's backoff while it stays due.
 
 use evictkit_api::conditions::{
-    MESSAGE_DELETION_BY_TAINT_MANAGER, MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
-    MESSAGE_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER, POD_DISRUPTION_TARGET,
-    REASON_DELETION_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_BY_TAINT_MANAGER,
-    REASON_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER,
-    REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER, STATUS_FALSE, STATUS_TRUE,
+    MESSAGE_DELETION_BY_TAINT_MANAGER, POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
+    STATUS_TRUE,
 };
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::event_folding::Fold;
 use evictkit_core::requester::Standing;
-use evictkit_core::taint_policy::disruption_target::{self, Mark};
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::eviction::EvictionOutcome;
 use evictkit_runtime::eviction_request::EvictionRequestError;
@@ -34,7 +29,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::cache::{CachedPod, DisruptionTarget};
+use crate::cache::CachedPod;
 use crate::zone_guard::Admission;
 use crate::{Context, EVENT_REASON, Error, ZONE_RECHECK, name_of};
 
@@ -165,8 +160,8 @@ pub async fn remove(
     {
         return Ok(Action::requeue(wait));
     }
-    // A request announced before (this process or one before a restart) is only re-joined.
-    let requested_before = request && has_disruption_target(pod, DisruptionTarget::EvictionRequest);
+    // A request made before (by this process or one before a restart) is only re-joined.
+    let requested_before = request && context.requests.stand_for(pod);
     let announced_now = !requested_before && context.mark(key.clone(), request);
     if announced_now {
         let note = removal.announcement(&name, node_name);
@@ -188,15 +183,8 @@ pub async fn remove(
     }
     let attempt = match &removal {
         Removal::Delete { .. } => {
-            if !has_disruption_target(pod, DisruptionTarget::Deletion) && !context.dry_run {
-                set_disruption_target(
-                    &context.client,
-                    pod,
-                    STATUS_TRUE,
-                    REASON_DELETION_BY_TAINT_MANAGER,
-                    MESSAGE_DELETION_BY_TAINT_MANAGER,
-                )
-                .await?;
+            if !pod.marked_for_deletion && !context.dry_run {
+                mark_for_deletion(&context.client, pod).await?;
             }
             delete(context, pod, None).await
         }
@@ -310,12 +298,11 @@ async fn delete(context: &Context, pod: &CachedPod, grace_period_seconds: Option
     }
 }
 
-/// Creates or joins the pod's EvictionRequest, then says so on the pod once the controller
-/// took the request up (DisruptionTarget=True, also the durable record of the request), and
-/// takes that back if the request is refused or ends without the pod going
-/// ([`disruption_target::mark`]). Joining is server-side apply of our own entry, so a re-join
-/// writes nothing new; a request canceled by withdrawal is created afresh by the requester
-/// library, one refused by the controller's validation is final (no retry).
+/// Creates or joins the pod's EvictionRequest. Joining is server-side apply of our own entry,
+/// so a re-join writes nothing new; a request canceled by withdrawal is created afresh by the
+/// requester library, one refused by the controller's validation is final (no retry). Nothing
+/// is written on the pod: the request is the record of having asked, and DisruptionTarget is
+/// the Eviction API's to say when the pod goes.
 async fn join_request(
     context: &Context,
     pod: &CachedPod,
@@ -329,60 +316,27 @@ async fn join_request(
             accepted: true,
         });
     }
-    let (standing, attempt) = match context.requester.request_standing(pod).await {
-        Ok((_, standing)) => (
-            standing,
-            Attempt::Requested {
-                first,
-                accepted: standing != Standing::Pending,
-            },
-        ),
-        Err(error @ EvictionRequestError::Refused { .. }) => (
-            Standing::Refused,
-            Attempt::Refused {
-                why: error.to_string(),
-            },
-        ),
-        Err(error) => {
-            return Ok(Attempt::Blocked {
-                reason: "Error",
-                why: error.to_string(),
-            });
-        }
-    };
-    match disruption_target::mark(standing, requested_before) {
-        Some(Mark::Set) => {
-            set_disruption_target(
-                &context.client,
-                pod,
-                STATUS_TRUE,
-                REASON_EVICTION_REQUEST_BY_TAINT_MANAGER,
-                MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER,
-            )
-            .await?;
-        }
-        Some(Mark::TakeBack) => {
-            set_disruption_target(
-                &context.client,
-                pod,
-                STATUS_FALSE,
-                REASON_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER,
-                MESSAGE_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER,
-            )
-            .await?;
-        }
-        None => {}
-    }
-    Ok(attempt)
+    Ok(match context.requester.request_standing(pod).await {
+        Ok((_, standing)) => Attempt::Requested {
+            first,
+            accepted: standing != Standing::Pending,
+        },
+        Err(error @ EvictionRequestError::Refused { .. }) => Attempt::Refused {
+            why: error.to_string(),
+        },
+        Err(error) => Attempt::Blocked {
+            reason: "Error",
+            why: error.to_string(),
+        },
+    })
 }
 
 /// The pod is no longer due by an EvictionRequest (the taint went, a toleration or the policy
-/// changed): if it carries our request mark, withdraw from its EvictionRequest and clear the
-/// mark. The evictionrequest-controller cancels a request whose requesters all withdrew.
+/// changed): if a request of ours stands for it ([`crate::requests`], or made by this process
+/// and not yet seen by the watch), withdraw from it. The evictionrequest-controller cancels a
+/// request whose requesters all withdrew.
 pub async fn withdraw_if_requested(pod: &CachedPod, context: &Context) -> Result<(), Error> {
-    let marked = has_disruption_target(pod, DisruptionTarget::EvictionRequest);
-    // A request not yet taken up carries no mark on the pod; this process remembers it.
-    if !marked && !context.requested(&ObjectRef::from_obj(pod)) {
+    if !context.requests.stand_for(pod) && !context.requested(&ObjectRef::from_obj(pod)) {
         return Ok(());
     }
     let name = name_of(pod);
@@ -392,18 +346,7 @@ pub async fn withdraw_if_requested(pod: &CachedPod, context: &Context) -> Result
     }
     // Counted and announced only when a requester entry of ours was there to withdraw: a
     // reconcile from a cache older than our own withdrawal finds none.
-    let listed = context.requester.withdraw(pod).await?;
-    if marked {
-        set_disruption_target(
-            &context.client,
-            pod,
-            STATUS_FALSE,
-            REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
-            "Taint manager: no longer due; eviction request withdrawn",
-        )
-        .await?;
-    }
-    if listed {
+    if context.requester.withdraw(pod).await? {
         context.metrics.withdrawn.inc();
         tracing::info!(pod = %name, "no longer due; withdrew the eviction request");
         let note = format!("Withdrawing the eviction request of Pod {name}: no longer due");
@@ -412,24 +355,13 @@ pub async fn withdraw_if_requested(pod: &CachedPod, context: &Context) -> Result
     Ok(())
 }
 
-/// Whether the pod carries our DisruptionTarget=True condition `target`.
-fn has_disruption_target(pod: &CachedPod, target: DisruptionTarget) -> bool {
-    pod.disruption_target == Some(target)
-}
-
-/// Upstream's condition before the delete (and ours around an EvictionRequest).
-async fn set_disruption_target(
-    client: &Client,
-    pod: &CachedPod,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> Result<(), Error> {
+/// Upstream's condition before the delete.
+async fn mark_for_deletion(client: &Client, pod: &CachedPod) -> Result<(), Error> {
     let condition = PodCondition {
         type_: POD_DISRUPTION_TARGET,
-        status,
-        reason,
-        message,
+        status: STATUS_TRUE,
+        reason: REASON_DELETION_BY_TAINT_MANAGER,
+        message: MESSAGE_DELETION_BY_TAINT_MANAGER,
     };
     Ok(pod_condition::set(client, pod, condition).await?)
 }

@@ -9,8 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
 use evictkit_api::conditions::{
-    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
-    REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, STATUS_TRUE,
+    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER, STATUS_TRUE,
 };
 use evictkit_core::taints::no_execute_taints;
 use evictkit_runtime::index::Grouped;
@@ -33,8 +32,8 @@ const POD_SCHEDULED: &str = "PodScheduled";
 /// A watched Pod, projected as it is deserialized to what the taint-manager reads (DESIGN.md,
 /// compact caches; the affinity-evictor's `CachedPod` is the model): its name, namespace, UID
 /// and deletion timestamp, node, labels and tolerations (one shared copy per distinct set: a
-/// workload's pods hold one), when it was bound, and the reason of a DisruptionTarget=True
-/// condition of ours.
+/// workload's pods hold one), when it was bound, and whether upstream's DisruptionTarget=True
+/// condition before a delete is on it already.
 #[derive(Clone, Debug, Deserialize, Resource)]
 #[resource(inherit = Pod)]
 #[serde(from = "Pod")]
@@ -49,17 +48,9 @@ pub struct CachedPod {
     pub tolerations: Arc<Tolerations>,
     /// When the pod was bound to its node (see [`bound_at`]).
     pub bound_at: Timestamp,
-    /// The reason of the pod's DisruptionTarget=True condition, if one of ours.
-    pub disruption_target: Option<DisruptionTarget>,
-}
-
-/// A DisruptionTarget=True condition the taint-manager set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DisruptionTarget {
-    /// Reason `DeletionByTaintManager`: upstream's, before the delete.
-    Deletion,
-    /// Reason `EvictionRequestByTaintManager`: the pod's EvictionRequest was taken up.
-    EvictionRequest,
+    /// DisruptionTarget=True with reason `DeletionByTaintManager` (upstream's, before the
+    /// delete): a retried delete does not set it again.
+    pub marked_for_deletion: bool,
 }
 
 static LABELS: LazyLock<Interner<BTreeMap<String, String>>> = LazyLock::new(Interner::default);
@@ -91,18 +82,15 @@ impl std::hash::Hash for Tolerations {
 impl From<Pod> for CachedPod {
     fn from(pod: Pod) -> Self {
         let bound_at = bound_at(&pod);
-        let disruption_target = pod
+        let marked_for_deletion = pod
             .status
             .and_then(|s| s.conditions)
             .into_iter()
             .flatten()
-            .filter(|c| c.type_ == POD_DISRUPTION_TARGET && c.status == STATUS_TRUE)
-            .find_map(|c| match c.reason.as_deref() {
-                Some(REASON_DELETION_BY_TAINT_MANAGER) => Some(DisruptionTarget::Deletion),
-                Some(REASON_EVICTION_REQUEST_BY_TAINT_MANAGER) => {
-                    Some(DisruptionTarget::EvictionRequest)
-                }
-                _ => None,
+            .any(|c| {
+                c.type_ == POD_DISRUPTION_TARGET
+                    && c.status == STATUS_TRUE
+                    && c.reason.as_deref() == Some(REASON_DELETION_BY_TAINT_MANAGER)
             });
         let spec = pod.spec.unwrap_or_default();
         let mut metadata = pod.metadata;
@@ -112,7 +100,7 @@ impl From<Pod> for CachedPod {
             node_name: spec.node_name.unwrap_or_default(),
             tolerations: TOLERATIONS.get(Tolerations(spec.tolerations.unwrap_or_default())),
             bound_at,
-            disruption_target,
+            marked_for_deletion,
         }
     }
 }
@@ -134,7 +122,7 @@ impl CachedPod {
             labels: Arc::default(),
             tolerations: Arc::default(),
             bound_at: Timestamp::UNIX_EPOCH,
-            disruption_target: None,
+            marked_for_deletion: false,
         }
     }
 }
@@ -313,9 +301,9 @@ mod tests {
         assert_eq!(cached.tolerations.0[0].toleration_seconds, Some(300));
         // Bound when scheduled, not when created.
         assert_eq!(cached.bound_at.to_string(), "2026-11-27T10:00:05Z");
-        assert_eq!(cached.disruption_target, Some(DisruptionTarget::Deletion));
+        assert!(cached.marked_for_deletion);
         let other = pod("b", "web", "PreemptionByScheduler");
-        assert_eq!(other.disruption_target, None);
+        assert!(!other.marked_for_deletion);
     }
 
     #[test]

@@ -37,9 +37,9 @@
 //! tolerated for a while (set by the node lifecycle controller and `kubectl taint`; whole
 //! seconds), or when the pod was bound if later, so the pod goes when it would have gone
 //! without the restart. A taint without `timeAdded` counts from when this process first saw
-//! it, so its window starts anew, as upstream's does. A pod's EvictionRequest is marked on the
-//! pod (DisruptionTarget, reason `EvictionRequestByTaintManager`), so a restarted taint-manager
-//! still withdraws it.
+//! it, so its window starts anew, as upstream's does. A request of the `EvictionRequest` action
+//! is its own record ([`requests`]: the taint-manager's requests, watched), so a restarted
+//! taint-manager still withdraws it.
 
 mod access;
 mod actions;
@@ -47,6 +47,7 @@ mod cache;
 mod metrics;
 mod pod_state;
 mod reconcile;
+mod requests;
 mod status;
 mod watches;
 mod zone_guard;
@@ -242,6 +243,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .await
         .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?,
+        eviction_request_api: args.eviction_request_api,
         controller: args.controller.config(),
         zone_guard: args.zone_guard,
         zone_flags: ZoneFlags {
@@ -288,6 +290,8 @@ struct Settings {
     backoff: Backoff,
     /// Asks for and withdraws EvictionRequests (action `EvictionRequest`).
     requester: Requester,
+    /// `--eviction-request-api` as given (`auto` also follows the CRD's requests).
+    eviction_request_api: ApiMode,
     /// `--concurrent-syncs`.
     controller: kube::runtime::controller::Config,
     /// `--zone-guard`: without it, no zone state is kept and nothing is paced by zone.
@@ -313,6 +317,10 @@ struct Context {
     policies_listed: Listed,
     /// Whether the TaintEvictionPolicy CRD is installed; without it, no policies.
     policies_installed: bool,
+    /// The pods the taint-manager's EvictionRequests stand for, and whether the watch of each
+    /// API followed has listed.
+    requests: Arc<requests::OwnRequests>,
+    requests_listed: Vec<Listed>,
     /// When this term as leader began: windows that would have started before are recovered
     /// from the taints' `timeAdded` (see "Toleration windows and restarts").
     planning_since: Timestamp,
@@ -350,14 +358,31 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     );
     let readiness = settings.readiness.clone();
     let policies_installed = access::policy_crd_installed(&client).await;
+    let own_requests = Arc::new(requests::OwnRequests::default());
+    let followed = requests::followed(
+        &client,
+        settings.eviction_request_api,
+        settings.requester.api(),
+    )
+    .await;
+    let (requests_listed, follow_requests) = requests::follow(
+        &client,
+        followed,
+        settings.namespace.as_deref(),
+        own_requests.clone(),
+        settings.access.clone(),
+        token.clone(),
+    );
+    let requests_waited = requests_listed.clone();
     // Ready once every cache has listed: before, a pod would be planned against missing
-    // nodes, namespaces or policies.
+    // nodes, namespaces or policies, and one no longer due against none of our requests.
     let listed = readiness.until_listed(async move {
         let (pods, nodes, namespaces, policies) = caches;
         future::join3(pods.wait(), nodes.wait(), namespaces.wait()).await;
         if policies_installed {
             policies.wait().await;
         }
+        future::join_all(requests_waited.iter().map(Listed::wait)).await;
         tracing::info!("caches listed");
     });
     settings
@@ -376,6 +401,8 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         nodes_listed,
         namespaces_listed,
         policies_listed,
+        requests: own_requests,
+        requests_listed,
         planning_since: Timestamp::now(),
         zones: Mutex::default(),
         pods: Mutex::default(),
@@ -442,7 +469,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             }
             future::ready(())
         });
-    future::join3(controller, status, listed).await;
+    future::join4(controller, status, listed, follow_requests).await;
 }
 
 #[derive(Debug, thiserror::Error)]

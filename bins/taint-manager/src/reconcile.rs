@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
+use evictkit_runtime::listed::Listed;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::Action;
@@ -18,12 +19,13 @@ use crate::cache::CachedPod;
 use crate::{CACHE_WAIT, Context, Error, name_of, taints_of};
 
 impl Context {
-    /// Whether the node, namespace and policy caches hold a complete list (the policy one only
-    /// if the CRD is installed).
+    /// Whether the node, namespace, policy and own request caches hold a complete list (the
+    /// policy one only if the CRD is installed).
     pub(crate) fn caches_ready(&self) -> bool {
         self.nodes_listed.is_listed()
             && self.namespaces_listed.is_listed()
             && (!self.policies_installed || self.policies_listed.is_listed())
+            && self.requests_listed.iter().all(Listed::is_listed)
     }
 
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {

@@ -273,7 +273,5 @@ fn outranks(a: &CompiledPolicy, b: &CompiledPolicy) -> bool {
     a.precedence > b.precedence || (a.precedence == b.precedence && a.name < b.name)
 }
 
-pub mod disruption_target;
-
 #[cfg(test)]
 mod tests;

@@ -2,9 +2,10 @@
 //! with `--controllers=*,-taint-eviction-controller`: upstream's NoExecute behaviour (delete at
 //! once, tolerationSeconds honoured within a second, cancellation, a terminating pod not
 //! deleted again), a restart in the middle of a toleration window, each TaintEvictionPolicy
-//! action (EvictionRequest with the real evictionrequest-controller) with precedence and
-//! status, force delete of a pod stuck terminating on an unreachable node, and the zone guard
-//! pausing and resuming.
+//! action (EvictionRequest with the real evictionrequest-controller, also a request that waits
+//! past the disruption controller's 2-minute reset of DisruptionTarget, and one outliving a
+//! long restart) with precedence and status, force delete of a pod stuck terminating on an
+//! unreachable node, and the zone guard pausing and resuming.
 //!
 //! Each test starts its own taint-manager restricted to its namespace (`--namespace`, its Lease
 //! there too) and to its own policies (`--policy-selector`), and taints only nodes it created,
@@ -13,10 +14,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use evictkit_api::conditions::{
-    POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
-    REASON_EVICTION_REQUEST_BY_TAINT_MANAGER, REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER,
-};
+use evictkit_api::conditions::{POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
     EVICTION_INTERCEPTORS, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_MANAGER_REQUESTER,
@@ -532,8 +530,8 @@ async fn evict_policy_respects_a_pdb_and_is_retried() -> Result<()> {
 }
 
 /// The EvictionRequest action (KEP-4563) with the real evictionrequest-controller: a pod that
-/// may go is requested and evicted; one whose PDB holds is requested and stays; when the taint
-/// goes its request is withdrawn and its mark cleared.
+/// may go is requested and evicted; one whose PDB holds is requested and stays, with no
+/// DisruptionTarget=True (it is not going); when the taint goes its request is withdrawn.
 #[tokio::test]
 async fn eviction_request_policy_requests_and_withdraws_when_no_longer_due() -> Result<()> {
     let _shared = EXCLUSIVE.read().await;
@@ -580,35 +578,19 @@ async fn eviction_request_policy_requests_and_withdraws_when_no_longer_due() -> 
         ),
     )
     .await?;
-    let marked = |status: &'static str, reason: &'static str| {
-        move |pod: &Pod| {
-            disruption_target(pod)
-                .is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason))
-        }
-    };
-    wait::wait_for(
-        &pods,
-        "db",
-        DEFAULT_TIMEOUT,
-        "marked",
-        marked("True", REASON_EVICTION_REQUEST_BY_TAINT_MANAGER),
-    )
-    .await?;
     not_deleted_for(&env, "db", Duration::from_secs(2)).await?;
+    let waiting = pods.get("db").await?;
+    ensure!(
+        disruption_target(&waiting).is_none_or(|c| c.status != "True"),
+        "DisruptionTarget on db, which is not going: {:?}",
+        disruption_target(&waiting)
+    );
 
-    // The taint goes: db is no longer due, so the request is withdrawn and the mark cleared.
+    // The taint goes: db is no longer due, so the request is withdrawn.
     set_taints(&env, &node, vec![]).await?;
     wait::wait_for(&requests, &db_request, DEFAULT_TIMEOUT, "withdrawn", |r| {
         !ours(r)
     })
-    .await?;
-    wait::wait_for(
-        &pods,
-        "db",
-        DEFAULT_TIMEOUT,
-        "mark cleared",
-        marked("False", REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER),
-    )
     .await?;
     wait_event(
         &env,
@@ -1261,13 +1243,12 @@ async fn an_rbac_denial_makes_it_not_ready_and_is_logged() -> Result<()> {
     Ok(())
 }
 
-/// The EvictionRequest action says DisruptionTarget=True only of a pod whose request the
-/// evictionrequest-controller took up (as upstream says it only of a pod that is going): a
-/// request refused by validation (a malformed interceptor annotation) leaves no True condition
-/// behind, or a Job's podFailurePolicy would count a later real failure as a disruption.
+/// The EvictionRequest action says no DisruptionTarget=True of a pod that is not going (as
+/// upstream says it only of a pod that is going): a request refused by validation (a malformed
+/// interceptor annotation) leaves no True condition behind, or a Job's podFailurePolicy would
+/// count a later real failure as a disruption.
 #[tokio::test]
-async fn eviction_request_policy_says_disruption_target_only_of_an_accepted_request() -> Result<()>
-{
+async fn eviction_request_policy_says_no_disruption_target_of_a_refused_request() -> Result<()> {
     let _shared = EXCLUSIVE.read().await;
     let env = TestEnv::new("tm-er-refused").await?;
     let _controller = env.start_eviction_request_controller().await?;
@@ -1307,4 +1288,218 @@ async fn eviction_request_policy_says_disruption_target_only_of_an_accepted_requ
         disruption_target(&pod)
     );
     not_deleted_for(&env, "bad", Duration::from_secs(2)).await
+}
+
+/// The EvictionRequest API a long scenario requests through: the taint-manager's default
+/// (`auto`: lifecycle.k8s.io on a cluster serving it) or the evictkit.io CRD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RequestApi {
+    Auto,
+    Crd,
+}
+
+/// A request of the taint-manager that waits: pod `db` on a node tainted with [`TAINT`], its
+/// EvictionRequest policy's request held by `db`'s PDB, the evictionrequest-controller running.
+struct WaitingRequest {
+    env: TestEnv,
+    api: RequestApi,
+    node: String,
+    db: Pod,
+    manager: Component,
+    _controller: Component,
+}
+
+impl WaitingRequest {
+    /// Set up and taint the node; returns once the request stands. `None` where the cluster
+    /// does not serve the API.
+    async fn start(prefix: &str, api: RequestApi) -> Result<Option<Self>> {
+        let env = TestEnv::new(prefix).await?;
+        let controller = match api {
+            RequestApi::Auto if env.skip_without_lifecycle_api().await? => return Ok(None),
+            RequestApi::Auto => env.start_lifecycle_controller().await?,
+            RequestApi::Crd => env.start_eviction_request_controller().await?,
+        };
+        let node = env
+            .create_node(objects::node("n", &[], vec![]))
+            .await?
+            .name_any();
+        let db = ready_pod_on(&env, "db", &node).await?;
+        db_budget(&env).await?;
+        env.apply_crd("TaintEvictionPolicy").await?;
+        create_policy(
+            &env,
+            &policy(&env, "request", 0, TaintEvictionAction::EvictionRequest),
+        )
+        .await?;
+        let manager = start(&env, Self::flags(api)).await?;
+        set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
+        let waiting = Self {
+            env,
+            api,
+            node,
+            db,
+            manager,
+            _controller: controller,
+        };
+        waiting.until_request(true).await?;
+        Ok(Some(waiting))
+    }
+
+    fn flags(api: RequestApi) -> &'static [&'static str] {
+        match api {
+            RequestApi::Auto => &[],
+            RequestApi::Crd => &["--eviction-request-api=crd"],
+        }
+    }
+
+    /// Whether the taint-manager's request for `db` stands (asked, not withdrawn).
+    async fn request_stands(&self) -> Result<bool> {
+        Ok(match self.api {
+            RequestApi::Auto => self
+                .env
+                .api::<LifecycleRequest>()
+                .get_opt(&lifecycle_request::request_name(
+                    "db",
+                    TAINT_MANAGER_REQUESTER_KEY,
+                ))
+                .await?
+                .is_some_and(|r| {
+                    r.spec.requester == TAINT_MANAGER_REQUESTER_KEY
+                        && r.spec.intent == INTENT_EVICTION
+                }),
+            RequestApi::Crd => self
+                .env
+                .api::<EvictionRequest>()
+                .get_opt(&self.db.uid().unwrap_or_default())
+                .await?
+                .is_some_and(|r| {
+                    r.spec
+                        .requesters
+                        .iter()
+                        .any(|r| r.name == TAINT_MANAGER_REQUESTER)
+                }),
+        })
+    }
+
+    /// Waits until the request stands (`true`) or no longer does.
+    async fn until_request(&self, stands: bool) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+        while self.request_stands().await? != stands {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the taint-manager's request for db (API {:?}) still {}; its log: {}",
+                self.api,
+                if stands { "not made" } else { "stands" },
+                self.manager.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The taint-manager's DisruptionTarget=True conditions on `pod` (reason `...ByTaintManager`),
+/// told apart by their lastTransitionTime: each one a status write of the taint-manager.
+fn our_disruption_target(pod: &Pod) -> Option<String> {
+    disruption_target(pod)
+        .filter(|c| c.status == "True")
+        .filter(|c| {
+            c.reason
+                .as_deref()
+                .is_some_and(|r| r.ends_with("ByTaintManager"))
+        })
+        .map(|c| format!("{:?}", c.last_transition_time))
+}
+
+/// A request that waits longer than kube-controller-manager's disruption controller allows a
+/// DisruptionTarget=True to stand on a pod that is not terminating (2 minutes, then it resets
+/// it to False). The taint-manager must not say it again after each reset: two status writes
+/// per waiting pod every 2 minutes, its own through the client budget removals need.
+async fn a_waiting_request_writes_the_pod_status_at_most_once(
+    prefix: &str,
+    api: RequestApi,
+) -> Result<()> {
+    let Some(waiting) = WaitingRequest::start(prefix, api).await? else {
+        return Ok(());
+    };
+    let pods = waiting.env.api::<Pod>();
+    let mut writes = std::collections::BTreeSet::new();
+    // Past the reset of a condition set when the request was taken up, and a second's polls.
+    let until = tokio::time::Instant::now() + Duration::from_secs(150);
+    while tokio::time::Instant::now() < until {
+        let pod = pods.get("db").await?;
+        ensure!(
+            pod.metadata.deletion_timestamp.is_none(),
+            "db was deleted although its PDB holds"
+        );
+        writes.extend(our_disruption_target(&pod));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    ensure!(
+        writes.len() <= 1,
+        "the taint-manager wrote DisruptionTarget=True on db {} times in 150 s of waiting \
+         (lastTransitionTimes {writes:?})",
+        writes.len()
+    );
+    ensure!(waiting.request_stands().await?, "the request still stands");
+    Ok(())
+}
+
+/// The taint-manager is down for longer than the disruption controller's 2 minutes while its
+/// request waits (a rollout, a crash loop), and the node recovers meanwhile: started again, it
+/// withdraws the request (the request itself is its record of having asked), and the pod is
+/// not evicted once its PDB would allow it.
+async fn a_request_is_withdrawn_after_a_long_restart(prefix: &str, api: RequestApi) -> Result<()> {
+    let Some(mut waiting) = WaitingRequest::start(prefix, api).await? else {
+        return Ok(());
+    };
+    // Whatever the taint-manager says of the taken-up request is said by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        waiting.manager.stop(),
+        "the taint-manager did not stop on SIGTERM"
+    );
+    tokio::time::sleep(Duration::from_secs(130)).await;
+    let pod = waiting.env.api::<Pod>().get("db").await?;
+    ensure!(
+        our_disruption_target(&pod).is_none(),
+        "the disruption controller reset no DisruptionTarget in 130 s (is it running?): {:?}",
+        disruption_target(&pod)
+    );
+    ensure!(waiting.request_stands().await?, "the request waits on");
+    // The node recovers while the taint-manager is down.
+    set_taints(&waiting.env, &waiting.node, vec![]).await?;
+    waiting.manager = start(&waiting.env, WaitingRequest::flags(api)).await?;
+    waiting.until_request(false).await?;
+    // The budget would let an eviction through now.
+    waiting
+        .env
+        .api::<PodDisruptionBudget>()
+        .delete("db", &DeleteParams::default())
+        .await?;
+    not_deleted_for(&waiting.env, "db", Duration::from_secs(5)).await
+}
+
+/// Both scenarios on both APIs, at once: each waits out the disruption controller's 2 minutes,
+/// and the test harness runs only as many tests at once as there are cores.
+#[tokio::test]
+async fn requests_that_wait_past_the_disruption_controllers_reset() -> Result<()> {
+    let _shared = EXCLUSIVE.read().await;
+    let (marked, marked_crd, restarted, restarted_crd) = tokio::join!(
+        a_waiting_request_writes_the_pod_status_at_most_once("tm-er-wait", RequestApi::Auto),
+        a_waiting_request_writes_the_pod_status_at_most_once("tm-er-wait-crd", RequestApi::Crd),
+        a_request_is_withdrawn_after_a_long_restart("tm-er-down", RequestApi::Auto),
+        a_request_is_withdrawn_after_a_long_restart("tm-er-down-crd", RequestApi::Crd),
+    );
+    let failures: Vec<String> = [
+        ("status writes, auto", marked),
+        ("status writes, crd", marked_crd),
+        ("restart, auto", restarted),
+        ("restart, crd", restarted_crd),
+    ]
+    .into_iter()
+    .filter_map(|(scenario, result)| result.err().map(|e| format!("{scenario}: {e:#}")))
+    .collect();
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
 }

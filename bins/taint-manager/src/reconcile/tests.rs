@@ -5,6 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
+use evictkit_api::taint_eviction_policy::{
+    TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
+};
 use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
@@ -52,11 +55,27 @@ fn apiserver(pod: Value) -> (Client, Arc<Mutex<Calls>>) {
 /// As [`apiserver`], but the first `failing` deletes are answered 503, as by an apiserver
 /// that is shutting down.
 fn apiserver_failing_deletes(pod: Value, failing: usize) -> (Client, Arc<Mutex<Calls>>) {
+    apiserver_with(pod, None, failing)
+}
+
+/// As [`apiserver`], with `request` the answer to every call about an EvictionRequest.
+fn apiserver_with_request(pod: Value, request: Value) -> (Client, Arc<Mutex<Calls>>) {
+    apiserver_with(pod, Some(request), 0)
+}
+
+fn apiserver_with(
+    pod: Value,
+    request: Option<Value>,
+    failing: usize,
+) -> (Client, Arc<Mutex<Calls>>) {
     let calls = Arc::new(Mutex::new(Calls::default()));
     let seen = calls.clone();
     let failing = Arc::new(Mutex::new(failing));
     let service = tower::service_fn(move |call: Request<Body>| {
         let (seen, pod, failing) = (seen.clone(), pod.clone(), failing.clone());
+        let eviction_request = request
+            .clone()
+            .filter(|_| call.uri().path().contains("/evictionrequests/"));
         async move {
             let request = format!("{} {}", call.method(), call.uri().path());
             let create = call.method() == http::Method::POST;
@@ -82,7 +101,10 @@ fn apiserver_failing_deletes(pod: Value, failing: usize) -> (Client, Arc<Mutex<C
                     .push(event["note"].as_str().unwrap_or_default().to_owned());
                 return Ok::<_, std::convert::Infallible>(Response::new(Body::from(body.to_vec())));
             }
-            Ok(Response::new(Body::from(serde_json::to_vec(&pod).unwrap())))
+            let answer = eviction_request.unwrap_or(pod);
+            Ok(Response::new(Body::from(
+                serde_json::to_vec(&answer).unwrap(),
+            )))
         }
     });
     (Client::new(service, "default"), calls)
@@ -104,6 +126,7 @@ async fn context(client: Client, node: Node) -> Arc<Context> {
             initial: Duration::from_secs(1),
             max: Duration::from_secs(120),
         },
+        eviction_request_api: ApiMode::Crd,
         requester: Requester::new(
             client.clone(),
             ApiMode::Crd,
@@ -158,6 +181,8 @@ async fn context(client: Client, node: Node) -> Arc<Context> {
         namespaces_listed,
         policies_listed,
         policies_installed: false,
+        requests: Arc::default(),
+        requests_listed: Vec::new(),
         planning_since: Timestamp::now() - SignedDuration::from_hours(1),
         zones: Mutex::default(),
         pods: Mutex::default(),
@@ -166,6 +191,29 @@ async fn context(client: Client, node: Node) -> Arc<Context> {
             max: Duration::from_secs(120),
         }),
     })
+}
+
+/// [`context`] with the TaintEvictionPolicy CRD installed and `policies` listed.
+async fn context_with_policies(
+    client: Client,
+    node: Node,
+    policies: Vec<TaintEvictionPolicy>,
+) -> Arc<Context> {
+    let context = context(client, node).await;
+    let mut context = Arc::into_inner(context).unwrap();
+    let (store, mut writer) = reflector::store();
+    let (lister, listed) = listed();
+    let events = std::iter::once(watcher::Event::Init)
+        .chain(policies.into_iter().map(watcher::Event::InitApply))
+        .chain([watcher::Event::InitDone]);
+    for event in events {
+        writer.apply_watcher_event(&event);
+        lister.observe(&Ok(event));
+    }
+    context.policies = store;
+    context.policies_listed = listed;
+    context.policies_installed = true;
+    Arc::new(context)
 }
 
 /// A node the node-lifecycle-controller found unreachable just now.
@@ -293,5 +341,116 @@ async fn a_retried_deletion_reads_no_eviction_request() {
             "DELETE /api/v1/namespaces/ns/pods/web-0"
         ],
         "two attempts at the deletion and nothing else"
+    );
+}
+
+/// A node without taints: the node recovered.
+fn recovered_node() -> Node {
+    serde_json::from_value(json!({"metadata": {"name": "node-1"}})).unwrap()
+}
+
+/// A policy governing every NoExecute taint with the EvictionRequest action.
+fn eviction_request_policy() -> TaintEvictionPolicy {
+    TaintEvictionPolicy::new(
+        "request",
+        TaintEvictionPolicySpec {
+            action: TaintEvictionAction::EvictionRequest,
+            ..TaintEvictionPolicySpec::default()
+        },
+    )
+}
+
+/// `pod(false)` tolerating nothing: due at once on a tainted node; `condition`: its
+/// DisruptionTarget condition, if any.
+fn untolerating_pod(condition: Option<Value>) -> Value {
+    let mut pod = pod(false);
+    pod["spec"]["tolerations"] = json!([]);
+    pod["status"]["conditions"] = json!(condition.into_iter().collect::<Vec<_>>());
+    pod
+}
+
+/// The pod's EvictionRequest on the CRD, listing the taint-manager, taken up by the
+/// evictionrequest-controller (generation observed) and waiting (a PDB, an interceptor).
+fn waiting_request() -> Value {
+    json!({
+        "apiVersion": "evictkit.io/v1alpha1", "kind": "EvictionRequest",
+        "metadata": {"name": "uid-web-0", "namespace": "ns", "uid": "uid-request",
+                     "resourceVersion": "7", "generation": 1},
+        "spec": {"requesters": [{"name": TAINT_MANAGER_REQUESTER}],
+                 "target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
+        "status": {"observedGeneration": 1},
+    })
+}
+
+/// kube-controller-manager's disruption controller turns a DisruptionTarget=True of a pod
+/// that is not terminating back to False after 2 minutes (`stalePodDisruptionTimeout`), its
+/// reason cleared. A request that waits longer (a PDB, an interceptor still at work) must not
+/// be marked on the pod again after each reset: two status writes per waiting pod every 2
+/// minutes, ours through the client budget the real removals need.
+#[tokio::test]
+async fn a_waiting_request_is_not_marked_again_after_the_disruption_controller_resets_it() {
+    let (client, calls) = apiserver_with_request(untolerating_pod(None), waiting_request());
+    let context =
+        context_with_policies(client, unreachable_node(), vec![eviction_request_policy()]).await;
+
+    // The taint reaches the pod: requested at once; the controller takes the request up.
+    reconcile(cached(&untolerating_pod(None)), context.clone())
+        .await
+        .unwrap();
+    let status_writes = |calls: &Calls| {
+        calls
+            .requests
+            .iter()
+            .filter(|r| r.ends_with("/pods/web-0/status"))
+            .count()
+    };
+    let first = status_writes(&calls.lock().unwrap());
+    // Two minutes on, the disruption controller's reset reaches the pod watch.
+    let reset = json!({"type": "DisruptionTarget", "status": "False"});
+    reconcile(cached(&untolerating_pod(Some(reset))), context.clone())
+        .await
+        .unwrap();
+    settle().await;
+
+    let calls = calls.lock().unwrap();
+    let again = status_writes(&calls) - first;
+    assert_eq!(
+        (first, again),
+        (0, 0),
+        "pod status writes for a request that waits (on asking, after the reset): {:?}",
+        calls.requests
+    );
+}
+
+/// The taint-manager was down for longer than the disruption controller's 2 minutes while
+/// its request waited, so nothing on the pod says it asked; the node recovered meanwhile. The
+/// request itself is the record: the restarted taint-manager withdraws it, or the pod is
+/// evicted from a node that recovered.
+#[tokio::test]
+async fn a_restarted_taint_manager_withdraws_a_request_whose_pod_carries_no_mark() {
+    let reset = json!({"type": "DisruptionTarget", "status": "False"});
+    let pod = untolerating_pod(Some(reset));
+    let (client, calls) = apiserver_with_request(pod.clone(), waiting_request());
+    let context =
+        context_with_policies(client, recovered_node(), vec![eviction_request_policy()]).await;
+    // The restarted taint-manager's watch of its requests lists it.
+    let request = serde_json::from_value(waiting_request()).unwrap();
+    for event in [
+        watcher::Event::Init,
+        watcher::Event::InitApply(request),
+        watcher::Event::InitDone,
+    ] {
+        context.requests.apply_crd(&event);
+    }
+
+    reconcile(cached(&pod), context.clone()).await.unwrap();
+    settle().await;
+
+    let calls = calls.lock().unwrap();
+    let path = "/apis/evictkit.io/v1alpha1/namespaces/ns/evictionrequests/uid-web-0";
+    assert!(
+        calls.requests.contains(&format!("PATCH {path}")),
+        "the request is withdrawn: {:?}",
+        calls.requests
     );
 }
