@@ -61,6 +61,10 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// dial tries again 1 s later, then 3 s: std's listener queues 128.
 const ACCEPT_BACKLOG: i32 = 4096;
 
+/// Worker threads of the server's own runtime (see [`WebhookServer::serve`]): the charts give a
+/// component up to two cores.
+const SERVING_THREADS: usize = 2;
+
 /// How long the apiserver waits for a review whose call names no `timeout`: the default
 /// `timeoutSeconds` of admissionregistration/v1.
 const DEFAULT_REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -436,7 +440,37 @@ impl WebhookServer {
 
     /// Serves HTTPS and reloads the certificate until `shutdown`, then drains the connections
     /// (see [`DRAIN`]) and lets in-flight reviews finish for up to ten seconds.
+    ///
+    /// The server runs on a runtime of its own ([`SERVING_THREADS`] workers on a thread of its
+    /// own), not on the binary's: tokio schedules tasks cooperatively, so a watch's work that
+    /// holds a worker (a relist deserialising thousands of objects, a burst of events) would
+    /// hold the accepts, TLS handshakes and reviews queued behind it, inside the apiserver's
+    /// time for each call. The reviews' own reads (caches, API clients) work from either.
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), WebhookError> {
+        let (done, served) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("webhook-server".to_owned())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(SERVING_THREADS)
+                    .thread_name("webhook-server")
+                    .enable_all()
+                    .build();
+                let result = match runtime {
+                    Ok(runtime) => runtime.block_on(self.serve_here(shutdown)),
+                    Err(error) => Err(WebhookError::Serve(error)),
+                };
+                let _ = done.send(result);
+            });
+        thread.map_err(WebhookError::Serve)?;
+        served.await.unwrap_or_else(|_| {
+            Err(WebhookError::Serve(io::Error::other(
+                "the webhook server's thread ended without a result",
+            )))
+        })
+    }
+
+    async fn serve_here(self, shutdown: CancellationToken) -> Result<(), WebhookError> {
         let handle = axum_server::Handle::new();
         let reloader = tokio::spawn(self.certificates.clone().watch(
             RELOAD_INTERVAL,

@@ -714,3 +714,35 @@ async fn the_server_counts_connections_and_handshakes_and_times_each_call() {
     );
     shutdown.cancel();
 }
+
+/// A binary's watches and controllers share a runtime with whatever awaits the server: a task
+/// that holds its only worker (3 s without yielding, as a relist deserialising thousands of
+/// objects can) must not hold a call to the webhook meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_busy_runtime_does_not_hold_the_webhooks_calls() {
+    let (addr, ca, _volume, shutdown) = serve_validate(Limits::default()).await;
+    // The server task starts at the first yield, ahead of the busy one.
+    tokio::task::yield_now().await;
+    let issuer = ca.issuer.der().clone();
+    let call = tokio::task::spawn_blocking(move || {
+        // Let the busy task take the worker first.
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        let (_, response) = connect(addr, &issuer, &review("busy"));
+        (started.elapsed(), response)
+    });
+    let busy = tokio::spawn(async {
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    });
+    busy.await.unwrap();
+    let (took, response) = call.await.unwrap();
+    assert!(response.contains(r#""uid":"busy""#), "{response}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the call waited {took:?} for the busy runtime"
+    );
+    shutdown.cancel();
+}
