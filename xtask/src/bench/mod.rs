@@ -56,6 +56,9 @@ enum Component {
     /// the table and writes docs/bench/webhooks.csv (set EVICTKIT_CLUSTER_DIR for a cluster of
     /// your own with enough kwok nodes).
     Webhooks(webhooks::Args),
+    /// The no-op webhook `webhooks --scenarios floor` starts as the floor of its calls.
+    #[command(hide = true)]
+    NoopWebhook(webhooks::noop::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -67,5 +70,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Component::AffinityEvictor(args) => affinity_evictor::run(&args),
         Component::Scale(args) => scale::run(&args),
         Component::Webhooks(args) => webhooks::run(&args),
+        Component::NoopWebhook(args) => webhooks::noop::run(&args),
     }
 }

@@ -13,6 +13,8 @@
 
 pub mod apiserver;
 mod descheduler;
+mod floor;
+pub mod noop;
 mod pdb_writes;
 mod scale_up;
 
@@ -44,6 +46,13 @@ pub struct Args {
     /// Pods the descheduler evicts in its one cycle of the descheduler scenario.
     #[arg(long, default_value_t = 300)]
     descheduled_pods: usize,
+    /// Concurrent evictions of each burst of the floor scenario.
+    #[arg(long, value_delimiter = ',', default_values_t = [25, 100, 1000])]
+    bursts: Vec<usize>,
+    /// After the floor's bursts, bursts of 25 separated by quiet gaps of 40 to 100 s for this
+    /// many minutes (0: none; the idle-gap test).
+    #[arg(long, default_value_t = 0.0)]
+    idle_gap_minutes: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,20 +68,25 @@ enum Scenario {
     /// The real descheduler evicting --descheduled-pods pods in one cycle through
     /// descheduler-bridge's eviction webhook.
     Descheduler,
+    /// pdb-policy-webhook's eviction webhook beside a no-op webhook of the same server stack
+    /// and registration, both called for the same --bursts of concurrent (dry-run) evictions,
+    /// with one PDB per namespace and one per workload; then --idle-gap-minutes.
+    Floor,
 }
 
-const ALL: [Scenario; 4] = [
+const ALL: [Scenario; 5] = [
     Scenario::Drain,
     Scenario::ScaleUp,
     Scenario::PdbWrites,
     Scenario::Descheduler,
+    Scenario::Floor,
 ];
 
 impl Scenario {
     /// The component whose webhook the scenario calls: its Events are counted.
     fn component(self) -> &'static str {
         match self {
-            Scenario::Drain | Scenario::PdbWrites => "pdb-policy-webhook",
+            Scenario::Drain | Scenario::PdbWrites | Scenario::Floor => "pdb-policy-webhook",
             Scenario::ScaleUp => "affinity-evictor",
             Scenario::Descheduler => "descheduler-bridge",
         }
@@ -116,6 +130,32 @@ pub struct Row {
     /// Events the component created during the scenario ([`support::events_reported`]: each
     /// created Event once, however often its series repeats).
     pub events: Option<usize>,
+    /// Beside the no-op webhook ([`floor`]).
+    pub floor: Option<FloorFigures>,
+}
+
+/// A floor row's other figures: the no-op webhook's calls as the apiserver measured them, and
+/// our server's own share.
+pub struct FloorFigures {
+    /// Our calls as the apiserver measured them, and the no-op's.
+    pub ours: apiserver::Snapshot,
+    pub noop: apiserver::Snapshot,
+    /// Our server's calls and their seconds, accept (or request) to answer
+    /// (`evictkit_webhook_call_duration_seconds`), and its completed TLS handshakes.
+    pub server_calls: f64,
+    pub server_seconds: f64,
+    pub handshakes: f64,
+    /// Evictions sent at once.
+    pub concurrent: usize,
+}
+
+impl FloorFigures {
+    /// Our p99's bucket bound over the no-op's.
+    fn p99_ratio(&self) -> Option<f64> {
+        let ours = floor::quantile_bound_ms(&self.ours.durations, 0.99)?;
+        let noop = floor::quantile_bound_ms(&self.noop.durations, 0.99)?;
+        Some(ours / noop)
+    }
 }
 
 const HEADER: &[&str] = &[
@@ -133,6 +173,21 @@ const HEADER: &[&str] = &[
     "request_p99_ms",
     "request_p99_ms_without_webhook",
     "events",
+    "noop_calls",
+    "p99_bound_ms",
+    "noop_p99_bound_ms",
+    "p99_bound_ratio",
+    "share_le_25ms",
+    "noop_share_le_25ms",
+    "share_le_100ms",
+    "noop_share_le_100ms",
+    "mean_ms",
+    "noop_mean_ms",
+    "server_mean_ms",
+    "handshakes",
+    "commit",
+    "date",
+    "loadavg",
 ];
 
 impl Row {
@@ -153,6 +208,7 @@ impl Row {
             request_p99_ms: None,
             request_p99_ms_without: None,
             events: None,
+            floor: None,
         }
     }
 
@@ -179,11 +235,53 @@ impl Row {
         ]
     }
 
+    /// [`Row::cells`], the floor's figures, and when and where it was measured.
+    fn all_cells(&self, measured: &[String; 3]) -> Vec<String> {
+        let or_dash = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+        };
+        let mean = |seconds: f64, calls: f64| (calls > 0.0).then(|| seconds * 1000.0 / calls);
+        let mut cells = self.cells();
+        match &self.floor {
+            Some(f) => cells.extend([
+                format!("{:.0}", f.noop.calls()),
+                or_dash(floor::quantile_bound_ms(&f.ours.durations, 0.99), 0),
+                or_dash(floor::quantile_bound_ms(&f.noop.durations, 0.99), 0),
+                or_dash(f.p99_ratio(), 2),
+                or_dash(f.ours.durations.share_at_most(0.025), 3),
+                or_dash(f.noop.durations.share_at_most(0.025), 3),
+                or_dash(f.ours.durations.share_at_most(0.1), 3),
+                or_dash(f.noop.durations.share_at_most(0.1), 3),
+                or_dash(mean(f.ours.seconds, f.ours.calls()), 1),
+                or_dash(mean(f.noop.seconds, f.noop.calls()), 1),
+                or_dash(mean(f.server_seconds, f.server_calls), 2),
+                format!("{:.0}", f.handshakes),
+            ]),
+            None => cells.extend(std::iter::repeat_n("-".to_owned(), 12)),
+        }
+        cells.extend(measured.iter().cloned());
+        cells
+    }
+
     fn meets_the_goal(&self) -> bool {
         let denials = match self.expected {
             Answer::Admit => 0.0,
             Answer::Deny => self.calls,
         };
+        if let Some(f) = &self.floor {
+            // Ours within 1.1x of the floor, both without a failed call; at most 100 ms where
+            // at most 25 calls are concurrent.
+            let bound = floor::quantile_bound_ms(&f.ours.durations, 0.99);
+            return self.failed_open == 0.0
+                && self.refused == 0.0
+                && self.denied == 0.0
+                && f.noop.failed_open == 0.0
+                && f.noop.refused == 0.0
+                && self.restarts == 0
+                && (self.scenario == "idle-gap"
+                    || (f.p99_ratio().is_some_and(|r| r <= 1.1)
+                        && (f.concurrent > 25 || bound.is_some_and(|b| b <= 100.0))));
+        }
         self.failed_open == 0.0
             && self.refused == 0.0
             && self.denied == denials
@@ -208,10 +306,13 @@ pub fn run(args: &Args) -> Result<()> {
     // A scenario that fails stops the run, but the rows measured before it are still written.
     let mut failed = None;
     for scenario in scenarios {
-        match runtime.block_on(measure(&cluster, &pdb_policy_binary, scenario, args)) {
-            Ok(row) => {
-                println!("{}", line(&row.cells()));
-                rows.push(row);
+        let measured = runtime.block_on(measure(&cluster, &pdb_policy_binary, scenario, args));
+        match measured {
+            Ok(measured) => {
+                for row in measured {
+                    println!("{}", line(&row.cells()));
+                    rows.push(row);
+                }
             }
             Err(error) => {
                 failed = Some(error);
@@ -219,12 +320,13 @@ pub fn run(args: &Args) -> Result<()> {
             }
         }
     }
+    let measured = when_and_where()?;
     println!("\n{}", line(HEADER));
     for row in &rows {
-        println!("{}", line(&row.cells()));
+        println!("{}", line(&row.all_cells(&measured)));
     }
     let path = crate::workspace_root().join("docs/bench/webhooks.csv");
-    let cells: Vec<Vec<String>> = rows.iter().map(Row::cells).collect();
+    let cells: Vec<Vec<String>> = rows.iter().map(|row| row.all_cells(&measured)).collect();
     csv::upsert(&path, HEADER, 1, &cells)?;
     println!("CSV: {}", path.display());
     if let Some(error) = failed {
@@ -244,8 +346,34 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The commit measured (`+dirty` with uncommitted changes), the date (UTC) and the machine's
+/// load average over the last minute, at the end of the run: the figures of a loaded machine
+/// say so.
+fn when_and_where() -> Result<[String; 3]> {
+    let git = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(crate::workspace_root())
+            .output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    let load = std::fs::read_to_string("/proc/loadavg")?;
+    Ok([
+        format!("{commit}{}", if dirty { "+dirty" } else { "" }),
+        k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%MZ")
+            .to_string(),
+        load.split_whitespace().next().unwrap_or("-").to_owned(),
+    ])
+}
+
 fn line<S: AsRef<str>>(cells: &[S]) -> String {
-    let widths = [12, 18, 7, 12, 8, 7, 8, 15, 9, 11, 28, 15, 31, 7];
+    let widths = [
+        12, 18, 7, 12, 8, 7, 8, 15, 9, 11, 28, 15, 31, 7, 10, 12, 17, 15, 13, 18, 14, 19, 7, 12,
+        14, 10, 14, 17, 7,
+    ];
     cells
         .iter()
         .zip(widths)
@@ -260,15 +388,24 @@ async fn measure(
     pdb_policy_binary: &Path,
     scenario: Scenario,
     args: &Args,
-) -> Result<Row> {
+) -> Result<Vec<Row>> {
     let since = k8s_openapi::jiff::Timestamp::now();
-    let row = run_scenario(cluster, pdb_policy_binary, scenario, args).await?;
+    let rows = match scenario {
+        Scenario::Floor => {
+            let idle_gap = std::time::Duration::from_secs_f64(args.idle_gap_minutes * 60.0);
+            floor::measure(cluster, pdb_policy_binary, &args.bursts, idle_gap).await?
+        }
+        _ => vec![run_scenario(cluster, pdb_policy_binary, scenario, args).await?],
+    };
     let client = support::client(cluster).await?;
     let (events, _) = support::events_reported(&client, scenario.component(), since).await?;
-    Ok(Row {
-        events: Some(events),
-        ..row
-    })
+    Ok(rows
+        .into_iter()
+        .map(|row| Row {
+            events: Some(events),
+            ..row
+        })
+        .collect())
 }
 
 async fn run_scenario(
@@ -316,5 +453,6 @@ async fn run_scenario(
             let binary = support::release_binary("descheduler-bridge")?;
             descheduler::measure(cluster, &binary, args.descheduled_pods).await
         }
+        Scenario::Floor => bail!("the floor scenario has rows of its own"),
     }
 }

@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub denied: f64,
     /// The calls' durations.
     pub durations: Histogram,
+    /// Their sum, in seconds.
+    pub seconds: f64,
 }
 
 /// A Prometheus histogram's cumulative counts by upper bound (seconds; +Inf as infinity),
@@ -84,6 +86,7 @@ impl Snapshot {
                 .filter(|(labels, _)| labels.contains(&of_webhook) && labels.contains(DENIED))
                 .map(|(_, count)| count)
                 .sum::<f64>();
+            snapshot.seconds += sum(metrics, &format!("{DURATION}_sum"), &of_webhook);
             let durations = Histogram::parse(metrics, DURATION, &of_webhook);
             for (bound, count) in durations.buckets {
                 *snapshot.durations.buckets.entry(bound).or_default() += count;
@@ -99,6 +102,7 @@ impl Snapshot {
             refused: self.refused - before.refused,
             denied: self.denied - before.denied,
             durations: self.durations.since(&before.durations),
+            seconds: self.seconds - before.seconds,
         }
     }
 
@@ -177,6 +181,24 @@ impl Histogram {
             .get(&Bound(f64::INFINITY))
             .copied()
             .unwrap_or(0.0)
+    }
+
+    /// The share of the observations at or under the bucket bound `seconds` (exact: no
+    /// interpolation); `None` without observations or without that bound.
+    pub fn share_at_most(&self, seconds: f64) -> Option<f64> {
+        let total = self.count();
+        let at_most = self.buckets.get(&Bound(seconds))?;
+        (total > 0.0).then(|| at_most / total)
+    }
+
+    /// The smallest bucket bound (seconds) at or under which a share `q` of the observations
+    /// lies, as read off the buckets without interpolating; infinity in the +Inf bucket.
+    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
+        let rank = q * self.count();
+        (self.count() > 0.0)
+            .then(|| self.buckets.iter().find(|(_, count)| **count >= rank))
+            .flatten()
+            .map(|(Bound(bound), _)| *bound)
     }
 
     /// The `q` quantile in ms, interpolated linearly inside its bucket as Prometheus'
@@ -272,6 +294,21 @@ apiserver_admission_webhook_admission_duration_seconds_bucket{name="a.evictkit.i
         let calls = Snapshot::parse(&metrics, &["a"]);
         assert_eq!(calls.durations.quantile_ms(0.99), Some(6250.0));
         assert_eq!(calls.quantile_ms(0.99), Some(3750.0));
+    }
+
+    /// The floor's figures are read off the bounds: shares at a bound exactly, a quantile as
+    /// the bound it lies under.
+    #[test]
+    fn shares_and_quantile_bounds_come_from_the_buckets() {
+        let a = Snapshot::parse(METRICS, &["a.evictkit.io"]);
+        // 102 calls: 10 at most 5 ms, 90 at most 25 ms, 100 at most 100 ms, 2 beyond.
+        assert_eq!(a.durations.share_at_most(0.025), Some(90.0 / 102.0));
+        assert_eq!(a.durations.share_at_most(0.1), Some(100.0 / 102.0));
+        assert_eq!(a.durations.share_at_most(0.05), None, "not a bound");
+        assert_eq!(a.durations.quantile_bound(0.5), Some(0.025));
+        assert_eq!(a.durations.quantile_bound(0.98), Some(0.1));
+        assert_eq!(a.durations.quantile_bound(0.99), Some(f64::INFINITY));
+        assert_eq!(a.since(&a).durations.quantile_bound(0.99), None);
     }
 
     #[test]
