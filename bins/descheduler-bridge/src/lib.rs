@@ -104,7 +104,8 @@ pub struct Args {
     /// would abandon evacuations that are progressing and have the descheduler start them over.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
     pub max_evacuation_request_ttl: Duration,
-    /// Watch EvictionRequests and pods of this namespace only (default: all namespaces).
+    /// The controller watches EvictionRequests and pods of this namespace only (default: all
+    /// namespaces); the webhook answers evictions in every namespace.
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
     /// Which EvictionRequest API to request evictions through (KEP-4563): `lifecycle`
@@ -169,11 +170,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let field_manager = COMPONENT.to_owned();
     if args.roles.runs(Role::Webhook) {
         tracing::info!(users = ?users, "intercepting the evictions of these users");
-        let requests = requests::Requests::start(
-            client.clone(),
-            args.namespace.clone(),
-            manager.shutdown().clone(),
-        );
+        let requests = requests::Requests::start(client.clone(), manager.shutdown().clone());
         // Not ready (no reviews sent here) until the caches the reviews decide from listed.
         let listed = requests.clone();
         manager.ready_when(async move { listed.listed().await });

@@ -122,18 +122,15 @@ struct Cache<K: Cached> {
 }
 
 impl<K: Cached> Cache<K> {
-    /// Starts the watch of `K` in `namespace` (or all); it stops with `shutdown`.
-    fn start(client: &Client, namespace: Option<&str>, shutdown: &CancellationToken) -> Arc<Self> {
+    /// Starts the watch of `K` in every namespace; it stops with `shutdown`.
+    fn start(client: &Client, shutdown: &CancellationToken) -> Arc<Self> {
         let (store, writer): (Store<K>, _) = reflector::store();
         let (lister, listed) = listed();
         let cache = Arc::new(Self {
             by_pod: RwLock::new(Grouped::new(target_of::<K>, asks::<K>)),
             listed,
         });
-        let api: Api<K> = match namespace {
-            Some(namespace) => Api::namespaced(client.clone(), namespace),
-            None => Api::all(client.clone()),
-        };
+        let api: Api<K> = Api::all(client.clone());
         let events = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .reflect(writer);
@@ -192,13 +189,10 @@ pub struct Requests {
 pub struct NotListed;
 
 impl Requests {
-    /// Starts discovery and the watches of `namespace` (or all namespaces); everything stops
-    /// with `shutdown`.
-    pub fn start(
-        client: Client,
-        namespace: Option<String>,
-        shutdown: CancellationToken,
-    ) -> Arc<Self> {
+    /// Starts discovery and the watches, of every namespace: the webhook answers evictions
+    /// anywhere, whatever `--namespace` confines the controller to. Everything stops with
+    /// `shutdown`.
+    pub fn start(client: Client, shutdown: CancellationToken) -> Arc<Self> {
         let (discovering, discovered) = watch::channel(false);
         let requests = Arc::new(Self {
             crd: OnceLock::new(),
@@ -211,8 +205,7 @@ impl Requests {
             loop {
                 match lifecycle_request::discover(&client).await {
                     Ok(served) => {
-                        let ns = namespace.as_deref();
-                        let started = watching.watch(&client, ns, served, &shutdown);
+                        let started = watching.watch(&client, served, &shutdown);
                         if let Some(discovering) = first.take() {
                             for listed in started {
                                 listed.wait().await;
@@ -237,26 +230,18 @@ impl Requests {
     }
 
     /// Starts the caches of the `served` APIs not watched yet; their list signals.
-    fn watch(
-        &self,
-        client: &Client,
-        namespace: Option<&str>,
-        served: Apis,
-        shutdown: &CancellationToken,
-    ) -> Vec<Listed> {
+    fn watch(&self, client: &Client, served: Apis, shutdown: &CancellationToken) -> Vec<Listed> {
         let mut started = Vec::new();
         if served.crd && self.crd.get().is_none() {
             tracing::info!("watching evictionrequests.evictkit.io");
-            let cache = self
-                .crd
-                .get_or_init(|| Cache::start(client, namespace, shutdown));
+            let cache = self.crd.get_or_init(|| Cache::start(client, shutdown));
             started.push(cache.listed.clone());
         }
         if served.lifecycle && self.lifecycle.get().is_none() {
             tracing::info!("watching lifecycle.k8s.io/v1alpha1 EvictionRequests");
             let cache = self
                 .lifecycle
-                .get_or_init(|| Cache::start(client, namespace, shutdown));
+                .get_or_init(|| Cache::start(client, shutdown));
             started.push(cache.listed.clone());
         }
         started

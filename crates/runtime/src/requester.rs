@@ -48,7 +48,7 @@ pub enum RequesterError {
         #[source]
         source: kube::Error,
     },
-    #[error("--eviction-request-api auto: {0}")]
+    #[error("EvictionRequest API auto: {0}")]
     Unserved(#[from] Unserved),
 }
 
