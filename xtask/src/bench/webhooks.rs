@@ -68,9 +68,10 @@ enum Scenario {
     /// The real descheduler evicting --descheduled-pods pods in one cycle through
     /// descheduler-bridge's eviction webhook.
     Descheduler,
-    /// pdb-policy-webhook's eviction webhook beside a no-op webhook of the same server stack
-    /// and registration, both called for the same --bursts of concurrent (dry-run) evictions,
-    /// with one PDB per namespace and one per workload; then --idle-gap-minutes.
+    /// pdb-policy-webhook's eviction webhook and affinity-evictor's pod webhook, each beside a
+    /// no-op webhook of the same server stack and registration, both called for the same
+    /// --bursts of concurrent dry-run calls (evictions with one PDB per namespace and with one
+    /// per workload; pod creations); then --idle-gap-minutes of bursts with quiet gaps.
     Floor,
 }
 
@@ -393,7 +394,17 @@ async fn measure(
     let rows = match scenario {
         Scenario::Floor => {
             let idle_gap = std::time::Duration::from_secs_f64(args.idle_gap_minutes * 60.0);
-            floor::measure(cluster, pdb_policy_binary, &args.bursts, idle_gap).await?
+            let mut rows = Vec::new();
+            for target in [
+                floor::Target::PdbPolicyWebhook,
+                floor::Target::AffinityEvictor,
+            ] {
+                let binary = support::release_binary(target.component())?;
+                rows.extend(
+                    floor::measure(cluster, target, &binary, &args.bursts, idle_gap).await?,
+                );
+            }
+            rows
         }
         _ => vec![run_scenario(cluster, pdb_policy_binary, scenario, args).await?],
     };

@@ -21,8 +21,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
@@ -35,71 +35,169 @@ use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
 use crate::bench::support::{self, Component};
 use crate::cluster::Cluster;
 
-const NS: &str = "bench-floor";
 const POLICY: &str = "bench-floor";
-const PATH: &str = "/validate-eviction";
-/// The names the apiserver's metrics carry: ours and the no-op's.
-const OURS: &str = "pdb-policy.floor.bench.evictkit.io";
-const NOOP: &str = "noop.floor.bench.evictkit.io";
 /// Pods of a workload in the one-PDB-per-workload layout.
 const WORKLOAD_PODS: usize = 5;
 /// The quiet gaps of the idle-gap run, repeated: around and past the apiserver's 90 s.
 const IDLE_GAPS: [u64; 5] = [40, 100, 70, 95, 55];
 
+/// A webhook of ours measured against the floor, with what calls it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// pdb-policy-webhook's validating eviction webhook: evictions.
+    PdbPolicyWebhook,
+    /// affinity-evictor's mutating pod webhook: pod creations. Mutating webhooks are called
+    /// one after the other, ours then the no-op, each for every pod.
+    AffinityEvictor,
+}
+
+impl Target {
+    pub fn component(self) -> &'static str {
+        match self {
+            Target::PdbPolicyWebhook => "pdb-policy-webhook",
+            Target::AffinityEvictor => "affinity-evictor",
+        }
+    }
+
+    /// The bench's namespace and webhook configuration.
+    fn namespace(self) -> &'static str {
+        match self {
+            Target::PdbPolicyWebhook => "bench-floor-pdb",
+            Target::AffinityEvictor => "bench-floor-affinity",
+        }
+    }
+
+    /// The names the apiserver's metrics carry: ours and the no-op's.
+    fn ours(self) -> &'static str {
+        match self {
+            Target::PdbPolicyWebhook => "pdb-policy.floor.bench.evictkit.io",
+            Target::AffinityEvictor => "affinity.floor.bench.evictkit.io",
+        }
+    }
+
+    fn noop(self) -> &'static str {
+        match self {
+            Target::PdbPolicyWebhook => "noop-pdb-policy.floor.bench.evictkit.io",
+            Target::AffinityEvictor => "noop-affinity.floor.bench.evictkit.io",
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Target::PdbPolicyWebhook => "/validate-eviction",
+            Target::AffinityEvictor => "/mutate",
+        }
+    }
+
+    /// The configuration's kind and one webhook's rules, as the chart registers it.
+    fn configuration(self) -> (&'static str, serde_json::Value) {
+        match self {
+            Target::PdbPolicyWebhook => (
+                "ValidatingWebhookConfiguration",
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}]),
+            ),
+            Target::AffinityEvictor => (
+                "MutatingWebhookConfiguration",
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]),
+            ),
+        }
+    }
+
+    fn layouts(self) -> &'static [Layout] {
+        match self {
+            Target::PdbPolicyWebhook => &[Layout::PerNamespace, Layout::PerWorkload],
+            Target::AffinityEvictor => &[Layout::NoBudget],
+        }
+    }
+
+    /// The `i`th call of a burst: a dry-run eviction of pod `p-<i>`, or a dry-run creation of
+    /// an opted-in pod.
+    async fn call(self, client: &Client, i: usize) -> kube::Result<()> {
+        let pods = Api::<Pod>::namespaced(client.clone(), self.namespace());
+        match self {
+            Target::PdbPolicyWebhook => pods.evict(&format!("p-{i}"), &dry_run()).await.map(drop),
+            Target::AffinityEvictor => {
+                let pod = json!({
+                    "metadata": {"name": format!("a-{i}"), "annotations": {REQUIRED_DURING_EXECUTION: "scheduling"}},
+                    "spec": {
+                        "schedulerName": "bench-nobody",
+                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [
+                                {"key": "type", "operator": "In", "values": ["kwok"]}]}]}}},
+                        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+                    },
+                });
+                let pod: Pod = serde_json::from_value(pod).map_err(kube::Error::SerdeError)?;
+                let params = PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                pods.create(&params, &pod).await.map(drop)
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Layout {
     PerNamespace,
     PerWorkload,
+    /// Calls no PDB takes part in (pod creations).
+    NoBudget,
 }
 
 impl Layout {
     fn name(self) -> &'static str {
         match self {
-            Layout::PerNamespace => "per-namespace",
-            Layout::PerWorkload => "per-workload",
+            Layout::PerNamespace => "PDB per-namespace",
+            Layout::PerWorkload => "PDB per-workload",
+            Layout::NoBudget => "pods",
         }
     }
 }
 
-/// The floor rows, then the idle-gap row when `idle_gap` is not zero.
+/// The floor rows of `target`, then (pdb-policy-webhook only: the server stack is one) the
+/// idle-gap row when `idle_gap` is not zero.
 pub async fn measure(
     cluster: &Cluster,
+    target: Target,
     binary: &Path,
     bursts: &[usize],
     idle_gap: Duration,
 ) -> Result<Vec<Row>> {
     let client = support::client(cluster).await?;
     let pods = bursts.iter().copied().max().unwrap_or(25).max(25);
-    setup(cluster, &client, pods).await?;
-    let result = run(cluster, &client, binary, bursts, pods, idle_gap).await;
-    teardown(&client).await;
+    setup(cluster, &client, target, pods).await?;
+    let result = run(cluster, &client, target, binary, bursts, pods, idle_gap).await;
+    teardown(cluster, &client, target).await;
     result
 }
 
 async fn run(
     cluster: &Cluster,
     client: &Client,
+    target: Target,
     binary: &Path,
     bursts: &[usize],
     pods: usize,
     idle_gap: Duration,
 ) -> Result<Vec<Row>> {
     let mut ours = start_webhook(cluster, binary, &[]).await?;
-    let noop = start_noop(cluster)?;
-    register(cluster, client, &ours, &noop).await?;
+    let noop = start_noop(cluster, target)?;
+    register(cluster, client, target, &ours, &noop).await?;
     let mut rows = Vec::new();
-    for layout in [Layout::PerNamespace, Layout::PerWorkload] {
-        budgets(client, layout, pods).await?;
+    for &layout in target.layouts() {
+        budgets(client, target, layout, pods).await?;
         for &size in bursts {
-            let mut row = burst(cluster, client, &ours, layout, size).await?;
+            let mut row = burst(cluster, client, target, &ours, layout, size).await?;
             row.restarts = u32::from(!ours.server.runs());
             println!("  {} {}", row.scenario, row.size);
             rows.push(row);
         }
     }
-    if !idle_gap.is_zero() {
-        budgets(client, Layout::PerNamespace, pods).await?;
-        let mut row = idle_gaps(cluster, client, &ours, idle_gap).await?;
+    if !idle_gap.is_zero() && target == Target::PdbPolicyWebhook {
+        budgets(client, target, Layout::PerNamespace, pods).await?;
+        let mut row = idle_gaps(cluster, client, target, &ours, idle_gap).await?;
         row.restarts = u32::from(!ours.server.runs());
         rows.push(row);
     }
@@ -107,27 +205,31 @@ async fn run(
     Ok(rows)
 }
 
-async fn setup(cluster: &Cluster, client: &Client, pods: usize) -> Result<()> {
-    support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
+async fn setup(cluster: &Cluster, client: &Client, target: Target, pods: usize) -> Result<()> {
+    let ns = target.namespace();
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
         )
         .await
         .with_context(|| {
-            format!("creating namespace {NS} (left over from a failed run? delete it)")
+            format!("creating namespace {ns} (left over from a failed run? delete it)")
         })?;
+    if target != Target::PdbPolicyWebhook {
+        return Ok(());
+    }
+    support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
     let policy = json!({
         "apiVersion": "evictkit.io/v1alpha1", "kind": "PodDisruptionBudgetPolicy",
         "metadata": {"name": POLICY},
         "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             "eviction": {"requiredPodConditions": ["example.com/Synced"], "protectUnhealthyPodsWithLocalStorage": true},
         },
     });
     cluster.kubectl_stdin(&["apply", "-f", "-"], &policy.to_string())?;
-    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     futures::stream::iter(0..pods)
         .map(|i| {
             let api = api.clone();
@@ -152,24 +254,20 @@ async fn setup(cluster: &Cluster, client: &Client, pods: usize) -> Result<()> {
     Ok(())
 }
 
-async fn teardown(client: &Client) {
-    let dp = DeleteParams::background();
-    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .delete(NS, &dp)
+async fn teardown(cluster: &Cluster, client: &Client, target: Target) {
+    let ns = target.namespace();
+    let (kind, _) = target.configuration();
+    let _ = cluster.kubectl(&["delete", kind, ns, "--ignore-not-found", "--wait=false"]);
+    let _ = cluster.kubectl(&[
+        "delete",
+        "poddisruptionbudgetpolicy",
+        POLICY,
+        "--ignore-not-found",
+        "--wait=false",
+    ]);
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(ns, &DeleteParams::background())
         .await;
-    let _ = Api::<Namespace>::all(client.clone()).delete(NS, &dp).await;
-    let policies: Api<kube::core::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::core::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(
-                "evictkit.io",
-                "v1alpha1",
-                "PodDisruptionBudgetPolicy",
-            ),
-            "poddisruptionbudgetpolicies",
-        ),
-    );
-    let _ = policies.delete(POLICY, &dp).await;
 }
 
 /// The no-op webhook ([`super::noop`]), this xtask binary, serving with our webhook's
@@ -179,7 +277,7 @@ struct Noop {
     port: u16,
 }
 
-fn start_noop(cluster: &Cluster) -> Result<Noop> {
+fn start_noop(cluster: &Cluster, target: Target) -> Result<Noop> {
     let pki = support::pki();
     let port = support::free_port()?;
     let mut command = Command::new(std::env::current_exe()?);
@@ -187,7 +285,7 @@ fn start_noop(cluster: &Cluster) -> Result<Noop> {
         "bench",
         "noop-webhook",
         &format!("--addr=0.0.0.0:{port}"),
-        &format!("--path={PATH}"),
+        &format!("--path={}", target.path()),
         &format!(
             "--tls-cert-file={}",
             pki.join("bench-webhook.crt").display()
@@ -211,62 +309,69 @@ fn start_noop(cluster: &Cluster) -> Result<Noop> {
     })
 }
 
-/// Ours and the no-op, one configuration, the same rules, failurePolicy Ignore and timeout
-/// (as the chart registers ours); returns once the apiserver calls both.
-async fn register(cluster: &Cluster, client: &Client, ours: &Webhook, noop: &Noop) -> Result<()> {
+/// Ours and the no-op, one configuration (ours first), the same rules, failurePolicy Ignore and
+/// timeout (as the chart registers ours); returns once the apiserver calls both.
+async fn register(
+    cluster: &Cluster,
+    client: &Client,
+    target: Target,
+    ours: &Webhook,
+    noop: &Noop,
+) -> Result<()> {
+    let (kind, rules) = target.configuration();
+    let ns = target.namespace();
+    let path = target.path();
     let webhook = |name: &str, client_config: serde_json::Value| {
         json!({
             "name": name,
             "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
             "timeoutSeconds": TIMEOUT_SECONDS,
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "rules": rules,
             "clientConfig": client_config,
         })
     };
-    let mut noop_config = ours.client_config(PATH);
+    let mut noop_config = ours.client_config(path);
     noop_config["url"] = json!(
-        ours.url(PATH)
+        ours.url(path)
             .replace(&format!(":{}/", ours.port), &format!(":{}/", noop.port))
     );
     let configuration = json!({
-        "metadata": {"name": NS},
-        "webhooks": [webhook(OURS, ours.client_config(PATH)), webhook(NOOP, noop_config)],
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+        "metadata": {"name": ns},
+        "webhooks": [webhook(target.ours(), ours.client_config(path)), webhook(target.noop(), noop_config)],
     });
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(configuration)?,
-        )
-        .await?;
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let called = |name| Snapshot::take(cluster, &[name]).map(|s| s.calls() > 0.0);
-        if called(OURS)? && called(NOOP)? {
+        if called(target.ours())? && called(target.noop())? {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the apiserver never called both webhooks");
+            bail!("the apiserver never called both webhooks of {ns}");
         }
-        let _ = evict(client, 0).await;
+        let _ = target.call(client, 0).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
 /// Replaces the namespace's PDBs with `layout`'s (`minAvailable: 0`: every eviction is
 /// allowed), and waits until the disruption controller has counted every pod.
-async fn budgets(client: &Client, layout: Layout, pods: usize) -> Result<()> {
-    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NS);
+async fn budgets(client: &Client, target: Target, layout: Layout, pods: usize) -> Result<()> {
+    let ns = target.namespace();
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
     api.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !api.list(&ListParams::default()).await?.items.is_empty() {
         if Instant::now() > deadline {
-            bail!("the PDBs of {NS} are not gone after 60 s");
+            bail!("the PDBs of {ns} are not gone after 60 s");
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let selectors: Vec<(String, serde_json::Value)> = match layout {
+        Layout::NoBudget => return Ok(()),
         Layout::PerNamespace => vec![("all".to_owned(), json!({}))],
         Layout::PerWorkload => (0..pods.div_ceil(WORKLOAD_PODS))
             .map(|w| {
@@ -302,7 +407,7 @@ async fn budgets(client: &Client, layout: Layout, pods: usize) -> Result<()> {
         }
         if Instant::now() > deadline {
             bail!(
-                "the PDBs of {NS} ({}) counted {counted} of {pods} pods after 180 s",
+                "the PDBs of {ns} ({}) counted {counted} of {pods} pods after 180 s",
                 layout.name()
             );
         }
@@ -323,20 +428,13 @@ fn dry_run() -> EvictParams {
     }
 }
 
-async fn evict(client: &Client, pod: usize) -> kube::Result<()> {
-    Api::<Pod>::namespaced(client.clone(), NS)
-        .evict(&format!("p-{pod}"), &dry_run())
-        .await
-        .map(drop)
-}
-
 /// Our webhook's own figures now: its calls' time (count, seconds) and completed handshakes.
-fn server_figures(ours: &Webhook) -> Result<(f64, f64, f64)> {
+fn server_figures(target: Target, ours: &Webhook) -> Result<(f64, f64, f64)> {
     let calls = |suffix: &str| {
         support::metric_sum(
             ours.metrics_port,
             &format!("evictkit_webhook_call_duration_seconds_{suffix}"),
-            &[&format!("webhook=\"{PATH}\"")],
+            &[&format!("webhook=\"{}\"", target.path())],
         )
     };
     let handshakes = support::metric_sum(
@@ -351,27 +449,28 @@ fn server_figures(ours: &Webhook) -> Result<(f64, f64, f64)> {
 async fn burst(
     cluster: &Cluster,
     client: &Client,
+    target: Target,
     ours: &Webhook,
     layout: Layout,
     size: usize,
 ) -> Result<Row> {
     let (before, noop_before) = (
-        Snapshot::take(cluster, &[OURS])?,
-        Snapshot::take(cluster, &[NOOP])?,
+        Snapshot::take(cluster, &[target.ours()])?,
+        Snapshot::take(cluster, &[target.noop()])?,
     );
-    let server_before = server_figures(ours)?;
+    let server_before = server_figures(target, ours)?;
     let started = Instant::now();
-    let results = futures::future::join_all((0..size).map(|i| evict(client, i))).await;
+    let results = futures::future::join_all((0..size).map(|i| target.call(client, i))).await;
     let took = started.elapsed().as_secs_f64();
     let failed = results.iter().filter(|r| r.is_err()).count();
     if let Some(Err(error)) = results.iter().find(|r| r.is_err()) {
-        println!("  {failed} of {size} evictions failed, e.g. {error}");
+        println!("  {failed} of {size} calls failed, e.g. {error}");
     }
     // The apiserver observes a call as it ends; the metrics are read a moment later.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let apiserver = Snapshot::take(cluster, &[OURS])?.since(&before);
-    let noop = Snapshot::take(cluster, &[NOOP])?.since(&noop_before);
-    let server_after = server_figures(ours)?;
+    let apiserver = Snapshot::take(cluster, &[target.ours()])?.since(&before);
+    let noop = Snapshot::take(cluster, &[target.noop()])?.since(&noop_before);
+    let server_after = server_figures(target, ours)?;
     let figures = FloorFigures {
         noop,
         server_calls: server_after.0 - server_before.0,
@@ -386,8 +485,8 @@ async fn burst(
         p99_ms: quantile_bound_ms(&apiserver.durations, 0.99),
         floor: Some(figures),
         ..Row::of(
-            &format!("floor {size} {}", layout.name()),
-            format!("{size} dry-run evictions at once, PDB {}", layout.name()),
+            &format!("floor {} {size} {}", target.component(), layout.name()),
+            format!("{size} dry-run calls at once, {}", layout.name()),
             &apiserver,
         )
     })
@@ -398,18 +497,19 @@ async fn burst(
 async fn idle_gaps(
     cluster: &Cluster,
     client: &Client,
+    target: Target,
     ours: &Webhook,
     length: Duration,
 ) -> Result<Row> {
     let (before, noop_before) = (
-        Snapshot::take(cluster, &[OURS])?,
-        Snapshot::take(cluster, &[NOOP])?,
+        Snapshot::take(cluster, &[target.ours()])?,
+        Snapshot::take(cluster, &[target.noop()])?,
     );
-    let server_before = server_figures(ours)?;
+    let server_before = server_figures(target, ours)?;
     let started = Instant::now();
     let mut bursts = 0;
     for gap in IDLE_GAPS.iter().cycle() {
-        futures::future::join_all((0..25).map(|i| evict(client, i))).await;
+        futures::future::join_all((0..25).map(|i| target.call(client, i))).await;
         bursts += 1;
         if started.elapsed() + Duration::from_secs(*gap) > length {
             break;
@@ -418,9 +518,9 @@ async fn idle_gaps(
         tokio::time::sleep(Duration::from_secs(*gap)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let apiserver = Snapshot::take(cluster, &[OURS])?.since(&before);
-    let noop = Snapshot::take(cluster, &[NOOP])?.since(&noop_before);
-    let server_after = server_figures(ours)?;
+    let apiserver = Snapshot::take(cluster, &[target.ours()])?.since(&before);
+    let noop = Snapshot::take(cluster, &[target.noop()])?.since(&noop_before);
+    let server_after = server_figures(target, ours)?;
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     Ok(Row {
         floor: Some(FloorFigures {
