@@ -151,13 +151,15 @@ fn controller_of(lease: &Lease) -> Controller {
     let holder = lease
         .spec
         .as_ref()
-        .and_then(|s| s.holder_identity.as_deref());
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|holder| !holder.is_empty());
     let annotations = lease.metadata.annotations.as_ref();
     let said_by = annotations.and_then(|a| a.get(SERVED_APIS_HOLDER));
+    // Released (a rollout restarting the controller): its last holder's word stands until the
+    // next holder, which says it anew or, an older version, says nothing.
+    let stands = holder.is_none_or(|holder| said_by.is_some_and(|said| said == holder));
     match annotations.and_then(|a| a.get(SERVED_APIS)) {
-        Some(apis)
-            if holder.is_some_and(|h| !h.is_empty()) && said_by.map(String::as_str) == holder =>
-        {
+        Some(apis) if stands => {
             let serves = |version: &str| apis.split(',').any(|api| api.trim() == version);
             Controller::Serves {
                 crd: serves(CRD_API_VERSION),
@@ -168,21 +170,39 @@ fn controller_of(lease: &Lease) -> Controller {
     }
 }
 
+/// How long after taking its Lease a holder may still be about to say what it serves (its
+/// first discovery); a requester reading a silent Lease that fresh reads it again.
+const SETTLING: Duration = Duration::from_secs(10);
+
 /// The evictionrequest-controller as seen from its Lease in `namespace`: not installed there,
 /// or the Lease not readable (RBAC), is [`Controller::Unseen`].
 async fn controller(client: &Client, namespace: &str) -> Result<Controller, RequesterError> {
     let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), namespace);
-    match leases.get_opt(CONTROLLER_LEASE).await {
-        Ok(Some(lease)) => Ok(controller_of(&lease)),
-        Ok(None) => Ok(Controller::Unseen),
-        Err(kube::Error::Api(status)) if status.code == 403 => {
-            tracing::warn!(lease = %format!("{namespace}/{CONTROLLER_LEASE}"), "cannot read the evictionrequest-controller's Lease (forbidden): choosing the EvictionRequest API by discovery alone");
-            Ok(Controller::Unseen)
+    loop {
+        let lease = match leases.get_opt(CONTROLLER_LEASE).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return Ok(Controller::Unseen),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                tracing::warn!(lease = %format!("{namespace}/{CONTROLLER_LEASE}"), "cannot read the evictionrequest-controller's Lease (forbidden): choosing the EvictionRequest API by discovery alone");
+                return Ok(Controller::Unseen);
+            }
+            Err(source) => {
+                return Err(RequesterError::Lease {
+                    namespace: namespace.to_owned(),
+                    source,
+                });
+            }
+        };
+        let controller = controller_of(&lease);
+        let acquired = lease.spec.and_then(|s| s.acquire_time).map(|t| t.0);
+        let fresh = acquired.is_some_and(|at| {
+            at.saturating_add(SETTLING)
+                .is_ok_and(|settled| k8s_openapi::jiff::Timestamp::now() < settled)
+        });
+        if controller != Controller::Silent || !fresh {
+            return Ok(controller);
         }
-        Err(source) => Err(RequesterError::Lease {
-            namespace: namespace.to_owned(),
-            source,
-        }),
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -394,7 +414,8 @@ mod tests {
             ("the CRD only", lease(Some("a"), &[(SERVED_APIS, "evictkit.io/v1alpha1"), (SERVED_APIS_HOLDER, "a")]), serves(true, false)),
             ("nothing said (an older version)", lease(Some("a"), &[]), Controller::Silent),
             ("said by an earlier holder", lease(Some("b"), &[(SERVED_APIS, both), (SERVED_APIS_HOLDER, "a")]), Controller::Silent),
-            ("released", lease(None, &[(SERVED_APIS, both), (SERVED_APIS_HOLDER, "a")]), Controller::Silent),
+            ("released by a holder that said it", lease(None, &[(SERVED_APIS, both), (SERVED_APIS_HOLDER, "a")]), serves(true, true)),
+            ("released, nothing said", lease(None, &[]), Controller::Silent),
         ];
         for (case, lease, want) in cases {
             assert_eq!(controller_of(&lease), want, "{case}");
