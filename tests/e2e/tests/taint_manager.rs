@@ -1471,6 +1471,16 @@ async fn a_request_is_withdrawn_after_a_long_restart(prefix: &str, api: RequestA
     set_taints(&waiting.env, &waiting.node, vec![]).await?;
     waiting.manager = start(&waiting.env, WaitingRequest::flags(api)).await?;
     waiting.until_request(false).await?;
+    // Withdrawn by the restarted taint-manager itself (it counts only what it withdrew).
+    let withdrawn = metric(
+        &waiting.manager,
+        "evictkit_taint_manager_eviction_requests_withdrawn_total",
+    )?;
+    ensure!(
+        withdrawn == 1.0,
+        "the restarted taint-manager withdrew {withdrawn} requests, expected 1: was another \
+         taint-manager acting on this namespace?"
+    );
     // The budget would let an eviction through now.
     waiting
         .env
