@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_core::lifecycle::{INTENT_EVICTION, ROLE_REQUESTER};
-use evictkit_runtime::lifecycle_request::{self, ApiMode};
+use evictkit_runtime::lifecycle_request::{self, ApiMode, Apis};
 use evictkit_runtime::listed::{Listed, Lister, listed};
 use evictkit_runtime::shutdown::CancellationToken;
 use futures::{FutureExt, StreamExt, future};
@@ -171,7 +171,7 @@ impl OwnRequests {
 /// Which APIs' requests to follow: the one asked through, and in `auto` on lifecycle.k8s.io
 /// the CRD too while it is installed (requests of a taint-manager before the switch). A CRD not
 /// installed holds no request, so it is not watched (its watch would fail forever).
-pub async fn followed(client: &Client, requested: ApiMode, using: ApiMode) -> (bool, bool) {
+pub async fn followed(client: &Client, requested: ApiMode, using: ApiMode) -> Apis {
     let crd_installed = match lifecycle_request::discover(client).await {
         Ok(apis) => apis.crd,
         Err(error) => {
@@ -180,15 +180,17 @@ pub async fn followed(client: &Client, requested: ApiMode, using: ApiMode) -> (b
         }
     };
     let lifecycle = using == ApiMode::Lifecycle;
-    let crd = crd_installed && (!lifecycle || requested == ApiMode::Auto);
-    (crd, lifecycle)
+    Apis {
+        crd: crd_installed && (!lifecycle || requested == ApiMode::Auto),
+        lifecycle,
+    }
 }
 
-/// Follows the taint-manager's requests on the CRD (`crd`) and lifecycle.k8s.io (`lifecycle`)
-/// into `requests` until `token` is cancelled; the returned signals say when each has listed.
+/// Follows the taint-manager's requests on the APIs `followed` into `requests` until `token` is
+/// cancelled; the returned signals say when each watch has listed.
 pub fn follow(
     client: &Client,
-    (crd, lifecycle): (bool, bool),
+    followed: Apis,
     namespace: Option<&str>,
     requests: Arc<OwnRequests>,
     access: Arc<Access>,
@@ -196,7 +198,7 @@ pub fn follow(
 ) -> (Vec<Listed>, impl Future<Output = ()> + Send + 'static) {
     let mut signals = Vec::new();
     let mut watches = Vec::new();
-    if crd {
+    if followed.crd {
         let (lister, signal) = listed();
         signals.push(signal);
         let api: Api<EvictionRequest> = api(client, namespace);
@@ -213,7 +215,7 @@ pub fn follow(
             .boxed(),
         );
     }
-    if lifecycle {
+    if followed.lifecycle {
         let (lister, signal) = listed();
         signals.push(signal);
         let api: Api<LifecycleRequest> = api(client, namespace);
