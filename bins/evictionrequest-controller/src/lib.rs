@@ -136,9 +136,9 @@ pub struct Args {
     /// (evictionrequests.evictkit.io), or `auto`: each of the two that discovery shows, both
     /// while both exist, so requests on the CRD (in flight, or from requesters still on `crd`)
     /// are finished while requesters move to lifecycle.k8s.io; discovery is checked again
-    /// every 30s, so turning the gate on needs no restart. Requesters' `--eviction-request-api
-    /// auto` asks through lifecycle.k8s.io when it is served at their start-up, else the CRD:
-    /// upgrade (restart) this controller first. `lifecycle` or `crd` on a cluster that does
+    /// every 30s, so turning the gate on needs no restart. The Lease holder says on its Lease which
+    /// APIs it serves, and requesters' `--eviction-request-api auto` follows that at their
+    /// start-up: upgrade (restart) this controller first. `lifecycle` or `crd` on a cluster that does
     /// not serve that API ends the start-up with an error saying what to do.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
