@@ -51,7 +51,7 @@ static CHART_IDENTITIES: Mutex<BTreeMap<ChartRelease, Identity>> = Mutex::new(BT
 /// Chart, namespace, `--set` values.
 type ChartRelease = (String, String, Vec<String>);
 
-/// How long a component's token lasts: longer than any test (soaks included).
+/// How long a component's token lasts: longer than any test.
 const TOKEN_DURATION: &str = "24h";
 
 impl TestEnv {
