@@ -138,14 +138,19 @@ pub fn run(args: Args) -> Result<()> {
         install.display(),
         sha256(&fs::read(&install)?)
     );
+    let plain_http = if oci::plain_http(&registry) {
+        " --plain-http"
+    } else {
+        ""
+    };
+    let image_registry = if registry_is_default(&prefix) {
+        String::new()
+    } else {
+        format!(" --set global.imageRegistry={prefix}")
+    };
     println!(
-        "install: helm install evictkit oci://{prefix}/charts/{UMBRELLA} --version {version} \
-         --namespace {NAMESPACE} --create-namespace{}",
-        if registry_is_default(&prefix) {
-            String::new()
-        } else {
-            format!(" --set global.imageRegistry={prefix}")
-        }
+        "install: helm install evictkit oci://{prefix}/charts/{UMBRELLA} --version {version}\
+         {plain_http} --namespace {NAMESPACE} --create-namespace{image_registry}"
     );
     Ok(())
 }
