@@ -9,10 +9,13 @@
 //! rendered with every component on for `kubectl apply`, beside the packaged charts in
 //! `target/release/<version>/`, and prints each artifact with its digest.
 //!
-//! Not yet: image signatures and SBOMs (the registry attachments cosign reads).
+//! Each image is signed as cosign signs with a key (`release/signature.rs`): the signature is
+//! pushed beside the image, and the public key written to `target/release/<version>/cosign.pub`.
+//! Not yet: SBOMs, and keyless signing on the forge.
 
 mod changelog;
 mod oci;
+mod signature;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -48,6 +51,10 @@ pub struct Args {
     /// Package the binaries already in target/x86_64-unknown-linux-gnu/release (no cargo build).
     #[arg(long)]
     no_build: bool,
+    /// The signing key: a PKCS#8 PEM file of an ECDSA P-256 key. Default: a new key for this
+    /// release only, its public half in target/release/<version>/cosign.pub.
+    #[arg(long, env = "EVICTKIT_SIGNING_KEY", value_name = "PATH")]
+    signing_key: Option<PathBuf>,
 }
 
 /// One thing a release published.
@@ -93,21 +100,49 @@ pub fn run(args: Args) -> Result<()> {
         )?,
     )?;
 
+    let key = match &args.signing_key {
+        Some(path) => Some(
+            fs::read_to_string(path)
+                .with_context(|| format!("reading the signing key {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let signer = signature::Signer::new(key.as_deref())?;
+    let public_key = out.join("cosign.pub");
+    fs::write(&public_key, signer.public_key_pem())?;
+
     let mut published = Vec::new();
     let runtime = tokio::runtime::Runtime::new()?;
     let client = oci::Registry::new(&registry);
     for image in &images {
         let layout = oci::Layout::read(&image.archive)?;
-        let reference = format!("{prefix}/{}:{version}", image.name);
+        let repository = format!("{prefix}/{}", image.name);
+        let reference = format!("{repository}:{version}");
         let digest = if args.dry_run {
             layout.manifest_digest.clone()
         } else {
             runtime.block_on(client.push(&reference, &layout))?
         };
+        let signed = signer.sign(&repository, &digest)?;
+        let signature_digest = if args.dry_run {
+            sha256(&signed.manifest)
+        } else {
+            let blobs = signed.blobs();
+            let blobs: Vec<(&str, &[u8])> = blobs
+                .iter()
+                .map(|(digest, bytes)| (digest.as_str(), *bytes))
+                .collect();
+            runtime.block_on(client.push_manifest(&signed.reference, &signed.manifest, &blobs))?
+        };
         published.push(Artifact {
             kind: "image",
             reference,
             digest,
+        });
+        published.push(Artifact {
+            kind: "sig",
+            reference: signed.reference,
+            digest: signature_digest,
         });
     }
     for (chart, package) in &charts {
@@ -133,11 +168,13 @@ pub fn run(args: Args) -> Result<()> {
             artifact.kind, artifact.reference, artifact.digest
         );
     }
-    println!(
-        "  file   {:<72}  {}",
-        install.display(),
-        sha256(&fs::read(&install)?)
-    );
+    for file in [&install, &public_key] {
+        println!(
+            "  file   {:<72}  {}",
+            file.display(),
+            sha256(&fs::read(file)?)
+        );
+    }
     let plain_http = if oci::plain_http(&registry) {
         " --plain-http"
     } else {

@@ -121,9 +121,21 @@ impl Registry {
         Self { client, auth }
     }
 
-    /// Pushes the layout's blobs (those the registry lacks), then its manifest under `reference`;
-    /// returns the digest the registry reports for the tag, which must be the layout's.
+    /// Pushes the layout's blobs, then its manifest under `reference`; returns the digest the
+    /// registry reports for the tag, which must be the layout's.
     pub async fn push(&self, reference: &str, layout: &Layout) -> Result<String> {
+        self.push_manifest(reference, &layout.manifest, &layout.referenced_blobs()?)
+            .await
+    }
+
+    /// Pushes `blobs` (digest, bytes), then `manifest` (an OCI image manifest naming them) under
+    /// `reference`, and reads the tag back: the digest must be the manifest's own.
+    pub async fn push_manifest(
+        &self,
+        reference: &str,
+        manifest: &[u8],
+        blobs: &[(&str, &[u8])],
+    ) -> Result<String> {
         let image: Reference = reference
             .parse()
             .with_context(|| format!("parsing {reference}"))?;
@@ -131,7 +143,7 @@ impl Registry {
             .auth(&image, &self.auth, RegistryOperation::Push)
             .await
             .with_context(|| format!("logging in to push {reference}"))?;
-        for (digest, bytes) in layout.referenced_blobs()? {
+        for (digest, bytes) in blobs {
             self.client
                 .push_blob(&image, bytes.to_vec(), digest)
                 .await
@@ -140,7 +152,7 @@ impl Registry {
         self.client
             .push_manifest_raw(
                 &image,
-                layout.manifest.clone(),
+                manifest.to_vec(),
                 http::HeaderValue::from_static(MEDIA_MANIFEST),
             )
             .await
@@ -150,11 +162,9 @@ impl Registry {
             .fetch_manifest_digest(&image, &self.auth)
             .await
             .with_context(|| format!("reading back the digest of {reference}"))?;
-        if pushed != layout.manifest_digest {
-            bail!(
-                "{reference} resolves to {pushed}, not to the built manifest {}",
-                layout.manifest_digest
-            );
+        let built = crate::image::sha256(manifest);
+        if pushed != built {
+            bail!("{reference} resolves to {pushed}, not to the pushed manifest {built}");
         }
         Ok(pushed)
     }
