@@ -42,7 +42,7 @@ pub const ALL: [&str; 6] = [
 ];
 /// The target the static binaries are built for (a `--target` keeps build scripts and proc
 /// macros dynamic, which they must be).
-const TARGET: &str = "x86_64-unknown-linux-gnu";
+pub(crate) const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Flags of the static build; the Dockerfile sets the same.
 const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
 /// Where the binary sits in a component image (the Dockerfile's ENTRYPOINT cannot name a build

@@ -11,10 +11,15 @@
 //!
 //! Each image is signed as cosign signs with a key (`release/signature.rs`): the signature is
 //! pushed beside the image, and the public key written to `target/release/<version>/cosign.pub`.
-//! Not yet: SBOMs, and keyless signing on the forge.
+//! Each image also gets a CycloneDX SBOM of the crates its binary links (`release/sbom.rs`),
+//! attached as an OCI 1.1 referrer tagged `sha256-<hex>.sbom` (cosign's attachment tag, for
+//! registries without the referrers API) and written to
+//! `target/release/<version>/<image>.cdx.json`.
+//! Not yet: keyless signing on the forge.
 
 mod changelog;
 mod oci;
+mod sbom;
 mod signature;
 
 use std::fs;
@@ -111,6 +116,8 @@ pub fn run(args: Args) -> Result<()> {
     let public_key = out.join("cosign.pub");
     fs::write(&public_key, signer.public_key_pem())?;
 
+    let crates = sbom::Crates::of_workspace(crate::image::TARGET)?;
+
     let mut published = Vec::new();
     let runtime = tokio::runtime::Runtime::new()?;
     let client = oci::Registry::new(&registry);
@@ -137,12 +144,33 @@ pub fn run(args: Args) -> Result<()> {
         published.push(Artifact {
             kind: "image",
             reference,
-            digest,
+            digest: digest.clone(),
         });
         published.push(Artifact {
             kind: "sig",
             reference: signed.reference,
             digest: signature_digest,
+        });
+        let document = crates.sbom(&image.name, version)?;
+        fs::write(out.join(format!("{}.cdx.json", image.name)), &document)?;
+        let referrer = sbom::referrer(&document, (&digest, layout.manifest.len()))?;
+        let referrer_digest = sha256(&referrer);
+        // Tagged as cosign tags an attached SBOM, since a registry without the referrers API
+        // (the distribution registry's) lists no referrer by its subject.
+        let sbom_reference = format!("{repository}:{}.sbom", digest.replacen(':', "-", 1));
+        if !args.dry_run {
+            let config = sha256(b"{}");
+            let document_digest = sha256(&document);
+            let blobs = [
+                (config.as_str(), &b"{}"[..]),
+                (document_digest.as_str(), document.as_slice()),
+            ];
+            runtime.block_on(client.push_manifest(&sbom_reference, &referrer, &blobs))?;
+        }
+        published.push(Artifact {
+            kind: "sbom",
+            reference: sbom_reference,
+            digest: referrer_digest,
         });
     }
     for (chart, package) in &charts {
