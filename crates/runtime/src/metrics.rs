@@ -133,8 +133,8 @@ pub struct Metrics {
     /// `evictkit_webhook_tls_handshake_duration_seconds{component}`: accept to handshake done.
     pub(crate) webhook_tls_handshake_duration: Histogram,
     /// `evictkit_webhook_call_duration_seconds{component, webhook, connection}`: a call from
-    /// the connection's accept (the first call of a `new` connection) or from its request's
-    /// arrival (a `reused` one) to its answer.
+    /// its request's arrival to its answer, plus the TLS handshake for the first call of a
+    /// `new` connection (not of a `reused` one).
     pub(crate) webhook_call_duration: HistogramVec,
     /// `evictkit_reconciles_total{component, controller}`: reconciles that ended.
     pub(crate) reconciles: IntCounterVec,
@@ -226,10 +226,9 @@ impl Metrics {
         let webhook_call_duration = HistogramVec::new(
             HistogramOpts::from(opts(
                 "evictkit_webhook_call_duration_seconds",
-                "Time of one webhook call in the server, to its answer: from the connection's \
-                 accept for the first call of a new connection (TLS handshake included), from \
-                 the request's arrival for a call on a reused one; by webhook path and \
-                 connection (new or reused).",
+                "Time of one webhook call in the server, from its request's arrival to its \
+                 answer, plus the connection's TLS handshake (from its accept) for the first call \
+                 of a new connection; by webhook path and connection (new or reused).",
             ))
             .buckets(WEBHOOK_BUCKETS.to_vec()),
             &["webhook", "connection"],

@@ -567,7 +567,7 @@ impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> fo
                 .inc();
             let (stream, service) = handshake?;
             let connection = Arc::new(Connection {
-                accepted,
+                handshake: accepted.elapsed(),
                 first_call: AtomicBool::new(true),
             });
             Ok((
@@ -583,8 +583,9 @@ impl<S: Send + 'static> axum_server::accept::Accept<tokio::net::TcpStream, S> fo
 
 /// One accepted connection, as its calls see it.
 struct Connection {
-    accepted: Instant,
-    /// No call has been answered on it yet: the first one's time starts at the accept.
+    /// From the accept to the handshake's end.
+    handshake: Duration,
+    /// No call has been answered on it yet: the first one's time includes the handshake.
     first_call: AtomicBool,
 }
 
@@ -613,21 +614,23 @@ where
     }
 }
 
-/// Times a call to its answer: from its connection's accept for the connection's first call,
-/// so the handshake and the wait for a core count, else from its request's arrival.
+/// Times a call from its request's arrival to its answer, plus, for a connection's first call,
+/// the connection's handshake (from its accept, the wait for a core included). Not from the
+/// accept itself: a client may hold a new connection idle before its first request (Go's
+/// transport dials for a request that another connection, freed meanwhile, then serves).
 async fn time_call(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let arrived = Instant::now();
     let path = request.uri().path().to_owned();
     let connection = request.extensions().get::<Arc<Connection>>().cloned();
     let response = next.run(request).await;
-    let (started, kind) = match &connection {
-        Some(c) if c.first_call.swap(false, Ordering::Relaxed) => (c.accepted, "new"),
-        _ => (arrived, "reused"),
+    let (handshake, kind) = match &connection {
+        Some(c) if c.first_call.swap(false, Ordering::Relaxed) => (c.handshake, "new"),
+        _ => (Duration::ZERO, "reused"),
     };
     metrics
         .webhook_call_duration
         .with_label_values(&[path.as_str(), kind])
-        .observe(started.elapsed().as_secs_f64());
+        .observe((handshake + arrived.elapsed()).as_secs_f64());
     response
 }
 
