@@ -24,25 +24,6 @@ pub const REASON_DELETION_BY_TAINT_MANAGER: &str = "DeletionByTaintManager";
 /// [`POD_DISRUPTION_TARGET`] message of the taint manager, as upstream writes it.
 pub const MESSAGE_DELETION_BY_TAINT_MANAGER: &str =
     "Taint manager: deleting due to NoExecute taint";
-/// [`POD_DISRUPTION_TARGET`] reason of the taint manager's `EvictionRequest` action: the pod's
-/// EvictionRequest lists the taint manager as a requester. It is also the durable mark from
-/// which a restarted taint manager knows which requests to withdraw.
-pub const REASON_EVICTION_REQUEST_BY_TAINT_MANAGER: &str = "EvictionRequestByTaintManager";
-/// [`POD_DISRUPTION_TARGET`] message with [`REASON_EVICTION_REQUEST_BY_TAINT_MANAGER`].
-pub const MESSAGE_EVICTION_REQUEST_BY_TAINT_MANAGER: &str =
-    "Taint manager: requesting eviction due to NoExecute taint";
-/// [`POD_DISRUPTION_TARGET`] reason (status False) once the taint manager withdrew its request
-/// because the pod is no longer due.
-pub const REASON_EVICTION_REQUEST_WITHDRAWN_BY_TAINT_MANAGER: &str =
-    "EvictionRequestWithdrawnByTaintManager";
-/// [`POD_DISRUPTION_TARGET`] reason (status False) once the taint manager's request was
-/// refused by the eviction request controller or ended without the pod going.
-pub const REASON_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER: &str =
-    "EvictionRequestNotActedOnByTaintManager";
-/// [`POD_DISRUPTION_TARGET`] message with
-/// [`REASON_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER`].
-pub const MESSAGE_EVICTION_REQUEST_NOT_ACTED_ON_BY_TAINT_MANAGER: &str =
-    "Taint manager: the eviction request was refused or ended without evicting the pod";
 /// [`POD_DISRUPTION_TARGET`] reason of KEP-4328's affinity-based eviction.
 pub const REASON_REQUIRED_NODE_AFFINITY_VIOLATION: &str = "RequiredNodeAffinityViolation";
 /// [`POD_DISRUPTION_TARGET`] reason the apiserver sets on API-initiated eviction.
