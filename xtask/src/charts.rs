@@ -66,6 +66,7 @@ pub fn check(cluster: &Cluster) -> Result<()> {
         );
         if chart == UMBRELLA && !enable_all.is_empty() {
             check_cert_manager_mode(cluster, &path, &enable_all)?;
+            images_follow_the_global_registry(cluster, &path, &enable_all, &charts)?;
         }
     }
     Ok(())
@@ -105,6 +106,53 @@ fn refuses_bad_values(cluster: &Cluster, chart: &str, path: &Path, enable_all: &
         }
     }
     eprintln!("    chart {chart}: the schema refuses replicas=two and an unknown key");
+    Ok(())
+}
+
+/// `global.imageRegistry=<host>/<path>` puts every component's image at
+/// `<host>/<path>/<component>:<appVersion>`, one value for a mirror or a release's registry.
+fn images_follow_the_global_registry(
+    cluster: &Cluster,
+    umbrella: &Path,
+    enable_all: &str,
+    charts: &[String],
+) -> Result<()> {
+    const REGISTRY: &str = "registry.example.com/mirror/evictkit";
+    let app_version = read_yaml(&umbrella.join("Chart.yaml"))?["appVersion"]
+        .as_str()
+        .context("the umbrella chart has no appVersion")?
+        .to_string();
+    let set = format!("{enable_all},global.imageRegistry={REGISTRY}");
+    let rendered = helm(
+        cluster,
+        &[
+            "template",
+            "evictkit",
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            &set,
+        ],
+        umbrella,
+    )?;
+    let mut images: Vec<&str> = rendered
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("image: "))
+        .map(|image| image.trim_matches('"'))
+        .collect();
+    images.sort_unstable();
+    let mut expected: Vec<String> = charts
+        .iter()
+        .filter(|chart| *chart != UMBRELLA)
+        .map(|component| format!("{REGISTRY}/{component}:{app_version}"))
+        .collect();
+    expected.sort_unstable();
+    if images != expected {
+        bail!("with global.imageRegistry={REGISTRY} the images are {images:?}, not {expected:?}");
+    }
+    eprintln!(
+        "    chart {UMBRELLA}: global.imageRegistry puts every image at {REGISTRY}/<component>"
+    );
     Ok(())
 }
 
