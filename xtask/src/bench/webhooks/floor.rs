@@ -280,7 +280,12 @@ struct Noop {
 fn start_noop(cluster: &Cluster, target: Target) -> Result<Noop> {
     let pki = support::pki();
     let port = support::free_port()?;
-    let mut command = Command::new(std::env::current_exe()?);
+    // This binary, unless a build replaced it meanwhile (its path then names a deleted file).
+    let exe = std::env::current_exe()
+        .ok()
+        .filter(|exe| exe.exists())
+        .unwrap_or_else(|| crate::workspace_root().join("target/debug/xtask"));
+    let mut command = Command::new(exe);
     command.args([
         "bench",
         "noop-webhook",
