@@ -380,6 +380,23 @@ impl Component {
         }
     }
 
+    /// Waits until the component holds its Lease (`evictkit_leader` 1): a controller acts only
+    /// then, so a test that starts one waits here before it expects anything done.
+    pub async fn wait_leader(&self, timeout: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.metric_value("evictkit_leader")? != Some(1.0) {
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "{} took no Lease within {timeout:?}; log:\n{}",
+                    self.name,
+                    self.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
     /// The Prometheus text exposition of the component.
     pub fn metrics(&self) -> Result<String> {
         match self.get("/metrics")? {

@@ -95,15 +95,7 @@ async fn start(env: &TestEnv, extra: &[&str]) -> Result<Component> {
     )
     .await?;
     // The controller acts once it holds the Lease.
-    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
-    while component.metric_value("evictkit_leader")? != Some(1.0) {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no Lease taken; log:\n{}",
-            component.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    component.wait_leader(DEFAULT_TIMEOUT).await?;
     Ok(component)
 }
 

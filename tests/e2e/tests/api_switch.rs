@@ -41,15 +41,7 @@ const INTERCEPTOR: &str = "migrate.example.com";
 /// Starts the controller (no webhook) for this namespace with `--api api`; waits for its Lease.
 async fn start(env: &TestEnv, api: &str) -> Result<Component> {
     let component = env.start_eviction_request_controller_on(api).await?;
-    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
-    while component.metric_value("evictkit_leader")? != Some(1.0) {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no Lease taken; log:\n{}",
-            component.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    component.wait_leader(DEFAULT_TIMEOUT).await?;
     Ok(component)
 }
 

@@ -157,22 +157,9 @@ async fn start_roles_with(
         .await?;
     }
     if roles.contains("controller") {
-        wait_for_leader(&component).await?;
+        component.wait_leader(DEFAULT_TIMEOUT).await?;
     }
     Ok(component)
-}
-
-async fn wait_for_leader(component: &Component) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
-    while component.metric_value("evictkit_leader")? != Some(1.0) {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no Lease taken; log:\n{}",
-            component.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
 }
 
 /// A running, ready pod, optionally with interceptors.

@@ -206,11 +206,7 @@ async fn sigterm_exits_within_seconds_when_the_apiserver_is_unreachable() -> Res
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut component = env.start_component_as(binary, &args, proxy.kubeconfig())?;
         component.wait_ready(Duration::from_secs(60)).await?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while component.metric_value("evictkit_leader")? != Some(1.0) {
-            assert!(Instant::now() < deadline, "{binary} took no Lease");
-            sleep(Duration::from_millis(100)).await;
-        }
+        component.wait_leader(Duration::from_secs(30)).await?;
         if *binary == "taint-manager" {
             let taint = Taint {
                 key: "evictkit.io/e2e".into(),

@@ -69,15 +69,7 @@ async fn start(env: &TestEnv) -> Result<Component> {
         ],
     )?;
     controller.wait_ready(DEFAULT_TIMEOUT).await?;
-    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
-    while controller.metric_value("evictkit_leader")? != Some(1.0) {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no Lease taken; log:\n{}",
-            controller.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    controller.wait_leader(DEFAULT_TIMEOUT).await?;
     Ok(controller)
 }
 
