@@ -715,25 +715,11 @@ pub(crate) fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
         &[crate::packages::CA_CERTIFICATES],
         "the Go module proxy (TLS)",
     )?;
-    let script = crate::workspace_root().join("tests/controlplane/build.sh");
-    let mut command = Command::new("bash");
-    command.arg(&script);
-    if let Some(version) = version {
-        command.args(["--kubernetes", version]);
-    }
-    let output = command
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("building the control plane failed (see the lines above)");
-    }
-    let stdout = String::from_utf8(output.stdout)?;
-    let bin = stdout
-        .lines()
-        .last()
-        .context("build.sh printed no bin directory")?;
-    Ok(PathBuf::from(bin))
+    let args = match version {
+        Some(version) => vec!["--kubernetes", version],
+        None => vec![],
+    };
+    evictkit_testenv::cached_build("tests/controlplane/build.sh", &args)
 }
 
 /// The test PKI: a CA, the apiserver's serving certificate, a service-account key pair

@@ -118,7 +118,7 @@ pub fn up() -> Result<Registry> {
         &[crate::packages::CA_CERTIFICATES],
         "the Go module proxy (TLS)",
     )?;
-    let bin = build()?.join("registry");
+    let bin = evictkit_testenv::cached_build("tests/registry/build.sh", &[])?.join("registry");
     let dir = dir();
     let data_dir = dir.join("data");
     fs::create_dir_all(&data_dir)?;
@@ -227,26 +227,6 @@ fn api_version_check(port: u16) -> Result<()> {
         bail!("GET /v2/ answered {status:?}");
     }
     Ok(())
-}
-
-/// Runs tests/registry/build.sh (builds only when the cache lacks the binary) and returns the
-/// bin directory.
-fn build() -> Result<PathBuf> {
-    let script = crate::workspace_root().join("tests/registry/build.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("building the registry failed (see the lines above)");
-    }
-    let stdout = String::from_utf8(output.stdout)?;
-    let bin = stdout
-        .lines()
-        .last()
-        .context("build.sh printed no bin directory")?;
-    Ok(PathBuf::from(bin))
 }
 
 #[cfg(test)]

@@ -4,11 +4,11 @@
 //! else's by `request.userInfo.username`.
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
@@ -20,22 +20,9 @@ use crate::TestEnv;
 use crate::component::free_port;
 
 /// The descheduler binary: runs `tests/descheduler/build.sh` (milliseconds once cached; a cold
-/// build takes minutes) and takes the bin directory it prints last.
+/// build takes minutes).
 pub fn binary() -> Result<PathBuf> {
-    let script = crate::workspace_root().join("tests/descheduler/build.sh");
-    let output = Command::new(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("{} failed ({})", script.display(), output.status);
-    }
-    let stdout = String::from_utf8(output.stdout)?;
-    let dir = stdout
-        .lines()
-        .last()
-        .context("build.sh printed no bin directory")?;
-    Ok(Path::new(dir.trim()).join("descheduler"))
+    Ok(crate::cached_build("tests/descheduler/build.sh", &[])?.join("descheduler"))
 }
 
 /// An identity of its own: a ServiceAccount of the test's namespace.

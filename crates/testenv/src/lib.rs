@@ -480,6 +480,33 @@ fn test_binary() -> String {
     }
 }
 
+/// Runs one of the repository's Go build scripts (`tests/<tool>/build.sh`, relative to the
+/// workspace root, with `args`), which builds into a cache keyed by version only when the cache
+/// lacks the binaries and prints the bin directory last; returns that directory. Its progress
+/// goes to our stderr.
+pub fn cached_build(script: &str, args: &[&str]) -> Result<PathBuf> {
+    let script = crate::workspace_root().join(script);
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}; see the lines above)",
+            script.display(),
+            output.status
+        );
+    }
+    let stdout = String::from_utf8(output.stdout)?;
+    let dir = stdout
+        .lines()
+        .last()
+        .with_context(|| format!("{} printed no bin directory", script.display()))?;
+    Ok(PathBuf::from(dir.trim()))
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
