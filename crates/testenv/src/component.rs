@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::PostParams;
+use kube::config::Kubeconfig;
 
 use crate::descheduler::Identity;
 use crate::{TestEnv, objects};
@@ -92,16 +93,18 @@ impl TestEnv {
                 path.display()
             );
         }
-        let chart_identity = if kubeconfig == self.kubeconfig() && COMPONENTS.contains(&binary) {
-            let set = chart_values(binary, args);
-            let set: Vec<&str> = set.iter().map(String::as_str).collect();
-            Some(self.component_identity(binary, &set)?)
-        } else {
-            None
-        };
-        let kubeconfig = chart_identity
-            .as_ref()
-            .map_or(kubeconfig, |identity| identity.kubeconfig.as_path());
+        // The cluster admin's credentials, whatever server they point at (the cluster's own, or
+        // an ApiProxy in front of it), are swapped for the chart's identity.
+        let chart_kubeconfig =
+            if COMPONENTS.contains(&binary) && self.holds_admin_credentials(kubeconfig)? {
+                let set = chart_values(binary, args);
+                let set: Vec<&str> = set.iter().map(String::as_str).collect();
+                let identity = self.component_identity(binary, &set)?;
+                Some(same_server(&identity.kubeconfig, kubeconfig)?)
+            } else {
+                None
+            };
+        let kubeconfig = chart_kubeconfig.as_deref().unwrap_or(kubeconfig);
         let metrics_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log_dir = self.cluster_dir().join("logs/e2e");
         std::fs::create_dir_all(&log_dir)?;
@@ -133,6 +136,22 @@ impl TestEnv {
             log,
             metrics_addr,
         })
+    }
+
+    /// Whether `kubeconfig` authenticates as this cluster's admin (the same user credentials as
+    /// [`TestEnv::kubeconfig`]).
+    fn holds_admin_credentials(&self, kubeconfig: &Path) -> Result<bool> {
+        let user = |path: &Path| -> Result<Option<serde_json::Value>> {
+            let config = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Ok(config
+                .auth_infos
+                .first()
+                .and_then(|named| named.auth_info.as_ref())
+                .map(serde_json::to_value)
+                .transpose()?)
+        };
+        Ok(kubeconfig == self.kubeconfig() || user(kubeconfig)? == user(self.kubeconfig())?)
     }
 
     /// What `charts/<chart>` grants its component (ServiceAccount, ClusterRole and binding, the
@@ -548,6 +567,41 @@ pub fn ensure_none_refused(
         "{gone_reads} reads past the cache for pods already gone, for {requested} requests"
     );
     Ok(())
+}
+
+/// `identity`'s kubeconfig itself when `target` points at the same server, else a copy of it
+/// beside it pointing at `target`'s server (an ApiProxy's).
+fn same_server(identity: &Path, target: &Path) -> Result<PathBuf> {
+    let server = |config: &Kubeconfig| {
+        config
+            .clusters
+            .first()
+            .and_then(|named| named.cluster.as_ref())
+            .and_then(|cluster| cluster.server.clone())
+    };
+    let mut config = Kubeconfig::read_from(identity)
+        .with_context(|| format!("reading {}", identity.display()))?;
+    let wanted = server(
+        &Kubeconfig::read_from(target).with_context(|| format!("reading {}", target.display()))?,
+    );
+    if server(&config) == wanted {
+        return Ok(identity.to_path_buf());
+    }
+    if let Some(cluster) = config
+        .clusters
+        .first_mut()
+        .and_then(|named| named.cluster.as_mut())
+    {
+        cluster.server = wanted;
+    }
+    let name = target
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = identity.with_extension(format!("via-{name}"));
+    std::fs::write(&path, serde_json::to_string(&config)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 #[cfg(test)]
