@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 
 /// `target/bench/<name>`, its directory created.
 pub fn path(name: &str) -> Result<PathBuf> {
@@ -35,6 +35,13 @@ pub fn upsert(
             header.len(),
             path.display()
         );
+        // Unquoted on purpose: the files are read back (here and by plots) by splitting on commas.
+        if let Some(value) = row.iter().find(|value| value.contains([',', '\n'])) {
+            bail!(
+                "the value {value:?} for {} holds a comma or a line break",
+                path.display()
+            );
+        }
     }
     let header_line = header.join(",");
     let mut kept: Vec<Vec<String>> = Vec::new();
@@ -123,5 +130,23 @@ mod tests {
         .unwrap_err();
         assert!(error.to_string().contains("move it away"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_value_with_a_comma_is_refused_since_the_file_is_read_by_splitting_on_commas() {
+        let path =
+            std::env::temp_dir().join(format!("evictkit-csv-comma-{}.csv", std::process::id()));
+        let error = upsert(
+            &path,
+            &["scenario", "size"],
+            1,
+            &[vec![
+                "floor".into(),
+                "25 calls at once, PDB per-namespace".into(),
+            ]],
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("PDB per-namespace"), "{error}");
+        assert!(!path.exists(), "nothing written");
     }
 }

@@ -491,7 +491,7 @@ async fn burst(
         floor: Some(figures),
         ..Row::of(
             &format!("floor {} {size} {}", target.component(), layout.name()),
-            format!("{size} dry-run calls at once, {}", layout.name()),
+            format!("{size} dry-run calls at once; {}", layout.name()),
             &apiserver,
         )
     })
@@ -538,7 +538,7 @@ async fn idle_gaps(
         }),
         ..Row::of(
             "idle-gap",
-            format!("{bursts} bursts of 25 over {minutes:.1} min, gaps 40-100 s"),
+            format!("{bursts} bursts of 25 over {minutes:.1} min; gaps 40-100 s"),
             &apiserver,
         )
     })
