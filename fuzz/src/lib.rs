@@ -72,6 +72,13 @@ async fn build_webhooks() -> Vec<Webhook> {
     );
 
     let bridge = metrics("descheduler-bridge");
+    // The stand-in serves no EvictionRequest API (its discovery answers 404), so the caches list
+    // nothing and every review gets past "not listed yet" to the decision.
+    let requests = descheduler_bridge::requests::Requests::start(
+        client.clone(),
+        evictkit_runtime::shutdown::CancellationToken::new(),
+    );
+    requests.listed().await;
     let context = descheduler_bridge::webhook::Context {
         client: client.clone(),
         // The CRD is chosen without discovery; the stand-in answers every write with 404.
@@ -85,6 +92,7 @@ async fn build_webhooks() -> Vec<Webhook> {
         )
         .await
         .expect("ApiMode::Crd needs no discovery"),
+        requests,
         users: BTreeSet::from([DESCHEDULER_USER.to_owned()]),
         opt_in: OptIn::AlsoInterceptorPods,
         metrics: descheduler_bridge::metrics::BridgeMetrics::register(&bridge)

@@ -24,7 +24,7 @@
 mod cache;
 pub mod controller;
 pub mod metrics;
-mod requests;
+pub mod requests;
 pub mod webhook;
 
 use std::collections::BTreeSet;
