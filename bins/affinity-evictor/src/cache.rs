@@ -1,6 +1,6 @@
 //! What the controller keeps of Pods and Nodes, and the index of opted-in pods by node.
 //!
-//! Caches keep only the fields the logic reads (DESIGN.md). A Pod is cached as a
+//! Caches keep only the fields the logic reads (docs/architecture.md). A Pod is cached as a
 //! [`CachedPod`]: its name, namespace and UID, node name, our condition's status and the facts
 //! [`PodFacts::judge`] reads (skip reason, parsed execution-time affinity). Each watched Pod is
 //! projected as it is deserialized, so not even a list page holds whole Pods. Pods of one

@@ -1,5 +1,5 @@
 //! What the controller keeps of a Pod: a [`CachedPod`], projected as it is deserialized
-//! (DESIGN.md, compact caches; the affinity-evictor's `CachedPod` is the model). The cache only
+//! (docs/architecture.md, compact caches; the affinity-evictor's `CachedPod` is the model). The cache only
 //! says which request a pod's change concerns and which pods the sweep looks at; every plan is
 //! made from fresh reads (`controller::reconcile`).
 

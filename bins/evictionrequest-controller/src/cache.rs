@@ -1,5 +1,5 @@
 //! What the controller keeps of a Pod, for both EvictionRequest APIs: a [`CachedPod`], projected
-//! as it is deserialized (DESIGN.md, compact caches; the affinity-evictor's and the
+//! as it is deserialized (docs/architecture.md, compact caches; the affinity-evictor's and the
 //! taint-manager's `CachedPod` are the models), so neither the cache nor a list page holds whole
 //! Pods. Labels, owners, the annotations and spec fields the decisions read are one shared copy
 //! per distinct value: a workload's pods hold one.

@@ -1,6 +1,6 @@
 //! What the taint-manager keeps of Pods, Nodes and Namespaces, and the index of pods by node.
 //!
-//! Caches keep only the fields the logic reads (DESIGN.md): a Pod is cached as a
+//! Caches keep only the fields the logic reads (docs/architecture.md): a Pod is cached as a
 //! [`CachedPod`], projected as it is deserialized; a Node keeps its name, labels, NoExecute
 //! taints and the status of its Ready condition (the zone guard's input); a Namespace its name
 //! and labels.
@@ -29,7 +29,7 @@ const NODE_READY: &str = "Ready";
 /// The pod condition that says when the pod was bound to its node.
 const POD_SCHEDULED: &str = "PodScheduled";
 
-/// A watched Pod, projected as it is deserialized to what the taint-manager reads (DESIGN.md,
+/// A watched Pod, projected as it is deserialized to what the taint-manager reads (docs/architecture.md,
 /// compact caches; the affinity-evictor's `CachedPod` is the model): its name, namespace, UID
 /// and deletion timestamp, node, labels and tolerations (one shared copy per distinct set: a
 /// workload's pods hold one), when it was bound, and whether upstream's DisruptionTarget=True

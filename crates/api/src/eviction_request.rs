@@ -1,7 +1,7 @@
 //! KEP-4563's EvictionRequest as the CRD `evictionrequests.evictkit.io/v1alpha1`.
 //!
 //! Field names and JSON tags follow the KEP's Go types (section "Pod and EvictionRequest API"),
-//! with the slips DESIGN.md resolves: `InterceptorStatus.completionTime` (the KEP's tag says
+//! with two slips of the KEP's text resolved: `InterceptorStatus.completionTime` (the KEP's tag says
 //! `startTime`) and `expectedFinishTime` (the prose's `expectedInterceptorFinishTime`).
 //!
 //! The KEP's admission rules that CEL can state live on these types as

@@ -1,6 +1,6 @@
 //! Every annotation key, label key, API group and well-known name evictkit reads or writes.
 //!
-//! No binary spells one of these strings itself (DESIGN.md, "API group").
+//! No binary spells one of these strings itself (one place for each key).
 
 /// API group of evictkit's CRDs; `coordination.k8s.io` in the KEPs' in-tree form.
 pub const GROUP: &str = "evictkit.io";

@@ -36,8 +36,8 @@ pub const REASON_MATCHES_AGAIN: &str = "RequiredNodeAffinityMatches";
 /// (opted out): the eviction is no longer wanted.
 pub const REASON_OPTED_OUT: &str = "RequiredDuringExecutionRemoved";
 
-/// Why a pod is not judged at all (KEP-4328: "excluding mirror pods"; DESIGN.md: terminating
-/// pods are not evicted again; a terminal pod holds no place on its node).
+/// Why a pod is not judged at all (KEP-4328: "excluding mirror pods"; a terminating pod is
+/// already leaving and is not evicted again; a terminal pod holds no place on its node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Skip {
     /// No `spec.nodeName` yet: the scheduler, not this controller, places it.
@@ -225,7 +225,7 @@ impl Execution {
     }
 }
 
-/// What [`judge`] reads of a pod, taken from one version of it (DESIGN.md: caches keep only
+/// What [`judge`] reads of a pod, taken from one version of it (docs/architecture.md: caches keep only
 /// the fields the logic reads).
 #[derive(Debug, Clone)]
 pub struct PodFacts {

@@ -1,7 +1,7 @@
 //! Exponential back-off per object: the wait before the next attempt after a number of failed
 //! ones (client-go's per-item exponential failure rate limiter). Every controller that retries
 //! an eviction or a removal while the reason for it lasts uses this one rule; kube-runtime keeps
-//! no per-object back-off (DESIGN.md), so the count lives with the caller.
+//! no per-object back-off (docs/architecture.md, work loops), so the count lives with the caller.
 
 use std::time::Duration;
 

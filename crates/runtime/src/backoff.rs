@@ -1,5 +1,5 @@
 //! The back-off of each object a controller retries, in memory: kube-runtime keeps none per
-//! object (DESIGN.md), and a requeue after an error would otherwise come at once. The rule is
+//! object (docs/architecture.md, work loops), and a requeue after an error would otherwise come at once. The rule is
 //! `evictkit_core::backoff`; a caller whose status keeps the failure count (the
 //! evictionrequest-controller) seeds it from there, so a restart does not reset the back-off.
 

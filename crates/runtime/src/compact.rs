@@ -1,4 +1,4 @@
-//! What every compact cached object keeps of its metadata (DESIGN.md, compact caches): each
+//! What every compact cached object keeps of its metadata (docs/architecture.md, compact caches): each
 //! component's cached pod adds only the fields its logic reads, and shares what many pods
 //! hold alike through [`crate::interned`].
 

@@ -1,5 +1,5 @@
 //! Kubernetes Events (events.k8s.io/v1) about a user's objects, one for every action
-//! (DESIGN.md), reported under the component's name so `kubectl describe` says who acted.
+//! (docs/architecture.md, the runtime's contracts), reported under the component's name so `kubectl describe` says who acted.
 //!
 //! Events go through a client of their own, with a budget of their own (the same
 //! `--kube-api-qps`/`--kube-api-burst` as the work's): an Event never takes the rate budget of

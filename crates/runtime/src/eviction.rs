@@ -1,4 +1,4 @@
-//! THE eviction client (DESIGN.md, "Shared runtime contracts"): a `policy/v1` Eviction of one
+//! THE eviction client (docs/architecture.md, the runtime's contracts): a `policy/v1` Eviction of one
 //! pod, with a UID precondition so that a same-named successor (a StatefulSet's next `web-0`)
 //! is never evicted in place of the pod the caller decided about, and its answer classified.
 //!

@@ -1,5 +1,5 @@
 //! One shared copy of each distinct value among many cached objects: a workload's thousand
-//! pods hold one copy of their labels or tolerations, not a thousand (DESIGN.md, compact
+//! pods hold one copy of their labels or tolerations, not a thousand (docs/architecture.md, compact
 //! caches). Entries no object holds any more are swept as the table grows, so its size follows
 //! the distinct values alive.
 

@@ -1,5 +1,5 @@
 //! Leader election on a coordination.k8s.io/v1 Lease, so that two replicas of a controller
-//! never act at once (DESIGN.md). Webhooks do not use it.
+//! never act at once (docs/architecture.md). Webhooks do not use it.
 //!
 //! The work runs only while the Lease is held, one term at a time. The holder renews it every
 //! fifth of its duration and rides out failed renewals (an apiserver restart) for two thirds of

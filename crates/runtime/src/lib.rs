@@ -1,4 +1,4 @@
-//! The imperative shell every evictkit binary shares (DESIGN.md, "Shared runtime contracts").
+//! The imperative shell every evictkit binary shares (docs/architecture.md).
 //!
 //! A binary's `main` reads top to bottom with these pieces:
 //! - [`cli`]: the common flags ([`cli::CommonArgs`], [`cli::RoleArgs`]) and their validation;

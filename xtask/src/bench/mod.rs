@@ -1,4 +1,4 @@
-//! `cargo xtask bench <component>`: figures, not timed tests (DESIGN.md, Testing). Each
+//! `cargo xtask bench <component>`: figures, not timed tests (docs/architecture.md, where each kind of test lives). Each
 //! component adds its benchmark as a subcommand.
 
 mod affinity_evictor;

@@ -23,7 +23,7 @@ pub(super) const EVICTION_FAILED_PREFIX: &str =
     "Could not evict a pod due to failing eviction requests, number of retries: ";
 
 /// The retry count in the imperative interceptor's message, so the backoff goes on growing
-/// after a controller restart (DESIGN.md: no state only in memory).
+/// after a controller restart (docs/architecture.md: level-triggered, no state only in memory).
 pub fn retries_in_message(message: &str) -> Option<u32> {
     message
         .strip_prefix(EVICTION_FAILED_PREFIX)?
