@@ -78,7 +78,7 @@ pub(crate) async fn imperative_eviction(
         EvictionOutcome::Evicted => {
             // The status says "Evicting" (written before the attempt, or now after failed
             // ones) until the pod is gone and the request Evicted.
-            // No Event (issue 29: at most 4 writes per request): the status says it, and
+            // No Event: the status says it, and
             // `evictionrequest_controller_imperative_evictions{result="evicted"}` counts it.
             plan.record_imperative(&evicting, now);
             tracing::info!(request = %id(request), pod = %format!("{namespace}/{pod_name}"), "evicted through the Eviction API");
@@ -287,7 +287,7 @@ pub(crate) async fn apply_status(
 /// involvedObject is the request): an interceptor's turn starting or passing on, a
 /// cancellation. The default interceptor's own course (its activation, the pod evicted and
 /// gone) is in the status alone, as upstream's controller, which records no Events, has it:
-/// with no interceptor a request then costs the controller 4 writes (issue 29), not 8.
+/// with no interceptor a request then costs the controller 4 writes, not 8.
 pub(crate) async fn record(context: &Context, request: &EvictionRequest, transition: &Transition) {
     let timeout = context.config.heartbeat_timeout;
     match transition {

@@ -589,7 +589,7 @@ async fn reconcile_request(
         let responders = core::initial_responders(Target::of(pod.as_deref(), &reference.uid));
         let labels = core::participant_labels(&request_refs, &responders);
         created = create_eviction(&context, &request, &request_refs, &name, &labels).await?;
-        // No Event (issue 29: writes per request): the request's conditions follow the
+        // No Event: the request's conditions follow the
         // Eviction, which is found by its target.
         tracing::info!(request = %id(request.as_ref()), eviction = %name, "Eviction created");
         relevant = Some(&created);

@@ -1,5 +1,5 @@
-//! The controller role's part for PDBs that were there before their policy (issue 28 finding
-//! 5). The webhooks act on writes only, so an Enforce policy (e.g. AlwaysAllow, installed to
+//! The controller role's part for PDBs that were there before their policy. The
+//! webhooks act on writes only, so an Enforce policy (e.g. AlwaysAllow, installed to
 //! unblock a stuck drain) changed nothing until each PDB was edited, and nothing said which PDBs
 //! differ. At each resync, for the policy in force in each namespace
 //! ([`pdb_policy::conformance`] decides): Enforce sets the field on the PDBs that differ, with a

@@ -1,4 +1,4 @@
-//! What the taint-manager does when the API refuses it (issue 15 item 4), so it never stops
+//! What the taint-manager does when the API refuses it, so it never stops
 //! evicting silently:
 //! - the TaintEvictionPolicy CRD is not installed: it runs as upstream's controller, with no
 //!   policies, says so once in the log and in the `evictkit_taint_manager_policy_crd_installed`

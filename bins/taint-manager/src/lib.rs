@@ -130,7 +130,7 @@ pub struct Args {
     pub common: CommonArgs,
     // --concurrent-syncs. Without a bound, every due pod of an outage held a reconcile slot
     // while it waited for the client budget, and kube-runtime's scheduler scanned the pods
-    // held behind them at every wake-up (docs/bench/README.md, issue 29).
+    // held behind them at every wake-up (docs/bench/README.md).
     #[command(flatten)]
     pub controller: ControllerArgs,
     /// Pace pod removals by zone (off by default, as upstream: kube-controller-manager's

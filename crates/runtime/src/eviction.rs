@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(json["kind"], "Eviction");
         assert_eq!(json["metadata"]["name"], "web-0");
         assert_eq!(json["deleteOptions"]["preconditions"]["uid"], "1234");
-        // Issue 28: a version precondition fails after the apiserver spent the PDB's budget.
+        // A version precondition fails after the apiserver spent the PDB's budget.
         assert!(
             json["deleteOptions"]["preconditions"]
                 .get("resourceVersion")

@@ -187,7 +187,7 @@ fn requester_apply(
 /// `taint-manager.evictkit.io`): creates the pod's EvictionRequest or adds `requester` to its
 /// `.spec.requesters`. Idempotent; call it on every reconcile while the eviction is wanted.
 /// A request it creates carries the pod's labels, as `pod` has them, so the controller's label
-/// synchronisation has nothing to write (issue 29: a write per request less).
+/// synchronisation has nothing to write.
 ///
 /// A request canceled because its requesters all withdrew is no longer processed, so it is
 /// deleted and created afresh; an evicted one is returned as it is. A request the controller

@@ -301,7 +301,7 @@ mod tests {
         assert!(watch.event(Event::InitDone).is_empty());
     }
 
-    /// Issue 29's micro-bench: the first list (Init, InitApply for every pod, InitDone) and a
+    /// The first list (Init, InitApply for every pod, InitDone) and a
     /// relist after it, 30 pods a node as in `bench scale`. Prints the time of each phase per size.
     /// `cargo test --release -p evictkit-runtime -- --ignored --nocapture index_relist_cost`
     #[test]

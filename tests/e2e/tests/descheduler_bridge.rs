@@ -599,7 +599,7 @@ async fn background_eviction_through_an_eviction_request() -> Result<()> {
         "the evacuation's start is recorded"
     );
     // The start of the descheduler's own cache TTL, from which the controller refreshes the
-    // pod (issue 14 item 10).
+    // pod.
     ensure!(
         annotation(&marked, DESCHEDULER_BRIDGE_EVACUATION_ANSWERED).is_some(),
         "the 429's time is recorded: {:?}",
@@ -650,7 +650,7 @@ async fn background_eviction_through_an_eviction_request() -> Result<()> {
     t.env.ensure_no_invalid_writes()
 }
 
-/// Issue 14 item 1: a pod whose EvictionRequest was Canceled by validation (here a malformed
+/// A pod whose EvictionRequest was Canceled by validation (here a malformed
 /// interceptor annotation) is not requested again every descheduler cycle: the bridge answers
 /// later cycles' evictions 403 with the reason, the request stays the one that was refused (not
 /// deleted and made again), and the pod stays unmarked and running.

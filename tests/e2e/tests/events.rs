@@ -1,7 +1,7 @@
 //! The Event pipeline every component records through (`evictkit_runtime::events`), against a
 //! real apiserver: client-go's correlator decides, the recorder creates Events and counts
 //! repeats in their series; past their budget, Events with a fold target become one Event on
-//! it (issue 33).
+//! it.
 
 use std::time::{Duration, Instant};
 

@@ -117,7 +117,7 @@ async fn one_replica_acts_and_the_standby_takes_over_when_the_lease_is_released(
     Ok(())
 }
 
-/// Issue 17 (found while trying it): on SIGTERM a component stops starting work at once,
+/// Found while trying it: on SIGTERM a component stops starting work at once,
 /// abandons what is in flight within a few seconds, and exits, even when the apiserver does not
 /// answer (a network partition: the component's own connection to it is cut; the kubelet would
 /// SIGKILL it after the grace period while the next leader may already act). Each component
@@ -492,7 +492,7 @@ impl Replica {
     }
 }
 
-/// Issue 17 (kube-apiserver restarted): a leader that cannot renew its Lease for longer than
+/// kube-apiserver restarted: a leader that cannot renew its Lease for longer than
 /// the renew deadline stops acting by then, as before, but stays up: it campaigns again and,
 /// once it holds the Lease again, starts a new term, with no second replica acting meanwhile.
 /// Alone, it takes its own Lease back when the apiserver answers again; with a standby that

@@ -822,7 +822,7 @@ async fn event_reasons(env: &TestEnv, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Issue 28 finding 5: a policy acts on the PDBs that were there before it. In Default mode an
+/// A policy acts on the PDBs that were there before it. In Default mode an
 /// unset field is reported (the policy's status, an Event on the PDB, a gauge) and left alone;
 /// switched to Enforce (e.g. AlwaysAllow, installed to unblock a stuck drain), the controller
 /// sets the policy's value on every PDB at once, with an Event on each, without waiting for an
@@ -1461,7 +1461,7 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
     Ok(())
 }
 
-/// Issue 14 item 12: `protectUnhealthyPodsWithLocalStorage` follows a pod's claim to its
+/// `protectUnhealthyPodsWithLocalStorage` follows a pod's claim to its
 /// PersistentVolume: a `local` PV (the KEP's own example) is local storage, an NFS one is not.
 #[tokio::test]
 async fn local_persistent_volumes_behind_claims_are_protected() -> Result<()> {
@@ -1595,7 +1595,7 @@ fn webhook_binary() -> std::path::PathBuf {
         .unwrap_or_default()
 }
 
-/// Issue 30: several `kubectl drain`s at once through the eviction webhook registered as the
+/// Several `kubectl drain`s at once through the eviction webhook registered as the
 /// chart registers it (failurePolicy Ignore, timeoutSeconds 5), under a policy whose stricter
 /// rules it evaluates for every pod: every pod evicted, every eviction reviewed by the webhook,
 /// and the apiserver counts no failed call of it (none failed open, none refused for an error).

@@ -255,7 +255,7 @@ async fn untolerated_taint_deletes_at_once_and_terminating_pods_are_not_deleted_
 
     // The pod stays terminating (finalizer): it is not deleted again.
     not_deleted_for(&env, "forever", Duration::from_secs(3)).await?;
-    // Issue 15 item 5: counted in the Event series (a repeat would not add an Event object),
+    // Counted in the Event series (a repeat would not add an Event object),
     // and reported as upstream's controller.
     let (marks, reporters) = event_count(
         &env,
@@ -279,7 +279,7 @@ async fn untolerated_taint_deletes_at_once_and_terminating_pods_are_not_deleted_
     release(&env).await
 }
 
-/// Issue 19's finding: with many pods due at once and a small client budget, the "Marking for
+/// With many pods due at once and a small client budget, the "Marking for
 /// deletion" Events queued for the whole batch ahead of the removals, so no pod was removed
 /// until every Event had been sent. Events have a budget of their own (as each of
 /// kube-controller-manager's controllers has a client apart from its event broadcaster's): the
@@ -913,7 +913,7 @@ async fn stays_not_ready_and_tainted(env: &TestEnv, node: &str) -> Result<()> {
     Ok(())
 }
 
-/// Issue 29: without --zone-guard the taint-manager paces nothing, as upstream's
+/// Without --zone-guard the taint-manager paces nothing, as upstream's
 /// taint-eviction-controller (node-lifecycle paces the tainting of nodes, not the removal of
 /// pods). In a small zone 3 of whose 4 nodes are down (partially disrupted, where the opt-in
 /// guard would pause removals), a NoExecute taint set by hand on the 4th removes its pod at once.
@@ -948,7 +948,7 @@ async fn by_default_a_partially_disrupted_zone_does_not_hold_removals_back() -> 
     release(&env).await
 }
 
-/// Issue 15 item 2 (the opt-in --zone-guard): node-lifecycle's zone states with its defaults. A zone of 4 kwok nodes, 3
+/// The opt-in --zone-guard: node-lifecycle's zone states with its defaults. A zone of 4 kwok nodes, 3
 /// of them going down (more than 2, 0.75 >= 0.55, not more than 50 nodes): partial disruption,
 /// removals stop. The 4th going down too while other zones are healthy: full disruption,
 /// removals at --node-eviction-rate. Zones are region and zone.
@@ -1009,7 +1009,7 @@ async fn zone_guard_follows_node_lifecycle_zone_states() -> Result<()> {
     release(&env).await
 }
 
-/// Issue 15 item 6: the default deployment, without --namespace and --policy-selector: every
+/// The default deployment, without --namespace and --policy-selector: every
 /// namespace's pods and every policy. The pods and the policy are in a namespace other than the
 /// Lease's (a second test namespace), so a manager confined to its own namespace fails here.
 /// Run alone ([`EXCLUSIVE`]): a cluster-wide taint-manager would act on the other tests' pods.
@@ -1072,7 +1072,7 @@ async fn deleted_after(
     Ok(at.duration_since(added).as_secs())
 }
 
-/// Issue 15 item 1: the window is upstream's timer, started when the pod is first found due
+/// The window is upstream's timer, started when the pod is first found due
 /// and kept while it stays tolerated: a swap of not-ready for unreachable (here the test's own
 /// two taints, which the node lifecycle controller leaves alone) or a second tolerated taint
 /// with a shorter window leave the first window's end where it was.
@@ -1121,7 +1121,7 @@ async fn the_first_window_stands_across_a_taint_swap_and_an_added_taint() -> Res
     release(&env).await
 }
 
-/// Issue 15 item 3: upstream's timed worker outlives the node, so a pod waiting for the end of
+/// Upstream's timed worker outlives the node, so a pod waiting for the end of
 /// its window is still deleted when its node is deleted meanwhile, and no deletion is
 /// cancelled.
 #[tokio::test]
@@ -1161,7 +1161,7 @@ async fn a_pending_deletion_stands_when_the_node_is_deleted() -> Result<()> {
     release(&env).await
 }
 
-/// Issue 15 item 4: without the TaintEvictionPolicy CRD the taint-manager runs as upstream's
+/// Without the TaintEvictionPolicy CRD the taint-manager runs as upstream's
 /// controller (no policies), says so once and in a gauge. Run alone ([`EXCLUSIVE`]): the CRD
 /// is deleted for the test and installed again after.
 #[tokio::test]
@@ -1209,7 +1209,7 @@ async fn without_the_policy_crd_it_runs_without_policies() -> Result<()> {
     result
 }
 
-/// Issue 15 item 4: when RBAC denies a watch the taint-manager needs, /readyz says not ready
+/// When RBAC denies a watch the taint-manager needs, /readyz says not ready
 /// and the log names the denied verb and resource. (The `view` ClusterRole may read pods and
 /// namespaces, not nodes.)
 #[tokio::test]

@@ -390,7 +390,7 @@ fn with_volume(mut pod: Pod, volume: Value) -> Pod {
     pod
 }
 
-/// Issue 14 item 13: where the caches cannot decide (the pod not in the cache yet, its
+/// Where the caches cannot decide (the pod not in the cache yet, its
 /// readiness or the PDB's `disruptedPods` a moment behind), the webhook decides on what the
 /// API says now.
 #[tokio::test]
@@ -490,7 +490,7 @@ async fn eviction_webhook_decides_on_the_live_pod_and_pdb() {
     );
 }
 
-/// Issue 14 item 12: a claim bound to a `local` PersistentVolume is local storage (the KEP's
+/// A claim bound to a `local` PersistentVolume is local storage (the KEP's
 /// own example); one bound to network storage is not.
 #[tokio::test]
 async fn eviction_webhook_follows_claims_to_node_local_volumes() {
@@ -551,7 +551,7 @@ async fn eviction_webhook_follows_claims_to_node_local_volumes() {
     }
 }
 
-/// Issue 30: a live read that does not answer must not leave the review to the apiserver's
+/// A live read that does not answer must not leave the review to the apiserver's
 /// timeout, where failurePolicy Ignore lets the eviction through unchecked: the review is
 /// answered 429 "retry" before the `timeout` the apiserver sends with the call.
 #[tokio::test]
@@ -609,7 +609,7 @@ fn synced_budget(desired: i32, current: i32) -> PodDisruptionBudget {
     )
 }
 
-/// Issue 30: where the caches cannot change the answer, the review reads nothing from the API
+/// Where the caches cannot change the answer, the review reads nothing from the API
 /// (a drain's reviews went through a 20 QPS client, two reads each, and timed out).
 #[tokio::test]
 async fn eviction_webhook_decides_from_the_caches_where_they_cannot_change_the_answer() {
@@ -666,7 +666,7 @@ async fn eviction_webhook_decides_from_the_caches_where_they_cannot_change_the_a
     }
 }
 
-/// Issue 30: where the caches could turn a denial into an allow, the review reads the object
+/// Where the caches could turn a denial into an allow, the review reads the object
 /// fresh: a pod not cached yet, a pod cached Pending, a strict count with no pod to spare.
 #[tokio::test]
 async fn eviction_webhook_reads_fresh_only_what_could_change_the_answer() {
@@ -715,7 +715,7 @@ async fn eviction_webhook_reads_fresh_only_what_could_change_the_answer() {
     }
 }
 
-/// Issue 30: concurrent reviews that need the same object read it once between them.
+/// Concurrent reviews that need the same object read it once between them.
 #[tokio::test]
 async fn eviction_webhook_shares_one_read_per_object_between_concurrent_reviews() {
     let synced = &["Ready", "example.com/Synced"][..];
@@ -749,7 +749,7 @@ async fn evict_for_real(ctx: Arc<Context>, name: String) -> AdmissionResponse {
     answer(ctx, "validate-eviction", review).await
 }
 
-/// Issue 30, the boundary case: N concurrent reviews of one PDB where k may go allow exactly k
+/// N concurrent reviews of one PDB where k may go allow exactly k
 /// on one replica (each decided on the same cached snapshot, all N were allowed), and read the
 /// PDB at most once per round trip between them.
 #[tokio::test]

@@ -304,7 +304,7 @@ fn plan_table() {
     }
 }
 
-/// Issue 14 item 10. The descheduler (v0.36 `evictions.go`) drops an *assumed* entry (one its
+/// The descheduler (v0.36 `evictions.go`) drops an *assumed* entry (one its
 /// 429 created) at the first cache cleaning after 600 s, i.e. 600-1200 s after the 429, even
 /// while the pod is still marked `eviction-in-progress`; a later cycle never refreshes it (a
 /// cached pod is skipped without an eviction call, and `assumePod` keeps the first time). It

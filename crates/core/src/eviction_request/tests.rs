@@ -831,7 +831,7 @@ fn admission_only_active_interceptors_write_entries() {
     );
 }
 
-/// Issue 14 item 2: after a controller outage longer than the heartbeat timeout, the
+/// After a controller outage longer than the heartbeat timeout, the
 /// interceptor the controller hands over to gets its full window from that moment, not from
 /// when its predecessor's deadline passed (which lies in the outage).
 #[test]
@@ -859,7 +859,7 @@ fn successor_gets_its_full_window_after_controller_downtime() {
     assert_eq!(plan.status.activation_time, Some(Time(t(9000))));
 }
 
-/// Issue 14 item 3: only the controller's identity writes the controller's part of the
+/// Only the controller's identity writes the controller's part of the
 /// status; anyone else may write only the active interceptor's own entry.
 #[test]
 fn admission_controller_fields_are_the_controller_s() {
@@ -959,7 +959,7 @@ fn admission_controller_fields_are_the_controller_s() {
     assert!(!identity.matches(None, &[]));
 }
 
-/// Issue 14 item 4: the KEP reserves `*.k8s.io` names; only the controller's default
+/// The KEP reserves `*.k8s.io` names; only the controller's default
 /// interceptor `imperative-eviction.k8s.io` carries one.
 #[test]
 fn reserved_k8s_io_names() {
@@ -984,7 +984,7 @@ fn reserved_k8s_io_names() {
     );
 }
 
-/// Issue 14 item 1: a request canceled by validation is final for its pod; one canceled
+/// A request canceled by validation is final for its pod; one canceled
 /// because its requesters withdrew is not.
 #[test]
 fn refusal_is_a_validation_failure_only() {
@@ -1023,7 +1023,7 @@ fn refusal_is_a_validation_failure_only() {
     }
 }
 
-/// Issue 14 item 8: a label removed from the pod goes from the request too, if the controller
+/// A label removed from the pod goes from the request too, if the controller
 /// put it there (its managedFields entry); a label someone else set on the request stays.
 #[test]
 fn label_removals_are_synchronised() {
@@ -1071,7 +1071,7 @@ fn label_removals_are_synchronised() {
     assert_eq!(plan.labels, None, "team is the requester's");
 }
 
-/// Issue 29 goal 4: the requester that creates a request copies the pod's labels into it and
+/// The requester that creates a request copies the pod's labels into it and
 /// names them in evictkit.io/labels-from-pod, so the controller writes no label patch; a label
 /// the pod drops goes from the request as if the controller had copied it, one of the
 /// requester's own stays. Before, the controller patched the labels of every request (one of
@@ -1197,7 +1197,7 @@ fn requester_metadata_on_an_existing_request() {
     );
 }
 
-/// Issue 14 item 5: a finished request gets an ownerReference to its pod (the garbage collector
+/// A finished request gets an ownerReference to its pod (the garbage collector
 /// takes it with the pod) and, but for a refusal, expires by --finished-ttl.
 #[test]
 fn finished_requests_are_garbage_collected() {
@@ -1246,7 +1246,7 @@ fn finished_requests_are_garbage_collected() {
     assert!(expires(&req, &not_found), "nothing to keep a record for");
 }
 
-/// Issue 14 item 6: the interceptor annotation is checked when the pod is written.
+/// The interceptor annotation is checked when the pod is written.
 #[test]
 fn admission_of_the_pod_annotation() {
     let fine = pod(Some("actor-b.example.com,actor-a.example.com"));

@@ -1,5 +1,5 @@
-//! The evictions one replica of the eviction webhook allowed that its caches do not show yet
-//! (issue 30). Concurrent reviews of one PDB decide on the same cached snapshot: where the
+//! The evictions one replica of the eviction webhook allowed that its caches do not show
+//! yet. Concurrent reviews of one PDB decide on the same cached snapshot: where the
 //! strict count spares k pods, every one of N concurrent reviews saw k to spare and all N were
 //! allowed. Each allow is held here until the pod is seen going, and the strict count treats a
 //! held pod as gone already, so the replica allows exactly k.

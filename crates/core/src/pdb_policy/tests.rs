@@ -709,7 +709,7 @@ fn stricter_eviction_rules() {
             strict_policy(&[], true),
             None,
         ),
-        // Issue 30: the budget's counters here may be behind the apiserver's, which may allow
+        // The budget's counters here may be behind the apiserver's, which may allow
         // the eviction; the rules must hold whatever the counters say.
         (
             "a budget exhausted in this copy still protects an unhealthy pod's local data",
@@ -1137,7 +1137,7 @@ fn the_apiserver_wraps_only_a_webhook_denial() {
     }
 }
 
-/// Issue 30: the eviction webhook decides from its caches, and reads fresh only what a watch
+/// The eviction webhook decides from its caches, and reads fresh only what a watch
 /// delay could have wrong in a way that turns an allow into a denial.
 #[test]
 fn fresh_reads_only_where_a_stale_cache_could_allow() {
@@ -1243,7 +1243,7 @@ fn with_uid(mut pod: Pod, uid: &str) -> Pod {
     pod
 }
 
-/// Issue 30: an allowed eviction is held until the pod is seen going, or for the hold.
+/// An allowed eviction is held until the pod is seen going, or for the hold.
 #[test]
 fn allowed_evictions_are_held_until_the_pod_is_seen_going() {
     let now = Timestamp::now();
@@ -1324,7 +1324,7 @@ fn allowed_evictions_are_held_until_the_pod_is_seen_going() {
     }
 }
 
-/// Issue 30, the boundary case: reviews decided one after the other on the same snapshot of a
+/// Reviews decided one after the other on the same snapshot of a
 /// PDB that spares k pods (minAvailable n-k) allow exactly k once the allowed are held; the
 /// pod of a held allow asked again is allowed again without taking a second place.
 #[test]

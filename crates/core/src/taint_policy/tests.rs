@@ -423,7 +423,7 @@ fn play(steps: &[Step], planning_from: i64) -> Option<i64> {
     None
 }
 
-/// The sequences of issue 15 item 1, with the second upstream's taint-eviction-controller
+/// Toleration-window sequences, with the second upstream's taint-eviction-controller
 /// deletes the pod: its timer starts when it first finds the pod due and is kept while the pod
 /// stays tolerated for a while (taints swapped or added, tolerationSeconds changed); it goes
 /// when the taints go or the pod tolerates them forever.

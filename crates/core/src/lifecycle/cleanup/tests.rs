@@ -255,7 +255,7 @@ fn an_eviction_keeps_every_request_owner_and_gains_each_live_request() {
     assert_eq!(made, vec![owner("b", "uid-b")]);
 }
 
-/// Issue 29 goal 4 on lifecycle.k8s.io: an Eviction whose requests are all gone or going is
+/// On lifecycle.k8s.io: an Eviction whose requests are all gone or going is
 /// the garbage collector's; its metadata is not written again.
 #[test]
 fn an_eviction_whose_requests_are_gone_is_collected() {
