@@ -5,6 +5,7 @@
 //! script can gate a drain on `kubectl evictkit drain-preview NODE`; `drain` is kubectl drain
 //! through EvictionRequests.
 
+mod completion;
 mod connection;
 mod drain;
 mod requests;
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 use evictionrequest_controller::ApiMode;
 use evictionrequest_controller::commands::{self as controller, DescribeArgs};
 use evictkit_core::pdb_policy::Explanation;
@@ -43,7 +44,8 @@ Examples:
   kubectl evictkit drain-preview node-1
   kubectl evictkit drain node-1 node-2 --ignore-daemonsets --timeout 10m
   kubectl evictkit requests -A
-  kubectl evictkit describe web-0 -n shop";
+  kubectl evictkit describe web-0 -n shop
+  source <(kubectl evictkit completion bash)   # completes kubectl-evictkit typed as such";
 
 /// Why pods will or will not evict, and the EvictionRequests in flight (evictkit).
 #[derive(Debug, Parser)]
@@ -138,6 +140,9 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
         api: ApiMode,
     },
+    /// A completion script for the shell, for typing kubectl-evictkit itself (`kubectl
+    /// evictkit` completes through kubectl_complete-evictkit, in the release archive).
+    Completion(completion::CompletionArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -177,8 +182,17 @@ impl Answer {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if let Some(code) = completion::answer_kubectl(Cli::command) {
+        return code;
+    }
     let cli = Cli::parse();
-    let result = run(cli).await;
+    let result = match &cli.command {
+        // Completion needs no cluster: answered before connecting.
+        Command::Completion(args) => {
+            completion::print_script(args, Cli::command()).map(|()| Answer::Done)
+        }
+        _ => run(cli).await,
+    };
     if let Err(error) = &result {
         eprintln!("error: {}", error_message(error));
     }
@@ -223,6 +237,7 @@ async fn run(cli: Cli) -> Result<Answer> {
             Ok(Answer::Done)
         }
         Command::Drain(args) => drain::run(&client, args).await,
+        Command::Completion(_) => unreachable!("main prints completion scripts before connecting"),
         Command::Describe { pod, api } => {
             let (namespace, name) = qualify(&pod, &namespace)?;
             match cli.output.structured() {
