@@ -15,7 +15,7 @@ pub const METRIC_DAEMONSET_PODS_NOT_EVICTED: &str =
 pub struct AffinityMetrics {
     /// KEP-4328 `evictions_node_affinity_total`: evictions the controller made.
     pub evictions: IntCounter,
-    /// KEP-4328 `pod_failed_eviction_node_affinity_total{namespace, pod}`: eviction rounds that
+    /// KEP-4328 `pod_failed_eviction_node_affinity_total{pod_namespace, pod_name}`: eviction rounds that
     /// failed to evict the pod, once per pod per round (backoff retries between rounds are not
     /// counted), so users find the pods to look after; the series goes when the pod does.
     pub failed: IntCounterVec,
@@ -46,7 +46,7 @@ impl AffinityMetrics {
                     "pod_failed_eviction_node_affinity_total",
                     "Eviction rounds that failed to evict a pod violating its required-during-execution node affinity, once per pod per round (KEP-4328); the pod carries condition evictkit.io/AffinityEvictionTarget=True.",
                 ),
-                &["namespace", "pod"],
+                &["pod_namespace", "pod_name"],
             ))?,
             malformed: new(IntCounter::new(
                 "evictkit_affinity_evictor_malformed_annotations_total",

@@ -49,8 +49,8 @@ pub fn pod_live_reads(metrics: &Metrics) -> Result<IntCounterVec, MetricsError> 
 
 #[derive(Clone)]
 pub struct RequestMetrics {
-    /// `evictionrequest_controller_imperative_evictions{namespace, evictionrequest, pod,
-    /// result}`: one per outcome of an eviction attempt ([`EVICTED`], [`IN_BACKGROUND`],
+    /// `evictionrequest_controller_imperative_evictions{target_namespace, evictionrequest,
+    /// target_name, result}`: one per outcome of an eviction attempt ([`EVICTED`], [`IN_BACKGROUND`],
     /// [`FAILED`]).
     pub imperative_evictions: IntCounterVec,
     active_interceptor: IntGaugeVec,
@@ -98,14 +98,19 @@ fn queue_key<K: Lookup + ?Sized>(key: &ObjectRef<K>) -> QueueKey {
 
 impl RequestMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
-        let per_interceptor = ["namespace", "evictionrequest", "pod", "interceptor"];
+        let per_interceptor = [
+            "target_namespace",
+            "evictionrequest",
+            "target_name",
+            "interceptor",
+        ];
         Ok(Self {
             imperative_evictions: metrics.add(IntCounterVec::new(
                     Opts::new(
                         "evictionrequest_controller_imperative_evictions",
                         "Eviction API calls of the imperative-eviction.k8s.io interceptor by result (evicted, in_background, failed), per EvictionRequest and Pod (KEP-4563; the KEP's count of failed evictions is result=\"failed\").",
                     ),
-                    &["namespace", "evictionrequest", "pod", "result"],
+                    &["target_namespace", "evictionrequest", "target_name", "result"],
                 ),
             )?,
             active_interceptor: metrics.add(IntGaugeVec::new(
@@ -129,7 +134,7 @@ impl RequestMetrics {
                         "evictionrequest_controller_active_requester",
                         "1 for each requester of each EvictionRequest and target Pod (KEP-4563).",
                     ),
-                    &["namespace", "evictionrequest", "pod", "requester"],
+                    &["target_namespace", "evictionrequest", "target_name", "requester"],
                 ),
             )?,
             pod_interceptors: metrics.add(IntGaugeVec::new(
@@ -137,7 +142,7 @@ impl RequestMetrics {
                         "evictionrequest_controller_pod_interceptors",
                         "Interceptors available to each target Pod, the default one included (KEP-4563).",
                     ),
-                    &["namespace", "pod"],
+                    &["target_namespace", "target_name"],
                 ),
             )?,
             invalid_interceptors: metrics.add(IntCounter::new(

@@ -25,6 +25,13 @@
 //!
 //! [`Metrics::register`] refuses a name that breaks the rule, so a binary whose names drift does
 //! not start (and its tests fail), rather than leave an alert that never fires.
+//!
+//! # Labels
+//! No label is named like a label Prometheus gives every series of a scrape target
+//! ([`TARGET_LABELS`]: `namespace`, `pod`, `job`, ...). Prometheus would rename ours to
+//! `exported_<name>` and keep its own, so a per-object `namespace` would read as the
+//! component's namespace; an object's labels say whose they are (`target_namespace`,
+//! `pod_name`). [`Metrics::register`] refuses such a label too.
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -77,6 +84,20 @@ const UPSTREAM_NAMES: [&str; 9] = [
     "process_",
 ];
 
+/// The labels Prometheus sets on every series of a target: its own (`job`, `instance`) and those
+/// the Prometheus Operator's ServiceMonitor and the usual annotation-based Kubernetes scrape
+/// configs add from service discovery.
+const TARGET_LABELS: [&str; 8] = [
+    "job",
+    "instance",
+    "namespace",
+    "service",
+    "pod",
+    "container",
+    "endpoint",
+    "node",
+];
+
 /// Whether the family `name` keeps the naming rule (module docs) in the registry of the
 /// component whose own prefix is `own_prefix` (`evictkit_taint_manager_`); `shared` when the
 /// family carries the constant `component` label.
@@ -101,6 +122,12 @@ pub enum MetricsError {
          component label, or {own_prefix}<name>"
     )]
     Name { name: String, own_prefix: String },
+    #[error(
+        "metric {name} has the label {label}, a label Prometheus sets on every series of a \
+         target (it would keep its own and rename ours exported_{label}): name it after \
+         the object, e.g. target_{label}"
+    )]
+    TargetLabel { name: String, label: String },
     #[error("cannot encode metrics: {0}")]
     Encode(#[source] prometheus::Error),
 }
@@ -326,6 +353,19 @@ impl Metrics {
             }
         }
         self.registry
+            let labels = desc
+                .variable_labels
+                .iter()
+                .map(String::as_str)
+                .chain(desc.const_label_pairs.iter().map(|pair| pair.name()));
+            for label in labels {
+                if TARGET_LABELS.contains(&label) {
+                    return Err(MetricsError::TargetLabel {
+                        name: desc.fq_name.clone(),
+                        label: label.to_owned(),
+                    });
+                }
+            }
             .register(Box::new(collector))
             .map_err(MetricsError::Register)
     }
@@ -496,6 +536,20 @@ mod tests {
 
     #[test]
     fn components_register_their_own() {
+    #[test]
+    fn a_label_named_like_a_target_label_is_refused() {
+        let metrics = Metrics::new("affinity-evictor").unwrap();
+        for label in ["namespace", "pod", "instance"] {
+            let opts = prometheus::Opts::new("pod_failed_eviction_node_affinity_total", "KEP-4328");
+            let family = prometheus::IntCounterVec::new(opts, &[label, "pod_name"]).unwrap();
+            let error = metrics.register(family).unwrap_err().to_string();
+            assert!(error.contains(&format!("exported_{label}")), "{error}");
+        }
+        let opts = prometheus::Opts::new("pod_failed_eviction_node_affinity_total", "KEP-4328");
+        let family = prometheus::IntCounterVec::new(opts, &["pod_namespace", "pod_name"]).unwrap();
+        metrics.register(family).unwrap();
+    }
+
         let metrics = Metrics::new("affinity-evictor").unwrap();
         let own = prometheus::IntCounter::new("evictions_node_affinity_total", "KEP-4328").unwrap();
         metrics.register(own.clone()).unwrap();

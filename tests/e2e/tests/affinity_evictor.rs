@@ -307,7 +307,7 @@ async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
     )
     .await?;
     let failed = format!(
-        "pod_failed_eviction_node_affinity_total{{namespace=\"{}\",pod=\"db-0\"}}",
+        "pod_failed_eviction_node_affinity_total{{pod_name=\"db-0\",pod_namespace=\"{}\"}}",
         env.namespace
     );
     ensure!(

@@ -481,7 +481,7 @@ async fn no_interceptor_evicts_through_the_eviction_api() -> Result<()> {
         "an evicted request was also canceled: {reasons:?}"
     );
     let series = format!(
-        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\",result=\"evicted\"}}",
+        "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",result=\"evicted\",target_name=\"p-1\",target_namespace=\"{}\"}}",
         uid(&pod),
         env.namespace
     );
@@ -519,7 +519,7 @@ async fn interceptors_hand_over_on_completion_and_heartbeat_timeout() -> Result<
         .collect();
     assert_eq!(targets, [ACTOR_B, ACTOR_A, IMPERATIVE_EVICTION_INTERCEPTOR]);
     let series = format!(
-        "evictionrequest_controller_active_interceptor{{evictionrequest=\"{}\",interceptor=\"{ACTOR_B}\",namespace=\"{}\",pod=\"p-1\"}}",
+        "evictionrequest_controller_active_interceptor{{evictionrequest=\"{}\",interceptor=\"{ACTOR_B}\",target_name=\"p-1\",target_namespace=\"{}\"}}",
         uid(&pod),
         env.namespace
     );
@@ -626,7 +626,7 @@ async fn imperative_eviction_backs_off_while_a_pdb_blocks() -> Result<()> {
     // The outcomes, as the KEP counts them: every failed attempt, then the eviction.
     let series = |result: &str| {
         format!(
-            "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",namespace=\"{}\",pod=\"p-1\",result=\"{result}\"}}",
+            "evictionrequest_controller_imperative_evictions{{evictionrequest=\"{}\",result=\"{result}\",target_name=\"p-1\",target_namespace=\"{}\"}}",
             uid(&pod),
             env.namespace
         )

@@ -1090,7 +1090,7 @@ async fn the_imperative_evictor_backs_off_while_a_budget_blocks() -> Result<()> 
         controller.metrics()?.lines().any(|line| line
             .starts_with("evictionrequest_controller_responder_state{")
             && line.contains("eviction=\"pod-1-api-0\"")
-            && line.contains(&format!("namespace=\"{}\"", env.namespace))),
+            && line.contains(&format!("target_namespace=\"{}\"", env.namespace))),
         "responder state published:\n{}",
         controller.metrics()?
     );

@@ -160,15 +160,18 @@ async fn the_crd_mode_alone_exports_the_kep_metrics_and_its_workqueue() -> Resul
     wanted.extend([
         (
             "evictionrequest_controller_active_interceptor",
-            vec![("pod", "intercepted"), ("interceptor", HOLDING_INTERCEPTOR)],
+            vec![
+                ("target_name", "intercepted"),
+                ("interceptor", HOLDING_INTERCEPTOR),
+            ],
         ),
         (
             "evictionrequest_controller_active_requester",
-            vec![("pod", "intercepted"), ("requester", REQUESTER)],
+            vec![("target_name", "intercepted"), ("requester", REQUESTER)],
         ),
         (
             "evictionrequest_controller_pod_interceptors",
-            vec![("pod", "intercepted")],
+            vec![("target_name", "intercepted")],
         ),
     ]);
     ensure_series(&controller, &wanted)

@@ -2,7 +2,9 @@
 //! metrics of its two queues. Upstream's controller at the revision
 //! docs/evictionrequest-upstream-parity.md pins exports none of these gauges; their labels are
 //! those of its last revision that did, but for an Eviction's name, labelled `eviction` where
-//! that revision kept `evictionrequest` from before the two kinds were split.
+//! that revision kept `evictionrequest` from before the two kinds were split, and for the
+//! objects' namespace, `target_namespace` where it had `namespace`: Prometheus keeps that name
+//! for the scrape target's namespace and would rename ours (crates/runtime/src/metrics.rs).
 //! Per-object series are replaced on every reconcile and removed with the object, so the
 //! registry holds only live EvictionRequests and Evictions.
 
@@ -33,13 +35,13 @@ type LabelValues = Vec<String>;
 
 #[derive(Clone)]
 pub struct LifecycleMetrics {
-    /// `evictionrequest_controller_responder_state{namespace, eviction, target_name,
+    /// `evictionrequest_controller_responder_state{target_namespace, eviction, target_name,
     /// target_type, responder, state}` = 1.
     responder_state: IntGaugeVec,
-    /// `evictionrequest_controller_requester_intent{namespace, evictionrequest, target_name,
+    /// `evictionrequest_controller_requester_intent{target_namespace, evictionrequest, target_name,
     /// target_type, requester, intent}` = 1.
     requester_intent: IntGaugeVec,
-    /// `evictionrequest_controller_target_responders{namespace, eviction, target_name,
+    /// `evictionrequest_controller_target_responders{target_namespace, eviction, target_name,
     /// target_type}`: the KEP names it.
     target_responders: IntGaugeVec,
     /// `imperative_eviction_responder_controller_failed_evictions`: failed Eviction API calls
@@ -67,7 +69,7 @@ impl LifecycleMetrics {
                         "1 for the state of each responder of each Eviction (KEP-4563).",
                     ),
                     &[
-                        "namespace",
+                        "target_namespace",
                         "eviction",
                         "target_name",
                         "target_type",
@@ -82,7 +84,7 @@ impl LifecycleMetrics {
                         "1 for the intent of each EvictionRequest's requester (KEP-4563).",
                     ),
                     &[
-                        "namespace",
+                        "target_namespace",
                         "evictionrequest",
                         "target_name",
                         "target_type",
@@ -96,7 +98,7 @@ impl LifecycleMetrics {
                         "evictionrequest_controller_target_responders",
                         "Responders of each Eviction, the default one included (KEP-4563).",
                     ),
-                    &["namespace", "eviction", "target_name", "target_type"],
+                    &["target_namespace", "eviction", "target_name", "target_type"],
                 ),
             )?,
             failed_evictions: metrics.add(IntCounter::new(
@@ -264,7 +266,7 @@ mod tests {
             },
             status: None,
         };
-        let series = r#"evictionrequest_controller_requester_intent{evictionrequest="drain-web-0",intent="Eviction",namespace="ns",requester="example.com/drain",target_name="web-0",target_type="pod"} 1"#;
+        let series = r#"evictionrequest_controller_requester_intent{evictionrequest="drain-web-0",intent="Eviction",requester="example.com/drain",target_name="web-0",target_namespace="ns",target_type="pod"} 1"#;
         metrics.observe_request(&request);
         let text = registry.encode().unwrap();
         assert!(text.lines().any(|l| l == series), "{series} in\n{text}");
