@@ -351,8 +351,6 @@ impl Metrics {
                     own_prefix: self.own_prefix.clone(),
                 });
             }
-        }
-        self.registry
             let labels = desc
                 .variable_labels
                 .iter()
@@ -366,6 +364,8 @@ impl Metrics {
                     });
                 }
             }
+        }
+        self.registry
             .register(Box::new(collector))
             .map_err(MetricsError::Register)
     }
@@ -535,8 +535,6 @@ mod tests {
     }
 
     #[test]
-    fn components_register_their_own() {
-    #[test]
     fn a_label_named_like_a_target_label_is_refused() {
         let metrics = Metrics::new("affinity-evictor").unwrap();
         for label in ["namespace", "pod", "instance"] {
@@ -550,6 +548,8 @@ mod tests {
         metrics.register(family).unwrap();
     }
 
+    #[test]
+    fn components_register_their_own() {
         let metrics = Metrics::new("affinity-evictor").unwrap();
         let own = prometheus::IntCounter::new("evictions_node_affinity_total", "KEP-4328").unwrap();
         metrics.register(own.clone()).unwrap();
