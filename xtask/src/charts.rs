@@ -1,13 +1,16 @@
 //! `cargo xtask check-charts`: every chart's generated README.md and values.schema.json are
 //! current; every chart builds its dependencies, lints strictly, renders, refuses a value of
 //! the wrong type and an unknown key (its schema), and its output passes a server-side dry-run
-//! apply against the running control plane (the umbrella chart with every component enabled).
+//! apply against the running control plane (the umbrella chart with every component enabled);
+//! the values users expect of a chart render as documented ([`values`]).
 
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
 use crate::cluster::Cluster;
+
+mod values;
 
 /// Rendered objects go to this namespace in the dry-run.
 const NAMESPACE: &str = "evictkit-chart-check";
@@ -67,6 +70,7 @@ pub fn check(cluster: &Cluster) -> Result<()> {
         if chart == UMBRELLA && !enable_all.is_empty() {
             check_cert_manager_mode(cluster, &path, &enable_all)?;
             images_follow_the_global_registry(cluster, &path, &enable_all, &charts)?;
+            values::check(cluster, &path, &enable_all, &component_blocks(&path)?)?;
         }
     }
     Ok(())
@@ -295,10 +299,22 @@ fn enable_all_components(chart: &Path) -> Result<String> {
     Ok(keys.join(","))
 }
 
-/// The umbrella's blocks of the components that serve webhooks: each subchart dependency's
-/// `condition: <block>.enabled` (other blocks with a switch, such as the dashboard's, are no
-/// component) whose subchart has `webhook.certificate` values.
+/// The umbrella's blocks of the components that serve webhooks: each component block (see
+/// [`component_blocks`]) whose subchart has `webhook.certificate` values.
 pub(crate) fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
+    let mut blocks = Vec::new();
+    for values::Block { block, chart } in component_blocks(umbrella)? {
+        let values = read_yaml(&umbrella.join("..").join(chart).join("values.yaml"))?;
+        if !values["webhook"]["certificate"].is_null() {
+            blocks.push(block);
+        }
+    }
+    Ok(blocks)
+}
+
+/// The umbrella's component blocks: each subchart dependency's `condition: <block>.enabled`
+/// (other blocks with a switch, such as the dashboard's, are no component).
+fn component_blocks(umbrella: &Path) -> Result<Vec<values::Block>> {
     let chart = read_yaml(&umbrella.join("Chart.yaml"))?;
     let mut blocks = Vec::new();
     for dependency in chart["dependencies"].as_array().into_iter().flatten() {
@@ -308,11 +324,10 @@ pub(crate) fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
         else {
             continue;
         };
-        let name = dependency["name"].as_str().unwrap_or_default();
-        let values = read_yaml(&umbrella.join("..").join(name).join("values.yaml"))?;
-        if !values["webhook"]["certificate"].is_null() {
-            blocks.push(block.to_owned());
-        }
+        blocks.push(values::Block {
+            block: block.to_owned(),
+            chart: dependency["name"].as_str().unwrap_or_default().to_owned(),
+        });
     }
     Ok(blocks)
 }

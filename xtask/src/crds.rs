@@ -2,8 +2,9 @@
 //! subcharts is generated from the Rust types in `crates/api`, never edited by hand.
 //!
 //! Each CRD is written to `crds/<plural>.<group>.yaml` and copied byte for byte into the
-//! `templates/crds/` of the subchart that installs it (templates, not Helm's `crds/`
-//! directory, so that `helm upgrade` upgrades CRDs too).
+//! `files/crds/` of the subchart that installs it, which renders it as a template (not from
+//! Helm's `crds/` directory, so that `helm upgrade` upgrades CRDs too; see
+//! charts/evictkit-lib/templates/_crds.tpl for the values it follows).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -121,7 +122,7 @@ fn plan(root: &Path) -> anyhow::Result<Plan> {
             skipped_charts.push(*chart);
             continue;
         }
-        let dir = Path::new(chart).join("templates").join("crds");
+        let dir = Path::new(chart).join("files").join("crds");
         outputs.push(Output {
             path: dir.join(file),
             contents: contents.clone(),

@@ -1,8 +1,8 @@
 {{/*
 The component's Deployment with the flags every evictkit binary shares (crates/runtime
 CommonArgs): --metrics-addr, --leader-elect, --log-format, and with webhooks --webhook-addr,
---tls-cert-file, --tls-key-file; probes on /healthz and /readyz of the metrics port; a
-non-root, read-only container.
+--tls-cert-file, --tls-key-file; RUST_LOG (the binaries' log filter) from logLevel; probes on
+/healthz and /readyz of the metrics port; a non-root, read-only container.
 
 The one way a chart adds its component's flags: a list built from its own values, passed
 beside the root context,
@@ -13,19 +13,27 @@ given twice).
 
 Values:
   replicas: 1
-  image: {registry, repository (default evictkit/<component>), tag (default appVersion), pullPolicy}
-  imagePullSecrets: []
+  image: {registry, repository (default <component>), tag (default appVersion), digest, pullPolicy}
+  imagePullSecrets: []            after global.imagePullSecrets
   args: []                        extra flags, after the chart's own
   env: []
   leaderElection: {enabled: true} false only with exactly one replica
   logFormat: json                 text | json
-  webhook: {enabled: false, ...}  see _webhook.tpl; mounts the certificate at /etc/evictkit/tls
+  logLevel: info                  RUST_LOG, unless env names RUST_LOG itself
+  webhook: {enabled: false, port: 8443, ...}  see _webhook.tpl; mounts the certificate at
+                                  /etc/evictkit/tls
+  metrics: {port: 8080}           see _metrics.tpl
+  hostNetwork: false              with dnsPolicy ClusterFirstWithHostNet, so the pods still
+                                  resolve Services
   resources: {}
   podAnnotations: {}
   podLabels: {}
   podSecurityContext: {}          merged over runAsNonRoot/seccompProfile defaults
   securityContext: {}             merged over the container defaults below
-  nodeSelector: {}, tolerations: [], affinity: {}, priorityClassName: ""
+  nodeSelector: {}                merged over global.nodeSelector
+  tolerations: []                 after global.tolerations
+  affinity: {}
+  priorityClassName: ""           default global.priorityClassName
   topologySpreadConstraints: []   an entry without labelSelector selects the component's pods
   shutdownDelaySeconds: 5         a stopping pod keeps serving this long (preStop sleep) while
                                   its endpoint leaves every kube-proxy, so no webhook call
@@ -43,6 +51,15 @@ Values:
 {{- $webhook := .Values.webhook | default dict -}}
 {{- $leaderElection := .Values.leaderElection | default dict -}}
 {{- $image := .Values.image | default dict -}}
+{{- $global := .Values.global | default dict -}}
+{{- $pullSecrets := concat ($global.imagePullSecrets | default list) (.Values.imagePullSecrets | default list) | uniq -}}
+{{- $nodeSelector := merge (deepCopy (.Values.nodeSelector | default dict)) ($global.nodeSelector | default dict) -}}
+{{- $tolerations := concat ($global.tolerations | default list) (.Values.tolerations | default list) -}}
+{{- $priorityClassName := .Values.priorityClassName | default $global.priorityClassName -}}
+{{- $env := .Values.env | default list -}}
+{{- $ownLogLevel := true -}}
+{{- range $env }}{{ if eq .name "RUST_LOG" }}{{ $ownLogLevel = false }}{{ end }}{{ end -}}
+{{- if $ownLogLevel }}{{ $env = prepend $env (dict "name" "RUST_LOG" "value" (.Values.logLevel | default "info" | toString)) }}{{ end -}}
 {{- $shutdownDelay := int (ternary .Values.shutdownDelaySeconds 5 (hasKey .Values "shutdownDelaySeconds")) -}}
 {{- $podSecurityContext := merge (deepCopy (.Values.podSecurityContext | default dict)) (dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532 "seccompProfile" (dict "type" "RuntimeDefault")) -}}
 {{- $securityContext := merge (deepCopy (.Values.securityContext | default dict)) (dict "runAsNonRoot" true "readOnlyRootFilesystem" true "allowPrivilegeEscalation" false "capabilities" (dict "drop" (list "ALL"))) -}}
@@ -71,11 +88,15 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ include "evictkit.serviceAccountName" . }}
-      {{- with .Values.imagePullSecrets }}
+      {{- if .Values.hostNetwork }}
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      {{- end }}
+      {{- with $pullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- with .Values.priorityClassName }}
+      {{- with $priorityClassName }}
       priorityClassName: {{ . }}
       {{- end }}
       securityContext:
@@ -89,14 +110,14 @@ spec:
             - --leader-elect={{ not (and (hasKey $leaderElection "enabled") (not $leaderElection.enabled)) }}
             - --log-format={{ .Values.logFormat | default "json" }}
             {{- if $webhook.enabled }}
-            - --webhook-addr=0.0.0.0:8443
+            - --webhook-addr=0.0.0.0:{{ include "evictkit.webhookPort" . }}
             - --tls-cert-file=/etc/evictkit/tls/tls.crt
             - --tls-key-file=/etc/evictkit/tls/tls.key
             {{- end }}
             {{- range (concat $own $args) }}
             - {{ . | quote }}
             {{- end }}
-          {{- with .Values.env }}
+          {{- with $env }}
           env:
             {{- toYaml . | nindent 12 }}
           {{- end }}
@@ -106,7 +127,7 @@ spec:
               protocol: TCP
             {{- if $webhook.enabled }}
             - name: webhook
-              containerPort: 8443
+              containerPort: {{ include "evictkit.webhookPort" . }}
               protocol: TCP
             {{- end }}
           livenessProbe:
@@ -142,11 +163,11 @@ spec:
           secret:
             secretName: {{ include "evictkit.webhookCertSecretName" . }}
       {{- end }}
-      {{- with .Values.nodeSelector }}
+      {{- with $nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- with .Values.tolerations }}
+      {{- with $tolerations }}
       tolerations:
         {{- toYaml . | nindent 8 }}
       {{- end }}

@@ -1,5 +1,9 @@
-{{/* The plain-HTTP port every binary serves /metrics, /healthz and /readyz on. */}}
-{{- define "evictkit.metricsPort" -}}8080{{- end -}}
+{{/* The plain-HTTP port every binary serves /metrics, /healthz and /readyz on
+(.Values.metrics.port, default 8080); the Service's port too. */}}
+{{- define "evictkit.metricsPort" -}}
+{{- $metrics := .Values.metrics | default dict -}}
+{{- $metrics.port | default 8080 | int -}}
+{{- end -}}
 
 {{/* A Service in front of the metrics port, with the prometheus.io scrape annotations.
 .Values.metrics.service.{enabled (default true), annotations}. */}}

@@ -6,7 +6,7 @@ The umbrella's NOTES.txt prints the same lines for each enabled component.
 {{- $component := include "evictkit.component" . -}}
 {{- $webhook := .Values.webhook | default dict -}}
 {{ $component }} {{ .Chart.AppVersion }} is installed as release {{ .Release.Name }} in namespace {{ .Release.Namespace }}: {{ .Values.replicas | default 1 }} replica(s) of Deployment {{ include "evictkit.fullname" . }}
-{{- if $webhook.enabled }}, serving its admission webhooks on port 8443 (Service {{ include "evictkit.webhookServiceName" . }}){{ end }}.
+{{- if $webhook.enabled }}, serving its admission webhooks on port {{ include "evictkit.webhookPort" . }} (Service {{ include "evictkit.webhookServiceName" . }}){{ end }}.
 
 Check that it runs:
   kubectl -n {{ .Release.Namespace }} get pods -l app.kubernetes.io/name={{ $component }},app.kubernetes.io/instance={{ .Release.Name }}

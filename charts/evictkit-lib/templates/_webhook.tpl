@@ -2,7 +2,8 @@
 Webhook serving certificate and the Service in front of the webhook port.
 
 Values (.Values.webhook):
-  enabled: false                  the component serves admission webhooks on 8443
+  enabled: false                  the component serves admission webhooks
+  port: 8443                      on this container port (with hostNetwork, a port of the node)
   certificate:
     existingSecret: ""            a kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) managed
                                   elsewhere (e.g. cert-manager); nothing is generated
@@ -26,6 +27,12 @@ cert-manager mode: the apiserver calls a Service's webhook over HTTP/1.1, a conn
 concurrent call, so a burst is a burst of TLS handshakes, and a P-256 signature costs the
 webhook a fraction of an RSA-2048 one (helm's genCA and cert-manager default to RSA-2048).
 */}}
+
+{{/* The container port the webhooks are served on (.Values.webhook.port, default 8443). */}}
+{{- define "evictkit.webhookPort" -}}
+{{- $webhook := .Values.webhook | default dict -}}
+{{- $webhook.port | default 8443 | int -}}
+{{- end -}}
 
 {{/* Name of the Service the webhook configuration points at. */}}
 {{- define "evictkit.webhookServiceName" -}}
@@ -171,7 +178,7 @@ data:
 {{- end }}
 {{- end -}}
 
-{{/* The Service in front of the webhook port (443 -> 8443). */}}
+{{/* The Service in front of the webhook port (443 -> the container's port named webhook). */}}
 {{- define "evictkit.webhookService" -}}
 apiVersion: v1
 kind: Service
