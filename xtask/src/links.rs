@@ -263,7 +263,7 @@ fn without_code_spans(line: &str) -> String {
 
 /// The anchors GitHub gives a Markdown file: one per ATX heading (see [`slug`]; a repeated one
 /// gets `-1`, `-2`, ...), plus explicit `id="..."` and `name="..."` attributes.
-fn anchors_of(markdown: &str) -> BTreeSet<String> {
+pub(crate) fn anchors_of(markdown: &str) -> BTreeSet<String> {
     let mut anchors = BTreeSet::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (_, line) in prose_lines(markdown) {

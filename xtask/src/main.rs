@@ -1,5 +1,6 @@
 //! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
 
+mod alerts;
 mod bench;
 mod chaos;
 mod chart_docs;
@@ -44,6 +45,9 @@ enum Command {
     CheckCharts,
     /// Write each chart's README.md and values.schema.json from its values.yaml.
     ChartDocs,
+    /// Run `promtool test rules` (built from the Prometheus Go module) on every chart's alerts
+    /// with the cases of tests/promtool/, and check their runbook links and switches.
+    CheckAlerts,
     /// Start, stop or inspect the local control plane (etcd, kube-apiserver,
     /// kube-controller-manager, kube-scheduler, kwok).
     Cluster(cluster::Args),
@@ -89,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Command::CheckLinks => links::check(),
         Command::CheckCharts => charts::check(&cluster::running()?),
         Command::ChartDocs => chart_docs::generate(),
+        Command::CheckAlerts => alerts::check(),
         Command::Cluster(args) => cluster::run(args),
         Command::Test(args) => test::run(args),
         Command::Demo(args) => demo::run(args),
