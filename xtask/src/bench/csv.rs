@@ -1,6 +1,9 @@
 //! The benches' figures as CSV files under `target/bench/`, one row per measured case. A rerun
 //! of a case replaces its row (the key: the first `key_columns` columns), so a file gathers the
-//! cases of several runs, e.g. the small sizes on one day and the largest on another.
+//! cases of several runs, e.g. the small sizes on one day and the largest on another. Every row
+//! written by [`record`] says where it came from ([`PROVENANCE`]): the commit measured, the date,
+//! and the machine's 1-minute load average when its case started and when it was written, since
+//! runs of different days and loads share a file.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +14,86 @@ pub fn path(name: &str) -> Result<PathBuf> {
     let dir = crate::workspace_root().join("target/bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir.join(name))
+}
+
+/// The columns [`record`] appends to every row.
+pub const PROVENANCE: &[&str] = &["commit", "date", "loadavg_start", "loadavg_end"];
+
+/// Where a measured case came from: taken when it starts, completed when its rows are written.
+#[derive(Clone, Debug)]
+pub struct Provenance {
+    /// The short commit measured, `+dirty` with uncommitted changes to tracked files.
+    pub commit: String,
+    /// When the case started, UTC to the minute.
+    pub date: String,
+    /// The 1-minute load average when the case started.
+    pub loadavg_start: String,
+}
+
+impl Provenance {
+    /// The commit of the working tree, the time and the load average now.
+    pub fn now() -> Result<Self> {
+        let git = |args: &[&str]| -> Result<String> {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(crate::workspace_root())
+                .output()
+                .with_context(|| format!("running git {}", args.join(" ")))?;
+            ensure!(
+                out.status.success(),
+                "git {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        };
+        let commit = git(&["rev-parse", "--short", "HEAD"])?;
+        let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+        Ok(Self {
+            commit: format!("{commit}{}", if dirty { "+dirty" } else { "" }),
+            date: k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%MZ")
+                .to_string(),
+            loadavg_start: loadavg()?,
+        })
+    }
+
+    /// The [`PROVENANCE`] values of a row written now.
+    fn values(&self, loadavg_end: &str) -> [String; 4] {
+        [
+            self.commit.clone(),
+            self.date.clone(),
+            self.loadavg_start.clone(),
+            loadavg_end.to_owned(),
+        ]
+    }
+}
+
+/// The machine's load average over the last minute (`/proc/loadavg`).
+pub fn loadavg() -> Result<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").context("reading /proc/loadavg")?;
+    text.split_whitespace()
+        .next()
+        .map(str::to_owned)
+        .context("/proc/loadavg is empty")
+}
+
+/// [`upsert`] with the [`PROVENANCE`] columns appended to `header` and to each row: the case
+/// started as `provenance` says and its rows are written now.
+pub fn record(
+    path: &Path,
+    header: &[&str],
+    key_columns: usize,
+    rows: &[Vec<String>],
+    provenance: &Provenance,
+) -> Result<()> {
+    let header: Vec<&str> = header.iter().chain(PROVENANCE).copied().collect();
+    let end = loadavg()?;
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().cloned().chain(provenance.values(&end)).collect())
+        .collect();
+    upsert(path, &header, key_columns, &rows)
 }
 
 /// Writes `rows` into the CSV file at `path` under `header`, replacing the rows of the file
@@ -130,6 +213,37 @@ mod tests {
         .unwrap_err();
         assert!(error.to_string().contains("move it away"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_recorded_row_says_its_commit_date_and_load() {
+        let path = std::env::temp_dir().join(format!(
+            "evictkit-csv-provenance-{}.csv",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let provenance = Provenance {
+            commit: "abc1234".into(),
+            date: "2026-12-06T01:30Z".into(),
+            loadavg_start: "3.10".into(),
+        };
+        record(
+            &path,
+            &["size", "value"],
+            1,
+            &[vec!["1000".into(), "7".into()]],
+            &provenance,
+        )
+        .unwrap();
+        let rows = read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0]["commit"], "abc1234");
+        assert_eq!(rows[0]["date"], "2026-12-06T01:30Z");
+        assert_eq!(rows[0]["loadavg_start"], "3.10");
+        assert!(rows[0]["loadavg_end"].parse::<f64>().is_ok(), "{rows:?}");
+        let now = Provenance::now().unwrap();
+        assert!(now.commit.len() >= 7, "{now:?}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
 pub mod plot;
+mod report;
 mod scale;
 pub mod support;
 mod taint_manager;
@@ -56,6 +57,10 @@ enum Component {
     /// the table and writes docs/bench/webhooks.csv (set EVICTKIT_CLUSTER_DIR for a cluster of
     /// your own with enough kwok nodes).
     Webhooks(webhooks::Args),
+    /// The tables of docs/bench/README.md and of README.md's "At scale" again from
+    /// docs/bench/*.csv (between their `<!-- bench report: NAME -->` and `<!-- end -->` lines);
+    /// with --check, fail if they differ instead.
+    Report(report::Args),
     /// The no-op webhook `webhooks --scenarios floor` starts as the floor of its calls.
     #[command(hide = true)]
     NoopWebhook(webhooks::noop::Args),
@@ -70,6 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Component::AffinityEvictor(args) => affinity_evictor::run(&args),
         Component::Scale(args) => scale::run(&args),
         Component::Webhooks(args) => webhooks::run(&args),
+        Component::Report(args) => report::run(&args),
         Component::NoopWebhook(args) => webhooks::noop::run(&args),
     }
 }

@@ -87,6 +87,11 @@ pub struct Args {
     /// Draw the plots again from the CSV files under target/bench and run nothing.
     #[arg(long)]
     plot_only: bool,
+    /// Each outage this many times, the order of the sides alternating (upstream first in
+    /// the odd repeats, ours first in the even ones); each repeat a row of its own, from which
+    /// `cargo xtask bench report` takes the median and the spread.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    repeats: u16,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -129,8 +134,15 @@ pub fn run(args: &Args) -> Result<()> {
             }
             support::create_namespace(&client, NS).await?;
             let scenario = Scenario::new(&support::kwok_nodes(&client).await?, size, args);
+            let provenance = csv::Provenance::now()?;
             let memory = memory::measure(&cluster, &client, &binaries, &scenario).await?;
-            csv::upsert(&csv::path("scale-memory.csv")?, memory::HEADER, 2, &memory)?;
+            csv::record(
+                &csv::path("scale-memory.csv")?,
+                memory::HEADER,
+                2,
+                &memory,
+                &provenance,
+            )?;
             if !args.memory_only {
                 let mut outages = vec![(Outage::ThirdOfEachZone, "scale-outage.csv")];
                 if args.whole_zone {
@@ -142,8 +154,17 @@ pub fn run(args: &Args) -> Result<()> {
                     .map(|flags| flags.split_whitespace().map(str::to_owned).collect())
                     .collect();
                 for (outage, file) in outages {
-                    for &qps in &args.kube_api_qps {
+                    for (&qps, repeat) in args.kube_api_qps.iter().flat_map(|qps| {
+                        (1..=usize::from(args.repeats)).map(move |repeat| (qps, repeat))
+                    }) {
                         let taint_manager = &binaries.taint_manager;
+                        let upstream_first = repeat % 2 == 1;
+                        println!(
+                            "  repeat {repeat} of {}, {} first",
+                            args.repeats,
+                            if upstream_first { "upstream" } else { "ours" }
+                        );
+                        let provenance = csv::Provenance::now()?;
                         let runs = outage::measure(
                             &mut cluster,
                             &client,
@@ -153,10 +174,12 @@ pub fn run(args: &Args) -> Result<()> {
                             outage,
                             &variants,
                             None,
+                            upstream_first,
                         )
                         .await?;
-                        let rows = outage::rows(&scenario, qps, outage, &runs);
-                        csv::upsert(&csv::path(file)?, outage::HEADER, 3, &rows)?;
+                        let rows = outage::rows(&scenario, qps, outage, &runs, repeat);
+                        // Key: size, QPS, side, repeat.
+                        csv::record(&csv::path(file)?, outage::HEADER, 4, &rows, &provenance)?;
                         let Some(after) = args.relist_after.map(std::time::Duration::from_secs)
                         else {
                             continue;
@@ -173,10 +196,17 @@ pub fn run(args: &Args) -> Result<()> {
                             outage,
                             &variants,
                             Some(after),
+                            upstream_first,
                         )
                         .await?;
                         let rows = relist::rows(&scenario, qps, after, &runs, &relisted)?;
-                        csv::upsert(&csv::path("scale-relist.csv")?, relist::HEADER, 4, &rows)?;
+                        csv::record(
+                            &csv::path("scale-relist.csv")?,
+                            relist::HEADER,
+                            4,
+                            &rows,
+                            &provenance,
+                        )?;
                     }
                 }
             }

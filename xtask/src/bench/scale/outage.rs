@@ -6,9 +6,18 @@
 //!   carry service account kube-system/node-controller in the audit log, not the cluster's
 //!   admin; that account is also the node-lifecycle-controller's, whose calls are told apart by
 //!   kind ([`taint_controller_calls`]). Its RSS and CPU are the process's: both controllers.
+//!   The outage starts once its log says both controllers' caches are synced.
 //! - **ours**: the taint-manager as a service account of the bench namespace, beside a
-//!   kube-controller-manager with only the node-lifecycle-controller (not measured), so each
-//!   side's outage has exactly one node-lifecycle-controller marking pods NotReady.
+//!   kube-controller-manager with only the node-lifecycle-controller, so each side's outage has
+//!   exactly one node-lifecycle-controller marking pods NotReady. The outage starts once the
+//!   taint-manager is ready (its caches listed) and that kube-controller-manager's log says its
+//!   caches are synced. The row has the taint-manager's CPU and RSS (`cpu_seconds`, `rss_kib`)
+//!   and that kube-controller-manager's (`helper_*`): the side's whole cost is their sum
+//!   (`side_*`), which for upstream is its one process.
+//!
+//! The sides run one after the other on the same cluster, in the order the caller gives
+//! ([`measure`]'s `upstream_first`): `bench scale --repeats` alternates it, so neither side
+//! always runs on the cluster the other has just worked.
 //!
 //! Two outages ([`Outage`]). A third of each zone: each node that goes down is let go by kwok
 //! (its annotation no longer selects it: no status heartbeat; kwok still renews its Lease), its
@@ -54,6 +63,10 @@ pub const HEADER: &[&str] = &[
     "size",
     "kube_api_qps",
     "controller",
+    // 1, 2, ... of `bench scale --repeats`; the order alternates between repeats.
+    "repeat",
+    // Whether this side ran first or second in its repeat.
+    "order",
     "nodes_down",
     "pods_due",
     "pods_deleted",
@@ -74,7 +87,19 @@ pub const HEADER: &[&str] = &[
     "events_per_pod",
     // The first deletion's time from its node's taint (issue 29: no later than upstream's + 1 s).
     "first_seconds",
+    // The node-lifecycle kube-controller-manager beside ours (empty for upstream, whose one
+    // process runs both controllers).
+    "helper_cpu_seconds",
+    "helper_rss_kib",
+    // The side's whole cost: the process above plus its helper.
+    "side_cpu_seconds",
+    "side_rss_kib",
 ];
+
+/// The log lines with which client-go's `WaitForNamedCacheSync` reports a controller waiting
+/// for its informers and then its informers synced.
+const CACHES_WAITING: &str = "\"Waiting for caches to sync\"";
+const CACHES_SYNCED: &str = "\"Caches are synced\"";
 
 /// The audit user of upstream's controller under `--use-service-account-credentials`: it
 /// shares the node-lifecycle-controller's service account (kube-controller-manager's
@@ -139,12 +164,15 @@ pub struct Run {
     cpu_seconds: f64,
     rss_kib: u64,
     peak_rss_kib: u64,
+    /// The node-lifecycle kube-controller-manager beside ours: CPU and RSS.
+    helper: Option<(f64, u64)>,
     /// The kube-apiserver restart of `--relist-after`.
     pub restart: Option<Restart>,
 }
 
-/// Both sides' `outage` at `qps`, and ours again with each of `variants`' flags added, with
-/// kube-apiserver restarted `relist_after` the taint if given; each side's row printed.
+/// Both sides' `outage` at `qps` (upstream first if `upstream_first`, else ours and its variants
+/// first), and ours again with each of `variants`' flags added, with kube-apiserver restarted
+/// `relist_after` the taint if given; each side's row printed.
 #[allow(clippy::too_many_arguments)]
 pub async fn measure(
     cluster: &mut Cluster,
@@ -155,6 +183,7 @@ pub async fn measure(
     outage: Outage,
     variants: &[Vec<String>],
     relist_after: Option<Duration>,
+    upstream_first: bool,
 ) -> Result<Vec<(Side, Run)>> {
     partition(client).await?;
     let due = scenario.due(outage).count();
@@ -169,9 +198,14 @@ pub async fn measure(
             after.as_secs()
         ))
     );
-    let sides = [Side::Upstream, Side::Ours(Vec::new())]
-        .into_iter()
-        .chain(variants.iter().cloned().map(Side::Ours));
+    let ours = std::iter::once(Side::Ours(Vec::new()))
+        .chain(variants.iter().cloned().map(Side::Ours))
+        .collect::<Vec<_>>();
+    let sides = if upstream_first {
+        [vec![Side::Upstream], ours].concat()
+    } else {
+        [ours, vec![Side::Upstream]].concat()
+    };
     let mut runs: Vec<(Side, Run)> = Vec::new();
     for side in sides {
         let run = run_side(
@@ -190,23 +224,32 @@ pub async fn measure(
         let run = run?;
         print_row(&row(scenario, qps, &side, outage, &run));
         println!("    {:<8} calls by kind: {:?}", side.label(), run.calls);
-        if let Some((_, upstream)) = runs.first() {
-            compare(scenario, upstream, &run, &side);
-        }
         runs.push((side, run));
+    }
+    if let Some((_, upstream)) = runs.iter().find(|(side, _)| *side == Side::Upstream) {
+        for (side, run) in runs.iter().filter(|(side, _)| *side != Side::Upstream) {
+            compare(scenario, upstream, run, side);
+        }
     }
     Ok(runs)
 }
 
-/// The CSV rows of `runs`, in [`HEADER`]'s order.
+/// The CSV rows of `runs` (in the order they ran) as repeat `repeat`, in [`HEADER`]'s order.
 pub fn rows(
     scenario: &Scenario,
     qps: f64,
     outage: Outage,
     runs: &[(Side, Run)],
+    repeat: usize,
 ) -> Vec<Vec<String>> {
     runs.iter()
-        .map(|(side, run)| row(scenario, qps, side, outage, run))
+        .enumerate()
+        .map(|(i, (side, run))| {
+            let mut row = row(scenario, qps, side, outage, run);
+            row.insert(3, repeat.to_string());
+            row.insert(4, (i + 1).to_string());
+            row
+        })
         .collect()
 }
 
@@ -255,9 +298,7 @@ async fn run_side(
         format!("--kube-api-qps={qps}"),
         format!("--kube-api-burst={}", (qps * 1.5).ceil()),
     ];
-    // Upstream's informers list every pod before it acts: give them the time they need.
-    let sync = Duration::from_secs(5 + scenario.size() as u64 / 3000);
-    let (measured, _node_lifecycle, user) = match side {
+    let (measured, node_lifecycle, user) = match side {
         Side::Upstream => {
             let kcm = kube_controller_manager(
                 cluster,
@@ -266,7 +307,7 @@ async fn run_side(
                 &rate,
             )
             .await?;
-            tokio::time::sleep(sync).await;
+            caches_synced(&kcm, 2).await?;
             (kcm, None, UPSTREAM_USER.to_owned())
         }
         Side::Ours(flags) => {
@@ -291,12 +332,17 @@ async fn run_side(
                 .env("KUBECONFIG", &kubeconfig)
                 .env("RUST_LOG", "warn");
             let mut taint_manager = Component::start(cluster, "scale-taint-manager", command)?;
+            // Ready once its caches have made their first list (its /readyz).
             taint_manager.wait_ready(port).await?;
-            tokio::time::sleep(sync).await;
+            caches_synced(&node_lifecycle, 1).await?;
             (taint_manager, Some(node_lifecycle), user)
         }
     };
     let cpu_before = measured.cpu_seconds()?;
+    let helper_cpu_before = node_lifecycle
+        .as_ref()
+        .map(Component::cpu_seconds)
+        .transpose()?;
     let since = Timestamp::now();
     let started = tokio::time::Instant::now();
     let down = scenario.down(outage);
@@ -376,6 +422,12 @@ async fn run_side(
         cpu_seconds: measured.cpu_seconds()? - cpu_before,
         rss_kib: measured.rss_kib()?,
         peak_rss_kib: support::peak_rss_kib(measured.pid())?,
+        helper: match (&node_lifecycle, helper_cpu_before) {
+            (Some(helper), Some(before)) => {
+                Some((helper.cpu_seconds()? - before, helper.rss_kib()?))
+            }
+            _ => None,
+        },
         restart,
     })
 }
@@ -432,6 +484,38 @@ fn event_writes(calls: &BTreeMap<String, usize>) -> usize {
         .filter(|(call, _)| call.ends_with(" events"))
         .map(|(_, count)| count)
         .sum()
+}
+
+/// Waits until `kcm`'s log says the caches of its `controllers` controllers are synced: each has
+/// listed what it watches and acts from now on. client-go logs a "waiting" line when a
+/// controller starts to wait and a "synced" one when its wait ends, without naming the
+/// controller at kube-controller-manager's default verbosity, so: at least `controllers` waits,
+/// and as many ends.
+async fn caches_synced(kcm: &Component, controllers: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let log = std::fs::read_to_string(&kcm.log)
+            .with_context(|| format!("reading {}", kcm.log.display()))?;
+        if synced(&log, controllers) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{}: its {controllers} controllers' caches not synced in 600 s; see {}",
+                kcm.name,
+                kcm.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Whether kube-controller-manager's `log` says the caches of (at least) `controllers`
+/// controllers are synced and none is still waiting.
+fn synced(log: &str, controllers: usize) -> bool {
+    let count = |line: &str| log.lines().filter(|l| l.contains(line)).count();
+    let waiting = count(CACHES_WAITING);
+    waiting >= controllers && count(CACHES_SYNCED) == waiting
 }
 
 /// A kube-controller-manager with only `controllers`, each controller with a client of its
@@ -742,13 +826,24 @@ fn row(scenario: &Scenario, qps: f64, side: &Side, outage: Outage, run: &Run) ->
         events.to_string(),
         format!("{:.3}", events as f64 / pods),
         format!("{:.2}", percentile(&latencies, 0.0)),
+        run.helper
+            .map_or_else(String::new, |(cpu, _)| format!("{cpu:.2}")),
+        run.helper
+            .map_or_else(String::new, |(_, rss)| rss.to_string()),
+        format!(
+            "{:.2}",
+            run.cpu_seconds + run.helper.map_or(0.0, |(cpu, _)| cpu)
+        ),
+        (run.rss_kib + run.helper.map_or(0, |(_, rss)| rss)).to_string(),
     ]
 }
 
 fn print_row(row: &[String]) {
+    // `row` has no repeat and order yet ([`rows`] inserts them).
     let value = |column: &str| {
         HEADER
             .iter()
+            .filter(|c| !matches!(**c, "repeat" | "order"))
             .position(|c| *c == column)
             .map(|i| row[i].as_str())
             .unwrap_or_default()
@@ -777,4 +872,24 @@ fn print_row(row: &[String]) {
         value("events"),
         value("events_per_pod"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caches_are_synced_once_every_wait_has_ended() {
+        let wait =
+            r#"I1206 01:26:02.819423 1 shared_informer.go:524] "Waiting for caches to sync""#;
+        let done = r#"I1206 01:26:02.824883 1 shared_informer.go:531] "Caches are synced""#;
+        let other = r#"I1206 01:26:02.7 1 controllermanager.go:689] "Started controller""#;
+        assert!(!synced(other, 1), "nothing waited yet");
+        assert!(
+            !synced(&[wait, wait, done].join("\n"), 2),
+            "one still waiting"
+        );
+        assert!(!synced(&[wait, done].join("\n"), 2), "one of two started");
+        assert!(synced(&[wait, wait, other, done, done].join("\n"), 2));
+    }
 }
