@@ -44,7 +44,7 @@ pub const ALL: [&str; 6] = [
 /// macros dynamic, which they must be).
 pub(crate) const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Flags of the static build; the Dockerfile sets the same.
-const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
+pub(crate) const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
 /// Where the binary sits in a component image (the Dockerfile's ENTRYPOINT cannot name a build
 /// argument, so every component has the same path, as kubebuilder's images do).
 const COMPONENT_PATH: &str = "manager";
@@ -320,7 +320,7 @@ fn write_image(name: &str, binary: &Path, facts: &Provenance, out: &Path) -> Res
 }
 
 /// A tar of regular files owned by root, in the given order, every mtime `epoch`.
-fn tar_of(files: &[(&str, u32, &[u8])], epoch: u64) -> Result<Vec<u8>> {
+pub(crate) fn tar_of(files: &[(&str, u32, &[u8])], epoch: u64) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     for (path, mode, bytes) in files {
         let mut header = tar::Header::new_ustar();

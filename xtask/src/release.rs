@@ -15,10 +15,13 @@
 //! attached as an OCI 1.1 referrer tagged `sha256-<hex>.sbom` (cosign's attachment tag, for
 //! registries without the referrers API) and written to
 //! `target/release/<version>/<image>.cdx.json`.
-//! Not yet: keyless signing on the forge.
+//! The kubectl plugin's archives, their checksums and its krew manifest land there too
+//! (`release/plugin.rs`). Keyless signing is the forge's release job's
+//! (.github/workflows/release.yml; docs/development.md, "Releasing").
 
 mod changelog;
 mod oci;
+mod plugin;
 mod sbom;
 mod signature;
 
@@ -60,6 +63,9 @@ pub struct Args {
     /// release only, its public half in target/release/<version>/cosign.pub.
     #[arg(long, env = "EVICTKIT_SIGNING_KEY", value_name = "PATH")]
     signing_key: Option<PathBuf>,
+    /// Print the version's CHANGELOG.md section (the forge's release notes) and nothing else.
+    #[arg(long)]
+    notes: bool,
 }
 
 /// One thing a release published.
@@ -74,7 +80,11 @@ pub fn run(args: Args) -> Result<()> {
     let root = crate::workspace_root();
     let changelog =
         fs::read_to_string(root.join("CHANGELOG.md")).context("reading CHANGELOG.md")?;
-    changelog::section(&changelog, version)?;
+    let notes = changelog::section(&changelog, version)?;
+    if args.notes {
+        println!("{notes}");
+        return Ok(());
+    }
     let registry = match (&args.registry, args.dry_run) {
         (Some(registry), _) => registry.clone(),
         (None, false) => crate::registry::running()?.address(),
@@ -104,6 +114,8 @@ pub fn run(args: Args) -> Result<()> {
             &prefix,
         )?,
     )?;
+
+    let plugin = plugin::release(&out, version, !args.no_build)?;
 
     let key = match &args.signing_key {
         Some(path) => Some(
@@ -196,7 +208,7 @@ pub fn run(args: Args) -> Result<()> {
             artifact.kind, artifact.reference, artifact.digest
         );
     }
-    for file in [&install, &public_key] {
+    for file in [&install, &public_key].into_iter().chain(&plugin) {
         println!(
             "  file   {:<72}  {}",
             file.display(),
