@@ -18,6 +18,7 @@ mod registry;
 mod release;
 mod soak;
 mod test;
+mod workflows;
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +39,9 @@ enum Command {
     CheckCrds,
     /// Fail on a dead relative link or #anchor in README.md, docs/ or a chart's README.md.
     CheckLinks,
+    /// Lint the forge's workflows (.github/workflows/) with actionlint and shellcheck: they cannot
+    /// run here.
+    CheckWorkflows,
     /// Build, lint and render every chart, check that each chart's schema refuses bad values
     /// and that its generated README.md and values.schema.json are current, and server-side
     /// dry-run apply the output against the running control plane (start it with
@@ -91,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         Command::GenCrds => crds::generate(),
         Command::CheckCrds => crds::check(),
         Command::CheckLinks => links::check(),
+        Command::CheckWorkflows => workflows::check(),
         Command::CheckCharts => charts::check(&cluster::running()?),
         Command::ChartDocs => chart_docs::generate(),
         Command::CheckAlerts => alerts::check(),

@@ -62,6 +62,7 @@ pub fn run(args: Args) -> Result<()> {
         ]),
     )?;
     step("CRD freshness", crate::crds::check())?;
+    step("workflows (actionlint)", crate::workflows::check())?;
     step("alerts (promtool test rules)", crate::alerts::check())?;
     step("dependency rules", dependency_rules())?;
     step(
