@@ -11,7 +11,6 @@ mod drain;
 mod requests;
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
@@ -25,7 +24,7 @@ use kube::{Api, Client};
 use pdb_policy_webhook::explain::{self, EVICTION_WEBHOOK_NAME, ExplainArgs};
 use serde::Serialize;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, ConnectionArgs};
 use crate::requests::Scope;
 
 const EXIT_CODES: &str = "\
@@ -43,6 +42,8 @@ Examples:
   kubectl evictkit explain shop/web-0
   kubectl evictkit drain-preview node-1
   kubectl evictkit drain node-1 node-2 --ignore-daemonsets --timeout 10m
+  kubectl evictkit drain -l pool=old --dry-run -o json
+  kubectl evictkit uncordon node-1
   kubectl evictkit requests -A
   kubectl evictkit describe web-0 -n shop
   source <(kubectl evictkit completion bash)   # completes kubectl-evictkit typed as such";
@@ -56,12 +57,8 @@ Examples:
     after_help = format!("{EXAMPLES}\n\n{EXIT_CODES}")
 )]
 struct Cli {
-    /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
-    #[arg(long, global = true, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use (default: the current context).
-    #[arg(long, global = true, value_name = "NAME")]
-    context: Option<String>,
+    #[command(flatten)]
+    connection: ConnectionArgs,
     /// The namespace of POD and of `requests` (default: the context's namespace).
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     namespace: Option<String>,
@@ -128,8 +125,13 @@ enum Command {
     /// EvictionRequest (lifecycle.k8s.io where served, else evictkit.io's CRD) so its
     /// interceptors or responders act first, and shows each pod's progress; at --timeout or
     /// Ctrl-C it withdraws its requests and says what it left.
-    #[command(after_help = EXIT_CODES)]
+    /// -o json: a JSON object per line as the drain goes, then a summary (schema in
+    /// docs/kubectl-evictkit.md).
+    #[command(after_help = format!("{}\n\n{EXIT_CODES}", drain::DIFFERENCES))]
     Drain(drain::DrainArgs),
+    /// Takes a drain back: withdraws the drain's EvictionRequests of the pods still on the
+    /// nodes, then makes the nodes schedulable again.
+    Uncordon(drain::UncordonArgs),
     /// A pod's EvictionRequest in words: requesters, interceptors and their timeline,
     /// conditions. -o json|yaml: the pod's EvictionRequests (and lifecycle.k8s.io Evictions).
     Describe {
@@ -203,7 +205,7 @@ async fn run(cli: Cli) -> Result<Answer> {
     let Connection {
         client,
         namespace: context_namespace,
-    } = connection::connect(cli.kubeconfig.as_deref(), cli.context.as_deref()).await?;
+    } = connection::connect(&cli.connection).await?;
     let namespace = cli.namespace.unwrap_or(context_namespace);
     match cli.command {
         Command::Explain { pod, webhook } => {
@@ -236,7 +238,17 @@ async fn run(cli: Cli) -> Result<Answer> {
             }
             Ok(Answer::Done)
         }
-        Command::Drain(args) => drain::run(&client, args).await,
+        Command::Drain(args) => {
+            let output = match cli.output {
+                Format::Table => drain::Output::Text,
+                Format::Json => drain::Output::Json,
+                Format::Yaml => bail!(
+                    "drain prints text, or -o json: one JSON object per line as it goes (no YAML)"
+                ),
+            };
+            drain::run(&client, args, output).await
+        }
+        Command::Uncordon(args) => drain::uncordon(&client, args).await,
         Command::Completion(_) => unreachable!("main prints completion scripts before connecting"),
         Command::Describe { pod, api } => {
             let (namespace, name) = qualify(&pod, &namespace)?;
@@ -465,7 +477,11 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (cli.namespace.as_deref(), cli.context.as_deref(), cli.output),
+            (
+                cli.namespace.as_deref(),
+                cli.connection.context.as_deref(),
+                cli.output
+            ),
             (Some("shop"), Some("dev"), Format::Yaml)
         );
     }

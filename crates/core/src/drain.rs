@@ -8,12 +8,13 @@
 //! `--delete-emptydir-data`; a pod no controller manages is refused unless `--force`.
 //! Finished pods (Succeeded, Failed) are always drained. One refused pod stops the drain
 //! before it asks for anything, as kubectl's does. [`progress`] reads where each pod's
-//! eviction stands.
+//! eviction stands; [`blocker`] names what keeps it.
 
 use k8s_openapi::api::core::v1::Pod;
 
 use evictkit_api::keys::MIRROR_POD_ANNOTATION;
 
+pub mod blocker;
 pub mod progress;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ pub enum State {
 }
 
 impl State {
-    fn word(self) -> &'static str {
+    pub fn word(self) -> &'static str {
         match self {
             Self::Waiting => "Waiting",
             Self::InProgress => "InProgress",
@@ -200,14 +200,26 @@ impl Progress {
 }
 
 /// The progress table's columns.
-pub const HEADER: [&str; 6] = ["POD", "STATE", "ACTIVE", "HEARTBEAT", "ELAPSED", "MESSAGE"];
+pub const HEADER: [&str; 7] = [
+    "POD",
+    "STATE",
+    "ACTIVE",
+    "HEARTBEAT",
+    "ELAPSED",
+    "BLOCKER",
+    "MESSAGE",
+];
 
-/// The progress of every pod (`namespace/name`, its progress), `asked` when the drain asked
-/// for it, as a table.
-pub fn table(pods: &[(String, Progress)], asked: Timestamp, now: Timestamp) -> String {
+/// The progress of every pod (`namespace/name`, its progress, what blocks it in words),
+/// `asked` when the drain asked for it, as a table.
+pub fn table(
+    pods: &[(String, Progress, Option<String>)],
+    asked: Timestamp,
+    now: Timestamp,
+) -> String {
     let mut table = Table::new(&HEADER);
     let none = || "-".to_owned();
-    for (pod, progress) in pods {
+    for (pod, progress, blocker) in pods {
         table.row(vec![
             pod.clone(),
             progress.state.word().to_owned(),
@@ -216,6 +228,7 @@ pub fn table(pods: &[(String, Progress)], asked: Timestamp, now: Timestamp) -> S
                 .heartbeat
                 .map_or_else(none, |h| format!("{} ago", age(now, h))),
             age(now, asked),
+            blocker.clone().unwrap_or_else(none),
             progress.message.clone().unwrap_or_default(),
         ]);
     }
@@ -232,14 +245,24 @@ pub fn bar(done: usize, total: usize, width: usize) -> String {
     )
 }
 
-/// One pod's progress as a line of its own (output piped: printed when it changes).
-pub fn line(pod: &str, progress: &Progress, asked: Timestamp, now: Timestamp) -> String {
+/// One pod's progress as a line of its own (output piped: printed when it changes), with
+/// what blocks it in words.
+pub fn line(
+    pod: &str,
+    progress: &Progress,
+    blocker: Option<&str>,
+    asked: Timestamp,
+    now: Timestamp,
+) -> String {
     let mut line = format!("{} {pod} {}", age(now, asked), progress.state.word());
     if let Some(actor) = &progress.actor {
         line.push_str(&format!(" by {actor}"));
     }
     if let Some(heartbeat) = progress.heartbeat {
         line.push_str(&format!(" (heartbeat {} ago)", age(now, heartbeat)));
+    }
+    if let Some(blocker) = blocker {
+        line.push_str(&format!(" [blocked by {blocker}]"));
     }
     if let Some(message) = &progress.message {
         line.push_str(&format!(": {message}"));
@@ -248,14 +271,17 @@ pub fn line(pod: &str, progress: &Progress, asked: Timestamp, now: Timestamp) ->
 }
 
 /// What the drain says of a pod it leaves on the node: where its eviction stood, and whether
-/// its request was withdrawn.
-pub fn left(pod: &str, progress: &Progress, withdrawn: bool) -> String {
+/// what blocked it, and whether its request was withdrawn.
+pub fn left(pod: &str, progress: &Progress, blocker: Option<&str>, withdrawn: bool) -> String {
     let mut line = format!("{pod}: {}", progress.state.word());
     if let Some(actor) = &progress.actor {
         line.push_str(&format!(", {actor} active"));
     }
     if let Some(message) = &progress.message {
         line.push_str(&format!(" ({message:?})"));
+    }
+    if let Some(blocker) = blocker {
+        line.push_str(&format!(", blocked by {blocker}"));
     }
     line.push_str(if withdrawn {
         "; its EvictionRequest is withdrawn"

@@ -354,14 +354,20 @@ fn the_progress_view_shows_a_line_per_pod_with_who_acts_and_its_word() {
         heartbeat: None,
     };
     let pods = vec![
-        ("shop/db-0".to_owned(), backup.clone()),
-        ("shop/web-0".to_owned(), gone.clone()),
+        ("shop/db-0".to_owned(), backup.clone(), None),
+        ("shop/web-0".to_owned(), gone.clone(), None),
+        (
+            "shop/api-0".to_owned(),
+            Progress::waiting(),
+            Some("PDB api: needs 1 more healthy pod".to_owned()),
+        ),
     ];
     #[rustfmt::skip]
     let expected = [
-        "POD         STATE       ACTIVE              HEARTBEAT  ELAPSED  MESSAGE",
-        "shop/db-0   InProgress  example.com/backup  10s ago    90s      copying 3 GiB",
-        "shop/web-0  Gone        -                   -          90s",
+        "POD         STATE       ACTIVE              HEARTBEAT  ELAPSED  BLOCKER                            MESSAGE",
+        "shop/db-0   InProgress  example.com/backup  10s ago    90s      -                                  copying 3 GiB",
+        "shop/web-0  Gone        -                   -          90s      -",
+        "shop/api-0  Waiting     -                   -          90s      PDB api: needs 1 more healthy pod",
     ];
     assert_eq!(
         progress::table(&pods, asked, now)
@@ -370,19 +376,38 @@ fn the_progress_view_shows_a_line_per_pod_with_who_acts_and_its_word() {
         expected
     );
     assert_eq!(
-        progress::line("shop/db-0", &backup, asked, now),
+        progress::line("shop/db-0", &backup, None, asked, now),
         "90s shop/db-0 InProgress by example.com/backup (heartbeat 10s ago): copying 3 GiB"
     );
     assert_eq!(
-        progress::line("shop/web-0", &gone, asked, now),
+        progress::line("shop/web-0", &gone, None, asked, now),
         "90s shop/web-0 Gone"
+    );
+    assert_eq!(
+        progress::line(
+            "shop/api-0",
+            &Progress::waiting(),
+            Some("PDB api: needs 1 more healthy pod"),
+            asked,
+            now
+        ),
+        "90s shop/api-0 Waiting [blocked by PDB api: needs 1 more healthy pod]"
     );
     assert_eq!(progress::bar(1, 4, 8), "[##......] 1/4 pods evicted");
     assert_eq!(progress::bar(4, 4, 8), "[########] 4/4 pods evicted");
     assert_eq!(progress::bar(0, 0, 4), "[####] 0/0 pods evicted");
     assert_eq!(
-        progress::left("shop/db-0", &backup, true),
+        progress::left("shop/db-0", &backup, None, true),
         "shop/db-0: InProgress, example.com/backup active (\"copying 3 GiB\"); its EvictionRequest is withdrawn"
+    );
+    assert_eq!(
+        progress::left(
+            "shop/api-0",
+            &Progress::waiting(),
+            Some("PDB api: needs 1 more healthy pod"),
+            false
+        ),
+        "shop/api-0: Waiting, blocked by PDB api: needs 1 more healthy pod; nothing to withdraw"
     );
     assert!(State::Gone.is_done() && State::Evicted.is_done() && !State::Failed.is_done());
     assert!(State::Failed.is_final() && !State::Terminating.is_final());

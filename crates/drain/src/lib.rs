@@ -1,0 +1,654 @@
+//! A node drain that asks through EvictionRequests (KEP-4563's canonical requester: Kubernetes'
+//! own lifecycle.k8s.io/v1alpha1 where served, else evictkit.io's CRD), so each pod's
+//! interceptors or responders act before it goes: `kubectl evictkit drain`'s logic, for any
+//! tool to embed. [`run`] cordons the nodes, decides which pods go as kubectl drain does
+//! ([`evictkit_core::drain::plan`]), asks for each, reads where each stands once a round
+//! (one list per kind for the whole cluster: [`ROUND`]) with what keeps it
+//! ([`evictkit_core::drain::blocker`]), and tells an [`Observer`]; at the timeout, an
+//! interrupt, or when it cannot read any more, it withdraws what it asked for and says what it
+//! left ([`Report`]). [`uncordon`] takes a drain back.
+//!
+//! The client given is used as is: give it a client-side rate limit (kubectl's is 5 calls a
+//! second, bursts of 10).
+
+mod read;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use evictkit_api::keys::{DRAIN_REQUESTER, DRAIN_REQUESTER_KEY};
+use evictkit_core::drain::blocker;
+pub use evictkit_core::drain::blocker::Blocker;
+pub use evictkit_core::drain::progress::{Progress, State};
+pub use evictkit_core::drain::{Channel, Options};
+use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
+pub use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
+pub use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::lifecycle_request::{self};
+use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::requester::{self, Requester, RequesterError, RequesterNames};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::read::Snapshot;
+
+/// How often the drain reads where its pods stand.
+pub const ROUND: Duration = Duration::from_secs(2);
+/// Through the Eviction API, how long after a refusal it calls again (kubectl drain's 5 s).
+const EVICTION_RETRY: Duration = Duration::from_secs(5);
+/// How long reads may fail in a row before the drain gives up, withdraws and says so: long
+/// enough for an apiserver restart, short enough that requests nobody watches do not linger.
+pub const READ_PATIENCE: Duration = Duration::from_secs(15);
+
+/// What to drain and how.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub nodes: Vec<String>,
+    /// Only the pods matching this label selector.
+    pub pod_selector: Option<String>,
+    pub options: Options,
+    /// Zero: wait until every pod is gone, or the interrupt.
+    pub timeout: Duration,
+    /// Say what would happen, change nothing.
+    pub dry_run: bool,
+    pub api: ApiMode,
+    /// Where the evictionrequest-controller's Lease is, which `ApiMode::Auto` follows.
+    pub controller_namespace: String,
+    /// Without an EvictionRequest API, evict through the Eviction API.
+    pub eviction_api_fallback: bool,
+    /// A pod Terminating for longer than this counts as gone (kubectl drain's
+    /// `--skip-wait-for-delete-timeout`, for pods on a dead kubelet); zero: never.
+    pub skip_wait_for_delete_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    #[error("{what}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Requester(#[from] RequesterError),
+    #[error(transparent)]
+    Request(#[from] EvictionRequestError),
+    #[error(
+        "the cluster {0}; --eviction-api-fallback drains through the Eviction API as kubectl drain does"
+    )]
+    NoApi(&'static str),
+    #[error("the Eviction API client's metrics: {0}")]
+    Metrics(String),
+    #[error("writing the drain's output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// What the drain does with a pod of the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub pod: String,
+    pub node: String,
+    /// What would keep it, before anything is asked.
+    pub blocker: Option<Blocker>,
+}
+
+/// The plan, before anything is asked: what stops the drain, what the operator should know.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub channel: Channel,
+    /// Warnings and skipped pods, one line per kind.
+    pub notes: Vec<String>,
+    /// What stops the drain (nothing is asked then), one line per kind.
+    pub refusals: Vec<String>,
+    pub pods: Vec<Planned>,
+    pub dry_run: bool,
+    pub at: Timestamp,
+}
+
+/// One pod of the drain in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub pod: String,
+    pub node: String,
+    pub progress: Progress,
+    pub blocker: Option<Blocker>,
+    /// Terminating for longer than `skip_wait_for_delete_timeout`: counted as gone.
+    pub skipped: bool,
+}
+
+impl Row {
+    pub fn is_done(&self) -> bool {
+        self.skipped || self.progress.state.is_done()
+    }
+}
+
+/// Told what the drain does as it does it.
+pub trait Observer {
+    fn cordoned(&mut self, node: &str, dry_run: bool) -> std::io::Result<()>;
+    fn planned(&mut self, plan: &Plan) -> std::io::Result<()>;
+    /// Every round: every pod, `started` when the drain asked.
+    fn round(&mut self, rows: &[Row], started: Timestamp, now: Timestamp) -> std::io::Result<()>;
+}
+
+/// How the drain ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Every pod is gone.
+    Drained,
+    /// `--dry-run`: nothing was asked.
+    DryRun,
+    /// Drain's rules stop it (e.g. unmanaged pods without `force`): nothing was asked.
+    Refused,
+    TimedOut(Duration),
+    Interrupted,
+    /// Every pod left is Failed: waiting changes nothing.
+    Stuck,
+    /// Reads failed for [`READ_PATIENCE`]: the last error.
+    Unreadable(String),
+}
+
+impl Ending {
+    /// A word for scripts (`-o json`'s `result`).
+    pub fn word(&self) -> &'static str {
+        match self {
+            Self::Drained => "drained",
+            Self::DryRun => "dry-run",
+            Self::Refused => "refused",
+            Self::TimedOut(_) => "timeout",
+            Self::Interrupted => "interrupted",
+            Self::Stuck => "stuck",
+            Self::Unreadable(_) => "unreadable",
+        }
+    }
+}
+
+/// Whether a request was withdrawn from a pod left on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Withdrawal {
+    Withdrawn,
+    /// Not asked through a request (the Eviction API), or none to withdraw.
+    Nothing,
+    Failed(String),
+}
+
+/// A pod the drain left on its node.
+#[derive(Clone, Debug)]
+pub struct Left {
+    pub row: Row,
+    pub withdrawal: Withdrawal,
+}
+
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub ending: Ending,
+    pub nodes: Vec<String>,
+    /// When the drain asked (none: it asked nothing).
+    pub started: Option<Timestamp>,
+    pub ended: Timestamp,
+    /// The pods it asked for, and how many of them are gone.
+    pub pods: usize,
+    pub gone: usize,
+    pub left: Vec<Left>,
+}
+
+/// Drains `settings.nodes` until every pod is gone, the timeout, `interrupt`, or reads fail
+/// for [`READ_PATIENCE`]; withdraws what it asked for of the pods it leaves.
+pub async fn run(
+    client: &Client,
+    settings: &Settings,
+    observer: &mut dyn Observer,
+    interrupt: impl Future<Output = ()>,
+) -> Result<Report, DrainError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_objects = read::read_nodes(client, &settings.nodes).await?;
+    let channel = channel(client, settings).await?;
+    for node in &settings.nodes {
+        if !settings.dry_run {
+            cordon(&nodes, node, true).await?;
+        }
+        observer.cordoned(node, settings.dry_run)?;
+    }
+    let pods = read::list_pods(client, &settings.nodes, settings.pod_selector.as_deref()).await?;
+    let drain_plan = evictkit_core::drain::plan(&pods, settings.options);
+    let pdbs = read::read_pdbs(client).await?;
+    let now = Timestamp::now();
+    let planned = drain_plan
+        .drain
+        .iter()
+        .map(|pod| Planned {
+            pod: evictkit_core::drain::pod_name(pod),
+            node: node_of(pod),
+            blocker: blocker::planned(
+                pod,
+                node_objects.get(&node_of(pod)),
+                pdbs.get(pod.metadata.namespace.as_deref().unwrap_or_default())
+                    .map_or(&[][..], Vec::as_slice),
+                now,
+            ),
+        })
+        .collect();
+    let plan = Plan {
+        channel,
+        notes: drain_plan.note_lines(),
+        refusals: drain_plan.refusal_lines(),
+        pods: planned,
+        dry_run: settings.dry_run,
+        at: now,
+    };
+    observer.planned(&plan)?;
+    let report = |ending, started, left: Vec<Left>| Report {
+        ending,
+        nodes: settings.nodes.clone(),
+        started,
+        ended: Timestamp::now(),
+        pods: plan.pods.len(),
+        gone: plan.pods.len() - left.len(),
+        left,
+    };
+    if !plan.refusals.is_empty() {
+        return Ok(report(Ending::Refused, None, Vec::new()));
+    }
+    if settings.dry_run {
+        return Ok(report(Ending::DryRun, None, Vec::new()));
+    }
+    let targets = drain_plan
+        .drain
+        .iter()
+        .map(|pod| Ok((TargetPod::of(*pod)?, node_of(pod))))
+        .collect::<Result<Vec<_>, DrainError>>()?;
+    let mut drainer = Drainer::new(client, channel, targets).await?;
+    let started = Timestamp::now();
+    let ending = drainer
+        .rounds(settings, observer, started, interrupt)
+        .await?;
+    let left = if ending == Ending::Drained {
+        Vec::new()
+    } else {
+        drainer.withdraw().await
+    };
+    Ok(report(ending, Some(started), left))
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// The API the drain asks through, from discovery, the API mode and the fallback.
+async fn channel(client: &Client, settings: &Settings) -> Result<Channel, DrainError> {
+    let served = lifecycle_request::discover(client)
+        .await
+        .map_err(|source| DrainError::Api {
+            what: "discovering the EvictionRequest APIs".to_owned(),
+            source,
+        })?;
+    let mut lifecycle = served.lifecycle && settings.api != ApiMode::Crd;
+    let mut crd = served.crd && settings.api != ApiMode::Lifecycle;
+    if settings.api == ApiMode::Auto && (lifecycle || crd) {
+        // As every requester in auto: through what the controller serves.
+        let api = requester::auto_api(client, served, &settings.controller_namespace).await?;
+        (lifecycle, crd) = (api == ApiMode::Lifecycle, api == ApiMode::Crd);
+    }
+    evictkit_core::drain::channel(lifecycle, crd, settings.eviction_api_fallback).ok_or(
+        DrainError::NoApi(match settings.api {
+            ApiMode::Auto => {
+                "serves no EvictionRequest API (neither lifecycle.k8s.io/v1alpha1, with the \
+                 EvictionRequestAPI gate, nor evictkit.io's CRD)"
+            }
+            ApiMode::Crd => "does not serve evictkit.io's EvictionRequest CRD (--api crd)",
+            ApiMode::Lifecycle => {
+                "does not serve lifecycle.k8s.io/v1alpha1 EvictionRequests (--api lifecycle; \
+                 the EvictionRequestAPI gate)"
+            }
+        }),
+    )
+}
+
+async fn cordon(nodes: &Api<Node>, node: &str, unschedulable: bool) -> Result<(), DrainError> {
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": unschedulable}})),
+        )
+        .await
+        .map_err(|source| DrainError::Api {
+            what: format!(
+                "{} node {node}",
+                if unschedulable {
+                    "cordoning"
+                } else {
+                    "uncordoning"
+                }
+            ),
+            source,
+        })?;
+    Ok(())
+}
+
+/// What [`uncordon`] did of each pod of the node: its name and whether a request of the
+/// drain's was withdrawn.
+pub type Withdrawn = Vec<(String, Withdrawal)>;
+
+/// Takes a drain back: withdraws the drain's EvictionRequests of the pods still on `nodes`
+/// (through the API the drain would ask through), then makes the nodes schedulable.
+pub async fn uncordon(
+    client: &Client,
+    nodes: &[String],
+    api: ApiMode,
+    controller_namespace: &str,
+) -> Result<Withdrawn, DrainError> {
+    read::read_nodes(client, nodes).await?;
+    let settings = Settings {
+        nodes: nodes.to_vec(),
+        pod_selector: None,
+        options: Options::default(),
+        timeout: Duration::ZERO,
+        dry_run: false,
+        api,
+        controller_namespace: controller_namespace.to_owned(),
+        eviction_api_fallback: true,
+        skip_wait_for_delete_timeout: Duration::ZERO,
+    };
+    let channel = channel(client, &settings).await?;
+    let mut withdrawn = Vec::new();
+    if let Some(requester) = requester_for(client, channel).await? {
+        for pod in read::list_pods(client, nodes, None).await? {
+            let target = TargetPod::of(&pod)?;
+            let name = evictkit_core::drain::pod_name(&pod);
+            let withdrawal = match requester.withdraw_target(&target).await {
+                Ok(true) => Withdrawal::Withdrawn,
+                Ok(false) => continue,
+                Err(error) => Withdrawal::Failed(error.to_string()),
+            };
+            withdrawn.push((name, withdrawal));
+        }
+    }
+    let api: Api<Node> = Api::all(client.clone());
+    for node in nodes {
+        cordon(&api, node, false).await?;
+    }
+    Ok(withdrawn)
+}
+
+async fn requester_for(client: &Client, channel: Channel) -> Result<Option<Requester>, DrainError> {
+    let names = RequesterNames {
+        crd: DRAIN_REQUESTER,
+        lifecycle: DRAIN_REQUESTER_KEY,
+    };
+    Ok(match channel {
+        Channel::Lifecycle => {
+            Some(Requester::new(client.clone(), ApiMode::Lifecycle, names).await?)
+        }
+        Channel::Crd => Some(Requester::new(client.clone(), ApiMode::Crd, names).await?),
+        Channel::Eviction => None,
+    })
+}
+
+/// One pod of the drain and what the drain knows of it.
+struct Drained {
+    target: TargetPod,
+    node: String,
+    /// The drain's request is made (through the Eviction API: called at least once).
+    asked: bool,
+    last_call: Option<tokio::time::Instant>,
+    /// The Eviction API's last refusal.
+    answer: Option<String>,
+    /// The requester library's refusal or error, shown until the request is made.
+    error: Option<String>,
+    row: Row,
+}
+
+struct Drainer {
+    client: Client,
+    channel: Channel,
+    requester: Option<Requester>,
+    evictions: Option<EvictionClient>,
+    pods: Vec<Drained>,
+}
+
+impl Drainer {
+    async fn new(
+        client: &Client,
+        channel: Channel,
+        targets: Vec<(TargetPod, String)>,
+    ) -> Result<Self, DrainError> {
+        let requester = requester_for(client, channel).await?;
+        let evictions = (channel == Channel::Eviction)
+            .then(|| -> Result<EvictionClient, DrainError> {
+                let metrics = Metrics::new("kubectl-evictkit")
+                    .map_err(|error| DrainError::Metrics(error.to_string()))?;
+                Ok(EvictionClient::new(client.clone(), Arc::new(metrics)))
+            })
+            .transpose()?;
+        let pods = targets
+            .into_iter()
+            .map(|(target, node)| Drained {
+                row: Row {
+                    pod: format!("{}/{}", target.namespace, target.name),
+                    node: node.clone(),
+                    progress: Progress::waiting(),
+                    blocker: None,
+                    skipped: false,
+                },
+                target,
+                node,
+                asked: false,
+                last_call: None,
+                answer: None,
+                error: None,
+            })
+            .collect();
+        Ok(Self {
+            client: client.clone(),
+            channel,
+            requester,
+            evictions,
+            pods,
+        })
+    }
+
+    /// Asks, reads and tells until every pod is gone, the timeout, the interrupt, or reads
+    /// failed for [`READ_PATIENCE`].
+    async fn rounds(
+        &mut self,
+        settings: &Settings,
+        observer: &mut dyn Observer,
+        started: Timestamp,
+        interrupt: impl Future<Output = ()>,
+    ) -> Result<Ending, DrainError> {
+        let deadline =
+            (!settings.timeout.is_zero()).then(|| tokio::time::Instant::now() + settings.timeout);
+        let mut failing_since: Option<tokio::time::Instant> = None;
+        tokio::pin!(interrupt);
+        loop {
+            self.ask().await;
+            match Snapshot::read(&self.client, self.channel, &settings.nodes).await {
+                Ok(snapshot) => {
+                    failing_since = None;
+                    self.update(&snapshot, settings.skip_wait_for_delete_timeout);
+                }
+                Err(error) => {
+                    let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= READ_PATIENCE {
+                        return Ok(Ending::Unreadable(error_chain(&error)));
+                    }
+                }
+            }
+            let rows: Vec<Row> = self.pods.iter().map(|p| p.row.clone()).collect();
+            observer.round(&rows, started, Timestamp::now())?;
+            if rows.iter().all(Row::is_done) {
+                return Ok(Ending::Drained);
+            }
+            if rows
+                .iter()
+                .all(|r| r.is_done() || r.progress.state.is_final())
+            {
+                return Ok(Ending::Stuck);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(ROUND) => {}
+                () = &mut interrupt => return Ok(Ending::Interrupted),
+                () = async {
+                    match deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                } => return Ok(Ending::TimedOut(settings.timeout)),
+            }
+        }
+    }
+
+    /// Makes the requests not made yet; through the Eviction API, calls again for every pod
+    /// still there once [`EVICTION_RETRY`] passed.
+    async fn ask(&mut self) {
+        for pod in &mut self.pods {
+            // Not is_final: a request an earlier drain withdrew reads Failed until asked again.
+            if pod.row.is_done() {
+                continue;
+            }
+            if let Some(requester) = &self.requester {
+                if pod.asked {
+                    continue;
+                }
+                match requester
+                    .request_eviction(&pod_reference(&pod.target))
+                    .await
+                {
+                    Ok(_) => {
+                        pod.asked = true;
+                        pod.error = None;
+                    }
+                    Err(error @ EvictionRequestError::Refused { .. }) => {
+                        pod.asked = true;
+                        pod.error = Some(error.to_string());
+                    }
+                    Err(error) => pod.error = Some(error.to_string()),
+                }
+            } else if let Some(evictions) = &self.evictions {
+                let due = pod
+                    .last_call
+                    .is_none_or(|last| last.elapsed() >= EVICTION_RETRY);
+                if !due || pod.row.progress.state == State::Terminating {
+                    continue;
+                }
+                pod.last_call = Some(tokio::time::Instant::now());
+                pod.asked = true;
+                pod.answer = match evictions.evict(&pod_reference(&pod.target)).await {
+                    Ok(EvictionOutcome::Evicted | EvictionOutcome::Gone) => None,
+                    Ok(EvictionOutcome::BlockedByBudget { message })
+                    | Ok(EvictionOutcome::InBackground { message })
+                    | Ok(EvictionOutcome::Conflict { message }) => Some(message),
+                    Ok(EvictionOutcome::Other { status }) => Some(status.message),
+                    Err(error) => Some(error.to_string()),
+                };
+            }
+        }
+    }
+
+    /// Where every pod stands in `snapshot`, and what keeps it.
+    fn update(&mut self, snapshot: &Snapshot, skip_after: Duration) {
+        let now = Timestamp::now();
+        for drained in &mut self.pods {
+            let target = &drained.target;
+            let pod = snapshot.pods.get(&target.uid);
+            let mut progress = match self.channel {
+                Channel::Crd => Progress::of_crd(pod, &target.uid, snapshot.crd.get(&target.uid)),
+                Channel::Lifecycle => {
+                    let name = lifecycle_request::request_name(&target.name, DRAIN_REQUESTER_KEY);
+                    Progress::of_lifecycle(
+                        pod,
+                        &target.uid,
+                        snapshot.requests.get(&(target.namespace.clone(), name)),
+                        snapshot
+                            .evictions
+                            .get(&(target.namespace.clone(), target.uid.clone())),
+                    )
+                }
+                Channel::Eviction => {
+                    Progress::of_eviction_api(pod, &target.uid, drained.answer.as_deref())
+                }
+            };
+            if progress.message.is_none() {
+                progress.message.clone_from(&drained.error);
+            }
+            let pdbs = snapshot
+                .pdbs
+                .get(&target.namespace)
+                .map_or(&[][..], Vec::as_slice);
+            let blocker =
+                blocker::live(pod, &progress, snapshot.nodes.get(&drained.node), pdbs, now);
+            let skipped = !skip_after.is_zero()
+                && pod
+                    .and_then(|p| p.metadata.deletion_timestamp.as_ref())
+                    .is_some_and(|since| now.duration_since(since.0) > jiff_span(skip_after));
+            drained.row = Row {
+                pod: drained.row.pod.clone(),
+                node: drained.node.clone(),
+                progress,
+                blocker,
+                skipped,
+            };
+        }
+    }
+
+    /// Withdraws the requests of the pods still there.
+    async fn withdraw(&self) -> Vec<Left> {
+        let mut left = Vec::new();
+        for pod in &self.pods {
+            if pod.row.is_done() {
+                continue;
+            }
+            let withdrawal = match &self.requester {
+                Some(requester) if pod.asked => {
+                    match requester.withdraw_target(&pod.target).await {
+                        Ok(true) => Withdrawal::Withdrawn,
+                        Ok(false) => Withdrawal::Nothing,
+                        Err(error) => Withdrawal::Failed(error.to_string()),
+                    }
+                }
+                _ => Withdrawal::Nothing,
+            };
+            left.push(Left {
+                row: pod.row.clone(),
+                withdrawal,
+            });
+        }
+        left
+    }
+}
+
+fn jiff_span(duration: Duration) -> jiff::SignedDuration {
+    jiff::SignedDuration::try_from(duration).unwrap_or(jiff::SignedDuration::MAX)
+}
+
+/// The error and its causes, ending at the apiserver's own message where there is one (kube's
+/// display of an API error repeats the whole Status object).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(kube::Error::Api(status)) = current.downcast_ref::<kube::Error>() {
+            parts.push(status.message.clone());
+            break;
+        }
+        parts.push(current.to_string());
+        cause = current.source();
+    }
+    parts.join(": ")
+}
+
+/// A pod known by namespace, name and UID, as the eviction client takes it.
+fn pod_reference(target: &TargetPod) -> Pod {
+    let mut pod = Pod::default();
+    pod.metadata.namespace = Some(target.namespace.clone());
+    pod.metadata.name = Some(target.name.clone());
+    pod.metadata.uid = Some(target.uid.clone());
+    pod
+}

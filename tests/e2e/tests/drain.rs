@@ -1,0 +1,380 @@
+//! `kubectl evictkit drain` as an operator and a script meet it: what happens when it cannot
+//! read any more, how often it reads, what it names as the blocker of each pod it waits for
+//! (live, in `--dry-run`, in `-o json` and in what it says it left), and `uncordon`.
+//! The plugin runs from `target/debug` (built by `cargo build --workspace --bins`), as the
+//! identity of the kubeconfig each test gives it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use evictkit_api::keys::DRAIN_REQUESTER_KEY;
+use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_testenv::TestEnv;
+use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+/// What one `kubectl evictkit ...` printed and how it exited.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn of(output: &std::process::Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// stdout as JSON lines (`-o json`): every line must be an object.
+    fn json_lines(&self) -> Result<Vec<Value>> {
+        self.stdout
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<Value>(line)
+                    .with_context(|| format!("not a JSON line: {line:?}\n{self:?}"))
+            })
+            .collect()
+    }
+}
+
+/// `kubectl evictkit <args> --kubeconfig <kubeconfig>` through the control plane's kubectl,
+/// with target/debug first on PATH.
+fn plugin(env: &TestEnv, kubeconfig: &Path, args: &[&str]) -> Result<Command> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .context("tests/e2e is two levels below the workspace root")?;
+    let plugin_dir = root.join("target/debug");
+    ensure!(
+        plugin_dir.join("kubectl-evictkit").exists(),
+        "no {}/kubectl-evictkit: run cargo build --workspace --bins",
+        plugin_dir.display()
+    );
+    let path = std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))?;
+    let mut command = Command::new(env.control_plane_bin("kubectl")?);
+    command
+        .arg("evictkit")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("PATH", path)
+        .env_remove("KUBECONFIG");
+    Ok(command)
+}
+
+async fn run(command: Command) -> Result<Run> {
+    let output = tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .context("running kubectl evictkit")?;
+    Ok(Run::of(&output))
+}
+
+fn pod_on(node: &str, name: &str, app: &str) -> Pod {
+    let mut pod = objects::pod(name, app);
+    pod.spec.get_or_insert_default().node_name = Some(node.to_owned());
+    pod
+}
+
+/// A pod on `node` that a minAvailable 1 PDB of its own protects, in namespace `namespace`.
+async fn blocked_pod(env: &TestEnv, namespace: &str, node: &str, name: &str) -> Result<Pod> {
+    let pod = Api::<Pod>::namespaced(env.client.clone(), namespace)
+        .create(&PostParams::default(), &pod_on(node, name, name))
+        .await
+        .with_context(|| format!("creating pod {namespace}/{name}"))?;
+    let mut pdb = objects::pdb(name, name, Budget::MinAvailable(IntOrString::Int(1)), None);
+    pdb.metadata.namespace = Some(namespace.to_owned());
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(env.client.clone(), namespace);
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .with_context(|| format!("creating PDB {namespace}/{name}"))?;
+    wait::wait_for(&pdbs, name, DEFAULT_TIMEOUT, "currentHealthy=1", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.current_healthy == Some(1))
+    })
+    .await?;
+    Ok(pod)
+}
+
+/// A ClusterRole named `<namespace>-<name>` with `rules`, bound to ServiceAccount `account`
+/// of the test's namespace; both deleted with the test. Returns the binding's name.
+async fn grant(env: &TestEnv, name: &str, account: &str, rules: Vec<PolicyRule>) -> Result<String> {
+    let name = format!("{}-{name}", env.namespace);
+    let meta = ObjectMeta {
+        name: Some(name.clone()),
+        ..ObjectMeta::default()
+    };
+    Api::<ClusterRole>::all(env.client.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRole {
+                metadata: meta.clone(),
+                rules: Some(rules),
+                ..ClusterRole::default()
+            },
+        )
+        .await
+        .with_context(|| format!("creating ClusterRole {name}"))?;
+    env.delete_on_drop::<ClusterRole>(&name);
+    Api::<ClusterRoleBinding>::all(env.client.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: meta,
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: name.clone(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: account.into(),
+                    namespace: Some(env.namespace.clone()),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await
+        .with_context(|| format!("creating ClusterRoleBinding {name}"))?;
+    env.delete_on_drop::<ClusterRoleBinding>(&name);
+    Ok(name)
+}
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// The drain as a ServiceAccount that may do all it needs; when its right to list Evictions is
+/// taken away mid-drain, the drain cannot read where its pods stand: it withdraws the request
+/// it made, says which read failed, and exits 1. (It used to exit 1 at the first failed list
+/// and leave its request asking.)
+#[tokio::test]
+async fn a_drain_that_cannot_read_withdraws_what_it_asked() -> Result<()> {
+    let env = TestEnv::new("drain-unread").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let ns = env.namespace.clone();
+    blocked_pod(&env, &ns, &node, "db-0").await?;
+    env.wait_for_ready_pods("app=db-0", 1).await?;
+    let account = "drainer";
+    // No more than discovery; what the drain may do is granted below.
+    let identity = env.service_account(account, "system:discovery").await?;
+    grant(
+        &env,
+        "drain",
+        account,
+        vec![
+            rule("", &["nodes"], &["get", "list", "patch"]),
+            rule("", &["pods"], &["get", "list", "watch"]),
+            rule("policy", &["poddisruptionbudgets"], &["get", "list"]),
+            rule(
+                "lifecycle.k8s.io",
+                &["evictionrequests"],
+                &["get", "list", "watch", "create", "patch", "update"],
+            ),
+        ],
+    )
+    .await?;
+    let evictions = grant(
+        &env,
+        "drain-evictions",
+        account,
+        vec![rule(
+            "lifecycle.k8s.io",
+            &["evictions"],
+            &["get", "list", "watch"],
+        )],
+    )
+    .await?;
+    let drain = plugin(
+        &env,
+        &identity.kubeconfig,
+        &[
+            "drain",
+            &node,
+            "--api",
+            "lifecycle",
+            "--force",
+            "--timeout",
+            "90s",
+        ],
+    )?;
+    let running = tokio::spawn(run(drain));
+    let requests = env.api::<EvictionRequest>();
+    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
+        r.spec.intent == INTENT_EVICTION
+    })
+    .await?;
+    Api::<ClusterRoleBinding>::all(env.client.clone())
+        .delete(&evictions, &DeleteParams::default())
+        .await?;
+    let run = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .context("the drain went on without being able to read")???;
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("listing lifecycle.k8s.io Evictions")
+            && run.stderr.contains(&format!("{ns}/db-0")),
+        "{run:?}"
+    );
+    let request = requests.get(&name).await?;
+    assert_eq!(
+        request.spec.intent,
+        INTENT_WITHDRAWN,
+        "{run:?}\ncontroller:\n{}",
+        controller.log_tail(20)
+    );
+    controller.stop();
+    Ok(())
+}
+
+/// Six namespaces with a pod each that its PDB keeps: the drain reads each kind once per round
+/// for the whole cluster (not once per namespace), at most as fast as kubectl's client may
+/// call (QPS 5, burst 10); `-o json` prints one object per change of a pod, each naming the
+/// PDB that blocks it and how many more healthy pods it needs, and a summary that says what
+/// was left, why, and that each request was withdrawn.
+#[tokio::test]
+async fn the_drain_reads_once_per_kind_and_names_each_pdb_in_json() -> Result<()> {
+    let env = TestEnv::new("drain-json").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let mut namespaces = Vec::new();
+    for index in 0..6 {
+        let namespace = format!("{}-{index}", env.namespace);
+        Api::<Namespace>::all(env.client.clone())
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    ..Namespace::default()
+                },
+            )
+            .await?;
+        env.delete_on_drop::<Namespace>(&namespace);
+        blocked_pod(&env, &namespace, &node, "web-0").await?;
+        namespaces.push(namespace);
+    }
+    let account = "drainer";
+    let identity = env.service_account(account, "cluster-admin").await?;
+    let started = jiff::Timestamp::now();
+    let run = run(plugin(
+        &env,
+        &identity.kubeconfig,
+        &["drain", &node, "--force", "--timeout", "10s", "-o", "json"],
+    )?)
+    .await?;
+    assert_eq!(run.code, Some(3), "{run:?}");
+    let lines = run.json_lines()?;
+    for namespace in &namespaces {
+        let pod = format!("{namespace}/web-0");
+        let blocked = lines.iter().any(|l| {
+            l["kind"] == "pod"
+                && l["pod"] == pod.as_str()
+                && l["blocker"]["kind"] == "PodDisruptionBudget"
+                && l["blocker"]["name"] == "web-0"
+                && l["blocker"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("needs 1 more healthy pod"))
+        });
+        assert!(blocked, "{pod}: {run:?}");
+    }
+    let summary = lines.last().context("no line")?;
+    assert_eq!(summary["kind"], "summary", "{run:?}");
+    assert_eq!(summary["result"], "timeout", "{run:?}");
+    let left = summary["left"].as_array().context("left")?;
+    assert_eq!(left.len(), 6, "{run:?}");
+    assert!(
+        left.iter()
+            .all(|l| l["withdrawn"] == true && l["blocker"]["kind"] == "PodDisruptionBudget"),
+        "{run:?}"
+    );
+    // Every LIST the drain made, from the audit log: cluster-wide for the requests and
+    // Evictions, and no more than the client's limit lets through.
+    let lists = lists_by(&env, &identity.username, started)?;
+    let namespaced: Vec<&(String, Option<String>)> = lists
+        .iter()
+        .filter(|(resource, namespace)| resource != "pods" && namespace.is_some())
+        .collect();
+    assert!(namespaced.is_empty(), "per-namespace lists: {namespaced:?}");
+    // 10 s at 5 a second after a burst of 10, for every call, not only lists.
+    assert!(lists.len() <= 60, "{} lists: {lists:?}", lists.len());
+    controller.stop();
+    Ok(())
+}
+
+/// The LISTs `username` made since `since`: resource and namespace (None: cluster-wide).
+fn lists_by(
+    env: &TestEnv,
+    username: &str,
+    since: jiff::Timestamp,
+) -> Result<Vec<(String, Option<String>)>> {
+    let path = env.cluster_dir().join("audit.log");
+    let log = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    Ok(log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["verb"] == "list"
+                && e["user"]["username"] == username
+                && e["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_some_and(|t| t >= since)
+        })
+        .map(|e| {
+            (
+                e["objectRef"]["resource"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["objectRef"]["namespace"].as_str().map(str::to_owned),
+            )
+        })
+        .collect())
+}
