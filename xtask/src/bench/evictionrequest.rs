@@ -189,6 +189,7 @@ async fn bench(
         }
     );
     let started = Instant::now();
+    let provenance = csv::Provenance::now()?;
     match args.api {
         BenchApi::Crd => stream::iter(pods.iter())
             .map(|pod| evictkit_runtime::eviction_request::request_eviction(client, pod, REQUESTER))
@@ -321,7 +322,7 @@ async fn bench(
         events,
     };
     let path = csv::path("evictionrequest.csv")?;
-    csv::upsert(&path, &HEADER, KEY_COLUMNS, &[row.values()])?;
+    csv::record(&path, &HEADER, KEY_COLUMNS, &[row.values()], &provenance)?;
     println!("  CSV: {}", path.display());
     Ok(())
 }

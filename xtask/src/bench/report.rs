@@ -249,6 +249,9 @@ fn provenance(rows: &[&Row]) -> [String; 3] {
         loads.iter().copied().reduce(f64::min),
         loads.iter().copied().reduce(f64::max),
     ) {
+        (Some(min), Some(max)) if format!("{min:.1}") == format!("{max:.1}") => {
+            format!("{min:.1}")
+        }
         (Some(min), Some(max)) => format!("{min:.1}-{max:.1}"),
         _ => "unknown".to_owned(),
     };
@@ -545,7 +548,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(digit);

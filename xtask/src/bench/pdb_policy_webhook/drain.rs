@@ -124,6 +124,7 @@ impl Drain {
 pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
     let (nodes, per_node) = (args.drain_nodes, args.pods_per_node);
     let events_since = k8s_openapi::jiff::Timestamp::now();
+    let provenance = csv::Provenance::now()?;
     let drains = drains(
         cluster,
         client,
@@ -145,7 +146,7 @@ pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &A
         .iter()
         .map(|drain| drain.row(nodes, per_node))
         .collect();
-    csv::upsert(&path, HEADER, KEY_COLUMNS, &rows)?;
+    csv::record(&path, HEADER, KEY_COLUMNS, &rows, &provenance)?;
     println!("CSV: {}", path.display());
     Ok(())
 }
