@@ -14,15 +14,15 @@ use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAW
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{EvictionResponder, Namespace, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// What one `kubectl evictkit ...` printed and how it exited.
 #[derive(Debug)]
@@ -377,4 +377,334 @@ fn lists_by(
             )
         })
         .collect())
+}
+
+/// A pod on `node` holding finalizer `example.com/hold`, deleted so that it stays Terminating.
+async fn terminating_pod(env: &TestEnv, node: &str, name: &str) -> Result<Pod> {
+    let mut pod = pod_on(node, name, name);
+    pod.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    let pod = env.create(&pod).await?;
+    env.wait_for_ready_pods(&format!("app={name}"), 1).await?;
+    env.api::<Pod>()
+        .delete(name, &DeleteParams::default())
+        .await?;
+    Ok(pod)
+}
+
+const HOLD: &str = "example.com/hold";
+const BACKUP: &str = "example.com/backup";
+
+/// Lets the pods holding [`HOLD`] go, so the namespace can.
+async fn release(env: &TestEnv, pods: &[&str]) -> Result<()> {
+    for pod in pods {
+        env.api::<Pod>()
+            .patch(
+                pod,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Every kind of blocker, named before anything is asked (`--dry-run`) and in what the drain
+/// says it left: a PDB that needs one more healthy pod, a responder that acts first, a node
+/// whose kubelet is unreachable (its taint), a terminating pod held by a finalizer. With
+/// `--skip-wait-for-delete-timeout`, pods Terminating for longer count as gone and the drain
+/// of that node ends.
+#[tokio::test]
+async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()> {
+    let env = TestEnv::new("drain-blockers").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let lost = env
+        .create_node(objects::node("lost", &[], vec![]))
+        .await?
+        .name_any();
+    let ns = env.namespace.clone();
+    blocked_pod(&env, &ns, &node, "db-0").await?;
+    let mut backup = pod_on(&node, "backup-0", "backup-0");
+    backup.spec.get_or_insert_default().eviction_responders = Some(vec![EvictionResponder {
+        name: BACKUP.to_owned(),
+        priority: 2000,
+    }]);
+    env.create(&backup).await?;
+    terminating_pod(&env, &node, "held-0").await?;
+    terminating_pod(&env, &lost, "gone-0").await?;
+    env.wait_for_ready_pods("app=backup-0", 1).await?;
+    // The node lifecycle controller's mark of a kubelet that stopped reporting. kwok keeps
+    // reporting the node Ready, so the controller lifts it: put back while the test runs.
+    let nodes = Api::<Node>::all(env.client.clone());
+    let taint = Patch::Merge(json!({"spec": {"taints": [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}}));
+    nodes.patch(&lost, &PatchParams::default(), &taint).await?;
+    let retaint = {
+        let (nodes, lost) = (nodes.clone(), lost.clone());
+        tokio::spawn(async move {
+            loop {
+                let _ = nodes.patch(&lost, &PatchParams::default(), &taint).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let kubeconfig = env.kubeconfig().to_owned();
+
+    let dry = run(plugin(
+        &env,
+        &kubeconfig,
+        &["drain", &node, &lost, "--force", "--dry-run"],
+    )?)
+    .await?;
+    assert_eq!(dry.code, Some(0), "{dry:?}");
+    let says = |pod: &str, blocker: &str| {
+        dry.stdout.lines().any(|l| {
+            l.starts_with(&format!("pod/{ns}/{pod} would be asked"))
+                && l.contains(&format!("blocked by {blocker}"))
+        })
+    };
+    assert!(
+        says(
+            "db-0",
+            "needs 1 more healthy pod (PDB db-0: currentHealthy 1"
+        ) && says(
+            "backup-0",
+            &format!("responder {BACKUP} (no heartbeat yet)")
+        ) && says("held-0", &format!("terminating, held by finalizers {HOLD}"))
+            && says(
+                "gone-0",
+                &format!(
+                    "node {lost} unreachable (taint node.kubernetes.io/unreachable:NoExecute)"
+                )
+            ),
+        "{dry:?}"
+    );
+    assert!(
+        env.api::<EvictionRequest>()
+            .list(&Default::default())
+            .await?
+            .items
+            .is_empty(),
+        "the dry run asked: {dry:?}"
+    );
+
+    let drained = run(plugin(
+        &env,
+        &kubeconfig,
+        &["drain", &node, &lost, "--force", "--timeout", "12s"],
+    )?)
+    .await?;
+    assert_eq!(drained.code, Some(3), "{drained:?}");
+    let left = |pod: &str, blocker: &str| {
+        drained.stderr.lines().any(|l| {
+            l.trim_start().starts_with(&format!("{ns}/{pod}: "))
+                && l.contains(&format!("blocked by {blocker}"))
+        })
+    };
+    assert!(
+        left(
+            "db-0",
+            "needs 1 more healthy pod (PDB db-0: currentHealthy 1"
+        ) && left("backup-0", &format!("responder {BACKUP}"))
+            && left("held-0", &format!("terminating, held by finalizers {HOLD}"))
+            && left("gone-0", &format!("node {lost} unreachable")),
+        "{drained:?}\ncontroller:\n{}",
+        controller.log_tail(30)
+    );
+
+    retaint.abort();
+    // A pod Terminating longer than the flag allows counts as gone: the lost node drains.
+    let skipped = run(plugin(
+        &env,
+        &kubeconfig,
+        &[
+            "drain",
+            &lost,
+            "--force",
+            "--timeout",
+            "30s",
+            "--skip-wait-for-delete-timeout",
+            "1",
+        ],
+    )?)
+    .await?;
+    assert_eq!(skipped.code, Some(0), "{skipped:?}");
+    assert!(
+        skipped.stdout.contains(&format!("node/{lost} drained")),
+        "{skipped:?}"
+    );
+    release(&env, &["held-0", "gone-0"]).await?;
+    controller.stop();
+    Ok(())
+}
+
+/// A drain killed mid-way (no chance to withdraw) leaves its request asking and the node
+/// cordoned; `kubectl evictkit uncordon` withdraws the request and makes the node schedulable.
+#[tokio::test]
+async fn uncordon_withdraws_what_a_killed_drain_asked() -> Result<()> {
+    let env = TestEnv::new("drain-uncordon").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let ns = env.namespace.clone();
+    blocked_pod(&env, &ns, &node, "db-0").await?;
+    env.wait_for_ready_pods("app=db-0", 1).await?;
+    let kubeconfig = env.kubeconfig().to_owned();
+    let mut drain =
+        tokio::process::Command::from(plugin(&env, &kubeconfig, &["drain", &node, "--force"])?)
+            .kill_on_drop(true)
+            .spawn()?;
+    let requests = env.api::<EvictionRequest>();
+    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
+        r.spec.intent == INTENT_EVICTION
+    })
+    .await?;
+    drain.kill().await?;
+    assert_eq!(requests.get(&name).await?.spec.intent, INTENT_EVICTION);
+
+    let run = run(plugin(&env, &kubeconfig, &["uncordon", &node])?).await?;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stdout
+            .contains(&format!("pod/{ns}/db-0: EvictionRequest withdrawn"))
+            && run.stdout.contains(&format!("node/{node} uncordoned")),
+        "{run:?}"
+    );
+    assert_eq!(
+        requests.get(&name).await?.spec.intent,
+        INTENT_WITHDRAWN,
+        "{run:?}"
+    );
+    let node = Api::<Node>::all(env.client.clone()).get(&node).await?;
+    assert_ne!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "{run:?}"
+    );
+    controller.stop();
+    Ok(())
+}
+
+/// kubectl's connection flags, loaded as kubectl loads them: `--context` picks a context of
+/// the kubeconfig (its current one points nowhere), `--as` impersonates (a user without rights
+/// is refused, and the error says who), `--as-group` adds groups; `-l` drains the nodes its
+/// selector matches; `--dry-run=server` has the apiserver answer for the cordon.
+#[tokio::test]
+async fn kubectl_connection_flags_and_node_selectors_work_as_in_kubectl() -> Result<()> {
+    let env = TestEnv::new("drain-flags").await?;
+    let ns = env.namespace.clone();
+    let pool = [("pool", ns.as_str())];
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        nodes.push(
+            env.create_node(objects::node(name, &pool, vec![]))
+                .await?
+                .name_any(),
+        );
+    }
+    env.create_node(objects::node("other", &[], vec![])).await?;
+    // The kubeconfig's current context points at nothing; "real" at the test cluster.
+    let mut config = kube::config::Kubeconfig::read_from(env.kubeconfig())?;
+    let mut context = config.contexts.first().context("a context")?.clone();
+    let mut cluster = config.clusters.first().context("a cluster")?.clone();
+    context.name = "real".to_owned();
+    cluster.name = "nowhere".to_owned();
+    cluster.cluster.as_mut().context("cluster")?.server = Some("https://127.0.0.1:1".to_owned());
+    let mut nowhere = config.contexts.first().context("a context")?.clone();
+    nowhere.name = "nowhere".to_owned();
+    nowhere.context.as_mut().context("context")?.cluster = "nowhere".to_owned();
+    config.contexts = vec![context, nowhere];
+    config.clusters.push(cluster);
+    config.current_context = Some("nowhere".to_owned());
+    let kubeconfig = env.cluster_dir().join(format!("{ns}-contexts.kubeconfig"));
+    std::fs::write(&kubeconfig, serde_json::to_string(&config)?)?;
+    let selector = format!("pool={ns}");
+
+    let drain = |extra: &[&str]| -> Vec<String> {
+        [
+            "drain",
+            "-l",
+            &selector,
+            "--dry-run=server",
+            "--force",
+            "--api",
+            "crd",
+            "--eviction-api-fallback",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|a| (*a).to_owned())
+        .collect()
+    };
+    let args = drain(&["--context", "real"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dry = run(plugin(&env, &kubeconfig, &args)?).await?;
+    assert_eq!(dry.code, Some(0), "{dry:?}");
+    assert_eq!(
+        dry.stdout
+            .lines()
+            .filter(|l| l.ends_with("cordoned (dry run)"))
+            .collect::<Vec<_>>(),
+        nodes
+            .iter()
+            .map(|n| format!("node/{n} cordoned (dry run)"))
+            .collect::<Vec<_>>(),
+        "{dry:?}"
+    );
+
+    let unreachable = run(plugin(
+        &env,
+        &kubeconfig,
+        &drain(&[]).iter().map(String::as_str).collect::<Vec<_>>(),
+    )?)
+    .await?;
+    assert_eq!(unreachable.code, Some(1), "{unreachable:?}");
+
+    let nobody = format!("{ns}-nobody");
+    let args = drain(&["--context", "real", "--as", &nobody]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = run(plugin(&env, &kubeconfig, &args)?).await?;
+    assert_eq!(refused.code, Some(1), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("User \"{nobody}\" cannot list resource \"nodes\"")),
+        "{refused:?}"
+    );
+    let args = drain(&[
+        "--context",
+        "real",
+        "--as",
+        &nobody,
+        "--as-group",
+        "system:masters",
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let admin = run(plugin(&env, &kubeconfig, &args)?).await?;
+    assert_eq!(admin.code, Some(0), "{admin:?}");
+    for node in &nodes {
+        let node = Api::<Node>::all(env.client.clone()).get(node).await?;
+        assert_ne!(
+            node.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "a dry run cordoned"
+        );
+    }
+    Ok(())
 }

@@ -206,6 +206,10 @@ impl Blocker {
     /// In words, ages counted to `now`.
     pub fn describe(&self, now: Timestamp) -> String {
         match self {
+            // The advice names the PDB already where it says what it needs.
+            Self::Budget { pdb, message } if message.contains(&format!("PDB {pdb}")) => {
+                message.clone()
+            }
             Self::Budget { pdb, message } => format!("PDB {pdb}: {message}"),
             Self::Responder {
                 name, heartbeat, ..
