@@ -708,3 +708,104 @@ async fn kubectl_connection_flags_and_node_selectors_work_as_in_kubectl() -> Res
     }
     Ok(())
 }
+
+/// The live view in a real terminal: tmux, 80 columns by 24 rows, a table of 30 pods whose
+/// rows are wider than the screen (long names, the PDB's advice). Several redraws in, the
+/// screen holds one table: one header, each line within the width (none wrapped), the rows
+/// that fit and a `+N more` line, one progress bar. (Moving back by the lines printed, the
+/// old view left wrapped halves and repeated headers on the screen.)
+#[tokio::test]
+async fn the_live_view_fits_a_terminal_of_80_columns() -> Result<()> {
+    let tmux = Command::new("tmux").arg("-V").output();
+    ensure!(
+        tmux.is_ok_and(|o| o.status.success()),
+        "this test needs tmux (Debian: apt-get install tmux)"
+    );
+    let env = TestEnv::new("drain-tmux").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let app = "a-pod-with-a-name-long-enough-to-fill-a-terminal";
+    for index in 0..30 {
+        let mut pod = pod_on(&node, &format!("{app}-{index}"), app);
+        pod.metadata.name = Some(format!("{app}-{index}"));
+        env.create(&pod).await?;
+    }
+    env.wait_for_ready_pods(&format!("app={app}"), 30).await?;
+    env.create(&objects::pdb(
+        app,
+        app,
+        Budget::MinAvailable(IntOrString::Int(30)),
+        None,
+    ))
+    .await?;
+    env.wait_for_observed_budget(app, "currentHealthy=30", |s| s.current_healthy == Some(30))
+        .await?;
+    let command = plugin(
+        &env,
+        env.kubeconfig(),
+        &[
+            "drain",
+            &node,
+            "--force",
+            "--timeout",
+            "30s",
+            "--eviction-api-fallback",
+        ],
+    )?;
+    let line = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let path = command
+        .get_envs()
+        .find(|(k, _)| *k == "PATH")
+        .and_then(|(_, v)| v)
+        .context("PATH")?
+        .to_string_lossy()
+        .into_owned();
+    let session = env.namespace.clone();
+    let status = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &session, "-x", "80", "-y", "24"])
+        .arg(format!("env -u KUBECONFIG PATH='{path}' {line}; sleep 60"))
+        .status()?;
+    ensure!(status.success(), "tmux new-session: {status}");
+    // Asking for 30 pods at 5 calls a second, then redrawn every 2 s: a few times over.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let captured = Command::new("tmux")
+        .args(["capture-pane", "-p", "-J", "-t", &session])
+        .output()?;
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", &session])
+        .status();
+    let screen = String::from_utf8_lossy(&captured.stdout).into_owned();
+    let lines: Vec<&str> = screen.lines().filter(|l| !l.trim().is_empty()).collect();
+    let count = |prefix: &str| lines.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!(count("POD "), 1, "one header:\n{screen}");
+    // The table, below the warning about pods without a controller (stderr, not redrawn).
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("POD "))
+        .unwrap_or_default();
+    let lines = &lines[header..];
+    assert_eq!(count("["), 1, "one progress bar:\n{screen}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with('+') && l.ends_with(" more")),
+        "a +N more line:\n{screen}"
+    );
+    assert!(
+        lines.iter().all(|l| l.chars().count() < 80),
+        "no line wraps:\n{screen}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("{}/{app}-0 ", env.namespace))),
+        "rows of pods:\n{screen}"
+    );
+    Ok(())
+}
