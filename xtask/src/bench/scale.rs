@@ -46,6 +46,7 @@ use super::plot::{self, Chart, Series};
 use super::support;
 use crate::cluster::{self, UpArgs};
 use outage::Outage;
+pub use outage::caches_synced;
 
 /// Pods per kwok node: the kubelet's default maxPods (the nodes' allocatable pods).
 pub const PODS_PER_NODE: usize = 110;

@@ -293,6 +293,8 @@ async fn start_controller(
             command.args(&rate);
             let component = Component::start(cluster, "kcm-taint-eviction-controller", command)?;
             support::wait_listening(port).await?;
+            // Its two controllers have listed what they watch: it acts from now on.
+            super::scale::caches_synced(&component, 2).await?;
             component
         }
         Controller::Ours(binary) => {

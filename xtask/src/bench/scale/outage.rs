@@ -491,7 +491,7 @@ fn event_writes(calls: &BTreeMap<String, usize>) -> usize {
 /// controller starts to wait and a "synced" one when its wait ends, without naming the
 /// controller at kube-controller-manager's default verbosity, so: at least `controllers` waits,
 /// and as many ends.
-async fn caches_synced(kcm: &Component, controllers: usize) -> Result<()> {
+pub async fn caches_synced(kcm: &Component, controllers: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let log = std::fs::read_to_string(&kcm.log)
