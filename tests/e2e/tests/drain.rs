@@ -474,7 +474,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
     assert!(
         says(
             "db-0",
-            "needs 1 more healthy pod (PDB db-0: currentHealthy 1"
+            "PDB db-0: needs 1 more healthy pod (currentHealthy 1"
         ) && says(
             "backup-0",
             &format!("responder {BACKUP} (no heartbeat yet)")
@@ -512,7 +512,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
     assert!(
         left(
             "db-0",
-            "needs 1 more healthy pod (PDB db-0: currentHealthy 1"
+            "PDB db-0: needs 1 more healthy pod (currentHealthy 1"
         ) && left("backup-0", &format!("responder {BACKUP}"))
             && left("held-0", &format!("terminating, held by finalizers {HOLD}"))
             && left("gone-0", &format!("node {lost} unreachable")),

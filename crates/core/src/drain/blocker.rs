@@ -206,11 +206,12 @@ impl Blocker {
     /// In words, ages counted to `now`.
     pub fn describe(&self, now: Timestamp) -> String {
         match self {
-            // The advice names the PDB already where it says what it needs.
-            Self::Budget { pdb, message } if message.contains(&format!("PDB {pdb}")) => {
-                message.clone()
+            // The PDB first, said once: the advice names it among its figures.
+            Self::Budget { pdb, message } => {
+                let name = format!("PDB {pdb}");
+                let message = message.replace(&format!("{name}: "), "");
+                format!("{name}: {message}")
             }
-            Self::Budget { pdb, message } => format!("PDB {pdb}: {message}"),
             Self::Responder {
                 name, heartbeat, ..
             } => match heartbeat {
@@ -439,5 +440,20 @@ mod tests {
             message: None,
         };
         assert_eq!(beat.describe(now()), "responder b (heartbeat 10s ago)");
+        let Some(budget) = planned(&declared, Some(&ready), &[pdb(2)], now()) else {
+            panic!("the budget blocks");
+        };
+        assert_eq!(
+            budget.describe(now()),
+            "PDB web: needs 1 more healthy pod (currentHealthy 2, desiredHealthy 2), or a lower minAvailable / higher maxUnavailable"
+        );
+        let other = Blocker::Budget {
+            pdb: "web".into(),
+            message: "two PDBs select this pod: web, api".into(),
+        };
+        assert_eq!(
+            other.describe(now()),
+            "PDB web: two PDBs select this pod: web, api"
+        );
     }
 }
