@@ -159,9 +159,10 @@ pub struct Metrics {
     pub(crate) webhook_tls_handshakes: IntCounterVec,
     /// `evictkit_webhook_tls_handshake_duration_seconds{component}`: accept to handshake done.
     pub(crate) webhook_tls_handshake_duration: Histogram,
-    /// `evictkit_webhook_call_duration_seconds{component, webhook, connection}`: a call from
-    /// its request's arrival to its answer, plus the TLS handshake for the first call of a
-    /// `new` connection (not of a `reused` one).
+    /// `evictkit_webhook_call_duration_seconds{component, webhook, connection, protocol}`: a
+    /// call from its request's arrival to its answer, plus the TLS handshake for the first call
+    /// of a `new` connection (not of a `reused` one); `protocol` is the request's HTTP version
+    /// (`HTTP/1.1`, `HTTP/2.0`).
     pub(crate) webhook_call_duration: HistogramVec,
     /// `evictkit_reconciles_total{component, controller}`: reconciles that ended.
     pub(crate) reconciles: IntCounterVec,
@@ -255,10 +256,11 @@ impl Metrics {
                 "evictkit_webhook_call_duration_seconds",
                 "Time of one webhook call in the server, from its request's arrival to its \
                  answer, plus the connection's TLS handshake (from its accept) for the first call \
-                 of a new connection; by webhook path and connection (new or reused).",
+                 of a new connection; by webhook path, connection (new or reused) and HTTP \
+                 version.",
             ))
             .buckets(WEBHOOK_BUCKETS.to_vec()),
-            &["webhook", "connection"],
+            &["webhook", "connection", "protocol"],
         )
         .map_err(MetricsError::Register)?;
         let reconciles = IntCounterVec::new(

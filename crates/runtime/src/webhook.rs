@@ -621,6 +621,7 @@ where
 async fn time_call(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let arrived = Instant::now();
     let path = request.uri().path().to_owned();
+    let protocol = format!("{:?}", request.version());
     let connection = request.extensions().get::<Arc<Connection>>().cloned();
     let response = next.run(request).await;
     let (handshake, kind) = match &connection {
@@ -629,7 +630,7 @@ async fn time_call(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     };
     metrics
         .webhook_call_duration
-        .with_label_values(&[path.as_str(), kind])
+        .with_label_values(&[path.as_str(), kind, protocol.as_str()])
         .observe((handshake + arrived.elapsed()).as_secs_f64());
     response
 }
@@ -1111,7 +1112,7 @@ mod tests {
         assert_eq!(response["status"]["code"], 400);
     }
 
-    /// Issue 30: accepted connections send small writes at once (TCP_NODELAY); before, they
+    /// Accepted connections send small writes at once (TCP_NODELAY); before, they
     /// were left to Nagle.
     #[tokio::test]
     async fn accepted_connections_do_not_wait_for_acks_to_write() {

@@ -524,7 +524,7 @@ async fn shutdown_answers_reviews_on_open_connections_and_closes_each_after_its_
     assert!(terminated.elapsed() < Duration::from_secs(4));
 }
 
-/// Issue 30: the apiserver calls a Service's webhook over HTTP/1.1, a connection per concurrent
+/// The apiserver calls a Service's webhook over HTTP/1.1, a connection per concurrent
 /// call beyond the 25 it keeps idle, so a drain opens hundreds at once while the server's one
 /// thread is busy with their TLS handshakes. Each must wait in the kernel's accept queue: a SYN
 /// past a full queue is dropped, and the caller's next try comes 1 s later (then 3 s), past the
@@ -704,11 +704,11 @@ async fn the_server_counts_connections_and_handshakes_and_times_each_call() {
             "1",
         ),
         (
-            r#"evictkit_webhook_call_duration_seconds_count{component="test",connection="new",webhook="/validate"}"#,
+            r#"evictkit_webhook_call_duration_seconds_count{component="test",connection="new",protocol="HTTP/1.1",webhook="/validate"}"#,
             "1",
         ),
         (
-            r#"evictkit_webhook_call_duration_seconds_count{component="test",connection="reused",webhook="/validate"}"#,
+            r#"evictkit_webhook_call_duration_seconds_count{component="test",connection="reused",protocol="HTTP/1.1",webhook="/validate"}"#,
             "2",
         ),
     ] {
@@ -718,7 +718,7 @@ async fn the_server_counts_connections_and_handshakes_and_times_each_call() {
     // the connection idle.
     let seconds = |series: &str| value(series).parse::<f64>().unwrap();
     let first_call = seconds(
-        r#"evictkit_webhook_call_duration_seconds_sum{component="test",connection="new",webhook="/validate"}"#,
+        r#"evictkit_webhook_call_duration_seconds_sum{component="test",connection="new",protocol="HTTP/1.1",webhook="/validate"}"#,
     );
     assert!(
         first_call
