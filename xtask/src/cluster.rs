@@ -829,8 +829,8 @@ current-context: evictkit
 /// object, the response code.
 /// Evictions at Request level: the body carries the UID precondition, so tests can count
 /// eviction requests per pod UID. Benchmarks run components as service accounts of namespace
-/// `evictkit-bench`, whose every write and get is recorded, to count API calls per unit of
-/// work.
+/// `evictkit-bench`, whose every write, get and list is recorded, to count API calls per unit
+/// of work (a webhook's review that reads the API shows there).
 /// The installed suite's components (service accounts of `evictkit-system`) have every request
 /// recorded, reads and watches too, and their SubjectAccessReviews with the body (whom they
 /// asked about): the suite compares those calls with what the charts grant.
@@ -854,7 +854,7 @@ rules:
     resources: [evictionrequests, evictionrequests/status, evictions, evictions/status]
 - level: Metadata
   userGroups: [\"system:serviceaccounts:evictkit-bench\"]
-  verbs: [get, create, update, patch, delete, deletecollection]
+  verbs: [get, list, create, update, patch, delete, deletecollection]
 - level: Request
   userGroups: [\"system:serviceaccounts:evictkit-system\"]
   resources:

@@ -216,6 +216,16 @@ pub(crate) async fn start_webhook(
     binary: &Path,
     flags: &[String],
 ) -> Result<Webhook> {
+    start_webhook_as(cluster, binary, flags, None).await
+}
+
+/// As [`start_webhook`], as the user of `kubeconfig` (else the admin).
+pub(crate) async fn start_webhook_as(
+    cluster: &Cluster,
+    binary: &Path,
+    flags: &[String],
+    kubeconfig: Option<&Path>,
+) -> Result<Webhook> {
     let pki = support::pki();
     let host = support::host_address()?;
     let (cert, key) = support::serving_pair(&["127.0.0.1".parse()?, host])?;
@@ -235,6 +245,9 @@ pub(crate) async fn start_webhook(
         ])
         .args(flags)
         .env("RUST_LOG", "warn");
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
     // The component named after its binary: bench webhooks starts the affinity-evictor so too.
     let name = binary.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.unwrap_or_else(|| "pdb-policy-webhook".to_owned());

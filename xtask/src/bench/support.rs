@@ -1,7 +1,7 @@
 //! What every benchmark needs: the release binary, a client of the cluster, the component as a
 //! child process, its readiness, its RSS and CPU time from /proc, and percentiles.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,18 @@ pub async fn client(cluster: &Cluster) -> Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+/// A client of the cluster as the user of `kubeconfig` (e.g. one of [`service_account`]),
+/// without a client-side limit and without retrying an eviction answered 429 (kube's default
+/// client retries it: a webhook's 429 would be asked again and again).
+pub async fn client_of(kubeconfig: &Path) -> Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(evictkit_runtime::client::from_config(
+        config,
+        evictkit_runtime::client::RateLimit::UNLIMITED,
+    )?)
 }
 
 /// A component under test: a child process, stopped with SIGTERM (then waited for) on drop.

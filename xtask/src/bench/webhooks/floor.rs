@@ -1,13 +1,15 @@
-//! `bench webhooks --scenarios floor`: pdb-policy-webhook's eviction webhook beside a no-op
-//! webhook ([`super::noop`]) registered with the same rules, failurePolicy and timeout, so the
-//! apiserver calls both for every eviction at the same moment (validating webhooks are called
-//! in parallel) and each call pays the same apiserver and connection costs. Read from the
-//! apiserver's own histogram (`apiserver_admission_webhook_admission_duration_seconds`, whose
-//! bounds include 25 and 100 ms): the share of calls at or under 25 ms and 100 ms, and the
-//! bucket bound the p99 falls under (never interpolated past one), ours and the no-op's, for a
-//! burst of 25, 100 and 1,000 concurrent evictions, with one PDB per namespace and with one per
-//! workload of 5 pods; our side from the webhook's own server metrics (accept-to-answer time
-//! per call, TLS handshakes).
+//! `bench webhooks --scenarios floor`: each webhook of ours ([`super::target`]) beside a no-op
+//! webhook ([`super::noop`]) registered with the same rules, sideEffects, matchConditions,
+//! failurePolicy and timeout, so the apiserver calls both for every call at the same moment
+//! (validating webhooks are called in parallel; mutating ones one after the other) and each
+//! call pays the same apiserver and connection costs. Read from the apiserver's own histogram
+//! (`apiserver_admission_webhook_admission_duration_seconds`, whose bounds include 25 and
+//! 100 ms): the share of calls at or under 25 ms and 100 ms, and the bucket bound the p99 falls
+//! under (never interpolated past one), ours and the no-op's, for bursts of 25, 100 and 1,000
+//! concurrent calls (evictions with one PDB per namespace and with one per workload of 5 pods for
+//! pdb-policy-webhook), each burst repeated; our side from the webhook's own server metrics
+//! (request-to-answer time per call, TLS handshakes and their time). Each webhook runs as a
+//! service account of its own: the audit log counts the API calls its reviews made.
 //!
 //! The evictions are dry runs: the apiserver calls the validating webhooks of a dry-run
 //! eviction as of a real one (both declare `sideEffects: None`), and no pod has to be
@@ -16,22 +18,22 @@
 //! gaps of 40 to 100 s (past the 90 s the apiserver keeps an idle connection), to count calls
 //! that failed on a connection closed under them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use super::apiserver::{Histogram, Snapshot, TIMEOUT_SECONDS};
+use super::target::{EVICTION_REQUESTS, Layout, Target};
 use super::{FloorFigures, Row};
-use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
+use crate::bench::pdb_policy_webhook::{Webhook, start_webhook_as};
 use crate::bench::support::{self, Component};
 use crate::cluster::Cluster;
 
@@ -39,138 +41,59 @@ const POLICY: &str = "bench-floor";
 /// Pods of a workload in the one-PDB-per-workload layout.
 const WORKLOAD_PODS: usize = 5;
 /// The quiet gaps of the idle-gap run, repeated: around and past the apiserver's 90 s.
-const IDLE_GAPS: [u64; 5] = [40, 100, 70, 95, 55];
+pub const IDLE_GAPS: [u64; 5] = [40, 100, 70, 95, 55];
 
-/// A webhook of ours measured against the floor, with what calls it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// pdb-policy-webhook's validating eviction webhook: evictions.
-    PdbPolicyWebhook,
-    /// affinity-evictor's mutating pod webhook: pod creations. Mutating webhooks are called
-    /// one after the other, ours then the no-op, each for every pod.
-    AffinityEvictor,
-}
-
-impl Target {
-    pub fn component(self) -> &'static str {
-        match self {
-            Target::PdbPolicyWebhook => "pdb-policy-webhook",
-            Target::AffinityEvictor => "affinity-evictor",
-        }
-    }
-
-    /// The bench's namespace and webhook configuration.
-    fn namespace(self) -> &'static str {
-        match self {
-            Target::PdbPolicyWebhook => "bench-floor-pdb",
-            Target::AffinityEvictor => "bench-floor-affinity",
-        }
-    }
-
-    /// The names the apiserver's metrics carry: ours and the no-op's.
-    fn ours(self) -> &'static str {
-        match self {
-            Target::PdbPolicyWebhook => "pdb-policy.floor.bench.evictkit.io",
-            Target::AffinityEvictor => "affinity.floor.bench.evictkit.io",
-        }
-    }
-
-    fn noop(self) -> &'static str {
-        match self {
-            Target::PdbPolicyWebhook => "noop-pdb-policy.floor.bench.evictkit.io",
-            Target::AffinityEvictor => "noop-affinity.floor.bench.evictkit.io",
-        }
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            Target::PdbPolicyWebhook => "/validate-eviction",
-            Target::AffinityEvictor => "/mutate",
-        }
-    }
-
-    /// The configuration's kind and one webhook's rules, as the chart registers it.
-    fn configuration(self) -> (&'static str, serde_json::Value) {
-        match self {
-            Target::PdbPolicyWebhook => (
-                "ValidatingWebhookConfiguration",
-                json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/eviction"], "operations": ["CREATE"]}]),
-            ),
-            Target::AffinityEvictor => (
-                "MutatingWebhookConfiguration",
-                json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]),
-            ),
-        }
-    }
-
-    fn layouts(self) -> &'static [Layout] {
-        match self {
-            Target::PdbPolicyWebhook => &[Layout::PerNamespace, Layout::PerWorkload],
-            Target::AffinityEvictor => &[Layout::NoBudget],
-        }
-    }
-
-    /// The `i`th call of a burst: a dry-run eviction of pod `p-<i>`, or a dry-run creation of
-    /// an opted-in pod.
-    async fn call(self, client: &Client, i: usize) -> kube::Result<()> {
-        let pods = Api::<Pod>::namespaced(client.clone(), self.namespace());
-        match self {
-            Target::PdbPolicyWebhook => pods.evict(&format!("p-{i}"), &dry_run()).await.map(drop),
-            Target::AffinityEvictor => {
-                let pod = json!({
-                    "metadata": {"name": format!("a-{i}"), "annotations": {REQUIRED_DURING_EXECUTION: "scheduling"}},
-                    "spec": {
-                        "schedulerName": "bench-nobody",
-                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [
-                                {"key": "type", "operator": "In", "values": ["kwok"]}]}]}}},
-                        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
-                    },
-                });
-                let pod: Pod = serde_json::from_value(pod).map_err(kube::Error::SerdeError)?;
-                let params = PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                };
-                pods.create(&params, &pod).await.map(drop)
-            }
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Layout {
-    PerNamespace,
-    PerWorkload,
-    /// Calls no PDB takes part in (pod creations).
-    NoBudget,
-}
-
-impl Layout {
-    fn name(self) -> &'static str {
-        match self {
-            Layout::PerNamespace => "PDB per-namespace",
-            Layout::PerWorkload => "PDB per-workload",
-            Layout::NoBudget => "pods",
-        }
-    }
+/// How a target's bursts are run.
+pub struct Plan<'a> {
+    pub bursts: &'a [usize],
+    /// Each burst this many times, back to back: the row pools them and gives the ratio's
+    /// median and spread.
+    pub repeats: usize,
+    /// Bursts of 25 with quiet gaps for this long after the bursts (pdb-policy-webhook only).
+    pub idle_gap: Duration,
 }
 
 /// The floor rows of `target`, then (pdb-policy-webhook only: the server stack is one) the
-/// idle-gap row when `idle_gap` is not zero.
+/// idle-gap row when the plan has one.
 pub async fn measure(
     cluster: &Cluster,
     target: Target,
     binary: &Path,
-    bursts: &[usize],
-    idle_gap: Duration,
+    plan: &Plan<'_>,
 ) -> Result<Vec<Row>> {
     let client = support::client(cluster).await?;
-    let pods = bursts.iter().copied().max().unwrap_or(25).max(25);
+    let pods = plan.bursts.iter().copied().max().unwrap_or(25).max(25);
     setup(cluster, &client, target, pods).await?;
-    let result = run(cluster, &client, target, binary, bursts, pods, idle_gap).await;
+    let result = run(cluster, &client, target, binary, plan, pods).await;
     teardown(cluster, &client, target).await;
     result
+}
+
+/// Who calls: the admin, or for descheduler-bridge the descheduler's service account; and the
+/// webhook runs as a service account of its own, so the audit log tells its calls apart.
+struct Identities {
+    caller: Client,
+    caller_user: String,
+    webhook_kubeconfig: PathBuf,
+    webhook_user: String,
+}
+
+async fn identities(cluster: &Cluster, client: &Client, target: Target) -> Result<Identities> {
+    let (webhook_kubeconfig, webhook_user) =
+        support::service_account(cluster, client, &format!("floor-{}", target.component())).await?;
+    let (caller, caller_user) = if target == Target::DeschedulerBridge {
+        let (kubeconfig, user) =
+            support::service_account(cluster, client, "floor-descheduler").await?;
+        (support::client_of(&kubeconfig).await?, user)
+    } else {
+        (client.clone(), "admin".to_owned())
+    };
+    Ok(Identities {
+        caller,
+        caller_user,
+        webhook_kubeconfig,
+        webhook_user,
+    })
 }
 
 async fn run(
@@ -178,31 +101,74 @@ async fn run(
     client: &Client,
     target: Target,
     binary: &Path,
-    bursts: &[usize],
+    plan: &Plan<'_>,
     pods: usize,
-    idle_gap: Duration,
 ) -> Result<Vec<Row>> {
-    let mut ours = start_webhook(cluster, binary, &[]).await?;
+    let who = identities(cluster, client, target).await?;
+    let mut ours = start_webhook_as(
+        cluster,
+        binary,
+        &target.flags(&who.caller_user),
+        Some(&who.webhook_kubeconfig),
+    )
+    .await?;
     let noop = start_noop(cluster, target)?;
-    register(cluster, client, target, &ours, &noop).await?;
+    register(cluster, &who, target, &ours, &noop, false).await?;
     let mut rows = Vec::new();
     for &layout in target.layouts() {
         budgets(client, target, layout, pods).await?;
-        for &size in bursts {
-            let mut row = burst(cluster, client, target, &ours, layout, size).await?;
+        for &size in plan.bursts {
+            let since = k8s_openapi::jiff::Timestamp::now();
+            let order = Order {
+                who: &who,
+                noop: &noop,
+            };
+            let mut row = burst(cluster, &order, target, &ours, layout, size, plan.repeats).await?;
             row.restarts = u32::from(!ours.server.runs());
-            println!("  {} {}", row.scenario, row.size);
+            row.api_calls = Some(api_calls(&who.webhook_user, since)?);
+            println!(
+                "  {} {}: ratio {} (repeats {}), API calls of the webhook {}",
+                row.scenario,
+                row.size,
+                row.floor
+                    .as_ref()
+                    .map_or("-".to_owned(), FloorFigures::ratio_spread),
+                plan.repeats,
+                row.api_calls.as_deref().unwrap_or("-"),
+            );
             rows.push(row);
         }
     }
-    if !idle_gap.is_zero() && target == Target::PdbPolicyWebhook {
+    if !plan.idle_gap.is_zero() && target == Target::PdbPolicyWebhook {
         budgets(client, target, Layout::PerNamespace, pods).await?;
-        let mut row = idle_gaps(cluster, client, target, &ours, idle_gap).await?;
+        let mut row = idle_gaps(cluster, &who.caller, target, &ours, plan.idle_gap).await?;
         row.restarts = u32::from(!ours.server.runs());
         rows.push(row);
     }
     drop(noop);
     Ok(rows)
+}
+
+/// The API calls the webhook's service account made since `since`, by verb, as the audit log
+/// recorded them (`get=25;list=0`): a review that reads the API shows here.
+fn api_calls(user: &str, since: k8s_openapi::jiff::Timestamp) -> Result<String> {
+    let since = since.to_string();
+    let mut verbs = std::collections::BTreeMap::<String, usize>::new();
+    for event in support::audit_events(&[user])? {
+        let at = event["requestReceivedTimestamp"]
+            .as_str()
+            .unwrap_or_default();
+        if at >= since.as_str() {
+            let verb = event["verb"].as_str().unwrap_or("?").to_owned();
+            *verbs.entry(verb).or_default() += 1;
+        }
+    }
+    verbs.entry("list".to_owned()).or_default();
+    Ok(verbs
+        .iter()
+        .map(|(verb, count)| format!("{verb}={count}"))
+        .collect::<Vec<_>>()
+        .join(";"))
 }
 
 async fn setup(cluster: &Cluster, client: &Client, target: Target, pods: usize) -> Result<()> {
@@ -216,27 +182,35 @@ async fn setup(cluster: &Cluster, client: &Client, target: Target, pods: usize) 
         .with_context(|| {
             format!("creating namespace {ns} (left over from a failed run? delete it)")
         })?;
-    if target != Target::PdbPolicyWebhook {
-        return Ok(());
+    if matches!(
+        target,
+        Target::EvictionRequestController | Target::DeschedulerBridge
+    ) {
+        support::install_crd(cluster, EVICTION_REQUESTS)?;
     }
-    support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
-    let policy = json!({
-        "apiVersion": "evictkit.io/v1alpha1", "kind": "PodDisruptionBudgetPolicy",
-        "metadata": {"name": POLICY},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-            "eviction": {"requiredPodConditions": ["example.com/Synced"], "protectUnhealthyPodsWithLocalStorage": true},
-        },
-    });
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &policy.to_string())?;
+    let Some(annotations) = target.pod_annotations() else {
+        return Ok(());
+    };
+    if target == Target::PdbPolicyWebhook {
+        support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
+        let policy = json!({
+            "apiVersion": "evictkit.io/v1alpha1", "kind": "PodDisruptionBudgetPolicy",
+            "metadata": {"name": POLICY},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "eviction": {"requiredPodConditions": ["example.com/Synced"], "protectUnhealthyPodsWithLocalStorage": true},
+            },
+        });
+        cluster.kubectl_stdin(&["apply", "-f", "-"], &policy.to_string())?;
+    }
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     futures::stream::iter(0..pods)
         .map(|i| {
-            let api = api.clone();
+            let (api, annotations) = (api.clone(), annotations.clone());
             async move {
                 let name = format!("p-{i}");
                 let pod = json!({
-                    "metadata": {"name": name, "labels": {"app": format!("w{}", i / WORKLOAD_PODS)}},
+                    "metadata": {"name": name, "labels": {"app": format!("w{}", i / WORKLOAD_PODS)}, "annotations": annotations},
                     "spec": {"schedulerName": "bench-nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
                 });
                 api.create(&PostParams::default(), &serde_json::from_value(pod)?)
@@ -314,39 +288,55 @@ fn start_noop(cluster: &Cluster, target: Target) -> Result<Noop> {
     })
 }
 
-/// Ours and the no-op, one configuration (ours first), the same rules, failurePolicy Ignore and
-/// timeout (as the chart registers ours); returns once the apiserver calls both.
+/// Ours and the no-op, one configuration (ours first, or the no-op), the same rules,
+/// sideEffects, matchConditions, failurePolicy Ignore and timeout (as the chart registers
+/// ours); returns once the apiserver calls both.
 async fn register(
     cluster: &Cluster,
-    client: &Client,
+    who: &Identities,
     target: Target,
     ours: &Webhook,
     noop: &Noop,
+    noop_first: bool,
 ) -> Result<()> {
     let (kind, rules) = target.configuration();
     let ns = target.namespace();
     let path = target.path();
     let webhook = |name: &str, client_config: serde_json::Value| {
-        json!({
+        let mut webhook = json!({
             "name": name,
-            "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
+            "admissionReviewVersions": ["v1"], "sideEffects": target.side_effects(), "failurePolicy": "Ignore",
             "timeoutSeconds": TIMEOUT_SECONDS,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
             "rules": rules,
             "clientConfig": client_config,
-        })
+        });
+        if target == Target::DeschedulerBridge {
+            webhook["matchConditions"] = json!([{"name": "descheduler",
+                "expression": format!("request.userInfo.username == '{}'", who.caller_user)}]);
+        }
+        webhook
     };
     let mut noop_config = ours.client_config(path);
     noop_config["url"] = json!(
         ours.url(path)
             .replace(&format!(":{}/", ours.port), &format!(":{}/", noop.port))
     );
+    let mut webhooks = vec![
+        webhook(target.ours(), ours.client_config(path)),
+        webhook(target.noop(), noop_config),
+    ];
+    if noop_first {
+        webhooks.reverse();
+    }
     let configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
         "metadata": {"name": ns},
-        "webhooks": [webhook(target.ours(), ours.client_config(path)), webhook(target.noop(), noop_config)],
+        "webhooks": webhooks,
     });
     cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration.to_string())?;
+    // The apiserver loads a changed configuration from its watch within a moment.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let called = |name| Snapshot::take(cluster, &[name]).map(|s| s.calls() > 0.0);
@@ -356,7 +346,7 @@ async fn register(
         if Instant::now() > deadline {
             bail!("the apiserver never called both webhooks of {ns}");
         }
-        let _ = target.call(client, 0).await;
+        let _ = target.call(&who.caller, 0).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
@@ -420,80 +410,197 @@ async fn budgets(client: &Client, target: Target, layout: Layout, pods: usize) -
     }
 }
 
-fn dry_run() -> EvictParams {
-    EvictParams {
-        delete_options: Some(DeleteParams {
-            dry_run: true,
-            ..Default::default()
-        }),
-        post_options: PostParams {
-            dry_run: true,
-            ..Default::default()
-        },
+/// Our webhook's own figures at a moment, from its metrics.
+#[derive(Clone, Default)]
+pub struct Server {
+    /// Calls (request to answer, plus the handshake for a new connection's first) and their
+    /// seconds.
+    pub calls: f64,
+    pub seconds: f64,
+    /// Completed TLS handshakes and their seconds (accept to handshake done).
+    pub handshakes: f64,
+    pub handshake_seconds: f64,
+    /// Calls by HTTP version (`HTTP/1.1`, ...).
+    pub by_protocol: Vec<(&'static str, f64)>,
+    /// The versions of the calls between two moments ([`Server::since`]).
+    pub protocol: Option<String>,
+}
+
+const PROTOCOLS: [&str; 3] = ["HTTP/1.1", "HTTP/2.0", "HTTP/1.0"];
+
+impl Server {
+    fn now(target: Target, ours: &Webhook) -> Result<Self> {
+        let port = ours.metrics_port;
+        let of_path = format!("webhook=\"{}\"", target.path());
+        let calls = |suffix: &str| {
+            support::metric_sum(
+                port,
+                &format!("evictkit_webhook_call_duration_seconds_{suffix}"),
+                &[&of_path],
+            )
+        };
+        let handshake = |suffix: &str| {
+            support::metric_sum(
+                port,
+                &format!("evictkit_webhook_tls_handshake_duration_seconds_{suffix}"),
+                &[],
+            )
+        };
+        let mut by_protocol = Vec::new();
+        for protocol in PROTOCOLS {
+            let count = support::metric_sum(
+                port,
+                "evictkit_webhook_call_duration_seconds_count",
+                &[&of_path, &format!("protocol=\"{protocol}\"")],
+            )?;
+            by_protocol.push((protocol, count));
+        }
+        Ok(Self {
+            calls: calls("count")?,
+            seconds: calls("sum")?,
+            handshakes: handshake("count")?,
+            handshake_seconds: handshake("sum")?,
+            by_protocol,
+            protocol: None,
+        })
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        let earlier = |protocol| {
+            (before.by_protocol.iter())
+                .find(|(p, _)| *p == protocol)
+                .map_or(0.0, |(_, count)| *count)
+        };
+        let by_protocol: Vec<_> = (self.by_protocol.iter())
+            .map(|(protocol, count)| (*protocol, count - earlier(*protocol)))
+            .collect();
+        let seen: Vec<&str> = (by_protocol.iter())
+            .filter(|(_, count)| *count > 0.0)
+            .map(|(protocol, _)| *protocol)
+            .collect();
+        Self {
+            calls: self.calls - before.calls,
+            seconds: self.seconds - before.seconds,
+            handshakes: self.handshakes - before.handshakes,
+            handshake_seconds: self.handshake_seconds - before.handshake_seconds,
+            protocol: (!seen.is_empty()).then(|| seen.join(";").to_lowercase()),
+            by_protocol,
+        }
     }
 }
 
-/// Our webhook's own figures now: its calls' time (count, seconds) and completed handshakes.
-fn server_figures(target: Target, ours: &Webhook) -> Result<(f64, f64, f64)> {
-    let calls = |suffix: &str| {
-        support::metric_sum(
-            ours.metrics_port,
-            &format!("evictkit_webhook_call_duration_seconds_{suffix}"),
-            &[&format!("webhook=\"{}\"", target.path())],
-        )
-    };
-    let handshakes = support::metric_sum(
-        ours.metrics_port,
-        "evictkit_webhook_tls_handshakes_total",
-        &["result=\"completed\""],
-    )?;
-    Ok((calls("count")?, calls("sum")?, handshakes))
+/// The apiserver's and our server's figures before a measurement.
+struct Before {
+    ours: Snapshot,
+    noop: Snapshot,
+    server: Server,
 }
 
-/// `size` dry-run evictions sent at once (through the bench's one client of the apiserver).
+impl Before {
+    fn take(cluster: &Cluster, target: Target, ours: &Webhook) -> Result<Self> {
+        Ok(Self {
+            ours: Snapshot::take(cluster, &[target.ours()])?,
+            noop: Snapshot::take(cluster, &[target.noop()])?,
+            server: Server::now(target, ours)?,
+        })
+    }
+
+    /// What happened since, once the apiserver has observed the last call (it does so as a
+    /// call ends; the metrics are read a moment later).
+    async fn figures(
+        &self,
+        cluster: &Cluster,
+        target: Target,
+        ours: &Webhook,
+        concurrent: usize,
+    ) -> Result<FloorFigures> {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(FloorFigures {
+            ours: Snapshot::take(cluster, &[target.ours()])?.since(&self.ours),
+            noop: Snapshot::take(cluster, &[target.noop()])?.since(&self.noop),
+            server: Server::now(target, ours)?.since(&self.server),
+            concurrent,
+            ratios: Vec::new(),
+        })
+    }
+}
+
+/// Who calls, and the no-op to re-register in the other order.
+struct Order<'a> {
+    who: &'a Identities,
+    noop: &'a Noop,
+}
+
+/// `size` dry-run calls sent at once (through the bench's one client of the apiserver),
+/// `repeats` times back to back: the row pools the repeats' calls, and keeps each repeat's
+/// p99 ratio. A mutating webhook is called after the one before it has answered, so the first
+/// one gets the whole burst at once and the second one the calls as the first lets them go:
+/// its repeats alternate which of ours and the no-op comes first (an even number of them), so
+/// each is measured as often in either place.
 async fn burst(
     cluster: &Cluster,
-    client: &Client,
+    order: &Order<'_>,
     target: Target,
     ours: &Webhook,
     layout: Layout,
     size: usize,
+    repeats: usize,
 ) -> Result<Row> {
-    let (before, noop_before) = (
-        Snapshot::take(cluster, &[target.ours()])?,
-        Snapshot::take(cluster, &[target.noop()])?,
-    );
-    let server_before = server_figures(target, ours)?;
-    let started = Instant::now();
-    let results = futures::future::join_all((0..size).map(|i| target.call(client, i))).await;
-    let took = started.elapsed().as_secs_f64();
-    let failed = results.iter().filter(|r| r.is_err()).count();
-    if let Some(Err(error)) = results.iter().find(|r| r.is_err()) {
-        println!("  {failed} of {size} calls failed, e.g. {error}");
-    }
-    // The apiserver observes a call as it ends; the metrics are read a moment later.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let apiserver = Snapshot::take(cluster, &[target.ours()])?.since(&before);
-    let noop = Snapshot::take(cluster, &[target.noop()])?.since(&noop_before);
-    let server_after = server_figures(target, ours)?;
-    let figures = FloorFigures {
-        noop,
-        server_calls: server_after.0 - server_before.0,
-        server_seconds: server_after.1 - server_before.1,
-        handshakes: server_after.2 - server_before.2,
-        concurrent: size,
-        ours: apiserver.clone(),
+    let client = &order.who.caller;
+    let mutating = target.configuration().0.starts_with("Mutating");
+    let repeats = if mutating {
+        repeats.max(1).next_multiple_of(2)
+    } else {
+        repeats.max(1)
     };
+    let first = Before::take(cluster, target, ours)?;
+    let (mut ratios, mut failed, mut took) = (Vec::new(), 0, 0.0);
+    for repeat in 0..repeats {
+        if mutating {
+            register(
+                cluster,
+                order.who,
+                target,
+                ours,
+                order.noop,
+                repeat % 2 == 1,
+            )
+            .await?;
+        }
+        let before = Before::take(cluster, target, ours)?;
+        let started = Instant::now();
+        let results = futures::future::join_all((0..size).map(|i| target.call(client, i))).await;
+        took += started.elapsed().as_secs_f64();
+        let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        if let Some(error) = errors.first() {
+            println!("  {} of {size} calls failed, e.g. {error}", errors.len());
+        }
+        failed += errors.len();
+        if let Some(ratio) = before
+            .figures(cluster, target, ours, size)
+            .await?
+            .p99_ratio()
+        {
+            ratios.push(ratio);
+        }
+    }
+    let mut figures = first.figures(cluster, target, ours, size).await?;
+    figures.ratios = ratios;
+    let apiserver = figures.ours.clone();
+    let calls = (size * repeats - failed) as f64;
+    let mut row = Row::of(
+        &format!("floor {} {size} {}", target.component(), layout.name()),
+        format!("{size} dry-run calls at once; {}", layout.name()),
+        &apiserver,
+    );
+    if target.denies() {
+        row.expected = super::Answer::Deny;
+    }
     Ok(Row {
-        per_second: (size - failed) as f64 / took,
+        per_second: calls / took,
         // The bound the p99 lies under, not a figure interpolated inside the bucket.
         p99_ms: quantile_bound_ms(&apiserver.durations, 0.99),
-        floor: Some(figures),
-        ..Row::of(
-            &format!("floor {} {size} {}", target.component(), layout.name()),
-            format!("{size} dry-run calls at once; {}", layout.name()),
-            &apiserver,
-        )
+        ..row.with_floor(figures)
     })
 }
 
@@ -506,11 +613,7 @@ async fn idle_gaps(
     ours: &Webhook,
     length: Duration,
 ) -> Result<Row> {
-    let (before, noop_before) = (
-        Snapshot::take(cluster, &[target.ours()])?,
-        Snapshot::take(cluster, &[target.noop()])?,
-    );
-    let server_before = server_figures(target, ours)?;
+    let before = Before::take(cluster, target, ours)?;
     let started = Instant::now();
     let mut bursts = 0;
     for gap in IDLE_GAPS.iter().cycle() {
@@ -522,25 +625,15 @@ async fn idle_gaps(
         println!("  idle-gap: burst {bursts}, then {gap} s quiet");
         tokio::time::sleep(Duration::from_secs(*gap)).await;
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let apiserver = Snapshot::take(cluster, &[target.ours()])?.since(&before);
-    let noop = Snapshot::take(cluster, &[target.noop()])?.since(&noop_before);
-    let server_after = server_figures(target, ours)?;
+    let figures = before.figures(cluster, target, ours, 25).await?;
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     Ok(Row {
-        floor: Some(FloorFigures {
-            noop,
-            server_calls: server_after.0 - server_before.0,
-            server_seconds: server_after.1 - server_before.1,
-            handshakes: server_after.2 - server_before.2,
-            concurrent: 25,
-            ours: apiserver.clone(),
-        }),
         ..Row::of(
             "idle-gap",
             format!("{bursts} bursts of 25 over {minutes:.1} min; gaps 40-100 s"),
-            &apiserver,
+            &figures.ours.clone(),
         )
+        .with_floor(figures)
     })
 }
 
@@ -550,4 +643,28 @@ pub fn quantile_bound_ms(durations: &Histogram, q: f64) -> Option<f64> {
     durations
         .quantile_bound(q)
         .map(|bound| bound.min(TIMEOUT_SECONDS as f64) * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The protocol of a burst is the HTTP versions of the calls our server answered meanwhile.
+    #[test]
+    fn the_protocol_is_what_the_calls_of_the_burst_used() {
+        let at = |http1: f64, http2: f64| Server {
+            calls: http1 + http2,
+            by_protocol: vec![("HTTP/1.1", http1), ("HTTP/2.0", http2), ("HTTP/1.0", 0.0)],
+            ..Server::default()
+        };
+        assert_eq!(
+            at(30.0, 5.0).since(&at(5.0, 5.0)).protocol.as_deref(),
+            Some("http/1.1")
+        );
+        assert_eq!(
+            at(30.0, 6.0).since(&at(5.0, 5.0)).protocol.as_deref(),
+            Some("http/1.1;http/2.0")
+        );
+        assert_eq!(at(5.0, 5.0).since(&at(5.0, 5.0)).protocol, None);
+    }
 }
