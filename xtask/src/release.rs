@@ -24,6 +24,7 @@ mod oci;
 mod plugin;
 mod sbom;
 mod signature;
+pub mod verify;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -44,9 +45,10 @@ const NAMESPACE: &str = "evictkit-system";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The registry to push to, HOST or HOST:PORT (plain HTTP on loopback, HTTPS elsewhere;
-    /// credentials from REGISTRY_USERNAME/REGISTRY_PASSWORD, and `helm registry login` for the
-    /// charts). Default: the one `cargo xtask registry up` started.
+    /// The registry to push to, HOST or HOST:PORT, over HTTPS (the machine's CA certificates
+    /// and SSL_CERT_FILE's trusted; credentials from REGISTRY_USERNAME/REGISTRY_PASSWORD, and
+    /// `helm registry login` for the charts). Default: the one `cargo xtask registry up`
+    /// started, trusting its CA.
     #[arg(long)]
     registry: Option<String>,
     /// The path under the registry: images `<registry>/<path>/<component>`, charts
@@ -132,7 +134,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut published = Vec::new();
     let runtime = tokio::runtime::Runtime::new()?;
-    let client = oci::Registry::new(&registry);
+    let client = oci::Registry::new(&registry)?;
     for image in &images {
         let layout = oci::Layout::read(&image.archive)?;
         let repository = format!("{prefix}/{}", image.name);
@@ -215,19 +217,14 @@ pub fn run(args: Args) -> Result<()> {
             sha256(&fs::read(file)?)
         );
     }
-    let plain_http = if oci::plain_http(&registry) {
-        " --plain-http"
-    } else {
-        ""
-    };
     let image_registry = if registry_is_default(&prefix) {
         String::new()
     } else {
         format!(" --set global.imageRegistry={prefix}")
     };
     println!(
-        "install: helm install evictkit oci://{prefix}/charts/{UMBRELLA} --version {version}\
-         {plain_http} --namespace {NAMESPACE} --create-namespace{image_registry}"
+        "install: helm install evictkit oci://{prefix}/charts/{UMBRELLA} --version {version} \
+         --namespace {NAMESPACE} --create-namespace{image_registry}"
     );
     Ok(())
 }
@@ -342,11 +339,16 @@ fn component_blocks(chart: &Value) -> Vec<String> {
         .collect()
 }
 
-/// `helm push` of a packaged chart; the digest it reports.
+/// `helm push` of a packaged chart, trusting the registry's CA certificates too
+/// ([`oci::ca_file`]); the digest it reports.
 fn push_chart(helm: &Path, package: &Path, destination: &str, registry: &str) -> Result<String> {
+    let ca_file = oci::ca_file(registry);
     let mut args = vec!["push"];
-    if oci::plain_http(registry) {
-        args.push("--plain-http");
+    if let Some(ca_file) = &ca_file {
+        let ca_file = ca_file
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", ca_file.display()))?;
+        args.extend(["--ca-file", ca_file]);
     }
     let printed = run_helm(helm, &args, &[package, Path::new(destination)])?;
     printed

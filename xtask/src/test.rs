@@ -231,8 +231,11 @@ fn should_have_run(skips: &[Skip], lifecycle_api: bool) -> Vec<&Skip> {
 /// (`cargo xtask fuzz --seconds N` for longer runs).
 const FUZZ_SECONDS_PER_TARGET: u32 = 30;
 
-/// The installed stage: the component images, a cluster with a real node, and
-/// tests/e2e/tests/installed.rs, which helm-installs the umbrella chart there.
+/// The installed stage, as a user installs a release: the images; the local registry
+/// (`cargo xtask registry up`) and `cargo xtask release` of the workspace's version to it; each
+/// image's signature verified with cosign and its SBOM found attached; a cluster with a real
+/// node whose containerd pulls from that registry; and tests/e2e/tests/installed.rs, which runs
+/// the README's Install commands against it.
 fn installed(
     keep_cluster: bool,
     early_images: Option<BackgroundBuild>,
@@ -251,6 +254,35 @@ fn installed(
         "build the descheduler",
         evictkit_testenv::descheduler::binary().map(drop),
     )?;
+    let registry_was_running = crate::registry::running().is_ok();
+    let registry = crate::registry::up()?;
+    let prefix = format!("{}/{RELEASE_PATH}", registry.address());
+    let release = Instant::now();
+    step(
+        "cargo xtask release",
+        run_command(
+            Command::new(std::env::current_exe().context("the xtask binary")?)
+                .args(["release", "--no-build", "--path", RELEASE_PATH])
+                .current_dir(crate::workspace_root()),
+        ),
+    )?;
+    let version = env!("CARGO_PKG_VERSION");
+    step(
+        "signatures (cosign verify) and SBOMs of the release",
+        crate::release::verify::check(
+            &registry.address(),
+            &prefix,
+            version,
+            &crate::workspace_root()
+                .join("target/release")
+                .join(version)
+                .join("cosign.pub"),
+        ),
+    )?;
+    eprintln!(
+        "==> release pushed and verified in {:.0}s",
+        release.elapsed().as_secs_f64()
+    );
     let was_running = cluster::state_dir().join("state.json").exists();
     let control_plane = cluster::up(&cluster::UpArgs {
         kubernetes,
@@ -275,7 +307,9 @@ fn installed(
                     "--ignored",
                 ])
                 .current_dir(crate::workspace_root())
-                .env("KUBECONFIG", control_plane.kubeconfig()),
+                .env("KUBECONFIG", control_plane.kubeconfig())
+                .env("EVICTKIT_REGISTRY", registry.address())
+                .env("SSL_CERT_FILE", registry.ca_bundle()),
         ),
     );
     eprintln!(
@@ -285,8 +319,14 @@ fn installed(
     if !keep_cluster && !was_running {
         cluster::down()?;
     }
+    if !keep_cluster && !registry_was_running {
+        crate::registry::down()?;
+    }
     result
 }
+
+/// The path under the registry the installed stage releases to: the README's `<path>`.
+const RELEASE_PATH: &str = "evictkit";
 
 /// A build started with the run at the lowest CPU priority: it takes only the CPU the checks
 /// and end-to-end tests leave idle (they mostly wait on the cluster), so the stage that needs

@@ -1,14 +1,17 @@
-//! The charts installed for real: `helm install` of the umbrella chart with all five components
-//! on the test cluster's real node (`cargo xtask cluster up --real-node`, images from
-//! `cargo xtask image`), checked through the cluster alone: no component runs as a local
-//! process, every call they make goes through their chart's ServiceAccount and RBAC, every
+//! The charts installed for real, as a user installs a release: the README's Install commands
+//! (`helm install` of the umbrella from `oci://<registry>/<path>/charts/evictkit`, one value for
+//! the registry, no chart built here) run against the release `cargo xtask release` pushed to
+//! the local registry (EVICTKIT_REGISTRY, its CA in SSL_CERT_FILE), with all five components on
+//! the test cluster's real node (`cargo xtask cluster up --real-node`), whose containerd pulls
+//! every image from that registry. Checked through the cluster alone: no component runs as a
+//! local process, every call they make goes through their chart's ServiceAccount and RBAC, every
 //! webhook call goes from the apiserver through the webhook's Service with the chart's
 //! certificate.
 //!
 //! One install serves the whole file (an install takes a minute on a loaded machine), so the
 //! steps run in order in one test: pods and Leases, one real action per component, logs free of
 //! 403s, a leader deleted, `helm upgrade`, each chart's RBAC against the calls its component made
-//! (least privilege, from the audit log), `helm uninstall`. `cargo xtask test` runs this file in
+//! (least privilege, from the audit log), `helm uninstall`, each chart's README install line. `cargo xtask test` runs this file in
 //! its own stage on a real-node cluster; elsewhere it is ignored (`--ignored` runs it).
 
 use std::collections::BTreeMap;
@@ -46,6 +49,8 @@ use serde_json::json;
 
 #[path = "installed/least_privilege.rs"]
 mod least_privilege;
+#[path = "installed/readme.rs"]
+mod readme;
 
 const RELEASE: &str = "evictkit";
 const NAMESPACE: &str = "evictkit-system";
@@ -60,6 +65,31 @@ const COMPONENTS: [&str; 5] = [
 ];
 /// Pods of a release can take minutes to start on a loaded 2-core machine.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// This cluster's placement (the real node) and replicas: what the suite adds to the README's
+/// `helm install`, as a user adds their cluster's values.
+const REAL_NODE_VALUES: &str = "charts/evictkit/ci/real-node-values.yaml";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Where the release is: `<registry>/<path>` of the README's commands, the path being the one
+/// `cargo xtask test` releases to.
+fn release_prefix() -> Result<String> {
+    let registry = std::env::var("EVICTKIT_REGISTRY").context(
+        "EVICTKIT_REGISTRY is not set: the installed suite installs the release `cargo xtask \
+         release` pushed there (cargo xtask test --installed-only sets it)",
+    )?;
+    Ok(format!("{registry}/evictkit"))
+}
+
+/// The umbrella chart of the release, from the registry, with its images there.
+fn chart_args(prefix: &str) -> [String; 5] {
+    [
+        format!("oci://{prefix}/charts/evictkit"),
+        "--version".into(),
+        VERSION.into(),
+        "--set".into(),
+        format!("global.imageRegistry={prefix}"),
+    ]
+}
 
 fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {
     env.control_plane_tool("helm", args, None)
@@ -69,21 +99,112 @@ fn kubectl_apply(env: &TestEnv, manifest: &str) -> Result<String> {
     env.control_plane_tool("kubectl", &["apply", "-f", "-"], Some(manifest))
 }
 
-fn install_args<'a>(verb: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        verb,
-        RELEASE,
-        "charts/evictkit",
+/// `helm upgrade` of the release to the same chart from the registry with `extra` values.
+fn upgrade_args<'a>(chart: &'a [String], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["upgrade", RELEASE];
+    args.extend(chart.iter().map(String::as_str));
+    args.extend([
         "--namespace",
         NAMESPACE,
         "--values",
-        "charts/evictkit/ci/real-node-values.yaml",
+        REAL_NODE_VALUES,
         "--wait",
         "--timeout",
         "5m",
-    ];
+    ]);
     args.extend_from_slice(extra);
     args
+}
+
+/// The README's Install commands with the registry's `<registry>/<path>`, the `helm install`
+/// with this cluster's values added after the README's words; each command as run.
+fn run_readme_install(env: &TestEnv, prefix: &str, cluster_values: &[&str]) -> Result<Vec<String>> {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )?;
+    let mut ran = Vec::new();
+    for mut command in readme::install_commands(&readme, prefix)? {
+        if command[..2] == ["helm", "install"] {
+            command.extend(cluster_values.iter().map(|value| value.to_string()));
+        }
+        let args: Vec<&str> = command[1..].iter().map(String::as_str).collect();
+        eprintln!("--> {}", command.join(" "));
+        let printed = env
+            .control_plane_tool(&command[0], &args, None)
+            .with_context(|| format!("README.md's Install command {}", command.join(" ")))?;
+        eprint!("{printed}");
+        ran.push(command.join(" "));
+    }
+    Ok(ran)
+}
+
+/// Each component's image pulled by the real node's kubelet from the registry: the `Pulled`
+/// events of the release's pods name `<prefix>/<component>:<version>`.
+async fn images_pulled_from(env: &TestEnv, prefix: &str) -> Result<()> {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let pulled: Vec<String> = events
+        .list(&ListParams::default().fields("reason=Pulled"))
+        .await?
+        .iter()
+        .filter_map(|event| event.message.clone())
+        .collect();
+    for component in COMPONENTS {
+        let image = format!("\"{prefix}/{component}:{VERSION}\"");
+        let event = pulled
+            .iter()
+            .find(|message| {
+                message.starts_with("Successfully pulled image") && message.contains(&image)
+            })
+            .with_context(|| format!("no pod pulled {image}; Pulled events: {pulled:?}"))?;
+        eprintln!("    {component}: {event}");
+    }
+    Ok(())
+}
+
+/// Each chart's README install line, from the registry instead of the forge's: `helm template`
+/// with the same words renders the chart with its dependencies inside and its images where the
+/// release pushed them.
+fn chart_readmes_render(env: &TestEnv, prefix: &str) -> Result<()> {
+    let charts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts");
+    for chart in [
+        "evictkit",
+        "affinity-evictor",
+        "taint-manager",
+        "pdb-policy-webhook",
+        "evictionrequest-controller",
+        "descheduler-bridge",
+    ] {
+        let text = std::fs::read_to_string(charts.join(chart).join("README.md"))?;
+        let command = readme::chart_install_command(&text, prefix)?;
+        let mut args: Vec<&str> = command[2..].iter().map(String::as_str).collect();
+        args.insert(0, "template");
+        let rendered = helm(env, &args)
+            .with_context(|| format!("charts/{chart}/README.md's {}", command.join(" ")))?;
+        let images: Vec<&str> = rendered
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("image: "))
+            .collect();
+        ensure!(
+            !images.is_empty(),
+            "charts/{chart}/README.md's install line renders no image: it installs nothing"
+        );
+        for image in &images {
+            let image = image.trim_matches('"');
+            ensure!(
+                image.starts_with(&format!("{}/", readme::FORGE))
+                    && image.ends_with(&format!(":{VERSION}")),
+                "charts/{chart}/README.md's install line pulls {image}, not an image of the release at {}",
+                readme::FORGE
+            );
+        }
+        eprintln!(
+            "    charts/{chart}/README.md: {} ({} images)",
+            command.join(" "),
+            images.len()
+        );
+    }
+    Ok(())
 }
 
 /// The component's pods: every one Ready, `count` of them, all on the real node.
@@ -621,20 +742,18 @@ data:
          pdbPolicyWebhook.webhook.certificate.caBundle={}",
         encode(ca_cert.pem())
     );
-    let rendered = helm(
-        env,
-        &[
-            "template",
-            RELEASE,
-            "charts/evictkit",
-            "--namespace",
-            NAMESPACE,
-            "--values",
-            "charts/evictkit/ci/real-node-values.yaml",
-            "--set",
-            &values,
-        ],
-    )?;
+    let chart = chart_args(&release_prefix()?);
+    let mut args = vec!["template", RELEASE];
+    args.extend(chart.iter().map(String::as_str));
+    args.extend([
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        REAL_NODE_VALUES,
+        "--set",
+        &values,
+    ]);
+    let rendered = helm(env, &args)?;
     ensure!(
         !rendered.contains("\nkind: Secret\n"),
         "the existingSecret mode rendered a Secret of its own"
@@ -747,6 +866,8 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
             .is_empty(),
         "the cluster has no real node: start it with `cargo xtask cluster up --real-node`"
     );
+    let prefix = release_prefix()?;
+    let chart = chart_args(&prefix);
     let audit_offset = least_privilege::audit_log_end(&env)?;
     // The descheduler's identity, named in the chart as the one whose evictions are bridged.
     let descheduler = env.service_account("descheduler", "cluster-admin").await?;
@@ -758,18 +879,12 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         &env,
         &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
     );
-    helm(
+    // The README's commands, as printed there, plus this cluster's values.
+    run_readme_install(
         &env,
-        &["dependency", "build", "--skip-refresh", "charts/evictkit"],
+        &prefix,
+        &["--values", REAL_NODE_VALUES, "--set", &descheduler_values],
     )?;
-    helm(
-        &env,
-        &install_args(
-            "install",
-            &["--create-namespace", "--set", &descheduler_values],
-        ),
-    )
-    .context("helm install of the umbrella chart")?;
 
     // Every pod Ready, both replicas, on the real node; exactly one replica leads.
     let mut pods_of = BTreeMap::new();
@@ -781,6 +896,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
             .collect();
         pods_of.insert(component, names);
     }
+    images_pulled_from(&env, &prefix).await?;
     for (component, pods) in &pods_of {
         let holder = lease_holder(&env, component, pods).await?;
         let mut leaders = Vec::new();
@@ -918,8 +1034,8 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         "evictionrequestController.evictionRequestApi=crd,deschedulerBridge.evictionRequestApi=crd";
     helm(
         &env,
-        &install_args(
-            "upgrade",
+        &upgrade_args(
+            &chart,
             &[
                 "--set",
                 &descheduler_values,
@@ -997,5 +1113,6 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         State::of(&kept)
     );
 
-    lookup_free_render_serves_the_webhook(&env, &policy).await
+    lookup_free_render_serves_the_webhook(&env, &policy).await?;
+    chart_readmes_render(&env, &prefix)
 }

@@ -2,7 +2,9 @@
 //!
 //! containerd and runc from Debian (installed when missing), kubelet and kube-proxy from the same
 //! Kubernetes build as the control plane, pod networking by Debian's CNI bridge + host-local
-//! plugins, our images imported into containerd. Everything lives under the cluster directory
+//! plugins. containerd pulls the components' images from the local registry (`cargo xtask
+//! registry`) through its registry host configuration, as a node pulls from any registry; only
+//! the sandbox image is imported. Everything lives under the cluster directory
 //! (containerd's root, state and socket, kubelet's root, pod logs) so it clashes with nothing else
 //! on the machine; `down` unmounts and removes it, with the bridge, routes and iptables rules.
 //! What made kubelet run here (a cgroup v1 VM, root) is recorded in DESIGN.md; `up` prints the
@@ -50,8 +52,12 @@ const CHOICES: &str = "\
       restrict_oom_score_adj = true, or runc fails every sandbox on oom_score_adj -998 here.
     - kubelet: failCgroupV1=false, cgroupDriver=cgroupfs, cgroupsPerQOS=false, no node allocatable
       enforcement, failSwapOn=false: this machine is a cgroup v1 VM.
-    - the sandbox image is evictkit's own `pause` (cargo xtask image), imported, never pulled:
-      no registry is reachable.
+    - images: containerd pulls them from the local registry (cargo xtask registry, HTTPS with a CA
+      of its own) through its registry host configuration: CRI config_path, and
+      certs.d/<registry>/hosts.toml naming the registry's CA; no insecure-registry setting. The
+      same for ghcr.io (the charts' default images), mirrored by the local registry.
+    - the sandbox image is evictkit's own `pause` (cargo xtask image), imported, never pulled: it
+      is part of the node, not of a release (as a node image carries its pause image).
     - pods reach the apiserver through the `kubernetes` Service: in real-node mode kube-apiserver
       binds 0.0.0.0 and advertises the machine's address (the default lease endpoint reconciler
       writes the endpoint), and kube-proxy (iptables) sends 10.96.0.1:443 there. A loopback
@@ -134,7 +140,8 @@ pub fn apiserver_flags(node_ip: &str, pki: &Path) -> Vec<String> {
     ]
 }
 
-/// Starts containerd, imports the images, starts kubelet and kube-proxy, waits for the node.
+/// Starts the local registry (or reuses it) and containerd trusting it, imports the sandbox
+/// image, starts kubelet and kube-proxy, waits for the node.
 pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     eprintln!("{CHOICES}");
     if Path::new("/sys/class/net").join(BRIDGE).exists() {
@@ -154,6 +161,28 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     )?;
     network_up(dir)?;
 
+    let registry = crate::registry::up()?;
+    let certs_d = dir.join("containerd/certs.d");
+    let hosts = certs_d.join(registry.address());
+    // The forge's registry (the charts' default images) mirrored by the local one: a chart
+    // installed from the checkout with its default images pulls the release pushed there.
+    let forge = crate::release::CHART_REPOSITORY
+        .split('/')
+        .next()
+        .expect("a host");
+    for (host, server) in [
+        (
+            registry.address(),
+            format!("https://{}", registry.address()),
+        ),
+        (forge.to_string(), format!("https://{forge}")),
+    ] {
+        fs::create_dir_all(certs_d.join(&host))?;
+        write_file(
+            &certs_d.join(&host).join("hosts.toml"),
+            &hosts_toml(&server, &registry.address(), registry.ca()),
+        )?;
+    }
     let containerd_config = dir.join("containerd/config.toml");
     write_file(&containerd_config, &containerd_config_toml(dir))?;
     eprintln!(
@@ -168,21 +197,21 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
         Ok(node.ctr(&["version"]).is_ok())
     })?;
 
-    for name in &image::ALL {
-        let archive = image::archive_path(name);
-        if !archive.exists() {
-            bail!(
-                "{} is missing: run cargo xtask image first",
-                archive.display()
-            );
-        }
-        node.ctr(&["images", "import", &archive.display().to_string()])
-            .with_context(|| format!("importing {}", archive.display()))?;
+    let archive = image::archive_path(image::PAUSE);
+    if !archive.exists() {
+        bail!(
+            "{} is missing: run cargo xtask image {} first",
+            archive.display(),
+            image::PAUSE
+        );
     }
+    node.ctr(&["images", "import", &archive.display().to_string()])
+        .with_context(|| format!("importing {}", archive.display()))?;
     eprintln!(
-        "==> imported {} images into containerd: {}",
-        image::ALL.len(),
-        image::ALL.join(", ")
+        "==> imported the sandbox image {} into containerd; images are pulled from {} (hosts.toml in {})",
+        image::reference(image::PAUSE),
+        registry.address(),
+        hosts.display()
     );
 
     let [kubelet_port, kubelet_healthz, proxy_metrics, proxy_healthz] = free_ports()?;
@@ -490,6 +519,9 @@ state = "{dir}/containerd/state"
   # runc cannot set oom_score_adj -998 on this machine: every sandbox failed without this.
   restrict_oom_score_adj = true
   disable_apparmor = true
+  # Registry host configuration: certs.d/<host>/hosts.toml per registry, read on each pull.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{dir}/containerd/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{dir}/cni/net.d"
@@ -497,6 +529,20 @@ state = "{dir}/containerd/state"
     runtime_type = "io.containerd.runc.v2"
 "#,
         sandbox = image::reference(image::PAUSE)
+    )
+}
+
+/// containerd's host configuration for `server`: pulls and resolves at `registry`
+/// (`host:port`) over HTTPS, its certificate checked against `ca`.
+fn hosts_toml(server: &str, registry: &str, ca: &Path) -> String {
+    format!(
+        r#"server = "{server}"
+
+[host."https://{registry}"]
+  capabilities = ["pull", "resolve"]
+  ca = "{}"
+"#,
+        ca.display()
     )
 }
 

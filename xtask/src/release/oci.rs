@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use serde_json::Value;
@@ -91,22 +91,17 @@ impl Layout {
     }
 }
 
-/// A client for `registry`: plain HTTP on loopback (the local registry of `cargo xtask
-/// registry`), HTTPS elsewhere; credentials from REGISTRY_USERNAME and REGISTRY_PASSWORD when set.
+/// A client for `registry` over HTTPS, trusting the machine's CA certificates plus those of
+/// [`ca_file`]; credentials from REGISTRY_USERNAME and REGISTRY_PASSWORD when set.
 pub struct Registry {
     client: Client,
     auth: RegistryAuth,
 }
 
 impl Registry {
-    pub fn new(registry: &str) -> Self {
+    pub fn new(registry: &str) -> Result<Self> {
         // reqwest's rustls needs a process-wide provider; a second install is refused, harmlessly.
         drop(rustls::crypto::ring::default_provider().install_default());
-        let protocol = if plain_http(registry) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
         let auth = match (
             std::env::var("REGISTRY_USERNAME"),
             std::env::var("REGISTRY_PASSWORD"),
@@ -114,11 +109,38 @@ impl Registry {
             (Ok(user), Ok(password)) => RegistryAuth::Basic(user, password),
             _ => RegistryAuth::Anonymous,
         };
+        let extra_root_certificates = match ca_file(registry) {
+            Some(path) => pem_certificates(
+                &std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading the CA certificates {}", path.display()))?,
+            )
+            .into_iter()
+            .map(|pem| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: pem.into_bytes(),
+            })
+            .collect(),
+            None => Vec::new(),
+        };
         let client = Client::new(ClientConfig {
-            protocol,
+            protocol: ClientProtocol::Https,
+            extra_root_certificates,
             ..ClientConfig::default()
         });
-        Self { client, auth }
+        Ok(Self { client, auth })
+    }
+
+    /// The OCI image manifest `reference` names, as the registry serves it, and its digest.
+    pub async fn manifest(&self, reference: &str) -> Result<(Vec<u8>, String)> {
+        let image: Reference = reference
+            .parse()
+            .with_context(|| format!("parsing {reference}"))?;
+        let (bytes, digest) = self
+            .client
+            .pull_manifest_raw(&image, &self.auth, &[MEDIA_MANIFEST])
+            .await
+            .with_context(|| format!("pulling the manifest of {reference}"))?;
+        Ok((bytes.to_vec(), digest))
     }
 
     /// Pushes the layout's blobs, then its manifest under `reference`; returns the digest the
@@ -170,10 +192,28 @@ impl Registry {
     }
 }
 
-/// Loopback registries speak plain HTTP (as `helm --plain-http`); every other one HTTPS.
-pub fn plain_http(registry: &str) -> bool {
-    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
-    matches!(host, "127.0.0.1" | "localhost" | "[::1]")
+/// The CA certificates (PEM) to trust for `registry` beside the machine's: the local
+/// registry's bundle when `registry` is the one `cargo xtask registry up` started, else
+/// `SSL_CERT_FILE`'s, as Go clients (helm, cosign) read it.
+pub fn ca_file(registry: &str) -> Option<PathBuf> {
+    match crate::registry::running() {
+        Ok(local) if local.address() == registry => Some(local.ca_bundle()),
+        _ => std::env::var_os("SSL_CERT_FILE").map(PathBuf::from),
+    }
+}
+
+/// Each `-----BEGIN CERTIFICATE-----` block of a PEM bundle (the TLS stack takes one at a time).
+fn pem_certificates(bundle: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(END)
+        .filter_map(|chunk| {
+            let start = chunk.find("-----BEGIN CERTIFICATE-----")?;
+            chunk
+                .ends_with(END)
+                .then(|| format!("{}\n", &chunk[start..]))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,17 +221,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_registries_are_plain_http() {
-        for (registry, plain) in [
-            ("127.0.0.1:5000", true),
-            ("localhost:5000", true),
-            ("[::1]:5000", true),
-            ("localhost", true),
-            ("ghcr.io", false),
-            ("registry.example.com:5000", false),
-            ("127.0.0.2.example.com", false),
-        ] {
-            assert_eq!(plain_http(registry), plain, "{registry}");
-        }
+    fn a_bundle_is_split_into_its_certificates() {
+        let bundle = "# a comment\n-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n\
+                      \n-----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\ntrailing";
+        assert_eq!(
+            pem_certificates(bundle),
+            [
+                "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n",
+                "-----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\n"
+            ]
+        );
     }
 }
