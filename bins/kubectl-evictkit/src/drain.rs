@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use evictkit_core::drain::progress;
+use evictkit_drain::escalate::{self, Escalation};
 use evictkit_drain::{
     ApiMode, Blocker, Channel, Ending, Left, Observer, Options, Plan, Report, Row, Settings,
     Withdrawal,
@@ -84,6 +85,21 @@ pub struct DrainArgs {
     /// kubectl drain does (PodDisruptionBudgets respected; no interceptor or responder acts).
     #[arg(long)]
     eviction_api_fallback: bool,
+    /// After this long, override the PodDisruptionBudget of each pod it still blocks, as
+    /// --escalate says; never without both flags. Each override is a Warning Event on the pod
+    /// and on its node naming who overrode which PDB.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "escalate")]
+    escalate_after: Option<Duration>,
+    /// What --escalate-after does to a pod its PDB blocks: evict-unhealthy deletes it only when
+    /// it is not Ready; delete deletes it whatever its health.
+    #[arg(long, value_enum, requires = "escalate_after")]
+    escalate: Option<Escalate>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Escalate {
+    EvictUnhealthy,
+    Delete,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -142,6 +158,16 @@ pub async fn run(client: &Client, args: DrainArgs, output: Output) -> Result<Ans
         controller_namespace: args.controller_namespace,
         eviction_api_fallback: args.eviction_api_fallback,
         skip_wait_for_delete_timeout: Duration::from_secs(args.skip_wait_for_delete_timeout),
+        escalation: args
+            .escalate_after
+            .zip(args.escalate)
+            .map(|(after, action)| Escalation {
+                after,
+                action: match action {
+                    Escalate::EvictUnhealthy => escalate::Action::EvictUnhealthy,
+                    Escalate::Delete => escalate::Action::Delete,
+                },
+            }),
     };
     if args.dry_run == Some(DryRun::Server) {
         cordon_dry_run(client, &settings.nodes).await?;

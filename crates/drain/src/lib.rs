@@ -11,6 +11,7 @@
 //! The client given is used as is: give it a client-side rate limit (kubectl's is 5 calls a
 //! second, bursts of 10).
 
+pub mod escalate;
 mod read;
 
 use std::future::Future;
@@ -34,6 +35,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::escalate::{Escalation, Escalator};
 use crate::read::Snapshot;
 
 /// How often the drain reads where its pods stand.
@@ -63,6 +65,8 @@ pub struct Settings {
     /// A pod Terminating for longer than this counts as gone (kubectl drain's
     /// `--skip-wait-for-delete-timeout`, for pods on a dead kubelet); zero: never.
     pub skip_wait_for_delete_timeout: Duration,
+    /// The way out of a PDB that blocks for longer than the operator waits; none by default.
+    pub escalation: Option<Escalation>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -261,6 +265,9 @@ pub async fn run(
         .map(|pod| Ok((TargetPod::of(*pod)?, node_of(pod))))
         .collect::<Result<Vec<_>, DrainError>>()?;
     let mut drainer = Drainer::new(client, channel, targets).await?;
+    if let Some(escalation) = settings.escalation {
+        drainer.escalator = Some(Escalator::new(client, escalation).await?);
+    }
     let started = Timestamp::now();
     let ending = drainer
         .rounds(settings, observer, started, interrupt)
@@ -355,6 +362,7 @@ pub async fn uncordon(
         controller_namespace: controller_namespace.to_owned(),
         eviction_api_fallback: true,
         skip_wait_for_delete_timeout: Duration::ZERO,
+        escalation: None,
     };
     let channel = channel(client, &settings).await?;
     let mut withdrawn = Vec::new();
@@ -403,6 +411,8 @@ struct Drained {
     /// The requester library's refusal or error, shown until the request is made.
     error: Option<String>,
     row: Row,
+    /// Its PDB was overridden (`--escalate`).
+    overridden: bool,
 }
 
 struct Drainer {
@@ -411,6 +421,7 @@ struct Drainer {
     requester: Option<Requester>,
     evictions: Option<EvictionClient>,
     pods: Vec<Drained>,
+    escalator: Option<Escalator>,
 }
 
 impl Drainer {
@@ -443,6 +454,7 @@ impl Drainer {
                 last_call: None,
                 answer: None,
                 error: None,
+                overridden: false,
             })
             .collect();
         Ok(Self {
@@ -451,6 +463,7 @@ impl Drainer {
             requester,
             evictions,
             pods,
+            escalator: None,
         })
     }
 
@@ -473,6 +486,7 @@ impl Drainer {
                 Ok(snapshot) => {
                     failing_since = None;
                     self.update(&snapshot, settings.skip_wait_for_delete_timeout);
+                    self.escalate(&snapshot, started).await;
                 }
                 Err(error) => {
                     let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
@@ -548,6 +562,35 @@ impl Drainer {
                     Ok(EvictionOutcome::Other { status }) => Some(status.message),
                     Err(error) => Some(error.to_string()),
                 };
+            }
+        }
+    }
+
+    /// With `--escalate`, once the wait is over: overrides the PDB of each pod it still blocks
+    /// (once a pod). A failure is the pod's message, as a requester's error is.
+    async fn escalate(&mut self, snapshot: &Snapshot, started: Timestamp) {
+        let Some(escalator) = &self.escalator else {
+            return;
+        };
+        let waited = Timestamp::now().duration_since(started);
+        if !escalator.due(waited.unsigned_abs()) {
+            return;
+        }
+        for drained in &mut self.pods {
+            let (Some(pod), Some(blocker)) =
+                (snapshot.pods.get(&drained.target.uid), &drained.row.blocker)
+            else {
+                continue;
+            };
+            if drained.overridden || drained.row.is_done() {
+                continue;
+            }
+            match escalator
+                .overrule(pod, snapshot.nodes.get(&drained.node), blocker)
+                .await
+            {
+                Ok(overridden) => drained.overridden = overridden,
+                Err(error) => drained.error = Some(error_chain(&error)),
             }
         }
     }

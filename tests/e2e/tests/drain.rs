@@ -809,3 +809,82 @@ async fn the_live_view_fits_a_terminal_of_80_columns() -> Result<()> {
     );
     Ok(())
 }
+
+/// `--escalate-after 4s --escalate=delete`: the pod its PDB keeps is deleted once the drain has
+/// waited that long, the drain ends drained, and a Warning Event on the pod and one on its node
+/// name who overrode which PDB. (Never by default: every other test here waits and withdraws.)
+#[tokio::test]
+async fn escalate_overrides_a_pdb_after_the_wait_with_a_warning_event() -> Result<()> {
+    let env = TestEnv::new("drain-escalate").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let ns = env.namespace.clone();
+    blocked_pod(&env, &ns, &node, "db-0").await?;
+    env.wait_for_ready_pods("app=db-0", 1).await?;
+    let usage = run(plugin(
+        &env,
+        env.kubeconfig(),
+        &["drain", &node, "--escalate-after", "4s"],
+    )?)
+    .await?;
+    assert_eq!(usage.code, Some(2), "--escalate-after alone: {usage:?}");
+    let run = run(plugin(
+        &env,
+        env.kubeconfig(),
+        &[
+            "drain",
+            &node,
+            "--force",
+            "--timeout",
+            "60s",
+            "--escalate-after",
+            "4s",
+            "--escalate=delete",
+        ],
+    )?)
+    .await?;
+    assert_eq!(
+        run.code,
+        Some(0),
+        "{run:?}\ncontroller:\n{}",
+        controller.log_tail(20)
+    );
+    assert!(
+        run.stdout.contains(&format!("node/{node} drained")),
+        "{run:?}"
+    );
+    let events = Api::<k8s_openapi::api::core::v1::Event>::all(env.client.clone())
+        .list(&Default::default())
+        .await?
+        .items;
+    let overridden = |kind: &str, name: &str| {
+        events.iter().any(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("DrainOverrodePodDisruptionBudget")
+                && e.involved_object.kind.as_deref() == Some(kind)
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.message.as_deref().is_some_and(|m| {
+                    // Who (the test's admin), which PDB, what was done.
+                    !m.starts_with(' ')
+                        && m.contains(&format!(
+                            " overrode PodDisruptionBudget {ns}/db-0: kubectl evictkit drain deleted pod {ns}/db-0"
+                        ))
+                        && m.ends_with("(--escalate=delete)")
+                })
+        })
+    };
+    assert!(
+        overridden("Pod", "db-0") && overridden("Node", &node),
+        "{run:?}\n{events:#?}"
+    );
+    controller.stop();
+    Ok(())
+}
