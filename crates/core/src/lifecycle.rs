@@ -13,6 +13,12 @@
 //! responder of a pod that is gone or terminal gets [`Config::graceful_completion_delay`] from
 //! the pod's end (the later of its deletionTimestamp and its last container's finish, or its
 //! observed removal) to report its `completionTime` before it is marked Interrupted.
+//!
+//! This module holds the API's names (intents, states, conditions, reasons, roles), the target,
+//! the requesters, the responders' order, an Eviction's name and a request's conditions; beside
+//! it, [`validation`] refuses what upstream's early validation refuses, [`responders`] takes an
+//! Eviction one step, [`imperative`] decides the imperative evictor's reports and heartbeats,
+//! and [`cleanup`] what the API leaves behind.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,9 +35,19 @@ use crate::eviction_request::is_part_of_workload;
 
 pub mod cleanup;
 mod describe;
-pub use describe::describe_pod;
+mod imperative;
+mod responders;
 #[cfg(test)]
 mod tests;
+mod validation;
+
+pub use describe::describe_pod;
+pub use imperative::{
+    HEARTBEAT_INTERVAL, TerminatingReport, between_attempts, expected_completion,
+    imperative_evictor_active, own_status, terminating_report,
+};
+pub use responders::{Progress, Transition, progress};
+pub use validation::{eviction_invalid, invalid_conditions, refuse, request_invalid};
 
 /// `.spec.intent` / `.status.requesters[].intent`.
 pub const INTENT_EVICTION: &str = "Eviction";
@@ -377,133 +393,6 @@ pub fn set_condition(
     }
 }
 
-/// Why an EvictionRequest is refused before any Eviction exists for it (upstream's early
-/// validation), as the `Failed` message with reason `EvictionInvalid`.
-pub fn request_invalid(
-    request: &EvictionRequest,
-    pod: Option<&Pod>,
-    has_eviction: bool,
-) -> Option<String> {
-    let Some(reference) = request.spec.target.pod.as_ref() else {
-        return Some(UNSUPPORTED_TARGET.to_owned());
-    };
-    match pod {
-        None if !has_eviction => Some("Target pod not found.".to_owned()),
-        Some(pod) if !has_eviction && pod.metadata.uid.as_deref() != Some(&reference.uid) => {
-            Some(format!(
-                "Target pod UID mismatch: expected {}, got {}.",
-                reference.uid,
-                pod.metadata.uid.as_deref().unwrap_or_default()
-            ))
-        }
-        Some(pod) if in_pod_group(pod) => Some(IN_SCHEDULING_GROUP.to_owned()),
-        _ => None,
-    }
-}
-
-/// Why an Eviction is refused on its own (upstream validates Evictions as well as requests, so
-/// one made by hand or a second for one target does not activate responders), as the `Failed`
-/// message with reason `EvictionInvalid`: a target other than a pod, an active Eviction of the
-/// same target that is not the one its requests follow, a pod in a scheduling group.
-/// `evictions` are all the target's Evictions, this one included.
-pub fn eviction_invalid(
-    eviction: &Eviction,
-    target: Target<'_>,
-    evictions: &[&Eviction],
-) -> Option<String> {
-    if eviction.spec.target.pod.is_none() {
-        return Some(UNSUPPORTED_TARGET.to_owned());
-    }
-    let (relevant, _) = relevant_eviction(evictions);
-    if let Some(relevant) = relevant.filter(|e| !is_finished(e))
-        && relevant.metadata.uid != eviction.metadata.uid
-    {
-        return Some("Active Eviction already exists for the same target.".to_owned());
-    }
-    match target {
-        Target::Present(pod) if in_pod_group(pod) => Some(IN_SCHEDULING_GROUP.to_owned()),
-        _ => None,
-    }
-}
-
-/// Condition messages are upstream's words (the tests of `upstream_messages` hold them to the
-/// revision docs/evictionrequest-upstream-parity.md pins). A target other than a pod:
-const UNSUPPORTED_TARGET: &str = "Unsupported target type.";
-/// A pod in a scheduling group, the same for a request and an Eviction.
-const IN_SCHEDULING_GROUP: &str =
-    "Target pod references a SchedulingGroup. Eviction is currently not supported.";
-
-/// The step of a refused Eviction: `Failed=True` (EvictionInvalid) and `TargetEvicted=False`,
-/// its generation observed, and its active responder, if any, Canceled (validation wants the
-/// last active responder in a final state in the write that sets a final condition; an
-/// Eviction refused before its first step has none); the rest of the status as it was.
-pub fn refuse(eviction: &Eviction, message: &str, now: Timestamp) -> Progress {
-    let old = eviction.status.clone().unwrap_or_default();
-    let conditions = invalid_conditions(old.conditions.as_deref(), message, now);
-    let responders = old.responders.map(|list| {
-        list.into_iter()
-            .map(|r| ResponderStatus {
-                name: r.name,
-                start_time: r.start_time,
-                ..ResponderStatus::default()
-            })
-            .collect()
-    });
-    let mut transitions = Vec::new();
-    let target_responders = old.target_responders.map(|list| {
-        list.into_iter()
-            .map(|mut r| {
-                if r.state == STATE_ACTIVE {
-                    r.state = STATE_CANCELED.to_owned();
-                    transitions.push(Transition {
-                        responder: r.name.clone(),
-                        from: STATE_ACTIVE.to_owned(),
-                        to: STATE_CANCELED.to_owned(),
-                    });
-                }
-                r
-            })
-            .collect()
-    });
-    Progress {
-        status: EvictionStatus {
-            conditions: Some(conditions),
-            observed_generation: eviction.metadata.generation,
-            responders,
-            target_responders,
-            ..old
-        },
-        transitions,
-        requeue_after: None,
-    }
-}
-
-/// The conditions of a refused request: `Failed=True` (EvictionInvalid), `TargetEvicted=False`.
-pub fn invalid_conditions(
-    existing: Option<&[Condition]>,
-    message: &str,
-    now: Timestamp,
-) -> Vec<Condition> {
-    vec![
-        set_condition(
-            existing,
-            CONDITION_FAILED,
-            true,
-            REASON_EVICTION_INVALID,
-            message,
-            now,
-        ),
-        set_condition(
-            existing,
-            CONDITION_TARGET_EVICTED,
-            false,
-            REASON_EVICTION_FAILED,
-            "",
-            now,
-        ),
-    ]
-}
-
 /// Whether a request was refused for good (reached TargetEvicted, or Failed as invalid).
 pub fn request_settled(request: &EvictionRequest) -> bool {
     let conditions = request
@@ -554,34 +443,6 @@ pub fn request_conditions(
         .collect()
 }
 
-/// A responder state change, for Events and logs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transition {
-    pub responder: String,
-    pub from: String,
-    pub to: String,
-}
-
-/// The controller's part of an Eviction's status after one step, and when to look again.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Progress {
-    /// requesters, targetResponders, conditions and, per responder, only `name` and
-    /// `startTime` (the rest of each entry belongs to its responder).
-    pub status: EvictionStatus,
-    pub transitions: Vec<Transition>,
-    pub requeue_after: Option<SignedDuration>,
-}
-
-impl Progress {
-    /// Whether this step wakes the next responder because the active one reported completion:
-    /// a report that may come after the pod's removal the pod watch has not told yet, so a
-    /// caller deciding from a cache confirms the pod first.
-    pub fn hands_over_on_completion(&self) -> bool {
-        let to = |state: &str| self.transitions.iter().any(|t| t.to == state);
-        to(STATE_COMPLETED) && to(STATE_ACTIVE)
-    }
-}
-
 fn responder_status<'a>(
     status: Option<&'a EvictionStatus>,
     name: &str,
@@ -591,276 +452,4 @@ fn responder_status<'a>(
 
 fn is_final_state(state: &str) -> bool {
     matches!(state, STATE_INTERRUPTED | STATE_CANCELED | STATE_COMPLETED)
-}
-
-/// One step of an Eviction that is not finished: requesters refreshed, responders advanced
-/// (activation, completion, heartbeat deadline, cancellation, target gone), conditions set.
-pub fn progress(
-    eviction: &Eviction,
-    target: Target<'_>,
-    requests: &[&EvictionRequest],
-    now: Timestamp,
-    config: &Config,
-) -> Progress {
-    let old = eviction.status.as_ref();
-    let existing_conditions = old.and_then(|s| s.conditions.as_deref());
-    let mut responders = match old.and_then(|s| s.target_responders.clone()) {
-        Some(list) if !list.is_empty() => list,
-        _ => initial_responders(target),
-    };
-    responders.sort_by(responder_order);
-    let before: Vec<String> = responders.iter().map(|r| r.state.clone()).collect();
-
-    let gone = target.is_gone();
-    let terminal = target.terminal();
-    let canceled = !gone && !terminal && !has_eviction_intent(requests);
-    let mut requeue_after = None;
-    let mut waiting_for_responder = false;
-    let done = responders.last().is_some_and(|r| is_final_state(&r.state));
-    let active = responders.iter().position(|r| r.state == STATE_ACTIVE);
-
-    if !done {
-        match active {
-            Some(i) if gone || terminal => {
-                let status = responder_status(old, &responders[i].name);
-                if status.is_some_and(|s| s.completion_time.is_some()) {
-                    responders[i].state = STATE_COMPLETED.to_owned();
-                } else if let Some(wait) = target
-                    .stopped_at()
-                    .map(|at| config.graceful_completion_delay - now.duration_since(at))
-                    .filter(|wait| wait.is_positive())
-                {
-                    // The responder may still report; decide when the grace is over.
-                    waiting_for_responder = true;
-                    requeue_after = Some(wait);
-                } else {
-                    responders[i].state = STATE_INTERRUPTED.to_owned();
-                }
-            }
-            Some(i) if canceled => responders[i].state = STATE_CANCELED.to_owned(),
-            None if gone || terminal || canceled => {}
-            _ => {
-                let i = active.unwrap_or_else(|| {
-                    responders
-                        .iter()
-                        .position(|r| r.state == STATE_INACTIVE)
-                        .unwrap_or(0)
-                });
-                let status = responder_status(old, &responders[i].name);
-                let (state, wait) = match status {
-                    Some(s) if s.completion_time.is_some() => (STATE_COMPLETED, None),
-                    Some(ResponderStatus {
-                        start_time: Some(start),
-                        heartbeat_time,
-                        ..
-                    }) => {
-                        let last = heartbeat_time
-                            .as_ref()
-                            .map_or(start.0, |h| h.0.max(start.0));
-                        let left = config.heartbeat_timeout - now.duration_since(last);
-                        if left.is_positive() {
-                            (STATE_ACTIVE, Some(left))
-                        } else {
-                            (STATE_INTERRUPTED, None)
-                        }
-                    }
-                    _ => (STATE_ACTIVE, Some(config.heartbeat_timeout)),
-                };
-                responders[i].state = state.to_owned();
-                requeue_after = wait;
-                if state != STATE_ACTIVE
-                    && let Some(next) = responders.get_mut(i + 1)
-                {
-                    next.state = STATE_ACTIVE.to_owned();
-                    requeue_after = Some(config.heartbeat_timeout);
-                }
-            }
-        }
-    }
-    let progression_done = responders.last().is_some_and(|r| is_final_state(&r.state));
-
-    let entries = responders
-        .iter()
-        .map(|r| {
-            let start_time = responder_status(old, &r.name)
-                .and_then(|s| s.start_time.clone())
-                .or_else(|| (r.state == STATE_ACTIVE).then_some(Time(now)));
-            ResponderStatus {
-                name: r.name.clone(),
-                start_time,
-                ..ResponderStatus::default()
-            }
-        })
-        .collect();
-
-    let set = |kind, status, reason: &str, message: &str| {
-        set_condition(existing_conditions, kind, status, reason, message, now)
-    };
-    let (evicted, failed) = if gone && !waiting_for_responder {
-        (
-            set(
-                CONDITION_TARGET_EVICTED,
-                true,
-                REASON_POD_DELETED,
-                "Target pod has been deleted.",
-            ),
-            set(CONDITION_FAILED, false, REASON_SUCCEEDED, ""),
-        )
-    } else if terminal && !waiting_for_responder {
-        (
-            set(
-                CONDITION_TARGET_EVICTED,
-                true,
-                REASON_POD_TERMINAL,
-                "Pod has reached terminal state.",
-            ),
-            set(CONDITION_FAILED, false, REASON_SUCCEEDED, ""),
-        )
-    } else if canceled {
-        (
-            set(CONDITION_TARGET_EVICTED, false, REASON_EVICTION_FAILED, ""),
-            set(
-                CONDITION_FAILED,
-                true,
-                REASON_CANCELED_NO_REQUESTERS,
-                "No active requesters with eviction intent.",
-            ),
-        )
-    } else if progression_done && !waiting_for_responder {
-        (
-            set(CONDITION_TARGET_EVICTED, false, REASON_EVICTION_FAILED, ""),
-            set(
-                CONDITION_FAILED,
-                true,
-                REASON_NO_FURTHER_RESPONDER,
-                "All responders have completed without evicting the target.",
-            ),
-        )
-    } else {
-        (
-            set(
-                CONDITION_TARGET_EVICTED,
-                false,
-                REASON_AWAITING_EVICTION,
-                "",
-            ),
-            set(CONDITION_FAILED, false, REASON_AWAITING_EVICTION, ""),
-        )
-    };
-
-    let transitions = responders
-        .iter()
-        .zip(before)
-        .filter(|(r, before)| r.state != *before)
-        .map(|(r, before)| Transition {
-            responder: r.name.clone(),
-            from: before,
-            to: r.state.clone(),
-        })
-        .collect();
-    Progress {
-        status: EvictionStatus {
-            conditions: Some(vec![evicted, failed]),
-            observed_generation: eviction.metadata.generation,
-            requesters: Some(requesters(
-                old.and_then(|s| s.requesters.as_deref())
-                    .unwrap_or_default(),
-                requests,
-            )),
-            responders: Some(entries),
-            target_responders: Some(responders),
-        },
-        transitions,
-        requeue_after,
-    }
-}
-
-/// The imperative evictor's view of an Eviction: whether it is the active responder now.
-pub fn imperative_evictor_active(eviction: &Eviction) -> bool {
-    !is_finished(eviction)
-        && eviction
-            .status
-            .as_ref()
-            .and_then(|s| s.target_responders.as_ref())
-            .is_some_and(|list| {
-                list.iter()
-                    .any(|r| r.name == IMPERATIVE_EVICTOR_RESPONDER && r.state == STATE_ACTIVE)
-            })
-}
-
-/// While it waits (for its pod to terminate, or for its next eviction attempt), the imperative
-/// evictor heartbeats at least this often (as upstream's), so neither a long termination nor a
-/// long back-off meets the heartbeat deadline.
-pub const HEARTBEAT_INTERVAL: SignedDuration = SignedDuration::from_mins(3);
-
-/// Whether the imperative evictor's heartbeat is due now (none for [`HEARTBEAT_INTERVAL`]), and
-/// how long until it is due (again, if written now).
-fn heartbeat_due(own: &ResponderStatus, now: Timestamp) -> (bool, SignedDuration) {
-    match own.heartbeat_time.as_ref().map(|h| now.duration_since(h.0)) {
-        Some(since) if since < HEARTBEAT_INTERVAL => (false, HEARTBEAT_INTERVAL - since),
-        _ => (true, HEARTBEAT_INTERVAL),
-    }
-}
-
-/// The imperative evictor's look while its next eviction attempt is `until_attempt` away
-/// (a back-off, or the apiserver's Retry-After): whether to heartbeat now, and when to look
-/// again, at the attempt or the next heartbeat, whichever comes first.
-pub fn between_attempts(
-    own: &ResponderStatus,
-    until_attempt: SignedDuration,
-    now: Timestamp,
-) -> (bool, SignedDuration) {
-    let (due, next) = heartbeat_due(own, now);
-    (due, next.min(until_attempt))
-}
-
-/// The imperative evictor's `expectedCompletionTime` while its pod terminates: the pod's
-/// deletion deadline (its deletionTimestamp); once that is past, the present (as upstream's:
-/// validation refuses a time more than 30 s past), keeping a present `reported` already that is
-/// not before the deadline, so each look does not write a new one.
-pub fn expected_completion(
-    deadline: Timestamp,
-    reported: Option<Timestamp>,
-    now: Timestamp,
-) -> Timestamp {
-    if deadline >= now {
-        return deadline;
-    }
-    match reported {
-        Some(reported) if deadline <= reported && reported <= now => reported,
-        _ => now,
-    }
-}
-
-/// The imperative evictor's report while its pod terminates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TerminatingReport {
-    /// Write now: no heartbeat for [`HEARTBEAT_INTERVAL`], or another expected completion.
-    pub due: bool,
-    /// [`expected_completion`] of the pod's deletionTimestamp.
-    pub expected: Option<Timestamp>,
-    pub look_again: SignedDuration,
-}
-
-/// The imperative evictor's report while its pod terminates, the pod's deletion `deadline` (its
-/// deletionTimestamp) as its expected completion ([`expected_completion`]).
-pub fn terminating_report(
-    own: &ResponderStatus,
-    deadline: Option<Timestamp>,
-    now: Timestamp,
-) -> TerminatingReport {
-    let reported = own.expected_completion_time.as_ref().map(|t| t.0);
-    let expected = deadline.map(|deadline| expected_completion(deadline, reported, now));
-    let (stale, next) = heartbeat_due(own, now);
-    let due = stale || reported != expected;
-    TerminatingReport {
-        due,
-        expected,
-        look_again: if due { HEARTBEAT_INTERVAL } else { next },
-    }
-}
-
-/// A responder's own status entry.
-pub fn own_status<'a>(eviction: &'a Eviction, responder: &str) -> Option<&'a ResponderStatus> {
-    responder_status(eviction.status.as_ref(), responder)
 }
