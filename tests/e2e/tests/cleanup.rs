@@ -2,8 +2,8 @@
 //! a requester deletes its own EvictionRequest once it is over (TargetEvicted, or Failed after
 //! its withdrawal), the garbage collector removes each Eviction with the last EvictionRequest
 //! owning it, and `--finished-ttl` removes the finished request of a requester that never
-//! comes back for it (KEP-4563 "EvictionRequest Completion and Deletion", DESIGN "Nothing left
-//! behind on upstream's API").
+//! comes back for it (KEP-4563 "EvictionRequest Completion and Deletion": nothing is left
+//! behind on upstream's API).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! What the lifecycle API leaves behind, and who removes it (DESIGN "Nothing left behind on
-//! upstream's API"): a requester deletes its own EvictionRequest once the eviction is over for
+//! What the lifecycle API leaves behind, and who removes it, so that nothing of ours stays in
+//! etcd after an eviction: a requester deletes its own EvictionRequest once the eviction is over for
 //! it ([`requester_done`], KEP-4563 "EvictionRequest Completion and Deletion"); every live
 //! EvictionRequest of a target owns its Eviction ([`eviction_owners`]), so the garbage
 //! collector removes the Eviction with the last of them, as upstream's controller arranges;
