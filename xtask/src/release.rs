@@ -21,6 +21,7 @@
 
 mod changelog;
 mod oci;
+pub mod previous;
 mod plugin;
 mod sbom;
 mod signature;
@@ -65,6 +66,11 @@ pub struct Args {
     /// release only, its public half in target/release/<version>/cosign.pub.
     #[arg(long, env = "EVICTKIT_SIGNING_KEY", value_name = "PATH")]
     signing_key: Option<PathBuf>,
+    /// Push the release before this version instead, as its own tag's `cargo xtask release`
+    /// built it (once per tag commit, cached under ~/.cache/evictkit): what an upgrade starts
+    /// from.
+    #[arg(long, conflicts_with_all = ["dry_run", "no_build"])]
+    previous: bool,
     /// Print the version's CHANGELOG.md section (the forge's release notes) and nothing else.
     #[arg(long)]
     notes: bool,
@@ -96,6 +102,16 @@ pub fn run(args: Args) -> Result<()> {
             .expect("a host")
             .to_string(),
     };
+    if args.previous {
+        let published = previous::publish(&registry, &args.path)?;
+        println!(
+            "install: helm install evictkit {} --version {} (public key {})",
+            published.chart,
+            published.version,
+            published.public_key.display()
+        );
+        return Ok(());
+    }
     let prefix = format!("{registry}/{}", args.path.trim_matches('/'));
     let out = root.join("target/release").join(version);
     if out.exists() {

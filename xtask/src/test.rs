@@ -12,6 +12,8 @@ use evictkit_testenv::Skip;
 
 use crate::cluster;
 
+mod upgrade;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Leave the control plane running after the end-to-end tests (it is reused by the next run).
@@ -316,6 +318,8 @@ fn installed(
         "==> installed suite in {:.0}s",
         suite.elapsed().as_secs_f64()
     );
+    // From the previous release to this one, on the same cluster (tests/e2e/tests/upgrade.rs).
+    let result = result.and_then(|()| upgrade::run(&control_plane.kubeconfig()));
     if !keep_cluster && !was_running {
         cluster::down()?;
     }
