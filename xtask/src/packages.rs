@@ -19,6 +19,9 @@ pub const LIBFAKETIME: Need = (
     "libfaketime",
 );
 
+/// The drain's live view is tested in a real terminal (tmux at 80 columns, capture-pane).
+pub const TMUX: Need = ("/usr/bin/tmux", "tmux");
+
 /// Installs, with apt-get, the package of every need whose file is missing; says which and why.
 pub fn ensure(needs: &[Need], why: &str) -> Result<()> {
     let mut missing: Vec<&str> = needs

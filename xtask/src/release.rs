@@ -21,8 +21,8 @@
 
 mod changelog;
 mod oci;
-pub mod previous;
 mod plugin;
+pub mod previous;
 mod sbom;
 mod signature;
 pub mod verify;
@@ -66,14 +66,14 @@ pub struct Args {
     /// release only, its public half in target/release/<version>/cosign.pub.
     #[arg(long, env = "EVICTKIT_SIGNING_KEY", value_name = "PATH")]
     signing_key: Option<PathBuf>,
+    /// Print the version's CHANGELOG.md section (the forge's release notes) and nothing else.
+    #[arg(long)]
+    notes: bool,
     /// Push the release before this version instead, as its own tag's `cargo xtask release`
     /// built it (once per tag commit, cached under ~/.cache/evictkit): what an upgrade starts
     /// from.
     #[arg(long, conflicts_with_all = ["dry_run", "no_build"])]
     previous: bool,
-    /// Print the version's CHANGELOG.md section (the forge's release notes) and nothing else.
-    #[arg(long)]
-    notes: bool,
 }
 
 /// One thing a release published.

@@ -108,7 +108,10 @@ pub fn run(args: Args) -> Result<()> {
         .and_then(|()| {
             step(
                 "Debian packages of the end-to-end tests",
-                crate::packages::ensure(&[crate::packages::LIBFAKETIME], "the end-to-end tests"),
+                crate::packages::ensure(
+                    &[crate::packages::LIBFAKETIME, crate::packages::TMUX],
+                    "the end-to-end tests",
+                ),
             )
         })
         .and_then(|()| {
@@ -475,8 +478,8 @@ fn disk_check(root: &std::path::Path) {
 /// margin. See `disk_check`.
 const CLEAN_RUN_DISK_GIB: u64 = 20;
 
-/// One kube and one k8s-openapi in the build (DESIGN.md), and a `crates/core` that links no
-/// client, no async runtime and no HTTP stack, so its decisions stay pure.
+/// One kube and one k8s-openapi in the build, and a `crates/core` that links no client, no async
+/// runtime and no HTTP stack, so its decisions stay pure (docs/architecture.md, layers).
 fn dependency_rules() -> Result<()> {
     const SINGLE: [&str; 5] = [
         "kube",

@@ -19,7 +19,7 @@ pub struct AffinityMetrics {
     /// failed to evict the pod, once per pod per round (backoff retries between rounds are not
     /// counted), so users find the pods to look after; the series goes when the pod does.
     pub failed: IntCounterVec,
-    /// Pods whose annotation cannot be parsed (bad input is counted, DESIGN.md).
+    /// Pods whose annotation cannot be parsed (bad input is counted, docs/architecture.md).
     pub malformed: IntCounter,
     /// [`METRIC_DAEMONSET_PODS_NOT_EVICTED`]: violating DaemonSet pods left alone, once per
     /// violation, because their DaemonSet's template would recreate them on the same node.

@@ -57,7 +57,7 @@ pub struct RequestMetrics {
     processed_interceptor: IntGaugeVec,
     active_requester: IntGaugeVec,
     pod_interceptors: IntGaugeVec,
-    /// Malformed interceptor annotations seen (bad input is counted, DESIGN.md).
+    /// Malformed interceptor annotations seen (bad input is counted, docs/architecture.md).
     pub invalid_interceptors: IntCounter,
     pub queue: QueueMetrics,
     /// The EvictionRequest controller's reconciles

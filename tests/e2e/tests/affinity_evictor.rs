@@ -365,7 +365,7 @@ async fn a_pdb_blocks_the_eviction_until_it_allows_it() -> Result<()> {
     Ok(())
 }
 
-/// Issue 28: the apiserver decrements a PDB (the pod goes into `status.disruptedPods`) before
+/// The apiserver decrements a PDB (the pod goes into `status.disruptedPods`) before
 /// it deletes the pod with the caller's preconditions, so an eviction whose precondition then
 /// fails (409) spends the budget for the disruption controller's 2-minute timeout. The
 /// evictor patches its condition onto the pod before evicting it: a resourceVersion read
@@ -1163,7 +1163,7 @@ async fn restart(env: &TestEnv, mut evictor: Component, extra: &[&str]) -> Resul
     start(env, extra).await
 }
 
-/// Issue 28, finding 4: `--enabled=false` (chart value `dryRun: true`) is KEP-4328's gate off,
+/// `--enabled=false` (chart value `dryRun: true`) is KEP-4328's gate off,
 /// whose field scheduling ignores too: the webhook folds nothing into new pods or DaemonSet
 /// templates, so a node label change has the DaemonSet controller remove no daemon pod.
 #[tokio::test]
@@ -1234,7 +1234,7 @@ async fn disabled_the_webhook_folds_nothing_into_pods_or_daemonset_templates() -
     Ok(())
 }
 
-/// Issue 28, finding 9: KEP-4328's field is immutable like the rest of a pod's affinity, so its
+/// KEP-4328's field is immutable like the rest of a pod's affinity, so its
 /// annotation cannot be added to or changed on a pod that exists (anyone allowed to patch pods
 /// could otherwise have one evicted without a node label change); removing it, the opt-out,
 /// stays allowed.
@@ -1414,7 +1414,7 @@ async fn rollout_restart_until(
     }
 }
 
-/// KEP-4328's rollback test for DaemonSets (its Test2), and issue 28's finding 4 for templates
+/// KEP-4328's rollback test for DaemonSets (its Test2), and the gate turned off for templates
 /// the webhook merged while the gate was on: off, the next update of the DaemonSet takes the
 /// merge back out, so a removed label has nothing remove the daemon pod; on again, the next
 /// update merges it back in, and a removed label has the pod evicted and not recreated.

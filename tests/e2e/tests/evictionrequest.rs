@@ -1085,7 +1085,7 @@ async fn install_deletion_policy(env: &TestEnv) -> Result<()> {
     .await
 }
 
-/// Issue 28 finding 7: deleting requests is the administrator's way out of a loop (KEP-4563),
+/// Deleting requests is the administrator's way out of a loop (KEP-4563),
 /// and the namespace controller and the garbage collector delete them too; none of that may
 /// wait for the webhook. With it registered and its server stopped, a request and then its
 /// namespace are deleted.
@@ -1237,7 +1237,7 @@ async fn unauthorised_requester_is_refused() -> Result<()> {
     Ok(())
 }
 
-/// Issue 14 item 2: after a controller outage longer than the heartbeat timeout, the successor
+/// After a controller outage longer than the heartbeat timeout, the successor
 /// of the timed-out interceptor gets its full window from its recorded activation (before, its
 /// activation was inferred from its predecessor's deadline, inside the outage, and it timed out
 /// at once).
@@ -1283,7 +1283,7 @@ async fn successor_gets_its_full_window_after_controller_downtime() -> Result<()
     Ok(())
 }
 
-/// Issue 14 item 3: a second identity, allowed by RBAC to write EvictionRequests and their
+/// A second identity, allowed by RBAC to write EvictionRequests and their
 /// status and to delete pods, can neither forge the controller's part of the status nor
 /// pre-seed targetInterceptors; as the active interceptor it writes its own entry.
 #[tokio::test]
@@ -1367,7 +1367,7 @@ async fn controller_status_cannot_be_forged_by_another_identity() -> Result<()> 
     Ok(())
 }
 
-/// Issue 14 item 4: `*.k8s.io` names are reserved: a requester may not use one, and a pod's
+/// `*.k8s.io` names are reserved: a requester may not use one, and a pod's
 /// interceptor annotation may not list one.
 #[tokio::test]
 async fn reserved_k8s_io_names_are_refused() -> Result<()> {
@@ -1397,7 +1397,7 @@ async fn reserved_k8s_io_names_are_refused() -> Result<()> {
     Ok(())
 }
 
-/// Issue 14 item 1: a request the controller canceled because validation failed is final for
+/// A request the controller canceled because validation failed is final for
 /// its pod: a requester asking again gets `Refused` and writes nothing (before, the library
 /// deleted and re-created the request, which was canceled again, on every ask).
 #[tokio::test]
@@ -1435,7 +1435,7 @@ async fn a_refused_request_is_not_recreated() -> Result<()> {
     Ok(())
 }
 
-/// Issue 14 item 7: a 429 "in background" answer to the imperative eviction is retried with
+/// A 429 "in background" answer to the imperative eviction is retried with
 /// the backoff: here the background eviction stalls (the webhook never carries it out) until
 /// the webhook lets the third real attempt through. (The second comes anyway: the first answer
 /// changes the request's status, which reconciles it again; only the back-off brings a third.)
@@ -1509,7 +1509,7 @@ async fn a_stalled_background_eviction_is_retried() -> Result<()> {
     Ok(())
 }
 
-/// Issue 14 item 8: a label removed from the pod is removed from its request too.
+/// A label removed from the pod is removed from its request too.
 #[tokio::test]
 async fn label_removals_follow_the_pod() -> Result<()> {
     let env = env("evr-labels").await?;
@@ -1546,7 +1546,7 @@ async fn label_removals_follow_the_pod() -> Result<()> {
     Ok(())
 }
 
-/// Issue 14 item 6: the interceptor annotation is validated when the pod is written (before,
+/// The interceptor annotation is validated when the pod is written (before,
 /// a typo was found only when an eviction was requested), and it is immutable.
 #[tokio::test]
 async fn the_interceptor_annotation_is_validated_on_pod_writes() -> Result<()> {
@@ -1640,7 +1640,7 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
     evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
 }
 
-/// Issue 29 goal 4: what a request without interceptors costs the controller in API writes,
+/// What a request without interceptors costs the controller in API writes,
 /// Events and the `--finished-ttl` deletion included (the audit log, the controller as the
 /// chart's ServiceAccount). At first 8 (a label patch, 2 status patches, the eviction, the
 /// deletion and 3 Events: InterceptorActivated, Evicting, Evicted), then 5 without the Events;

@@ -1966,7 +1966,7 @@ async fn upstream_process_termination_without_the_last_report() -> Result<()> {
     eviction_process(Process::TerminationWithoutLastReport).await
 }
 
-/// Issue 29 goal 3: `/readyz` only once the caches have listed. A controller-only replica
+/// `/readyz` only once the caches have listed. A controller-only replica
 /// whose identity may list nothing yet stays not ready; granted the lists, it becomes ready.
 /// (Before, it was ready as soon as it served.)
 #[tokio::test]
@@ -2026,7 +2026,7 @@ async fn a_controller_is_not_ready_until_its_caches_have_listed() -> Result<()> 
     Ok(())
 }
 
-/// Issue 29 goal 4 on lifecycle.k8s.io: the API writes a request without responders costs the
+/// On lifecycle.k8s.io: the API writes a request without responders costs the
 /// controller (audit log, the chart's ServiceAccount; Events from their objects), the
 /// `--finished-ttl` deletion of the request no requester came back for included, printed; the
 /// Events among them are one per request (Evicting). Before: 17 writes, 4.3 of them Events

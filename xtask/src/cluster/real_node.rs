@@ -7,8 +7,7 @@
 //! the sandbox image is imported. Everything lives under the cluster directory
 //! (containerd's root, state and socket, kubelet's root, pod logs) so it clashes with nothing else
 //! on the machine; `down` unmounts and removes it, with the bridge, routes and iptables rules.
-//! What made kubelet run here (a cgroup v1 VM, root) is recorded in DESIGN.md; `up` prints the
-//! choices below.
+//! What made kubelet run here (a cgroup v1 VM, root) is [`CHOICES`], which `up` prints.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -550,7 +549,7 @@ fn kubelet_config_yaml(node: &RealNode, port: u16, healthz_port: u16, pki: &Path
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# This machine is a cgroup v1 VM (DESIGN.md, "A real node here").
+# This machine is a cgroup v1 VM: kubelet needs failCgroupV1 off and cgroupfs.
 failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupsPerQOS: false
