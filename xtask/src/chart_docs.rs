@@ -9,7 +9,7 @@
 //! (`annotations: {}`) any; a number is a `number`, a list an `array`.
 //!
 //! A chart's `sizing.md`, when it has one, follows the values as the README's "Sizing" section:
-//! the measured memory by cluster size its `resources` defaults were chosen from (issue 29).
+//! the measured memory by cluster size its `resources` defaults were chosen from.
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -232,6 +232,19 @@ fn should_have_run(skips: &[Skip], lifecycle_api: bool) -> Vec<&Skip> {
         .collect()
 }
 
+/// This binary, by its path. The stage that builds the binaries (`cargo build --workspace
+/// --bins`, whose features differ from `cargo xtask`'s) relinks target/debug/xtask while this
+/// run goes on, and /proc/self/exe then names the old, deleted file ("<path> (deleted)"): the
+/// installed stage's `xtask release` failed with "No such file or directory".
+fn xtask_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("the xtask binary")?;
+    if exe.exists() {
+        return Ok(exe);
+    }
+    let path = exe.to_string_lossy();
+    Ok(PathBuf::from(path.trim_end_matches(" (deleted)")))
+}
+
 /// CI's bounded fuzzing: every target, every run, seeded by the committed corpus
 /// (`cargo xtask fuzz --seconds N` for longer runs).
 const FUZZ_SECONDS_PER_TARGET: u32 = 30;
@@ -266,7 +279,7 @@ fn installed(
     step(
         "cargo xtask release",
         run_command(
-            Command::new(std::env::current_exe().context("the xtask binary")?)
+            Command::new(xtask_binary()?)
                 .args(["release", "--no-build", "--path", RELEASE_PATH])
                 .current_dir(crate::workspace_root()),
         ),
@@ -395,7 +408,7 @@ impl BackgroundBuild {
     /// missing (`cargo xtask fuzz --build-only`, this same binary).
     fn fuzz_targets() -> Result<Self> {
         let root = crate::workspace_root();
-        let mut build = Command::new(std::env::current_exe().context("the xtask binary")?);
+        let mut build = Command::new(xtask_binary()?);
         build.args(["fuzz", "--build-only"]).current_dir(&root);
         Self::start(
             "build of the fuzz targets",

@@ -593,7 +593,7 @@ async fn policy_defaults_a_pdb(env: &TestEnv, policy: &str, prefix: &str) -> Res
 /// The eviction webhook of the installed pdb-policy-webhook.
 const EVICTION_WEBHOOK: &str = "validate-eviction.pdb-policy-webhook.evictkit.io";
 
-/// pdb-policy-webhook (issue 30): four nodes drained at once by four `kubectl drain`s, under a
+/// pdb-policy-webhook: four nodes drained at once by four `kubectl drain`s, under a
 /// policy whose stricter rules the installed eviction webhook evaluates for every pod (at the
 /// chart's failurePolicy and timeoutSeconds): the apiserver calls it for every eviction and
 /// counts no failed call of any webhook meanwhile.
@@ -624,7 +624,7 @@ async fn kubectl_drain_fails_no_webhook_call(env: &TestEnv) -> Result<()> {
     Ok(())
 }
 
-/// pdb-policy-webhook (issue 30): one of its two replicas deleted in the middle of a drain of
+/// pdb-policy-webhook: one of its two replicas deleted in the middle of a drain of
 /// several nodes (a `kubectl drain` started every second, so evictions keep reaching the eviction
 /// webhook all through the replica's stop: its endpoint leaving, the preStop sleep, SIGTERM, its
 /// connections drained, its exit). The apiserver counts no failed call of any webhook, it called

@@ -387,7 +387,7 @@ struct Row {
     share_of_bound: f64,
     /// The apiserver's figures of the webhook (CRD only).
     webhook: Option<webhook::Figures>,
-    /// Events the controller created over the run (issue 33).
+    /// Events the controller created over the run.
     events: usize,
 }
 

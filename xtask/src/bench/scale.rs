@@ -17,11 +17,11 @@
 //!    taints the nodes itself, all at once, so removals, not tainting, set the pace.
 //! 3. With `--whole-zone`, **an outage of every node of one zone** (zone-a), tainted by the
 //!    node-lifecycle-controller at its pace (0.1 nodes per second) on both sides: both must
-//!    delete the same pods at the same time after each node's taint (issue 29: the
+//!    delete the same pods at the same time after each node's taint (the
 //!    taint-manager paces nothing by zone unless `--zone-guard` is on).
 //! 4. With `--relist-after SECONDS`, **the outage of a third of each zone with kube-apiserver
 //!    restarted** that many seconds after the taint, so every watch lists again in the middle
-//!    of the removals (issue 29 goal 2): each side's longest stall of deletions after the
+//!    of the removals: each side's longest stall of deletions after the
 //!    restart and its p99, beside its outage without the restart (see [`relist`]).
 //!
 //! Each size's rows go into `target/bench/scale-memory.csv`, `target/bench/scale-outage.csv` and

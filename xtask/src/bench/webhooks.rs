@@ -1,12 +1,12 @@
 //! `cargo xtask bench webhooks`: each webhook under its own burst, measured by the apiserver
 //! ([`apiserver`]: calls failed open, requests refused, p99 of a call) and by the webhook's
-//! process (restarts: it exited), with the Events the component created meanwhile (issue 33).
+//! process (restarts: it exited), with the Events the component created meanwhile.
 //! One row per scenario, printed and written into `docs/bench/webhooks.csv` (a rerun of a
 //! scenario replaces its row).
 //!
 //! Every scenario sends only what its webhook should admit, or, for the descheduler, only what
 //! it should deny (descheduler-bridge answers each of the descheduler's evictions 429), so any
-//! other answer is a failure; the goal of each row (issue 30) is 0 failed open, 0 refused for a
+//! other answer is a failure; the goal of each row is 0 failed open, 0 refused for a
 //! calling error, p99 <= 100 ms and 0 restarts. The components run as processes of a release
 //! build against the cluster of `EVICTKIT_CLUSTER_DIR` (kwok nodes: start it with enough of them
 //! for the drain).

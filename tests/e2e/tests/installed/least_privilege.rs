@@ -1,4 +1,4 @@
-//! Least privilege, proved (issue 17 item 7): per component, what its chart grants its
+//! Least privilege, proved: per component, what its chart grants its
 //! ServiceAccount against what the component called during the installed suite.
 //!
 //! Calls come from the apiserver's audit log (the test cluster's policy records every request

@@ -1,4 +1,4 @@
-//! The validating webhook of evictionrequests.evictkit.io under the bench's burst (issue 30):
+//! The validating webhook of evictionrequests.evictkit.io under the bench's burst:
 //! the bench's binary with `--roles webhook` (pinned to one core, as `bench webhooks` runs
 //! its webhooks), registered as the chart registers it (failurePolicy Fail, timeoutSeconds 5,
 //! CREATE and UPDATE of evictionrequests and their status, called over HTTP/1.1 as through the

@@ -85,7 +85,7 @@ pub const HEADER: &[&str] = &[
     "peak_rss_kib",
     "events",
     "events_per_pod",
-    // The first deletion's time from its node's taint (issue 29: no later than upstream's + 1 s).
+    // The first deletion's time from its node's taint (the goal: no later than upstream's + 1 s).
     "first_seconds",
     // The node-lifecycle kube-controller-manager beside ours (empty for upstream, whose one
     // process runs both controllers).

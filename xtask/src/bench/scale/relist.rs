@@ -1,4 +1,4 @@
-//! A relist in the middle of the outage (issue 29 goal 2, `--relist-after SECONDS`): the
+//! A relist in the middle of the outage (`--relist-after SECONDS`): the
 //! outage of a third of each zone again, with kube-apiserver restarted that many seconds after
 //! the taint, and each side's deletions around the restart against the same side's outage
 //! without it.

@@ -1,10 +1,10 @@
-//! `cargo xtask bench taint-manager --sequences`: the toleration-window sequences of issue 15
+//! `cargo xtask bench taint-manager --sequences`: the toleration-window sequences
 //! (taint swap, an added taint, all taints removed and added again, tolerationSeconds changed)
 //! played against kube-controller-manager's taint-eviction-controller and then against the
 //! taint-manager, on the same kwok nodes and with the same timing; each pod's deletion time
 //! (when the apiserver received the controller's delete, from the audit log) is compared,
 //! relative to the moment the sequence started. Each side's `TaintManagerEviction` Events on
-//! the pods are counted too (issue 33: no more than upstream's for the same work).
+//! the pods are counted too (no more than upstream's for the same work).
 //!
 //! The node lifecycle controller removes `not-ready` and `unreachable` taints from nodes that
 //! are Ready (kwok's are), so the swap uses two taints of the bench's own that stand for them.
