@@ -45,7 +45,7 @@ pub struct Archive {
     pub sha256: String,
 }
 
-/// Builds the plugin (unless `!compile`: the binaries already in target/<target>/release), packs
+/// Builds the plugin (unless `!compile` and it is already in target/<target>/release), packs
 /// an archive per platform into `out`, and writes the checksums and the krew manifest beside
 /// them; returns every file written.
 pub fn release(out: &Path, version: &str, compile: bool) -> Result<Vec<PathBuf>> {
@@ -53,14 +53,16 @@ pub fn release(out: &Path, version: &str, compile: bool) -> Result<Vec<PathBuf>>
     let epoch = commit_time(&root)?;
     let mut archives = Vec::new();
     for platform in &PLATFORMS {
-        if compile {
-            build(&root, platform)?;
-        }
         let binary = root
             .join("target")
             .join(platform.target)
             .join("release")
             .join(PLUGIN);
+        // `--no-build` reuses the images' build, which does not hold the plugin: the installed
+        // stage's release failed "reading .../release/kubectl-evictkit: No such file".
+        if compile || !binary.exists() {
+            build(&root, platform)?;
+        }
         let program = fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
         archives.push(pack(&root, out, version, platform, &program, epoch)?);
     }
