@@ -30,6 +30,63 @@ pub fn section<'a>(changelog: &'a str, version: &str) -> Result<&'a str> {
     }
 }
 
+/// A release the CHANGELOG records as published: its version and the commit it was released
+/// from, as its heading names it: `## 0.1.0 (commit <40 hex digits>)`. A clone may lack the
+/// forge's `v<version>` tags (CI checks out commits), so the record that travels with every
+/// clone is this file; the heading is written when the next version's section is opened.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Released {
+    pub version: String,
+    pub commit: String,
+}
+
+/// The newest release before `current` (by `major.minor.patch`, pre-releases aside). Fails if
+/// that release's heading names no commit: nothing could build it again.
+pub fn previous(changelog: &str, current: &str) -> Result<Option<Released>> {
+    let Some(current_numbers) = numbers(current) else {
+        bail!("{current} is no major.minor.patch version");
+    };
+    let newest = changelog
+        .lines()
+        .filter_map(|line| line.strip_prefix("## "))
+        .filter_map(|heading| {
+            let (version, rest) = heading
+                .trim()
+                .split_once(char::is_whitespace)
+                .unwrap_or((heading.trim(), ""));
+            let version_numbers = numbers(version)?;
+            (version_numbers < current_numbers).then_some((version_numbers, version, rest))
+        })
+        .max_by_key(|(version_numbers, _, _)| *version_numbers);
+    let Some((_, version, rest)) = newest else {
+        return Ok(None);
+    };
+    let commit = rest
+        .trim()
+        .strip_prefix("(commit ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .filter(|commit| commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()));
+    match commit {
+        Some(commit) => Ok(Some(Released {
+            version: version.to_string(),
+            commit: commit.to_ascii_lowercase(),
+        })),
+        None => bail!(
+            "CHANGELOG.md's `## {version}` heading names no commit: write the commit {version} \
+             was released from as `## {version} (commit <40 hex digits>)`"
+        ),
+    }
+}
+
+/// `major.minor.patch` of a release version; none for a pre-release or anything else.
+fn numbers(version: &str) -> Option<[u64; 3]> {
+    let parts: Vec<u64> = version
+        .split('.')
+        .map(|part| part.parse().ok())
+        .collect::<Option<_>>()?;
+    parts.try_into().ok()
+}
+
 fn non_empty<'a>(text: &'a str, version: &str) -> Result<&'a str> {
     if text.trim().is_empty() {
         bail!("CHANGELOG.md's `## {version}` section is empty");
@@ -63,6 +120,35 @@ mod tests {
                 ),
             }
         }
+    }
+
+    #[test]
+    fn the_previous_release_is_the_newest_version_before_the_current_one_with_its_commit() {
+        let commit = "a5245a2b355bc252844091d9e8671d32d2c9bfbd";
+        let changelog = format!(
+            "# Changelog\n\n## 0.11.0\n\nnext\n\n## 0.10.0 (commit {commit})\n\nten\n\n\
+             ## 0.2.0 (commit {})\n\ntwo\n\n## 0.2.0-rc.1\n\nrc\n\n## 0.1.0\n\nfirst\n",
+            "b".repeat(40)
+        );
+        let released = |version: &str, commit: &str| {
+            Some(Released {
+                version: version.into(),
+                commit: commit.into(),
+            })
+        };
+        // Numbers, not text: 0.10.0 is after 0.2.0.
+        assert_eq!(
+            previous(&changelog, "0.11.0").unwrap(),
+            released("0.10.0", commit)
+        );
+        assert_eq!(
+            previous(&changelog, "0.10.0").unwrap(),
+            released("0.2.0", &"b".repeat(40))
+        );
+        assert_eq!(previous(&changelog, "0.1.0").unwrap(), None);
+        // A release nothing can build again is an error, not a skipped upgrade.
+        let error = previous(&changelog, "0.2.0").unwrap_err().to_string();
+        assert!(error.contains("`## 0.1.0` heading names no commit"), "{error}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The previous release, published again for the upgrade test (tests/e2e/tests/upgrade.rs):
-//! what the newest `v<version>` tag before the workspace version published, pushed to a
-//! registry of ours exactly as its own `cargo xtask release` pushed it.
+//! what the newest release before the workspace version published (its version and commit from
+//! CHANGELOG.md, see `changelog::previous`), pushed to a registry of ours exactly as its own
+//! `cargo xtask release` pushed it.
 //!
-//! Built once per tag commit: a `git worktree` of the tag under `target/previous/<commit>` runs
+//! Built once per release commit: a `git worktree` of the commit under `target/previous/<commit>` runs
 //! that commit's own `cargo xtask release --registry <scratch>` against a scratch registry whose
 //! storage is the cache, `~/.cache/evictkit/release-<tag>-<commit>/registry`; what it printed
 //! (every image, signature, SBOM and chart with its digest) and its `cosign.pub` and
@@ -11,14 +12,15 @@
 //! distribution API, manifests byte for byte (as `cosign copy` does: a signature names the image
 //! by digest, so it verifies wherever the image is copied).
 //!
-//! The worktree's target/ starts as a copy of this checkout's static release build (its target
-//! and host artifacts, about 1.5 GB): a tag's Cargo.lock pins the same registry crates, which
-//! cargo then finds fresh, so only the workspace's own crates build for the images. A copy, not
-//! hard links: cargo may rewrite a fingerprint file in place, so a linked one can change under the
-//! other checkout's builds (one seeded by links rebuilt every crate on its second run), and the
-//! linked build lock would serialise the two checkouts' builds. The debug build of the tag's
-//! xtask (13 GB of dependencies here) is not copied: it builds from scratch. A separate target
-//! directory, not this one: the tag's xtask writes its images and binaries under its own
+//! The worktree's target/ starts with this checkout's compiled dependencies, of the static
+//! release build of the images and of the debug build the tag's xtask runs in: a release's
+//! Cargo.lock pins mostly the same registry crates, which cargo then finds fresh, so only the
+//! workspace's own crates build (the tag's xtask alone is some 400 crates; built from scratch it
+//! took most of an hour on two cores and its own 13 GB). The compiled files are hard links,
+//! their fingerprints copies: cargo rewrites a fingerprint file in place, so a linked one would
+//! change under the other checkout (one seeded by linked fingerprints rebuilt every crate on its
+//! second run), and a linked build lock would serialise the two checkouts' builds. A separate
+//! target directory, not this one: the tag's xtask writes its images and binaries under its own
 //! `target/`.
 
 use std::fs;
@@ -56,21 +58,17 @@ struct Artifact {
 /// first when the cache lacks it.
 pub fn publish(registry: &str, path: &str) -> Result<Published> {
     let root = crate::workspace_root();
-    let tags = git(&root, &["tag", "--list", "v*"])?;
-    let tags: Vec<&str> = tags.lines().collect();
-    let tag = previous_tag(&tags, env!("CARGO_PKG_VERSION")).with_context(|| {
-        format!(
-            "no v<version> tag before {} (git tag --list 'v*': {tags:?})",
-            env!("CARGO_PKG_VERSION")
-        )
-    })?;
-    let version = tag.trim_start_matches('v').to_string();
-    let commit = git(&root, &["rev-list", "-n", "1", tag])?
-        .trim()
-        .to_string();
+    let changelog = fs::read_to_string(root.join("CHANGELOG.md"))
+        .with_context(|| format!("reading {}", root.join("CHANGELOG.md").display()))?;
+    let current = env!("CARGO_PKG_VERSION");
+    let super::changelog::Released { version, commit } =
+        super::changelog::previous(&changelog, current)?
+            .with_context(|| format!("CHANGELOG.md records no release before {current}"))?;
+    let tag = format!("v{version}");
+    present(&root, &tag, &commit)?;
     let cache = cache_root()?.join(format!("release-{tag}-{commit}"));
     if !cache.join("complete").exists() {
-        build(&root, tag, &commit, &version, &cache)?;
+        build(&root, &tag, &commit, &version, &cache)?;
     } else {
         eprintln!("==> {tag} ({commit}) from the cache {}", cache.display());
     }
@@ -133,7 +131,7 @@ fn build(root: &Path, tag: &str, commit: &str, version: &str, cache: &Path) -> R
                 "--detach",
                 "--force",
                 &worktree.to_string_lossy(),
-                tag,
+                commit,
             ],
         )?;
     }
@@ -148,6 +146,8 @@ fn build(root: &Path, tag: &str, commit: &str, version: &str, cache: &Path) -> R
         .args(["run", "--locked", "--package", "xtask", "--", "release"])
         .args(["--registry", &scratch.address()])
         .current_dir(&worktree)
+        // A build made once and removed: incremental caches would only fill the disk.
+        .env("CARGO_INCREMENTAL", "0")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET_DIR")
         .stderr(Stdio::inherit())
@@ -184,28 +184,30 @@ fn build(root: &Path, tag: &str, commit: &str, version: &str, cache: &Path) -> R
     Ok(())
 }
 
-/// A copy of this checkout's static release build in the worktree's target/ (see the module's
-/// comment), where it has none yet.
+/// This checkout's compiled dependencies in the worktree's target/ (see the module's comment),
+/// where it has none yet: per profile directory, `deps/` and `build/` hard-linked (rustc and
+/// build scripts write new files, never into a fresh one, and the worktree goes once its release
+/// is cached), `.fingerprint/` copied (cargo rewrites those in place), and no `incremental/`.
 fn seed_target(root: &Path, worktree: &Path) -> Result<()> {
     let target = root.join("target");
-    // The static build's build scripts and proc macros are host artifacts, in release/.
-    let seeds = [
+    // The static build's build scripts and proc macros are host artifacts, in release/; the
+    // tag's xtask is a debug build.
+    let profiles = [
         Path::new(crate::image::TARGET).join("release"),
-        PathBuf::from("release/deps"),
-        PathBuf::from("release/build"),
-        PathBuf::from("release/.fingerprint"),
+        PathBuf::from("release"),
+        PathBuf::from("debug"),
     ];
-    for seed in seeds {
-        let (from, to) = (target.join(&seed), worktree.join("target").join(&seed));
-        if !from.exists() || to.exists() {
-            continue;
-        }
-        fs::create_dir_all(to.parent().expect("a seed has a parent"))?;
-        crate::test::run_command(Command::new("cp").arg("-a").arg(&from).arg(&to))?;
-        // This checkout's lock of the build directory is no lock of the worktree's.
-        match fs::remove_file(to.join(".cargo-lock")) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error.into()),
-            _ => {}
+    for profile in profiles {
+        for (dir, link) in [("deps", true), ("build", true), (".fingerprint", false)] {
+            let from = target.join(&profile).join(dir);
+            let to = worktree.join("target").join(&profile).join(dir);
+            if !from.exists() || to.exists() {
+                continue;
+            }
+            fs::create_dir_all(to.parent().expect("a seed has a parent"))?;
+            let mut copy = Command::new("cp");
+            copy.arg(if link { "-al" } else { "-a" }).arg(&from).arg(&to);
+            crate::test::run_command(&mut copy)?;
         }
     }
     Ok(())
@@ -321,23 +323,25 @@ struct Pulled {
     blobs: Vec<(String, Vec<u8>)>,
 }
 
-/// The newest `v<major>.<minor>.<patch>` tag of a version before `current`.
-fn previous_tag<'a>(tags: &[&'a str], current: &str) -> Option<&'a str> {
-    let current = numbers(current)?;
-    tags.iter()
-        .filter_map(|tag| Some((numbers(tag.strip_prefix('v')?)?, *tag)))
-        .filter(|(version, _)| *version < current)
-        .max()
-        .map(|(_, tag)| tag)
-}
-
-/// `major.minor.patch` of a release version; none for a pre-release or anything else.
-fn numbers(version: &str) -> Option<[u64; 3]> {
-    let parts: Vec<u64> = version
-        .split('.')
-        .map(|part| part.parse().ok())
-        .collect::<Option<_>>()?;
-    parts.try_into().ok()
+/// Fails unless `commit` is in this clone (a shallow one lacks it), and unless the forge's tag
+/// of the release, where the clone has it, names the same commit.
+fn present(root: &Path, tag: &str, commit: &str) -> Result<()> {
+    git(root, &["cat-file", "-e", &format!("{commit}^{{commit}}")]).with_context(|| {
+        format!(
+            "{tag} was released from commit {commit} (CHANGELOG.md), which this clone lacks: \
+             a shallow clone? (git fetch --unshallow)"
+        )
+    })?;
+    let tagged = git(root, &["tag", "--list", tag])?;
+    if !tagged.trim().is_empty() {
+        let tagged = git(root, &["rev-list", "-n", "1", tag])?;
+        ensure!(
+            tagged.trim() == commit,
+            "the tag {tag} is on {}, CHANGELOG.md says {tag} was released from {commit}",
+            tagged.trim()
+        );
+    }
+    Ok(())
 }
 
 /// The published artifacts in what `cargo xtask release` printed (the `file` lines are on disk,
@@ -418,29 +422,6 @@ fn git(root: &Path, args: &[&str]) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_previous_tag_is_the_newest_release_before_the_current_version() {
-        let tags = [
-            "v0.1.0",
-            "v0.2.0",
-            "v0.10.0",
-            "v0.2.0-rc.1",
-            "v1.0",
-            "release-0.1.9",
-        ];
-        let cases = [
-            ("0.2.0", Some("v0.1.0")),
-            ("0.3.0", Some("v0.2.0")),
-            // Numbers, not text: 0.10.0 is after 0.2.0.
-            ("0.11.0", Some("v0.10.0")),
-            ("0.1.0", None),
-            ("0.0.1", None),
-        ];
-        for (current, want) in cases {
-            assert_eq!(previous_tag(&tags, current), want, "{current}");
-        }
-    }
 
     #[test]
     fn the_artifacts_are_the_registry_lines_of_what_the_release_printed() {
