@@ -148,7 +148,10 @@ mod tests {
         assert_eq!(previous(&changelog, "0.1.0").unwrap(), None);
         // A release nothing can build again is an error, not a skipped upgrade.
         let error = previous(&changelog, "0.2.0").unwrap_err().to_string();
-        assert!(error.contains("`## 0.1.0` heading names no commit"), "{error}");
+        assert!(
+            error.contains("`## 0.1.0` heading names no commit"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -206,7 +206,9 @@ fn seed_target(root: &Path, worktree: &Path) -> Result<()> {
             }
             fs::create_dir_all(to.parent().expect("a seed has a parent"))?;
             let mut copy = Command::new("cp");
-            copy.arg(if link { "-al" } else { "-a" }).arg(&from).arg(&to);
+            copy.arg(if link { "-al" } else { "-a" })
+                .arg(&from)
+                .arg(&to);
             crate::test::run_command(&mut copy)?;
         }
     }
