@@ -75,11 +75,7 @@ pub fn run(args: Args) -> Result<()> {
     let commit = output(Command::new("git").args(["rev-parse", "--short", "HEAD"]))?;
     let date = output(Command::new("date").args(["-u", "+%Y-%m-%d"]))?;
     // One build of the test binaries and the components for every release.
-    crate::test::run_command(
-        Command::new("cargo")
-            .args(["build", "--workspace", "--bins"])
-            .current_dir(&root),
-    )?;
+    crate::test::run_command(crate::cargo().args(["build", "--workspace", "--bins"]))?;
     let mut failed = Vec::new();
     for version in &versions {
         for &check in &checks {
@@ -140,7 +136,7 @@ fn run_check(root: &Path, version: &str, check: Check) -> Result<(bool, String)>
             if !up.status.success() {
                 return Ok((false, "cluster up failed".into()));
             }
-            let mut test = Command::new("cargo");
+            let mut test = crate::cargo();
             test.args(["test", "--package", "e2e", "--no-fail-fast"]);
             if check == Check::PdbOracle {
                 test.args(["--test", "pdb_policy_webhook"]);
@@ -167,7 +163,7 @@ fn run_check(root: &Path, version: &str, check: Check) -> Result<(bool, String)>
                 // on its own, and tell those apart.
                 for name in std::mem::take(&mut summary.failed) {
                     let alone = cargo_test(
-                        Command::new("cargo")
+                        crate::cargo()
                             .args(["test", "--package", "e2e", "--", "--exact"])
                             .arg(&name),
                     )?;

@@ -47,6 +47,9 @@ pub fn run(args: Args) -> Result<()> {
     disk_check(&root);
     let with_installed = !args.unit_only && !args.no_installed && args.e2e_args.is_empty();
     let early_images = with_installed.then(BackgroundBuild::images).transpose()?;
+    let early_tools = with_installed
+        .then(BackgroundBuild::installed_stage_tools)
+        .transpose()?;
     let fuzz_targets = (!args.unit_only && args.e2e_args.is_empty())
         .then(BackgroundBuild::fuzz_targets)
         .transpose()?;
@@ -118,9 +121,8 @@ pub fn run(args: Args) -> Result<()> {
             let tests = step(
                 "end-to-end tests",
                 run_command(
-                    Command::new("cargo")
+                    crate::cargo()
                         .args(&e2e)
-                        .current_dir(&root)
                         .env("KUBECONFIG", control_plane.kubeconfig()),
                 ),
             )
@@ -152,9 +154,13 @@ pub fn run(args: Args) -> Result<()> {
             crate::fuzz::fuzz(&root, &crate::fuzz::TARGETS, FUZZ_SECONDS_PER_TARGET),
         )?;
     }
-    match early_images {
-        Some(early) => installed(args.keep_cluster, Some(early), args.kubernetes),
-        None => Ok(()),
+    match (early_images, early_tools) {
+        (Some(images), Some(tools)) => installed(
+            args.keep_cluster,
+            Some(Early { images, tools }),
+            args.kubernetes,
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -254,14 +260,17 @@ const FUZZ_SECONDS_PER_TARGET: u32 = 30;
 /// image's signature verified with cosign and its SBOM found attached; a cluster with a real
 /// node whose containerd pulls from that registry; and tests/e2e/tests/installed.rs, which runs
 /// the README's Install commands against it.
-fn installed(
-    keep_cluster: bool,
-    early_images: Option<BackgroundBuild>,
-    kubernetes: Option<String>,
-) -> Result<()> {
+fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String>) -> Result<()> {
     let started = Instant::now();
-    if let Some(early) = early_images {
-        step("static release build (started early)", early.finish())?;
+    if let Some(early) = early {
+        step(
+            "static release build (started early)",
+            early.images.finish(),
+        )?;
+        step(
+            "registry and cosign builds (started early)",
+            early.tools.finish(),
+        )?;
     }
     step(
         "images",
@@ -314,7 +323,7 @@ fn installed(
     let result = step(
         "installed suite",
         run_command(
-            Command::new("cargo")
+            crate::cargo()
                 .args([
                     "test",
                     "--package",
@@ -324,7 +333,6 @@ fn installed(
                     "--",
                     "--ignored",
                 ])
-                .current_dir(crate::workspace_root())
                 .env("KUBECONFIG", control_plane.kubeconfig())
                 .env("EVICTKIT_REGISTRY", registry.address())
                 .env("SSL_CERT_FILE", registry.ca_bundle()),
@@ -347,6 +355,12 @@ fn installed(
 
 /// The path under the registry the installed stage releases to: the README's `<path>`.
 const RELEASE_PATH: &str = "evictkit";
+
+/// The installed stage's builds, started with the run.
+struct Early {
+    images: BackgroundBuild,
+    tools: BackgroundBuild,
+}
 
 /// A build started with the run at the lowest CPU priority: it takes only the CPU the checks
 /// and end-to-end tests leave idle (they mostly wait on the cluster), so the stage that needs
@@ -401,6 +415,26 @@ impl BackgroundBuild {
             "static release build of the images",
             crate::image::static_build(&root),
             log,
+        )
+    }
+
+    /// The registry and cosign of the installed stage, from their Go modules into the cache
+    /// (`cached_build`; nothing to do when it has them). Cold, cosign alone took 13 minutes on
+    /// two cores, in the foreground of the stage; here it takes the CPU the end-to-end tests
+    /// leave idle. The stage waits for it before it runs either, so no second build races it.
+    fn installed_stage_tools() -> Result<Self> {
+        let root = crate::workspace_root();
+        let mut build = Command::new("bash");
+        build
+            .args([
+                "-c",
+                "set -e; for tool in registry cosign; do bash tests/$tool/build.sh >/dev/null; done",
+            ])
+            .current_dir(&root);
+        Self::start(
+            "registry and cosign builds",
+            build,
+            root.join("target/installed-tools-build.log"),
         )
     }
 
@@ -549,9 +583,8 @@ fn dependency_rules() -> Result<()> {
 }
 
 fn cargo_output(args: &[&str]) -> Result<String> {
-    let output = Command::new("cargo")
+    let output = crate::cargo()
         .args(args)
-        .current_dir(crate::workspace_root())
         .output()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
     if !output.status.success() {
@@ -590,11 +623,7 @@ fn step(name: &str, result: Result<()>) -> Result<()> {
 }
 
 fn cargo(args: &[&str]) -> Result<()> {
-    run_command(
-        Command::new("cargo")
-            .args(args)
-            .current_dir(crate::workspace_root()),
-    )
+    run_command(crate::cargo().args(args))
 }
 
 pub fn run_command(command: &mut Command) -> Result<()> {

@@ -257,9 +257,8 @@ pub fn run(args: Args) -> Result<()> {
             known.join(", ")
         );
     }
-    let status = Command::new("cargo")
+    let status = crate::cargo()
         .args(["build", "--workspace", "--bins"])
-        .current_dir(crate::workspace_root())
         .status()?;
     if !status.success() {
         bail!("cargo build --bins failed");

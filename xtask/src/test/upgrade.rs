@@ -4,7 +4,6 @@
 //! the installed suite installed.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -29,10 +28,9 @@ pub fn run(kubeconfig: &Path) -> Result<()> {
     let result = step(
         "upgrade test",
         run_command(
-            Command::new("cargo")
+            crate::cargo()
                 .args(["test", "--package", "e2e", "--test", "upgrade", "--"])
                 .arg("--ignored")
-                .current_dir(crate::workspace_root())
                 .env("KUBECONFIG", kubeconfig)
                 .env("EVICTKIT_REGISTRY", registry.address())
                 .env("EVICTKIT_PREVIOUS_VERSION", &previous.version)
