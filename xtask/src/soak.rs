@@ -141,6 +141,7 @@ async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
     let (descheduler_kubeconfig, _) =
         support::service_account(cluster, &client, DESCHEDULER_ACCOUNT).await?;
     install(cluster)?;
+    let provenance = crate::bench::csv::Provenance::now()?;
     let mut churn = Churn::start(
         cluster,
         &client,
@@ -188,7 +189,7 @@ async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
     take_sample(&client, &mut record, &mut gone, &logs, begin).await?;
     let deleted_leaders = churn.deleted_leaders.clone();
     let counts = churn.stop().await?;
-    write_figures(&args.output, &record)?;
+    write_figures(&args.output, &record, &provenance)?;
     // Windows as long as possible, at most an hour: the first sample (churn warming up) is left
     // out, so two windows fit in the rest of the run.
     let window = (duration.saturating_sub(sample_every).as_secs_f64() / 2.0).min(3600.0);
@@ -512,7 +513,11 @@ fn explained_by_a_deletion(line: &sample::LogLine, deleted: &[(String, Timestamp
 }
 
 /// soak-pods.csv, soak-cluster.csv and the plots under `output`.
-fn write_figures(output: &Path, record: &Record) -> Result<()> {
+fn write_figures(
+    output: &Path,
+    record: &Record,
+    provenance: &crate::bench::csv::Provenance,
+) -> Result<()> {
     let dir = crate::workspace_root().join(output);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut previous_cpu: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
@@ -536,7 +541,7 @@ fn write_figures(output: &Path, record: &Record) -> Result<()> {
     }
     let pods_csv = dir.join("soak-pods.csv");
     let _ = std::fs::remove_file(&pods_csv);
-    crate::bench::csv::upsert(
+    crate::bench::csv::record(
         &pods_csv,
         &[
             "minute",
@@ -550,6 +555,7 @@ fn write_figures(output: &Path, record: &Record) -> Result<()> {
         ],
         3,
         &pod_rows,
+        provenance,
     )?;
     let kinds = [
         sample::CRD_REQUESTS,
@@ -577,7 +583,7 @@ fn write_figures(output: &Path, record: &Record) -> Result<()> {
         .collect();
     let cluster_csv = dir.join("soak-cluster.csv");
     let _ = std::fs::remove_file(&cluster_csv);
-    crate::bench::csv::upsert(
+    crate::bench::csv::record(
         &cluster_csv,
         &[
             "minute",
@@ -596,6 +602,7 @@ fn write_figures(output: &Path, record: &Record) -> Result<()> {
         ],
         1,
         &cluster_rows,
+        provenance,
     )?;
     let per_component = |figure: fn(&PodSample) -> f64| -> Vec<Series> {
         churn::COMPONENTS
