@@ -42,12 +42,17 @@ go_tool() {
     fi
     echo "==> building $tool $version ..." >&2
     start=$SECONDS
+    # A build cache of the tool's own, removed once its binaries are in place: the binaries are
+    # what is kept, and the compiled packages (gigabytes) would otherwise fill the user's Go
+    # cache until Go trims them days later (a CI machine ran out of disk).
+    export GOCACHE=$cache/go-build
     for binary in "$@"; do
       (cd "$here" && go build "${flags[@]}" -o "$bin/${binary%%=*}.tmp" "${binary#*=}")
     done
     for binary in "$@"; do
       mv "$bin/${binary%%=*}.tmp" "$bin/${binary%%=*}"
     done
+    rm -rf "$GOCACHE"
     echo "    $tool built in $((SECONDS - start))s" >&2
   fi
   echo "$bin"

@@ -28,6 +28,10 @@ flock 9
 
 command -v go >/dev/null || { echo "error: no 'go' on PATH: install Go 1.26 or newer (the control plane is built from Go modules)" >&2; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+# A build cache of the control plane's own, removed once every binary is in place (the end of
+# this script): the binaries are what is kept, and the compiled packages (6 GB) would otherwise
+# fill the user's Go cache until Go trims them days later (a CI machine ran out of disk).
+export GOCACHE=$cache/go-build
 
 # Fail fast with one line when the module proxy cannot be reached (or does not serve the version).
 if ! k8s_gomod=$(cd "$cache" && GOFLAGS= timeout 300 go mod download -json "k8s.io/kubernetes@$k8s_version" | awk -F'"' '$2 == "GoMod" {print $4}') || [ -z "$k8s_gomod" ]; then
@@ -102,4 +106,5 @@ if [ ! -d "$cache/kwok-stages" ]; then
   chmod -R u+w "$cache/kwok-stages.tmp"
   mv "$cache/kwok-stages.tmp" "$cache/kwok-stages"
 fi
+rm -rf "$GOCACHE"
 echo "$bin"
