@@ -16,6 +16,7 @@ mod cache;
 pub mod commands;
 pub mod lifecycle;
 mod metrics;
+mod node_drain;
 mod request_controller;
 mod target_pod;
 pub mod webhook;
@@ -276,8 +277,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let namespace = args.common.leader_election_namespace.clone();
             namespace.unwrap_or_else(|| client.default_namespace().to_owned())
         });
+        // Detached drains are this installation's by the namespace of its Lease, whether or
+        // not it is elected (a single replica's Lease namespace is the client's).
+        let node_drains = Arc::new(node_drain::Settings {
+            recorder: manager.recorder(COMPONENT).await?,
+            metrics: node_drain::NodeDrainMetrics::register(manager.metrics())?,
+            lease_namespace: args
+                .common
+                .leader_election_namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_owned()),
+        });
         manager.lead(LEASE_NAME, move |term| {
-            serve_apis(
+            let apis = serve_apis(
                 client.clone(),
                 mode,
                 crd_settings.clone(),
@@ -285,8 +297,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 args.namespace.clone(),
                 pod_live_reads.clone(),
                 lease_namespace.clone(),
-                term,
-            )
+                term.clone(),
+            );
+            let drains = node_drain::control(client.clone(), node_drains.clone(), term);
+            async move {
+                tokio::join!(apis, drains);
+            }
         });
     }
     Ok(manager.run().await?)

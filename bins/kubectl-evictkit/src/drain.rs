@@ -5,6 +5,7 @@
 //! the screen: [`screen`]); piped, a line per change; `-o json`, a JSON object per change and
 //! a summary ([`json`]).
 
+mod detached;
 mod json;
 mod screen;
 
@@ -39,7 +40,16 @@ Differences from kubectl drain, on purpose:
   --dry-run names blockers   the PDB and how many pods it needs, a responder, an unreachable node";
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct DrainArgs {
+    #[command(subcommand)]
+    follow: Option<Follow>,
+    /// Leave the drain to the cluster and return: a NodeDrain per node, which the
+    /// evictionrequest-controller in --controller-namespace runs (the timeout and the
+    /// withdrawal too) with no client; `drain status` and `drain wait` follow it, `uncordon`
+    /// takes it back.
+    #[arg(long, conflicts_with = "dry_run")]
+    detach: bool,
     /// The nodes to drain; their pods are asked to go all at once.
     #[arg(value_name = "NODE", required_unless_present = "selector")]
     nodes: Vec<String>,
@@ -96,6 +106,28 @@ pub struct DrainArgs {
     escalate: Option<Escalate>,
 }
 
+/// Following a detached drain (`drain --detach`).
+#[derive(Debug, clap::Subcommand)]
+enum Follow {
+    /// Where the detached drain of each NODE stands: its result, and each pod with what keeps
+    /// it. -o json: the attached drain's `pod` lines and a `summary` (result null while it
+    /// runs). Exit 3 when a drain ended with pods left.
+    Status {
+        #[arg(value_name = "NODE", required = true)]
+        nodes: Vec<String>,
+    },
+    /// Follows the detached drain of NODE until it ends, a line per change; exits as the
+    /// attached drain does (0 drained, 3 pods left). Ctrl-C or --timeout leaves the drain
+    /// running.
+    Wait {
+        #[arg(value_name = "NODE")]
+        node: String,
+        /// Stop following after this long (exit 3; the drain goes on). 0: until it ends.
+        #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Escalate {
     EvictUnhealthy,
@@ -129,6 +161,13 @@ pub enum Output {
 }
 
 pub async fn run(client: &Client, args: DrainArgs, output: Output) -> Result<Answer> {
+    match &args.follow {
+        Some(Follow::Status { nodes }) => return detached::status(client, nodes, output).await,
+        Some(Follow::Wait { node, timeout }) => {
+            return detached::wait(client, node, *timeout, output).await;
+        }
+        None => {}
+    }
     let mut nodes = args.nodes.clone();
     if let Some(selector) = &args.selector {
         let selected = Api::<Node>::all(client.clone())
@@ -169,6 +208,16 @@ pub async fn run(client: &Client, args: DrainArgs, output: Output) -> Result<Ans
                 },
             }),
     };
+    if args.detach {
+        return detached::detach(client, &settings, output).await;
+    }
+    for node in &settings.nodes {
+        if detached::running(client, node).await?.is_some() {
+            bail!(
+                "node {node} is being drained by nodedrain/{node} (drain --detach): kubectl evictkit drain wait {node} follows it, kubectl evictkit uncordon {node} takes it back"
+            );
+        }
+    }
     if args.dry_run == Some(DryRun::Server) {
         cordon_dry_run(client, &settings.nodes).await?;
     }
@@ -274,6 +323,10 @@ fn left_line(left: &Left, now: Timestamp) -> String {
 }
 
 pub async fn uncordon(client: &Client, args: UncordonArgs) -> Result<Answer> {
+    // First the detached drains, so their controller stops asking; it withdraws too.
+    for node in detached::take_back(client, &args.nodes).await? {
+        println!("nodedrain/{node} deleted");
+    }
     let withdrawn =
         evictkit_drain::uncordon(client, &args.nodes, args.api, &args.controller_namespace).await?;
     let mut failed = false;

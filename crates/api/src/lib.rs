@@ -6,6 +6,7 @@
 pub mod conditions;
 pub mod eviction_request;
 pub mod keys;
+pub mod node_drain;
 pub mod pod_disruption_budget_policy;
 mod schema;
 pub mod taint_eviction_policy;
@@ -13,6 +14,9 @@ pub mod taint_eviction_policy;
 pub use eviction_request::{
     EvictionRequest, EvictionRequestSpec, EvictionRequestStatus, EvictionTarget, Interceptor,
     InterceptorStatus, LocalPodReference, Requester,
+};
+pub use node_drain::{
+    DrainBlocker, DrainedPod, NodeDrain, NodeDrainEscalation, NodeDrainSpec, NodeDrainStatus,
 };
 pub use pod_disruption_budget_policy::{
     CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec,
@@ -30,6 +34,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
     vec![
         EvictionRequest::crd(),
+        NodeDrain::crd(),
         PodDisruptionBudgetPolicy::crd(),
         TaintEvictionPolicy::crd(),
     ]

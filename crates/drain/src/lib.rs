@@ -11,6 +11,7 @@
 //! The client given is used as is: give it a client-side rate limit (kubectl's is 5 calls a
 //! second, bursts of 10).
 
+pub mod detached;
 pub mod escalate;
 mod read;
 
@@ -204,7 +205,7 @@ pub struct Report {
 pub async fn run(
     client: &Client,
     settings: &Settings,
-    observer: &mut dyn Observer,
+    observer: &mut (dyn Observer + Send),
     interrupt: impl Future<Output = ()>,
 ) -> Result<Report, DrainError> {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -472,7 +473,7 @@ impl Drainer {
     async fn rounds(
         &mut self,
         settings: &Settings,
-        observer: &mut dyn Observer,
+        observer: &mut (dyn Observer + Send),
         started: Timestamp,
         interrupt: impl Future<Output = ()>,
     ) -> Result<Ending, DrainError> {

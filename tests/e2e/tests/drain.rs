@@ -1,6 +1,7 @@
 //! `kubectl evictkit drain` as an operator and a script meet it: what happens when it cannot
 //! read any more, how often it reads, what it names as the blocker of each pod it waits for
-//! (live, in `--dry-run`, in `-o json` and in what it says it left), and `uncordon`.
+//! (live, in `--dry-run`, in `-o json` and in what it says it left), `uncordon`, and the
+//! drain that outlives its client (`--detach`, `drain status`, `drain wait`).
 //! The plugin runs from `target/debug` (built by `cargo build --workspace --bins`), as the
 //! identity of the kubeconfig each test gives it.
 
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use evictkit_api::keys::DRAIN_REQUESTER_KEY;
+use evictkit_api::node_drain::NodeDrain;
 use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
@@ -884,6 +886,277 @@ async fn escalate_overrides_a_pdb_after_the_wait_with_a_warning_event() -> Resul
     assert!(
         overridden("Pod", "db-0") && overridden("Node", &node),
         "{run:?}\n{events:#?}"
+    );
+    controller.stop();
+    Ok(())
+}
+
+/// The detached drain's cluster: the NodeDrain CRD, an evictionrequest-controller on
+/// lifecycle.k8s.io whose Lease is in the test's namespace (so it runs this test's NodeDrains
+/// only), and a node with `db-0`, which its PDB keeps, and `web-0`, free to go.
+async fn detached_drain_cluster(
+    env: &TestEnv,
+) -> Result<(evictkit_testenv::component::Component, String)> {
+    env.apply_crd("NodeDrain").await?;
+    let controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.delete_on_drop::<NodeDrain>(&node);
+    let ns = env.namespace.clone();
+    blocked_pod(env, &ns, &node, "db-0").await?;
+    env.create(&pod_on(&node, "web-0", "web-0")).await?;
+    env.wait_for_ready_pods("app in (db-0, web-0)", 2).await?;
+    Ok((controller, node))
+}
+
+/// `drain --detach` for the node of [`detached_drain_cluster`], with `extra` flags: it returns
+/// at once, having created the NodeDrain.
+async fn detach(env: &TestEnv, node: &str, extra: &[&str]) -> Result<()> {
+    let ns = env.namespace.as_str();
+    let mut args = vec![
+        "drain",
+        node,
+        "--detach",
+        "--force",
+        "--controller-namespace",
+        ns,
+    ];
+    args.extend_from_slice(extra);
+    let run = run(plugin(env, env.kubeconfig(), &args)?).await?;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(
+        run.stdout.contains(&format!("nodedrain/{node} created")),
+        "{run:?}"
+    );
+    Ok(())
+}
+
+/// `drain status NODE -o json` until `done` holds for its lines (pod lines, then the summary).
+async fn status_until(
+    env: &TestEnv,
+    node: &str,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Result<Vec<Value>> {
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    loop {
+        let run = run(plugin(
+            env,
+            env.kubeconfig(),
+            &["drain", "status", node, "-o", "json"],
+        )?)
+        .await?;
+        let lines = run.json_lines()?;
+        if done(&lines) {
+            return Ok(lines);
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "drain status never showed {what}: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn pod_line<'a>(lines: &'a [Value], pod: &str) -> Option<&'a Value> {
+    lines.iter().find(|l| l["kind"] == "pod" && l["pod"] == pod)
+}
+
+/// A drain that outlives its client: `drain --detach` returns at once and the controller
+/// drains; `drain status -o json` names the PDB that keeps db-0 while web-0 is gone; `drain
+/// wait` returns when the drain ends (exit 3 at its own --timeout while it goes on, 0 once
+/// drained); an attached drain of the same node is refused meanwhile.
+#[tokio::test]
+async fn a_detached_drain_names_its_blocker_and_drain_wait_returns_when_done() -> Result<()> {
+    let env = TestEnv::new("drain-detach").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let (mut controller, node) = detached_drain_cluster(&env).await?;
+    let ns = env.namespace.clone();
+    detach(&env, &node, &[]).await?;
+    let db = format!("{ns}/db-0");
+    let web = format!("{ns}/web-0");
+    let lines = status_until(&env, &node, "db-0 blocked, web-0 gone", |lines| {
+        pod_line(lines, &db).is_some_and(|l| {
+            l["blocker"]["kind"] == "PodDisruptionBudget" && l["blocker"]["name"] == "db-0"
+        }) && pod_line(lines, &web).is_some_and(|l| l["state"] == "Gone" || l["state"] == "Evicted")
+    })
+    .await
+    .with_context(|| format!("controller:\n{}", controller.log_tail(30)))?;
+    let summary = lines.last().context("no line")?;
+    assert_eq!(summary["kind"], "summary", "{lines:?}");
+    assert_eq!(summary["result"], Value::Null, "{lines:?}");
+    assert_eq!(
+        (summary["pods"].as_u64(), summary["gone"].as_u64()),
+        (Some(2), Some(1))
+    );
+
+    let attached = run(plugin(
+        &env,
+        env.kubeconfig(),
+        &["drain", &node, "--force"],
+    )?)
+    .await?;
+    assert_eq!(attached.code, Some(1), "{attached:?}");
+    assert!(
+        attached
+            .stderr
+            .contains(&format!("node {node} is being drained by nodedrain/{node}")),
+        "{attached:?}"
+    );
+
+    let waiting = run(plugin(
+        &env,
+        env.kubeconfig(),
+        &["drain", "wait", &node, "--timeout", "3s", "-o", "json"],
+    )?)
+    .await?;
+    assert_eq!(waiting.code, Some(3), "{waiting:?}");
+
+    let following = tokio::spawn(run(plugin(
+        &env,
+        env.kubeconfig(),
+        &["drain", "wait", &node, "-o", "json"],
+    )?));
+    env.api::<PodDisruptionBudget>()
+        .delete("db-0", &DeleteParams::default())
+        .await?;
+    let waited = tokio::time::timeout(DEFAULT_TIMEOUT, following)
+        .await
+        .context("drain wait did not return once the drain could end")???;
+    assert_eq!(waited.code, Some(0), "{waited:?}");
+    let lines = waited.json_lines()?;
+    let summary = lines.last().context("no line")?;
+    assert_eq!(summary["result"], "drained", "{waited:?}");
+    assert_eq!(summary["gone"], 2, "{waited:?}");
+    controller.stop();
+    Ok(())
+}
+
+/// The timeout of a detached drain passes with no client running: the controller withdraws
+/// its request, says so in the status, and `drain wait` exits as the attached drain would.
+#[tokio::test]
+async fn a_detached_drain_times_out_and_withdraws_with_no_client() -> Result<()> {
+    let env = TestEnv::new("drain-detach-timeout").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let (mut controller, node) = detached_drain_cluster(&env).await?;
+    let ns = env.namespace.clone();
+    detach(&env, &node, &["--timeout", "8s"]).await?;
+    let requests = env.api::<EvictionRequest>();
+    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
+        r.spec.intent == INTENT_EVICTION
+    })
+    .await
+    .with_context(|| format!("controller:\n{}", controller.log_tail(30)))?;
+    wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "withdrawn", |r| {
+        r.spec.intent == INTENT_WITHDRAWN
+    })
+    .await?;
+    let lines = status_until(&env, &node, "the timeout", |lines| {
+        lines.last().is_some_and(|s| s["result"] == "timeout")
+    })
+    .await?;
+    let summary = lines.last().context("no line")?;
+    let left = summary["left"].as_array().context("left")?;
+    assert_eq!(left.len(), 1, "{lines:?}");
+    assert_eq!(left[0]["pod"], format!("{ns}/db-0").as_str(), "{lines:?}");
+    assert_eq!(left[0]["withdrawn"], true, "{lines:?}");
+    assert_eq!(
+        left[0]["blocker"]["kind"], "PodDisruptionBudget",
+        "{lines:?}"
+    );
+    let waited = run(plugin(&env, env.kubeconfig(), &["drain", "wait", &node])?).await?;
+    assert_eq!(waited.code, Some(3), "{waited:?}");
+    assert!(
+        waited
+            .stdout
+            .contains(&format!("nodedrain/{node}: timeout")),
+        "{waited:?}"
+    );
+    controller.stop();
+    Ok(())
+}
+
+/// A client following a drain (`drain wait`) killed mid-drain takes nothing with it: the drain
+/// goes on, `drain status` reattaches and shows it, and `uncordon` takes it back: the
+/// NodeDrain deleted, its request withdrawn, the node schedulable.
+#[tokio::test]
+async fn a_killed_client_reattaches_and_uncordon_withdraws_a_detached_drain() -> Result<()> {
+    let env = TestEnv::new("drain-detach-kill").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let (mut controller, node) = detached_drain_cluster(&env).await?;
+    let ns = env.namespace.clone();
+    detach(&env, &node, &[]).await?;
+    let mut following =
+        tokio::process::Command::from(plugin(&env, env.kubeconfig(), &["drain", "wait", &node])?)
+            .kill_on_drop(true)
+            .spawn()?;
+    let requests = env.api::<EvictionRequest>();
+    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
+        r.spec.intent == INTENT_EVICTION
+    })
+    .await
+    .with_context(|| format!("controller:\n{}", controller.log_tail(30)))?;
+    following.kill().await?;
+
+    let db = format!("{ns}/db-0");
+    let lines = status_until(&env, &node, "db-0 still asked for", |lines| {
+        pod_line(lines, &db).is_some_and(|l| l["blocker"]["name"] == "db-0")
+    })
+    .await?;
+    assert_eq!(
+        lines.last().context("no line")?["result"],
+        Value::Null,
+        "{lines:?}"
+    );
+    assert_eq!(requests.get(&name).await?.spec.intent, INTENT_EVICTION);
+    let text = run(plugin(&env, env.kubeconfig(), &["drain", "status", &node])?).await?;
+    assert_eq!(text.code, Some(0), "{text:?}");
+    assert!(
+        text.stdout
+            .contains(&format!("nodedrain/{node}: draining for"))
+            && text.stdout.contains("PodDisruptionBudget db-0"),
+        "{text:?}"
+    );
+
+    let uncordon = run(plugin(&env, env.kubeconfig(), &["uncordon", &node])?).await?;
+    assert_eq!(uncordon.code, Some(0), "{uncordon:?}");
+    assert!(
+        uncordon
+            .stdout
+            .contains(&format!("nodedrain/{node} deleted"))
+            && uncordon.stdout.contains(&format!("node/{node} uncordoned")),
+        "{uncordon:?}"
+    );
+    wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "withdrawn", |r| {
+        r.spec.intent == INTENT_WITHDRAWN
+    })
+    .await?;
+    assert!(
+        Api::<NodeDrain>::all(env.client.clone())
+            .get_opt(&node)
+            .await?
+            .is_none(),
+        "{uncordon:?}"
+    );
+    // Nothing cordons it again: the controller stopped with the NodeDrain.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let node = Api::<Node>::all(env.client.clone()).get(&node).await?;
+    assert_ne!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "{uncordon:?}"
     );
     controller.stop();
     Ok(())
