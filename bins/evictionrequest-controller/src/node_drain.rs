@@ -228,7 +228,8 @@ async fn finish(
     report: &Report,
 ) {
     let node = drain.name_any();
-    let status = detached::finished(status, report);
+    let timeout = Duration::from_secs(drain.spec.timeout_seconds);
+    let status = detached::finished(status, report, timeout);
     write_status(api, &node, &status).await;
     let word = report.ending.word();
     settings.metrics.finished.with_label_values(&[word]).inc();
@@ -238,7 +239,7 @@ async fn finish(
             let note = format!("node {node} drained: {} pods gone", report.gone);
             crate::normal(&settings.recorder, drain, "Drained", "Drain", &note).await;
         }
-        Ending::TimedOut(timeout) => {
+        Ending::TimedOut(_) => {
             let note = format!(
                 "the drain of node {node} timed out after {}s: {left} pods left, their requests withdrawn",
                 timeout.as_secs()

@@ -325,7 +325,7 @@ fn left_line(left: &Left, now: Timestamp) -> String {
 pub async fn uncordon(client: &Client, args: UncordonArgs) -> Result<Answer> {
     // First the detached drains, so their controller stops asking; it withdraws too.
     for node in detached::take_back(client, &args.nodes).await? {
-        println!("nodedrain/{node} deleted");
+        println!("nodedrain/{node} deleted (its controller withdraws its requests)");
     }
     let withdrawn =
         evictkit_drain::uncordon(client, &args.nodes, args.api, &args.controller_namespace).await?;

@@ -157,12 +157,17 @@ fn blocker(blocker: &Blocker, now: Timestamp) -> DrainBlocker {
 }
 
 /// The status once the drain ended: how, why, and what it left (each pod still there with
-/// whether its request was withdrawn).
-pub fn finished(mut status: NodeDrainStatus, report: &Report) -> NodeDrainStatus {
+/// whether its request was withdrawn). `timeout` is the spec's: the report's is what was left
+/// of it when this run of the drain started.
+pub fn finished(
+    mut status: NodeDrainStatus,
+    report: &Report,
+    timeout: Duration,
+) -> NodeDrainStatus {
     status.result = Some(report.ending.word().to_owned());
     status.finish_time = Some(report.ended.to_string());
     status.message = match &report.ending {
-        Ending::TimedOut(timeout) => Some(format!(
+        Ending::TimedOut(_) => Some(format!(
             "the timeout ({}s) passed; the requests of the pods left are withdrawn",
             timeout.as_secs()
         )),

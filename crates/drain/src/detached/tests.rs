@@ -175,7 +175,7 @@ fn a_finished_status_says_how_and_what_was_withdrawn() {
         withdrawal,
     };
     let report = Report {
-        ending: Ending::TimedOut(secs(20)),
+        ending: Ending::TimedOut(secs(5)),
         nodes: vec!["n1".to_owned()],
         started: Some(now),
         ended: now,
@@ -186,7 +186,7 @@ fn a_finished_status_says_how_and_what_was_withdrawn() {
             left(1, Withdrawal::Failed("forbidden".to_owned())),
         ],
     };
-    let status = finished(observer.status().clone(), &report);
+    let status = finished(observer.status().clone(), &report, secs(20));
     assert_eq!(status.result.as_deref(), Some("timeout"));
     assert_eq!(
         status.message.as_deref(),
