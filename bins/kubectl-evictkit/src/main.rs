@@ -34,7 +34,9 @@ Exit codes:
   1  error: the cluster cannot be reached, or the pod, node or namespace does not exist
   2  bad usage (unknown flag, missing argument)
   3  explain and drain-preview: at least one eviction would be refused; drain: pods are left
-     on the node (refused by drain's rules, or still there at --timeout or Ctrl-C)";
+     on the node (refused by drain's rules, or still there at --timeout or Ctrl-C); drain
+     wait and drain status: the detached drain ended with pods left, or wait's --timeout
+     passed (the drain goes on)";
 
 /// The top-level help's examples: one per command.
 const EXAMPLES: &str = "\
@@ -43,6 +45,8 @@ Examples:
   kubectl evictkit drain-preview node-1
   kubectl evictkit drain node-1 node-2 --ignore-daemonsets --timeout 10m
   kubectl evictkit drain -l pool=old --dry-run -o json
+  kubectl evictkit drain node-1 --detach --ignore-daemonsets --timeout 1h
+  kubectl evictkit drain wait node-1
   kubectl evictkit uncordon node-1
   kubectl evictkit requests -A
   kubectl evictkit describe web-0 -n shop
@@ -124,7 +128,9 @@ enum Command {
     /// kubectl drain, cooperative: cordons the nodes, asks each pod to go through an
     /// EvictionRequest (lifecycle.k8s.io where served, else evictkit.io's CRD) so its
     /// interceptors or responders act first, and shows each pod's progress; at --timeout or
-    /// Ctrl-C it withdraws its requests and says what it left.
+    /// Ctrl-C it withdraws its requests and says what it left. --detach leaves it to the
+    /// cluster (a NodeDrain the evictionrequest-controller runs); `drain status NODE` and
+    /// `drain wait NODE` follow it.
     /// -o json: a JSON object per line as the drain goes, then a summary (schema in
     /// docs/kubectl-evictkit.md).
     #[command(after_help = format!("{}\n\n{EXIT_CODES}", drain::DIFFERENCES))]
