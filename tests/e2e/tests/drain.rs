@@ -16,13 +16,13 @@ use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAW
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::objects::{self, Budget};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use k8s_openapi::api::core::v1::{EvictionResponder, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, EvictionResponder, Namespace, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -1081,6 +1081,28 @@ async fn a_detached_drain_times_out_and_withdraws_with_no_client() -> Result<()>
             .contains(&format!("nodedrain/{node}: timeout")),
         "{waited:?}"
     );
+    // The Events of a cluster-scoped object are in `default`.
+    let events = Api::<Event>::namespaced(env.client.clone(), "default")
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=NodeDrain,involvedObject.name={node}"
+        )))
+        .await?;
+    let reasons: Vec<(String, String)> = events
+        .items
+        .iter()
+        .map(|e| {
+            (
+                e.type_.clone().unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (kind, reason) in [("Normal", "DrainStarted"), ("Warning", "DrainTimedOut")] {
+        assert!(
+            reasons.contains(&(kind.to_owned(), reason.to_owned())),
+            "{reasons:?}"
+        );
+    }
     controller.stop();
     Ok(())
 }
