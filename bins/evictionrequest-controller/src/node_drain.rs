@@ -99,7 +99,6 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, term: Cance
             }
             Some(Ok(_)) => {}
         }
-        running.retain(|_, run| !run.task.is_finished());
     }
     for (_, run) in running {
         // Their tokens are children of the term's: each withdraws and returns.
@@ -107,7 +106,8 @@ pub(crate) async fn control(client: Client, settings: Arc<Settings>, term: Cance
     }
 }
 
-/// Starts the drain of `drain` unless it is another installation's, finished, or running.
+/// Starts the drain of `drain` unless it is another installation's, finished, or started in
+/// this term (an entry stays until the object is deleted).
 fn take_up(
     client: &Client,
     settings: &Arc<Settings>,
@@ -123,7 +123,9 @@ fn take_up(
         return;
     }
     if let Some(run) = running.get(&name) {
-        if run.uid == uid && !run.task.is_finished() {
+        // Running or ended, this object's drain is this term's: an event older than its
+        // result (one of its own status writes) must not start it again.
+        if run.uid == uid {
             return;
         }
         // Deleted and created again between two events: the old drain is taken back.
