@@ -32,6 +32,10 @@ go_tool() {
   command -v go >/dev/null || { echo "error: no 'go' on PATH: install Go $(awk '$1 == "go" {print $2; exit}' "$here/go.mod") or newer ($what is built from its Go module)" >&2; exit 1; }
   export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
+  # One build at a time per cache (the tests' threads may ask at once): two would write the same
+  # temporary binaries, and one's removal of the build cache below would break the other's build.
+  exec 9>"$cache/.build.lock"
+  flock 9
   for binary in "$@"; do
     [ -x "$bin/${binary%%=*}" ] || missing=yes
   done

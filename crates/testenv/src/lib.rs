@@ -16,6 +16,7 @@ pub mod component;
 pub mod descheduler;
 pub mod kubectl_drain;
 pub mod objects;
+mod plugin;
 pub mod proxy;
 pub mod wait;
 pub mod webhook;

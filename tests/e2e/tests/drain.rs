@@ -5,7 +5,6 @@
 //! The plugin runs from `target/debug` (built by `cargo build --workspace --bins`), as the
 //! identity of the kubeconfig each test gives it.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -53,33 +52,6 @@ impl Run {
             })
             .collect()
     }
-}
-
-/// `kubectl evictkit <args> --kubeconfig <kubeconfig>` through the control plane's kubectl,
-/// with target/debug first on PATH.
-fn plugin(env: &TestEnv, kubeconfig: &Path, args: &[&str]) -> Result<Command> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .context("tests/e2e is two levels below the workspace root")?;
-    let plugin_dir = root.join("target/debug");
-    ensure!(
-        plugin_dir.join("kubectl-evictkit").exists(),
-        "no {}/kubectl-evictkit: run cargo build --workspace --bins",
-        plugin_dir.display()
-    );
-    let path = std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))?;
-    let mut command = Command::new(env.control_plane_bin("kubectl")?);
-    command
-        .arg("evictkit")
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .env("PATH", path)
-        .env_remove("KUBECONFIG");
-    Ok(command)
 }
 
 async fn run(command: Command) -> Result<Run> {
@@ -221,8 +193,7 @@ async fn a_drain_that_cannot_read_withdraws_what_it_asked() -> Result<()> {
         )],
     )
     .await?;
-    let drain = plugin(
-        &env,
+    let drain = env.plugin(
         &identity.kubeconfig,
         &[
             "drain",
@@ -304,8 +275,7 @@ async fn the_drain_reads_once_per_kind_and_names_each_pdb_in_json() -> Result<()
     let account = "drainer";
     let identity = env.service_account(account, "cluster-admin").await?;
     let started = jiff::Timestamp::now();
-    let run = run(plugin(
-        &env,
+    let run = run(env.plugin(
         &identity.kubeconfig,
         &["drain", &node, "--force", "--timeout", "10s", "-o", "json"],
     )?)
@@ -460,8 +430,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
     };
     let kubeconfig = env.kubeconfig().to_owned();
 
-    let dry = run(plugin(
-        &env,
+    let dry = run(env.plugin(
         &kubeconfig,
         &["drain", &node, &lost, "--force", "--dry-run"],
     )?)
@@ -498,8 +467,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
         "the dry run asked: {dry:?}"
     );
 
-    let drained = run(plugin(
-        &env,
+    let drained = run(env.plugin(
         &kubeconfig,
         &["drain", &node, &lost, "--force", "--timeout", "12s"],
     )?)
@@ -524,8 +492,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
 
     retaint.abort();
     // A pod Terminating longer than the flag allows counts as gone: the lost node drains.
-    let skipped = run(plugin(
-        &env,
+    let skipped = run(env.plugin(
         &kubeconfig,
         &[
             "drain",
@@ -568,7 +535,7 @@ async fn uncordon_withdraws_what_a_killed_drain_asked() -> Result<()> {
     env.wait_for_ready_pods("app=db-0", 1).await?;
     let kubeconfig = env.kubeconfig().to_owned();
     let mut drain =
-        tokio::process::Command::from(plugin(&env, &kubeconfig, &["drain", &node, "--force"])?)
+        tokio::process::Command::from(env.plugin(&kubeconfig, &["drain", &node, "--force"])?)
             .kill_on_drop(true)
             .spawn()?;
     let requests = env.api::<EvictionRequest>();
@@ -580,7 +547,7 @@ async fn uncordon_withdraws_what_a_killed_drain_asked() -> Result<()> {
     drain.kill().await?;
     assert_eq!(requests.get(&name).await?.spec.intent, INTENT_EVICTION);
 
-    let run = run(plugin(&env, &kubeconfig, &["uncordon", &node])?).await?;
+    let run = run(env.plugin(&kubeconfig, &["uncordon", &node])?).await?;
     assert_eq!(run.code, Some(0), "{run:?}");
     assert!(
         run.stdout
@@ -656,7 +623,7 @@ async fn kubectl_connection_flags_and_node_selectors_work_as_in_kubectl() -> Res
     };
     let args = drain(&["--context", "real"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let dry = run(plugin(&env, &kubeconfig, &args)?).await?;
+    let dry = run(env.plugin(&kubeconfig, &args)?).await?;
     assert_eq!(dry.code, Some(0), "{dry:?}");
     assert_eq!(
         dry.stdout
@@ -670,8 +637,7 @@ async fn kubectl_connection_flags_and_node_selectors_work_as_in_kubectl() -> Res
         "{dry:?}"
     );
 
-    let unreachable = run(plugin(
-        &env,
+    let unreachable = run(env.plugin(
         &kubeconfig,
         &drain(&[]).iter().map(String::as_str).collect::<Vec<_>>(),
     )?)
@@ -681,7 +647,7 @@ async fn kubectl_connection_flags_and_node_selectors_work_as_in_kubectl() -> Res
     let nobody = format!("{ns}-nobody");
     let args = drain(&["--context", "real", "--as", &nobody]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let refused = run(plugin(&env, &kubeconfig, &args)?).await?;
+    let refused = run(env.plugin(&kubeconfig, &args)?).await?;
     assert_eq!(refused.code, Some(1), "{refused:?}");
     assert!(
         refused
@@ -698,7 +664,7 @@ async fn kubectl_connection_flags_and_node_selectors_work_as_in_kubectl() -> Res
         "system:masters",
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let admin = run(plugin(&env, &kubeconfig, &args)?).await?;
+    let admin = run(env.plugin(&kubeconfig, &args)?).await?;
     assert_eq!(admin.code, Some(0), "{admin:?}");
     for node in &nodes {
         let node = Api::<Node>::all(env.client.clone()).get(node).await?;
@@ -744,8 +710,7 @@ async fn the_live_view_fits_a_terminal_of_80_columns() -> Result<()> {
     .await?;
     env.wait_for_observed_budget(app, "currentHealthy=30", |s| s.current_healthy == Some(30))
         .await?;
-    let command = plugin(
-        &env,
+    let command = env.plugin(
         env.kubeconfig(),
         &[
             "drain",
@@ -831,15 +796,13 @@ async fn escalate_overrides_a_pdb_after_the_wait_with_a_warning_event() -> Resul
     let ns = env.namespace.clone();
     blocked_pod(&env, &ns, &node, "db-0").await?;
     env.wait_for_ready_pods("app=db-0", 1).await?;
-    let usage = run(plugin(
-        &env,
+    let usage = run(env.plugin(
         env.kubeconfig(),
         &["drain", &node, "--escalate-after", "4s"],
     )?)
     .await?;
     assert_eq!(usage.code, Some(2), "--escalate-after alone: {usage:?}");
-    let run = run(plugin(
-        &env,
+    let run = run(env.plugin(
         env.kubeconfig(),
         &[
             "drain",
@@ -926,7 +889,7 @@ async fn detach(env: &TestEnv, node: &str, extra: &[&str]) -> Result<()> {
         ns,
     ];
     args.extend_from_slice(extra);
-    let run = run(plugin(env, env.kubeconfig(), &args)?).await?;
+    let run = run(env.plugin(env.kubeconfig(), &args)?).await?;
     assert_eq!(run.code, Some(0), "{run:?}");
     assert!(
         run.stdout.contains(&format!("nodedrain/{node} created")),
@@ -944,12 +907,8 @@ async fn status_until(
 ) -> Result<Vec<Value>> {
     let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
     loop {
-        let run = run(plugin(
-            env,
-            env.kubeconfig(),
-            &["drain", "status", node, "-o", "json"],
-        )?)
-        .await?;
+        let run =
+            run(env.plugin(env.kubeconfig(), &["drain", "status", node, "-o", "json"])?).await?;
         let lines = run.json_lines()?;
         if done(&lines) {
             return Ok(lines);
@@ -996,12 +955,7 @@ async fn a_detached_drain_names_its_blocker_and_drain_wait_returns_when_done() -
         (Some(2), Some(1))
     );
 
-    let attached = run(plugin(
-        &env,
-        env.kubeconfig(),
-        &["drain", &node, "--force"],
-    )?)
-    .await?;
+    let attached = run(env.plugin(env.kubeconfig(), &["drain", &node, "--force"])?).await?;
     assert_eq!(attached.code, Some(1), "{attached:?}");
     assert!(
         attached
@@ -1010,19 +964,16 @@ async fn a_detached_drain_names_its_blocker_and_drain_wait_returns_when_done() -
         "{attached:?}"
     );
 
-    let waiting = run(plugin(
-        &env,
+    let waiting = run(env.plugin(
         env.kubeconfig(),
         &["drain", "wait", &node, "--timeout", "3s", "-o", "json"],
     )?)
     .await?;
     assert_eq!(waiting.code, Some(3), "{waiting:?}");
 
-    let following = tokio::spawn(run(plugin(
-        &env,
-        env.kubeconfig(),
-        &["drain", "wait", &node, "-o", "json"],
-    )?));
+    let following = tokio::spawn(run(
+        env.plugin(env.kubeconfig(), &["drain", "wait", &node, "-o", "json"])?
+    ));
     env.api::<PodDisruptionBudget>()
         .delete("db-0", &DeleteParams::default())
         .await?;
@@ -1073,7 +1024,7 @@ async fn a_detached_drain_times_out_and_withdraws_with_no_client() -> Result<()>
         left[0]["blocker"]["kind"], "PodDisruptionBudget",
         "{lines:?}"
     );
-    let waited = run(plugin(&env, env.kubeconfig(), &["drain", "wait", &node])?).await?;
+    let waited = run(env.plugin(env.kubeconfig(), &["drain", "wait", &node])?).await?;
     assert_eq!(waited.code, Some(3), "{waited:?}");
     assert!(
         waited
@@ -1120,7 +1071,7 @@ async fn a_killed_client_reattaches_and_uncordon_withdraws_a_detached_drain() ->
     let ns = env.namespace.clone();
     detach(&env, &node, &[]).await?;
     let mut following =
-        tokio::process::Command::from(plugin(&env, env.kubeconfig(), &["drain", "wait", &node])?)
+        tokio::process::Command::from(env.plugin(env.kubeconfig(), &["drain", "wait", &node])?)
             .kill_on_drop(true)
             .spawn()?;
     let requests = env.api::<EvictionRequest>();
@@ -1143,7 +1094,7 @@ async fn a_killed_client_reattaches_and_uncordon_withdraws_a_detached_drain() ->
         "{lines:?}"
     );
     assert_eq!(requests.get(&name).await?.spec.intent, INTENT_EVICTION);
-    let text = run(plugin(&env, env.kubeconfig(), &["drain", "status", &node])?).await?;
+    let text = run(env.plugin(env.kubeconfig(), &["drain", "status", &node])?).await?;
     assert_eq!(text.code, Some(0), "{text:?}");
     assert!(
         text.stdout
@@ -1152,7 +1103,7 @@ async fn a_killed_client_reattaches_and_uncordon_withdraws_a_detached_drain() ->
         "{text:?}"
     );
 
-    let uncordon = run(plugin(&env, env.kubeconfig(), &["uncordon", &node])?).await?;
+    let uncordon = run(env.plugin(env.kubeconfig(), &["uncordon", &node])?).await?;
     assert_eq!(uncordon.code, Some(0), "{uncordon:?}");
     assert!(
         uncordon

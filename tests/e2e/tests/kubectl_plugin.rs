@@ -3,7 +3,6 @@
 //! components are). Checks what each subcommand prints and its exit code: 0 allowed or done,
 //! 1 an error, 2 bad usage, 3 an eviction that would be refused (drain: pods left).
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -47,29 +46,7 @@ fn kubectl_evictkit(env: &TestEnv, args: &[&str]) -> Result<Run> {
 
 /// The command [`kubectl_evictkit`] runs, for a test that does something while it runs.
 fn plugin_command(env: &TestEnv, args: &[&str]) -> Result<Command> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .context("tests/e2e is two levels below the workspace root")?;
-    let plugin_dir = root.join("target/debug");
-    anyhow::ensure!(
-        plugin_dir.join("kubectl-evictkit").exists(),
-        "no {}/kubectl-evictkit: run cargo build --workspace --bins",
-        plugin_dir.display()
-    );
-    let path = std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))?;
-    let kubeconfig = env.kubeconfig().to_string_lossy().into_owned();
-    let mut command = Command::new(env.control_plane_bin("kubectl")?);
-    command
-        .arg("evictkit")
-        .args(args)
-        .args(["--kubeconfig", &kubeconfig])
-        .env("PATH", path)
-        // The plugin must take the cluster from --kubeconfig, not from the environment.
-        .env_remove("KUBECONFIG");
-    Ok(command)
+    env.plugin(env.kubeconfig(), args)
 }
 
 impl Run {
