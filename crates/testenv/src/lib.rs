@@ -1,7 +1,9 @@
 //! Test support for evictkit's end-to-end tests: a real control plane (started by
 //! `cargo xtask cluster up`), one fresh namespace per test, builders for the objects
 //! the tests need, wait helpers whose failures show the object, webhook serving
-//! certificates signed by the cluster CA, webhook registration by URL, and the audit log.
+//! certificates signed by the cluster CA, webhook registration by URL, and the audit log;
+//! for the installed stage, the helm release on the real node and PDB writes through its
+//! rollout; a responder's own writes on upstream's Eviction.
 //!
 //! ```no_run
 //! # async fn example() -> anyhow::Result<()> {
@@ -14,10 +16,13 @@
 pub mod audit;
 pub mod component;
 pub mod descheduler;
+pub mod helm;
 pub mod kubectl_drain;
 pub mod objects;
+pub mod pdb_writes;
 mod plugin;
 pub mod proxy;
+pub mod responder;
 pub mod wait;
 pub mod webhook;
 

@@ -5,13 +5,20 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, Node, NodeSpec, Pod, PodSpec, PodTemplateSpec, Taint};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// kwok never runs containers; any image name does.
 pub const IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Pods annotated so keep the status a test writes (kwok disregards them; see `cargo xtask cluster`).
 pub const CUSTOM_STATUS_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/status", "custom");
+
+/// Now, to the second: the apiserver keeps times at that precision, so a time written and read
+/// back compares equal.
+pub fn now() -> anyhow::Result<Time> {
+    use k8s_openapi::jiff::Timestamp;
+    Ok(Time(Timestamp::from_second(Timestamp::now().as_second())?))
+}
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

@@ -15,8 +15,6 @@
 //! its own stage on a real-node cluster; elsewhere it is ignored (`--ignored` runs it).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -36,7 +34,9 @@ use evictkit_runtime::lifecycle_request::{self, ApiMode};
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::descheduler::Identity;
+use evictkit_testenv::helm::{self, COMPONENTS, NAMESPACE, REAL_NODE_LABEL, RELEASE, helm};
 use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::pdb_writes::PdbWrites;
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -52,17 +52,6 @@ mod least_privilege;
 #[path = "installed/readme.rs"]
 mod readme;
 
-const RELEASE: &str = "evictkit";
-const NAMESPACE: &str = "evictkit-system";
-/// The real node's label (xtask's cluster/real_node.rs); the charts' nodeSelector selects it.
-const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
-const COMPONENTS: [&str; 5] = [
-    "affinity-evictor",
-    "taint-manager",
-    "pdb-policy-webhook",
-    "evictionrequest-controller",
-    "descheduler-bridge",
-];
 /// Pods of a release can take minutes to start on a loaded 2-core machine.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// This cluster's placement (the real node) and replicas: what the suite adds to the README's
@@ -89,10 +78,6 @@ fn chart_args(prefix: &str) -> [String; 5] {
         "--set".into(),
         format!("global.imageRegistry={prefix}"),
     ]
-}
-
-fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {
-    env.control_plane_tool("helm", args, None)
 }
 
 fn kubectl_apply(env: &TestEnv, manifest: &str) -> Result<String> {
@@ -857,15 +842,8 @@ async fn descheduler_eviction_becomes_a_request(
 #[ignore = "needs the real node: run by `cargo xtask test` on `cluster up --real-node`"]
 async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     let env = TestEnv::new("installed").await?;
+    helm::require_real_node(&env).await?;
     let nodes: Api<Node> = Api::all(env.client.clone());
-    ensure!(
-        !nodes
-            .list(&ListParams::default().labels(REAL_NODE_LABEL))
-            .await?
-            .items
-            .is_empty(),
-        "the cluster has no real node: start it with `cargo xtask cluster up --real-node`"
-    );
     let prefix = release_prefix()?;
     let chart = chart_args(&prefix);
     let audit_offset = least_privilege::audit_log_end(&env)?;
@@ -875,10 +853,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
         "deschedulerBridge.descheduler.serviceAccount.namespace={},deschedulerBridge.descheduler.serviceAccount.name=descheduler",
         env.namespace
     );
-    let _ = helm(
-        &env,
-        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
-    );
+    let _ = helm::uninstall(&env);
     // The README's commands, as printed there, plus this cluster's values.
     run_readme_install(
         &env,
@@ -980,44 +955,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     ready_pods(&env, "taint-manager", 2).await?;
 
     // helm upgrade with a changed value rolls every pod while webhook calls keep succeeding.
-    let failures = Arc::new(AtomicUsize::new(0));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let caller = {
-        let (pdbs, failures, calls, stop) = (
-            env.api::<PodDisruptionBudget>(),
-            failures.clone(),
-            calls.clone(),
-            stop.clone(),
-        );
-        tokio::spawn(async move {
-            let mut errors = Vec::new();
-            for index in 0.. {
-                let name = format!("during-upgrade-{index}");
-                let pdb = objects::pdb(
-                    &name,
-                    "nothing",
-                    Budget::MinAvailable(IntOrString::Int(1)),
-                    None,
-                );
-                calls.fetch_add(1, Ordering::SeqCst);
-                match pdbs.create(&Default::default(), &pdb).await {
-                    Ok(_) => {
-                        let _ = pdbs.delete(&name, &DeleteParams::default()).await;
-                    }
-                    Err(error) => {
-                        failures.fetch_add(1, Ordering::SeqCst);
-                        errors.push(error.to_string());
-                    }
-                }
-                tokio::select! {
-                    () = stop.notified() => break,
-                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
-                }
-            }
-            errors
-        })
-    };
+    let writes = PdbWrites::start(&env);
     let failed_before = env.failed_webhook_calls().await?;
     let rolled = [
         "affinityEvictor",
@@ -1050,13 +988,11 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     for component in COMPONENTS {
         ready_pods(&env, component, 2).await?;
     }
-    stop.notify_one();
-    let errors = caller.await?;
+    let (calls, errors) = writes.stop().await?;
     ensure!(
-        failures.load(Ordering::SeqCst) == 0,
-        "{} of {} PDB writes failed during helm upgrade: {errors:?}",
-        failures.load(Ordering::SeqCst),
-        calls.load(Ordering::SeqCst)
+        errors.is_empty(),
+        "{} of {calls} PDB writes failed during helm upgrade: {errors:?}",
+        errors.len()
     );
     let failed_after = env.failed_webhook_calls().await?;
     ensure!(
@@ -1079,10 +1015,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     let held = request_held_by_an_interceptor(&env, "held-crd").await?;
     // Every call of the components so far against their charts' RBAC, while it is installed.
     least_privilege::check(&env, audit_offset, api == ApiMode::Lifecycle)?;
-    helm(
-        &env,
-        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
-    )?;
+    helm::uninstall(&env)?;
     env.control_plane_tool(
         "kubectl",
         &[

@@ -24,13 +24,12 @@ use evictkit_runtime::eviction_request::TargetPod;
 use evictkit_runtime::lifecycle_request;
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::component::Component;
-use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::objects::{self, Budget, now};
+use evictkit_testenv::responder::{respond, target_state as state};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, ResponderStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -191,10 +190,6 @@ async fn request(env: &TestEnv, pod: &Pod, intent: &str) -> Result<EvictionReque
     Ok(lifecycle_request::set_intent(&env.client, &target, REQUESTER, intent).await?)
 }
 
-fn now() -> Result<Time> {
-    Ok(Time(Timestamp::from_second(Timestamp::now().as_second())?))
-}
-
 /// The Evictions of `pod` (by UID), oldest first.
 async fn evictions_of(env: &TestEnv, pod: &Pod) -> Result<Vec<Eviction>> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -260,17 +255,6 @@ async fn consistently(
     Ok(())
 }
 
-fn state(eviction: &Eviction, responder: &str) -> Option<String> {
-    eviction
-        .status
-        .as_ref()?
-        .target_responders
-        .as_ref()?
-        .iter()
-        .find(|r| r.name == responder)
-        .map(|r| r.state.clone())
-}
-
 fn has_condition(eviction: &Eviction, kind: &str, status: &str, reason: &str) -> bool {
     eviction
         .status
@@ -329,36 +313,6 @@ fn untouched(eviction: &Eviction, completion: bool) -> bool {
             && r.message.is_none()
             && r.completion_time.is_some() == completion
     })
-}
-
-/// A responder's own write: its entry in `.status.responders`, by server-side apply under its
-/// own field manager, as upstream's `markResponderUpdate`.
-async fn respond(
-    env: &TestEnv,
-    eviction: &Eviction,
-    responder: &str,
-    manager: &str,
-    complete: bool,
-) -> Result<Eviction> {
-    let now = now()?;
-    let mut entry = json!({ "name": responder, "heartbeatTime": now, "message": responder });
-    if complete {
-        entry["completionTime"] = json!(now);
-    }
-    let body = json!({
-        "apiVersion": "lifecycle.k8s.io/v1alpha1",
-        "kind": "Eviction",
-        "metadata": { "name": eviction.name_any() },
-        "status": { "responders": [entry] },
-    });
-    env.api::<Eviction>()
-        .patch_status(
-            &eviction.name_any(),
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .with_context(|| format!("{manager} writing {responder}'s entry"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,7 +427,15 @@ async fn upstream_responder_skips_an_evicted_eviction() -> Result<()> {
         .delete("test-pod", &DeleteParams::default().grace_period(0))
         .await?;
     wait::wait_for_deletion(&env.api::<Pod>(), "test-pod", DEFAULT_TIMEOUT).await?;
-    respond(&env, &active, RESPONDER_A, "a.example.com", true).await?;
+    respond(
+        &env,
+        &active,
+        RESPONDER_A,
+        "a.example.com",
+        RESPONDER_A,
+        true,
+    )
+    .await?;
     let evicted = wait_eviction(&env, &pod, "TargetEvicted, the evictor inactive", |e| {
         has_condition(e, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
             && state(e, IMPERATIVE).as_deref() == Some(STATE_INACTIVE)
@@ -537,7 +499,15 @@ async fn upstream_responder_skips_an_entry_already_completed() -> Result<()> {
         attempts(e) == Some(1)
     })
     .await?;
-    let completed = respond(&env, &failing, IMPERATIVE, "c.example.com", true).await?;
+    let completed = respond(
+        &env,
+        &failing,
+        IMPERATIVE,
+        "c.example.com",
+        IMPERATIVE,
+        true,
+    )
+    .await?;
     let before = own(&completed).cloned().context("the evictor's entry")?;
     let name = completed.name_any();
     wait::wait_for(

@@ -17,8 +17,6 @@
 //! `EVICTKIT_PREVIOUS_VERSION`; elsewhere it is ignored (`--ignored` runs it).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -33,7 +31,10 @@ use evictkit_runtime::lifecycle_request::{self, ApiMode, INTENT_EVICTION};
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_testenv::TestEnv;
 use evictkit_testenv::audit::AuditEvent;
+use evictkit_testenv::helm::{self, COMPONENTS, NAMESPACE, RELEASE, helm};
 use evictkit_testenv::objects::{self, Budget};
+use evictkit_testenv::pdb_writes::PdbWrites;
+use evictkit_testenv::responder::{respond, target_state};
 use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Node, Pod, Taint, Toleration};
@@ -45,16 +46,6 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-const RELEASE: &str = "evictkit";
-const NAMESPACE: &str = "evictkit-system";
-const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
-const COMPONENTS: [&str; 5] = [
-    "affinity-evictor",
-    "taint-manager",
-    "pdb-policy-webhook",
-    "evictionrequest-controller",
-    "descheduler-bridge",
-];
 /// Both releases' values: every component on, two replicas, on the real node, images pulled
 /// from the registry. Written here, not read from charts/evictkit/ci, so the previous release's
 /// schema judges only keys it knows.
@@ -79,6 +70,8 @@ const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The interceptor, and the responder, that hold the requests until after the upgrade.
 const HOLD: &str = "hold.example.com";
 const HOLD_RESPONDER: &str = "hold.example.com/upgrade";
+/// [`HOLD_RESPONDER`]'s field manager.
+const HOLD_MANAGER: &str = "hold.example.com-upgrade";
 const REQUESTER: RequesterNames = RequesterNames {
     crd: "upgrade.evictkit.io",
     lifecycle: "evictkit.io/upgrade",
@@ -86,10 +79,6 @@ const REQUESTER: RequesterNames = RequesterNames {
 const TAINT_KEY: &str = "evictkit.io/upgrade";
 /// Long enough to run out in the middle of the rollout, not before it starts.
 const TOLERATION_SECONDS: i64 = 45;
-
-fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {
-    env.control_plane_tool("helm", args, None)
-}
 
 /// `helm <verb> evictkit oci://<registry>/evictkit/charts/evictkit --version <version>` with
 /// [`VALUES`], waiting for the rollout.
@@ -239,42 +228,6 @@ async fn wait_eviction(
     Ok(of_pod.remove(0))
 }
 
-fn responder_state(eviction: &Eviction, responder: &str) -> Option<String> {
-    eviction
-        .status
-        .as_ref()?
-        .target_responders
-        .as_ref()?
-        .iter()
-        .find(|r| r.name == responder)
-        .map(|r| r.state.clone())
-}
-
-/// [`HOLD_RESPONDER`]'s own entry of the Eviction's `.status.responders`, by server-side apply,
-/// as a real responder writes it: a heartbeat, or its completion.
-async fn respond(env: &TestEnv, eviction: &Eviction, message: &str, complete: bool) -> Result<()> {
-    let now = Time(Timestamp::from_second(Timestamp::now().as_second())?);
-    let mut entry = json!({ "name": HOLD_RESPONDER, "message": message, "heartbeatTime": now });
-    if complete {
-        entry["completionTime"] = json!(now);
-    }
-    let body = json!({
-        "apiVersion": "lifecycle.k8s.io/v1alpha1",
-        "kind": "Eviction",
-        "metadata": { "name": eviction.name_any() },
-        "status": { "responders": [entry] },
-    });
-    env.api::<Eviction>()
-        .patch_status(
-            &eviction.name_any(),
-            &PatchParams::apply("hold.example.com-upgrade").force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .with_context(|| format!("{HOLD_RESPONDER} writing Eviction {}", eviction.name_any()))?;
-    Ok(())
-}
-
 /// A PodDisruptionBudgetPolicy selecting the test's namespace with `AlwaysAllow`; its name.
 fn apply_policy(env: &TestEnv) -> Result<String> {
     let policy = format!("{}-upgrade", env.namespace);
@@ -395,19 +348,8 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
     )?;
     let current = env!("CARGO_PKG_VERSION");
     let env = TestEnv::new("upgrade").await?;
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    ensure!(
-        !nodes
-            .list(&ListParams::default().labels(REAL_NODE_LABEL))
-            .await?
-            .items
-            .is_empty(),
-        "the cluster has no real node: start it with `cargo xtask cluster up --real-node`"
-    );
-    let _ = helm(
-        &env,
-        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
-    );
+    helm::require_real_node(&env).await?;
+    let _ = helm::uninstall(&env);
     helm_release(&env, "install", &registry, &previous)?;
     let before = rolled_out(&env, &previous).await?;
     let lifecycle_api = lifecycle_request::served(&env.client).await?;
@@ -442,10 +384,18 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
         )
         .await?;
         let eviction = wait_eviction(&env, &pod, "its responder Active", |e| {
-            responder_state(e, HOLD_RESPONDER).as_deref() == Some(STATE_ACTIVE)
+            target_state(e, HOLD_RESPONDER).as_deref() == Some(STATE_ACTIVE)
         })
         .await?;
-        respond(&env, &eviction, "holding across the upgrade", false).await?;
+        respond(
+            &env,
+            &eviction,
+            HOLD_RESPONDER,
+            HOLD_MANAGER,
+            "holding across the upgrade",
+            false,
+        )
+        .await?;
         Some(pod)
     } else {
         eprintln!("lifecycle.k8s.io/v1alpha1 is not served: no upstream request in flight");
@@ -602,10 +552,18 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
         .await?;
     if let Some(pod) = &held_lifecycle {
         let eviction = wait_eviction(&env, pod, "its responder still Active", |e| {
-            responder_state(e, HOLD_RESPONDER).as_deref() == Some(STATE_ACTIVE)
+            target_state(e, HOLD_RESPONDER).as_deref() == Some(STATE_ACTIVE)
         })
         .await?;
-        respond(&env, &eviction, "released after the upgrade", true).await?;
+        respond(
+            &env,
+            &eviction,
+            HOLD_RESPONDER,
+            HOLD_MANAGER,
+            "released after the upgrade",
+            true,
+        )
+        .await?;
         wait::wait_for(
             &env.api::<LifecycleRequest>(),
             &lifecycle_request::request_name(&pod.name_any(), REQUESTER.lifecycle),
@@ -680,10 +638,7 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
         failed_after == failed_before,
         "webhook calls failed (or failed open) during the upgrade: {failed_before:?} -> {failed_after:?}"
     );
-    helm(
-        &env,
-        &["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"],
-    )?;
+    helm::uninstall(&env)?;
     Ok(())
 }
 
@@ -715,55 +670,4 @@ fn plugin_drain(env: &TestEnv, node: &str) -> Result<tokio::process::Child> {
         .kill_on_drop(true)
         .spawn()
         .context("starting kubectl evictkit drain")
-}
-
-/// PDBs created and deleted every 200 ms in the test's namespace (each through the
-/// pdb-policy-webhook's mutating webhook), until stopped.
-struct PdbWrites {
-    stop: Arc<tokio::sync::Notify>,
-    calls: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<Vec<String>>,
-}
-
-impl PdbWrites {
-    fn start(env: &TestEnv) -> Self {
-        let (pdbs, stop, calls) = (
-            env.api::<PodDisruptionBudget>(),
-            Arc::new(tokio::sync::Notify::new()),
-            Arc::new(AtomicUsize::new(0)),
-        );
-        let task = {
-            let (stop, calls) = (stop.clone(), calls.clone());
-            tokio::spawn(async move {
-                let mut errors = Vec::new();
-                for index in 0.. {
-                    let name = format!("during-upgrade-{index}");
-                    let pdb = objects::pdb(
-                        &name,
-                        "nothing",
-                        Budget::MinAvailable(IntOrString::Int(1)),
-                        None,
-                    );
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    match pdbs.create(&Default::default(), &pdb).await {
-                        Ok(_) => drop(pdbs.delete(&name, &DeleteParams::default()).await),
-                        Err(error) => errors.push(format!("{name}: {error}")),
-                    }
-                    tokio::select! {
-                        () = stop.notified() => break,
-                        () = tokio::time::sleep(Duration::from_millis(200)) => {}
-                    }
-                }
-                errors
-            })
-        };
-        Self { stop, calls, task }
-    }
-
-    /// The writes made, and the errors of those that failed.
-    async fn stop(self) -> Result<(usize, Vec<String>)> {
-        self.stop.notify_one();
-        let errors = self.task.await?;
-        Ok((self.calls.load(Ordering::SeqCst), errors))
-    }
 }

@@ -15,9 +15,8 @@ use std::io::Write as _;
 
 use anyhow::{Context as _, Result, ensure};
 use evictkit_testenv::TestEnv;
+use evictkit_testenv::helm::{COMPONENTS, NAMESPACE, RELEASE};
 use serde_json::Value;
-
-use super::{COMPONENTS, NAMESPACE, RELEASE};
 
 /// Grants the installed suite does not reach on the real node, each with the code path that
 /// needs it. Kept short: a grant no path needs is removed from its chart instead, and a path the
