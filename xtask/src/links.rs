@@ -1,7 +1,9 @@
 //! `cargo xtask check-links`: every relative link in the documentation (README.md, docs/**/*.md,
 //! charts/**/README.md) points at a file or directory that exists, and every `#anchor` at a
-//! heading (or an `id`/`name` anchor) of the Markdown file it names, as GitHub renders it.
-//! Links to other sites are not followed: the check runs offline, in a second.
+//! heading (or an `id`/`name` anchor) of the Markdown file it names, as GitHub renders it; and
+//! no comment or doc cites what a reader of the repository cannot follow ([`citations`]: a file
+//! outside it, a number of our issue tracker). Links to other sites are not followed: the check
+//! runs offline, in a second.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
@@ -9,22 +11,32 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+mod citations;
+
 pub fn check() -> Result<()> {
     let root = crate::workspace_root();
     let files = documentation(&root)?;
     let (links, dead) = dead_links(&root, &files)?;
+    let (read, unfollowable) = citations::check(&root)?;
+    let mut failures = Vec::new();
     if !dead.is_empty() {
-        bail!(
-            "{} dead links in the documentation:\n{}",
-            dead.len(),
-            dead.iter()
-                .map(|dead| format!("  {dead}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
+        failures.push(format!("{} dead links in the documentation:", dead.len()));
+        failures.extend(dead.iter().map(|dead| format!("  {dead}")));
+    }
+    if !unfollowable.is_empty() {
+        failures.push(format!(
+            "{} citations a reader of the repository cannot follow (a file outside it, a number \
+             of our issue tracker): cite docs/ or give the reason",
+            unfollowable.len()
+        ));
+        failures.extend(unfollowable.iter().map(|cited| format!("  {cited}")));
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
     }
     println!(
-        "{links} relative links in {} Markdown files, none dead",
+        "{links} relative links in {} Markdown files, none dead; no comment or doc in {read} \
+         files cites what a reader cannot follow",
         files.len()
     );
     Ok(())

@@ -37,7 +37,8 @@ enum Command {
     GenCrds,
     /// Fail if crds/ or the chart copies differ from what gen-crds would write.
     CheckCrds,
-    /// Fail on a dead relative link or #anchor in README.md, docs/ or a chart's README.md.
+    /// Fail on a dead relative link or #anchor in README.md, docs/ or a chart's README.md, or a
+    /// comment or doc citing a file outside the repository or a number of our issue tracker.
     CheckLinks,
     /// Lint the forge's workflows (.github/workflows/) with actionlint and shellcheck: they cannot
     /// run here.
