@@ -15,14 +15,9 @@ pub const RELEASE: &str = "evictkit";
 pub const NAMESPACE: &str = "evictkit-system";
 /// The real node's label (xtask's cluster/real_node.rs); the charts' nodeSelector selects it.
 pub const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
-/// The umbrella chart's components, by their `app.kubernetes.io/name`.
-pub const COMPONENTS: [&str; 5] = [
-    "affinity-evictor",
-    "taint-manager",
-    "pdb-policy-webhook",
-    "evictionrequest-controller",
-    "descheduler-bridge",
-];
+/// The umbrella chart's components, by their `app.kubernetes.io/name`: each chart is named after
+/// its component.
+pub use crate::component::COMPONENTS;
 
 /// `helm <args>` of the control plane's build against the test cluster; its stdout.
 pub fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {
