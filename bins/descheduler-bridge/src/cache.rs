@@ -25,7 +25,7 @@ pub struct CachedPod {
 
 impl From<Pod> for CachedPod {
     fn from(pod: Pod) -> Self {
-        let marked = Marks::of(&pod).ours;
+        let marked = Marks::of(&pod.metadata).ours;
         let mut metadata = pod.metadata;
         CachedPod {
             metadata: evictkit_runtime::compact::identity(&mut metadata),

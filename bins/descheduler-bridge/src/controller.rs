@@ -362,7 +362,7 @@ async fn reconcile<R: Request>(cached: Arc<R>, context: Arc<Context>) -> Result<
             source: Box::new(source),
         })?
         .filter(|pod| pod.metadata.uid.as_deref() == Some(target.uid.as_str()));
-    let marks = pod.as_ref().map(Marks::of);
+    let marks = pod.as_ref().map(|pod| Marks::of(&pod.metadata));
     let metrics = &context.settings.metrics;
     let plan = core::plan(
         request.state(),

@@ -24,6 +24,7 @@
 mod cache;
 pub mod controller;
 pub mod metrics;
+mod pods;
 pub mod requests;
 pub mod webhook;
 
@@ -174,10 +175,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // Not ready (no reviews sent here) until the caches the reviews decide from listed.
         let listed = requests.clone();
         manager.ready_when(async move { listed.listed().await });
+        // Not waited for: until it has listed, a review reads its pod from the API.
+        let pods = pods::Pods::start(client.clone(), manager.shutdown().clone());
         let context = Arc::new(webhook::Context {
             client: client.clone(),
             requester: requester.clone(),
             requests,
+            pods,
             users: users.clone(),
             opt_in: if args.intercept_interceptor_pods {
                 OptIn::AlsoInterceptorPods

@@ -11,8 +11,8 @@
 //!
 //! A watch delay cannot turn an answer: a request created a moment before the eviction and not
 //! seen yet is the same race as one created a moment after it, which no read could close. The
-//! pod itself is read from the API by the review (the descheduler decided from its own view of
-//! the pod, which may be ahead of any cache; see `webhook::review`).
+//! pod itself comes from the cache of pods, read from the API where that cannot answer (see
+//! `webhook::review`).
 
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -245,6 +245,17 @@ impl Requests {
             started.push(cache.listed.clone());
         }
         started
+    }
+
+    /// Listed, with neither API served: nobody asks for any pod's eviction.
+    #[cfg(test)]
+    pub fn none_served() -> Arc<Self> {
+        let (_, discovered) = watch::channel(true);
+        Arc::new(Self {
+            crd: OnceLock::new(),
+            lifecycle: OnceLock::new(),
+            discovered,
+        })
     }
 
     /// Waits until the APIs served at start-up are cached.

@@ -13,10 +13,14 @@
 //! (`sideEffects: NoneOnDryRun`). The decisions are [`evictkit_core::descheduler_bridge`].
 //!
 //! Who already asks for a pod's eviction comes from the watch caches of both APIs'
-//! EvictionRequests ([`crate::requests`]), never from a read per review; the pod is read from
-//! the API (one GET by name): the descheduler decided from its own view of the pod, which may
-//! be ahead of any cache of ours, and a stale "not opted in" would let through an eviction the
-//! descheduler meant in background.
+//! EvictionRequests ([`crate::requests`]), the pod from the watch cache of pods
+//! ([`crate::pods`]): a review of a cached pod that opted in makes no read. The pod is read
+//! from the API (one GET by name) only where the cache cannot answer: a pod it does not hold
+//! as opted in, and any eviction about to pass. The descheduler decided from its own view of
+//! the pod, which may be ahead of any cache of ours, and a stale "not opted in" would let
+//! through, irreversibly, an eviction the descheduler meant in background; a stale "opted in"
+//! only turns an eviction into an EvictionRequest, which still evicts the pod through its
+//! interceptors.
 //!
 //! The users matter twice: the webhook configuration's `matchConditions` keep the apiserver
 //! from calling the webhook for anyone else, and the webhook checks again, so a configuration
@@ -40,6 +44,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::metrics::{self, BridgeMetrics};
+use crate::pods::{Pods, ReviewedPod};
 use crate::requests::Requests;
 
 /// Path of the webhook in the ValidatingWebhookConfiguration.
@@ -52,6 +57,8 @@ pub struct Context {
     pub requester: Requester,
     /// Who asks for which pod's eviction, on both APIs.
     pub requests: Arc<Requests>,
+    /// The pods, as a review reads them.
+    pub pods: Arc<Pods>,
     /// `--intercept-user`: the usernames whose evictions are evacuated.
     pub users: BTreeSet<String>,
     pub opt_in: OptIn,
@@ -89,9 +96,21 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
     }
     let namespace = request.namespace.as_deref().unwrap_or_default();
     let name = request.name.as_str();
+    let uid = precondition_uid(request.object.as_ref());
+    // A pass lets the apiserver evict at once, so it is only ever decided on the live pod: a
+    // cache a moment behind the descheduler's view (the pod opted in, or was replaced by a
+    // same-name pod that did) would evict a pod meant to leave in background. Any other
+    // answer keeps the pod and goes through its interceptors, and stands on the cache.
+    if let Some(pod) = context.pods.candidate(namespace, name) {
+        match decide(&context, &pod, uid.as_deref()) {
+            Ok(Admit::Pass(_)) => {}
+            Ok(admit) => return answer(&context, &request, &pod, admit).await,
+            Err(undecided) => return undecided,
+        }
+    }
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
     let pod = match pods.get_opt(name).await {
-        Ok(Some(pod)) => pod,
+        Ok(Some(pod)) => ReviewedPod::from(pod),
         // The apiserver answers 404 itself.
         Ok(None) => return Admission::allow(),
         Err(error) => {
@@ -103,23 +122,53 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
             );
         }
     };
-    let uid = precondition_uid(request.object.as_ref());
+    match decide(&context, &pod, uid.as_deref()) {
+        Ok(admit) => answer(&context, &request, &pod, admit).await,
+        Err(undecided) => undecided,
+    }
+}
+
+/// The decision on the eviction of `pod` (carrying the UID precondition `uid`), or the answer
+/// when the caches of who asks cannot tell.
+fn decide(context: &Context, pod: &ReviewedPod, uid: Option<&str>) -> Result<Admit, Admission> {
+    let (namespace, name) = (
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    );
     let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let requested = match context.requests.requested(namespace, name, pod_uid) {
-        Ok(requested) => requested,
+    match context.requests.requested(namespace, name, pod_uid) {
+        Ok(requested) => Ok(core::admit(
+            &pod.metadata,
+            pod.phase.as_deref(),
+            uid,
+            context.opt_in,
+            &requested,
+        )),
         Err(error) => {
             context.metrics.count(metrics::FAILED);
             tracing::warn!(pod = %format!("{namespace}/{name}"), %error, "cannot tell who asks for the pod's eviction");
             // Not allowed: the pod may be under another requester's eviction.
-            return Admission::undecided(
+            Err(Admission::undecided(
                 500,
                 format!(
                     "descheduler-bridge cannot tell who asks for the eviction of pod {namespace}/{name}: {error}"
                 ),
-            );
+            ))
         }
-    };
-    match core::admit(&pod, uid.as_deref(), context.opt_in, &requested) {
+    }
+}
+
+/// Carries out `admit` for `request`'s eviction of `pod`.
+async fn answer(
+    context: &Context,
+    request: &AdmissionRequest<Eviction>,
+    pod: &ReviewedPod,
+    admit: Admit,
+) -> Admission {
+    let user = request.user_info.username.as_deref().unwrap_or_default();
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    let name = request.name.as_str();
+    match admit {
         Admit::Pass(why) => {
             tracing::debug!(pod = %format!("{namespace}/{name}"), ?why, user, "eviction passes");
             Admission::allow()
@@ -130,7 +179,7 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
         }
         Admit::Evacuate if request.dry_run => {
             // The request's name follows from the pod: the answer is known without writing it.
-            match TargetPod::of(&pod) {
+            match TargetPod::of(pod) {
                 Ok(target) => {
                     let request_name = context.requester.request_name(&target);
                     Admission::deny(
@@ -141,7 +190,7 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
                 Err(error) => Admission::undecided(500, format!("descheduler-bridge: {error}")),
             }
         }
-        Admit::Evacuate => evacuate(&context, &pod, namespace, name).await,
+        Admit::Evacuate => evacuate(context, pod, namespace, name).await,
         Admit::AlreadyEvacuating { request } => {
             // Also for dry-run evictions and under --dry-run: this answer writes nothing.
             context.metrics.count(metrics::ALREADY_EVACUATING);
@@ -152,7 +201,7 @@ async fn review(context: Arc<Context>, request: AdmissionRequest<Eviction>) -> A
 }
 
 /// Requests the eviction, marks the pod, and answers 429.
-async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> Admission {
+async fn evacuate(context: &Context, pod: &ReviewedPod, namespace: &str, name: &str) -> Admission {
     let id = format!("{namespace}/{name}");
     let request_name = match context.requester.request_eviction(pod).await {
         Ok(request_name) => request_name,
@@ -177,7 +226,7 @@ async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> 
         }
     };
     let request_name = request_name.as_str();
-    let marks = Marks::of(pod);
+    let marks = Marks::of(&pod.metadata);
     let repeated = marks.ours && marks.in_progress && marks.started.is_some();
     let now = Timestamp::now();
     // The descheduler assumes an eviction in background on this answer and starts its own
@@ -217,26 +266,4 @@ async fn evacuate(context: &Context, pod: &Pod, namespace: &str, name: &str) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn precondition_is_read_from_the_eviction() {
-        let eviction: Eviction = serde_json::from_value(json!({
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": "p", "namespace": "ns"},
-            "deleteOptions": {"preconditions": {"uid": "uid-1"}}
-        }))
-        .unwrap();
-        assert_eq!(precondition_uid(Some(&eviction)).as_deref(), Some("uid-1"));
-        let bare: Eviction = serde_json::from_value(json!({
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": "p", "namespace": "ns"}
-        }))
-        .unwrap();
-        assert_eq!(precondition_uid(Some(&bare)), None);
-        assert_eq!(precondition_uid(None), None);
-    }
-}
+mod tests;

@@ -29,8 +29,8 @@ use evictkit_api::keys::{
     DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS,
 };
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::eviction_request::State;
 use crate::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION};
@@ -173,18 +173,20 @@ pub fn requested<'a>(
     requested
 }
 
-/// The decision for the eviction of `pod` carrying the UID precondition `precondition_uid`,
-/// whose eviction is `requested` as shown.
+/// The decision for the eviction of the pod of `metadata` in `phase` carrying the UID
+/// precondition `precondition_uid`, whose eviction is `requested` as shown. The pod's metadata
+/// and phase, not the Pod: the webhook decides from a compact cache of them.
 pub fn admit(
-    pod: &Pod,
+    metadata: &ObjectMeta,
+    phase: Option<&str>,
     precondition_uid: Option<&str>,
     opt_in: OptIn,
     requested: &Requested,
 ) -> Admit {
-    if precondition_uid.is_some_and(|uid| Some(uid) != pod.metadata.uid.as_deref()) {
+    if precondition_uid.is_some_and(|uid| Some(uid) != metadata.uid.as_deref()) {
         return Admit::Pass(Pass::OtherPod);
     }
-    let annotations = pod.metadata.annotations.as_ref();
+    let annotations = metadata.annotations.as_ref();
     let has = |key: &str| annotations.is_some_and(|a| a.contains_key(key));
     let opted_in = has(DESCHEDULER_REQUEST_EVICT_ONLY)
         || (opt_in == OptIn::AlsoInterceptorPods
@@ -199,10 +201,9 @@ pub fn admit(
     if !opted_in && by_others.is_none() {
         return Admit::Pass(Pass::NotOptedIn);
     }
-    if pod.metadata.deletion_timestamp.is_some() {
+    if metadata.deletion_timestamp.is_some() {
         return Admit::Pass(Pass::Terminating);
     }
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return Admit::Pass(Pass::Terminal);
     }
@@ -235,8 +236,9 @@ pub struct Marks {
 }
 
 impl Marks {
-    pub fn of(pod: &Pod) -> Self {
-        let annotations = pod.metadata.annotations.as_ref();
+    /// From a pod's metadata.
+    pub fn of(metadata: &ObjectMeta) -> Self {
+        let annotations = metadata.annotations.as_ref();
         let get = |key: &str| annotations.and_then(|a| a.get(key));
         let time = |key: &str| get(key).and_then(|value| value.parse().ok());
         Self {

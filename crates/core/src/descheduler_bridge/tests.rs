@@ -1,6 +1,6 @@
 use super::*;
-use k8s_openapi::api::core::v1::PodStatus;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 fn pod(annotations: &[(&str, &str)], phase: &str, deleting: bool) -> Pod {
     Pod {
@@ -86,7 +86,13 @@ fn admit_table() {
     ];
     for (name, pod, precondition, opt_in, requested, want) in cases {
         assert_eq!(
-            admit(pod, *precondition, *opt_in, requested),
+            admit(
+                &pod.metadata,
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                *precondition,
+                *opt_in,
+                requested
+            ),
             *want,
             "{name}"
         );
@@ -359,7 +365,7 @@ fn marks_round_trip() {
         .filter_map(|(k, v)| Some((k.to_owned(), v?)))
         .collect();
     pod.metadata.annotations = Some(annotations);
-    assert_eq!(Marks::of(&pod), ours(Some(5)));
+    assert_eq!(Marks::of(&pod.metadata), ours(Some(5)));
     let annotations = pod.metadata.annotations.get_or_insert_default();
     for (key, value) in answered_mark(at(7))
         .into_iter()
@@ -368,7 +374,7 @@ fn marks_round_trip() {
         annotations.insert(key.to_owned(), value.unwrap());
     }
     annotations.insert(DESCHEDULER_REQUEST_EVICT_ONLY.to_owned(), String::new());
-    let read = Marks::of(&pod);
+    let read = Marks::of(&pod.metadata);
     assert_eq!(
         (read.answered, read.refreshed, read.request_evict_only),
         (Some(at(7)), Some(at(9)), true)
