@@ -2,7 +2,8 @@
 //! current; every chart builds its dependencies, lints strictly, renders, refuses a value of
 //! the wrong type and an unknown key (its schema), and its output passes a server-side dry-run
 //! apply against the running control plane (the umbrella chart with every component enabled);
-//! the values users expect of a chart render as documented ([`values`]).
+//! the values users expect of a chart render as documented ([`values`]); no webhook reviews
+//! the release's own pods or PDBs ([`own_objects`]).
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cluster::Cluster;
 
+mod own_objects;
 mod values;
 
 /// Rendered objects go to this namespace in the dry-run.
@@ -63,9 +65,11 @@ pub fn check(cluster: &Cluster) -> Result<()> {
             )
             .with_context(|| format!("server-side dry-run of chart {chart}"))?;
         let keys = serving_keys_are_p256(chart, &rendered)?;
+        let webhooks = own_objects::check(chart, &rendered)?;
         eprintln!(
             "    chart {chart}: dependencies, lint, template and server-side dry-run ok; {keys} \
-             generated serving keys, each ECDSA P-256"
+             generated serving keys, each ECDSA P-256; {webhooks} webhooks, none on the \
+             release's own pods or PDBs"
         );
         if chart == UMBRELLA && !enable_all.is_empty() {
             check_cert_manager_mode(cluster, &path, &enable_all)?;

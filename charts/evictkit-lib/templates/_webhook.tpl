@@ -34,6 +34,19 @@ webhook a fraction of an RSA-2048 one (helm's genCA and cert-manager default to 
 {{- $webhook.port | default 8443 | int -}}
 {{- end -}}
 
+{{/* The objectSelector of a webhook on objects evictkit's charts create themselves (pods,
+PodDisruptionBudgets): it never reviews evictkit's own, which carry app.kubernetes.io/part-of:
+evictkit (evictkit.labels). Otherwise `helm install` registers the webhook before its pods are
+Ready, and the install's own pod and PDB creations call a webhook with no endpoints and wait
+out its timeout ("no route to host") before failing open, as cert-manager excludes its own
+namespace. User objects do not carry that label and are reviewed as before. */}}
+{{- define "evictkit.webhookObjectSelector" -}}
+matchExpressions:
+  - key: app.kubernetes.io/part-of
+    operator: NotIn
+    values: [evictkit]
+{{- end -}}
+
 {{/* Name of the Service the webhook configuration points at. */}}
 {{- define "evictkit.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "evictkit.fullname" .) | trunc 63 | trimSuffix "-" -}}
