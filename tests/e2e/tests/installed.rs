@@ -578,6 +578,56 @@ async fn policy_defaults_a_pdb(env: &TestEnv, policy: &str, prefix: &str) -> Res
 /// The eviction webhook of the installed pdb-policy-webhook.
 const EVICTION_WEBHOOK: &str = "validate-eviction.pdb-policy-webhook.evictkit.io";
 
+/// evictionrequest-controller: a drain left to the cluster (`kubectl evictkit drain --detach`,
+/// a NodeDrain) runs under the chart's RBAC with no client running: the release's controller
+/// cordons the node and asks its pods out through EvictionRequests, and `drain wait` reattaches
+/// and reports it drained.
+async fn detached_drain_runs_in_the_cluster(env: &TestEnv) -> Result<()> {
+    const PER_NODE: usize = 2;
+    let nodes = env.drain_pool("detached", 1, PER_NODE).await?;
+    let node = nodes.first().context("drain_pool made no node")?;
+    let plugin = |args: &[&str]| -> Result<_> {
+        Ok(
+            tokio::process::Command::from(env.plugin(env.kubeconfig(), args)?)
+                .kill_on_drop(true)
+                .output(),
+        )
+    };
+    let detached = plugin(&[
+        "drain",
+        node,
+        "--detach",
+        "--force",
+        "--controller-namespace",
+        NAMESPACE,
+    ])?
+    .await?;
+    let stdout = String::from_utf8_lossy(&detached.stdout);
+    ensure!(
+        detached.status.success() && stdout.contains(&format!("nodedrain/{node} created")),
+        "kubectl evictkit drain {node} --detach: {}\n{stdout}{}",
+        detached.status,
+        String::from_utf8_lossy(&detached.stderr)
+    );
+    let waited = plugin(&["drain", "wait", node, "--timeout", "180s", "-o", "json"])?.await?;
+    let stdout = String::from_utf8_lossy(&waited.stdout);
+    let summary: serde_json::Value = serde_json::from_str(
+        stdout
+            .lines()
+            .last()
+            .context("kubectl evictkit drain wait printed nothing")?,
+    )?;
+    ensure!(
+        waited.status.code() == Some(0)
+            && summary["result"] == "drained"
+            && summary["gone"] == PER_NODE,
+        "kubectl evictkit drain wait {node}: {} (want 0, drained, {PER_NODE} gone)\n{stdout}{}",
+        waited.status,
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    Ok(())
+}
+
 /// pdb-policy-webhook: four nodes drained at once by four `kubectl drain`s, under a
 /// policy whose stricter rules the installed eviction webhook evaluates for every pod (at the
 /// chart's failurePolicy and timeoutSeconds): the apiserver calls it for every eviction and
@@ -903,6 +953,7 @@ async fn the_umbrella_chart_runs_on_the_real_node() -> Result<()> {
     let policy = apply_policy(&env)?;
     policy_defaults_a_pdb(&env, &policy, "budget").await?;
     invalid_policy_is_reported(&env).await?;
+    detached_drain_runs_in_the_cluster(&env).await?;
     kubectl_drain_fails_no_webhook_call(&env).await?;
     webhook_replica_deleted_mid_drain_fails_no_call(&env).await?;
     descheduler_eviction_becomes_a_request(&env, &descheduler, api, "descheduled").await?;

@@ -645,26 +645,16 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
 /// `kubectl evictkit drain <node> --api crd`, started in the background (target/debug's
 /// plugin through the control plane's kubectl, as a user runs it).
 fn plugin_drain(env: &TestEnv, node: &str) -> Result<tokio::process::Child> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .context("tests/e2e is two levels below the workspace root")?;
-    let plugin_dir = root.join("target/debug");
-    ensure!(
-        plugin_dir.join("kubectl-evictkit").exists(),
-        "no {}/kubectl-evictkit: run cargo build --workspace --bins",
-        plugin_dir.display()
-    );
-    let path = std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))?;
-    tokio::process::Command::new(env.control_plane_bin("kubectl")?)
-        .args(["evictkit", "drain", node, "--api", "crd", "--force"])
-        .args(["--timeout", "600s"])
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig())
-        .env("PATH", path)
-        .env_remove("KUBECONFIG")
+    let drain = [
+        "drain",
+        node,
+        "--api",
+        "crd",
+        "--force",
+        "--timeout",
+        "600s",
+    ];
+    tokio::process::Command::from(env.plugin(env.kubeconfig(), &drain)?)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

@@ -25,6 +25,27 @@ use serde_json::Value;
 /// `start_component`), so a path they reach fails there when its grant is missing.
 const UNREACHED: &[Unreached] = &[
     Unreached {
+        components: &["evictionrequest-controller"],
+        group: "evictkit.io",
+        resources: &["evictionrequests"],
+        verbs: &["get", "create", "update"],
+        why: "bins/evictionrequest-controller/src/node_drain.rs -> crates/drain: a detached drain's requests on the CRD (spec.api crd, or auto on a cluster without lifecycle.k8s.io); the suite's detached drain asks through lifecycle.k8s.io",
+    },
+    Unreached {
+        components: &["evictionrequest-controller"],
+        group: "lifecycle.k8s.io",
+        resources: &["evictionrequests"],
+        verbs: &["update"],
+        why: "crates/drain withdraw (crates/runtime/src/lifecycle_request.rs withdraw): a detached drain that times out, is deleted or loses its leader withdraws its requests; the suite's detached drain completes",
+    },
+    Unreached {
+        components: &["evictionrequest-controller"],
+        group: "authentication.k8s.io",
+        resources: &["selfsubjectreviews"],
+        verbs: &["create"],
+        why: "crates/drain/src/escalate.rs: a detached drain with spec.escalation names who overrode a PDB in its Events",
+    },
+    Unreached {
         components: &COMPONENTS,
         group: "events.k8s.io",
         resources: &["events"],
