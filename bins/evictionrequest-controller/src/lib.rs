@@ -8,12 +8,11 @@
 //! evictionrequests.evictkit.io (its watches and `reconcile` of one request) is in
 //! `request_controller`, the API calls it makes in `actions`, the controller and responder of
 //! Kubernetes' own lifecycle.k8s.io API in [`lifecycle`]. The decisions are in
-//! [`evictkit_core::eviction_request`]; the validating webhook is in [`webhook`], the commands
-//! for people in [`commands`].
+//! [`evictkit_core::eviction_request`]; the validating webhook is in [`webhook`]; the commands
+//! for people are [`evictkit_commands::requests`], shared with kubectl-evictkit.
 
 mod actions;
 mod cache;
-pub mod commands;
 pub mod lifecycle;
 mod metrics;
 mod node_drain;
@@ -27,6 +26,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_commands::requests;
 use evictkit_core::eviction_request::admission::ControllerIdentity;
 use evictkit_core::eviction_request::{self as core};
 use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
@@ -81,11 +81,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Ask for the eviction of a pod as REQUESTER (creates or joins its EvictionRequest).
-    Request(commands::RequestArgs),
+    Request(requests::RequestArgs),
     /// Withdraw REQUESTER from a pod's EvictionRequest; with no requester left it is canceled.
-    Withdraw(commands::RequestArgs),
+    Withdraw(requests::RequestArgs),
     /// Explain a pod's EvictionRequest in words: who asked, who is active, what happened.
-    Describe(commands::DescribeArgs),
+    Describe(requests::DescribeArgs),
 }
 
 /// Flags of the controller and webhook.
@@ -150,8 +150,19 @@ pub struct Args {
 /// Runs a subcommand, or else the controller and webhook.
 pub async fn main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Some(command) => commands::run(command).await,
+        Some(command) => run_command(command).await,
         None => run(cli.serve).await,
+    }
+}
+
+/// Runs a subcommand for people with the current kubeconfig.
+async fn run_command(command: Command) -> anyhow::Result<()> {
+    let client =
+        evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED).await?;
+    match command {
+        Command::Request(args) => requests::request(&client, &args).await,
+        Command::Withdraw(args) => requests::withdraw(&client, &args).await,
+        Command::Describe(args) => requests::describe(&client, &args).await,
     }
 }
 

@@ -15,7 +15,6 @@
 //! reconcilers, and the errors of their writes. The decisions are in [`evictkit_core::lifecycle`];
 //! every write is a server-side apply, so the responders' own fields stay theirs.
 
-pub mod commands;
 mod evictions;
 mod imperative;
 mod index;

@@ -15,13 +15,13 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
-use evictionrequest_controller::ApiMode;
-use evictionrequest_controller::commands::{self as controller, DescribeArgs};
+use evictkit_commands::explain::{self, EVICTION_WEBHOOK_NAME, ExplainArgs};
+use evictkit_commands::requests::{self as controller, DescribeArgs};
 use evictkit_core::pdb_policy::Explanation;
+use evictkit_runtime::lifecycle_request::ApiMode;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
-use pdb_policy_webhook::explain::{self, EVICTION_WEBHOOK_NAME, ExplainArgs};
 use serde::Serialize;
 
 use crate::connection::{Connection, ConnectionArgs};

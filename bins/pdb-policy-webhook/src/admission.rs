@@ -10,13 +10,14 @@ use evictkit_api::{CheckAction, PodDisruptionBudgetPolicy};
 use evictkit_core::eviction::{self, PodFacts};
 use evictkit_core::pdb_policy;
 use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::pdb_policy::{self as pdb_policy_reads, ReadError};
 use evictkit_runtime::webhook::{Admission, Deadline, Webhooks, json_patch};
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use kube::Resource;
 use kube::core::admission::AdmissionRequest;
 
 use crate::cache::{CachedPod, Caches};
-use crate::live::{self, Consistent};
+use crate::live::Consistent;
 use crate::metrics::WebhookMetrics;
 
 /// Paths of the webhooks, as the webhook configurations name them.
@@ -302,7 +303,7 @@ async fn decide(
     name: &str,
     policy: &PodDisruptionBudgetPolicy,
     dry_run: bool,
-) -> Result<Option<Option<pdb_policy::StricterDenial>>, live::ReadError> {
+) -> Result<Option<Option<pdb_policy::StricterDenial>>, ReadError> {
     loop {
         let Some(facts) = facts(ctx, namespace, name, policy).await? else {
             return Ok(None);
@@ -428,7 +429,7 @@ async fn facts(
     namespace: &str,
     name: &str,
     policy: &PodDisruptionBudgetPolicy,
-) -> Result<Option<Facts>, live::ReadError> {
+) -> Result<Option<Facts>, ReadError> {
     let mut fresh = Vec::new();
     // The pod's PDBs (few) are copied, the decisions take them by value; their pods are
     // shared with the cache.
@@ -450,7 +451,8 @@ async fn facts(
     };
     let mut read_fresh = true;
     loop {
-        let mut circumstances = live::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
+        let mut circumstances =
+            pdb_policy_reads::circumstances(ctx.live.reads(), &pod, Some(policy)).await?;
         let decision = eviction::decide(&pod, &pdbs);
         let pods = with_subject(&others, &pod);
         circumstances.allowed_not_seen = not_seen(

@@ -1,5 +1,6 @@
 //! pdb-policy-webhook (KEP-3017): PodDisruptionBudgetPolicies applied to PodDisruptionBudgets
-//! and evictions, and `explain`, the apiserver's eviction decision made visible before a drain.
+//! and evictions, and `explain`, the apiserver's eviction decision made visible before a drain
+//! ([`evictkit_commands::explain`], shared with kubectl-evictkit).
 //!
 //! `serve` runs, on every replica (stateless, active-active):
 //! 1. watch caches of PDBs, Pods (projected), Namespaces and policies ([`cache`]);
@@ -18,7 +19,6 @@
 pub mod admission;
 pub mod cache;
 pub mod conformance;
-pub mod explain;
 pub mod live;
 pub mod metrics;
 pub mod status;
@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use evictkit_commands::explain;
 use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs};
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::tls::install_crypto_provider;

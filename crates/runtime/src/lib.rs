@@ -21,6 +21,8 @@
 //! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
 //! - [`lifecycle_request`]: the same as a requester of Kubernetes' own `lifecycle.k8s.io` API;
 //! - [`requester`]: one requester over either API, whichever the cluster serves;
+//! - [`pdb_policy`]: what a PodDisruptionBudgetPolicy's eviction rules need read at the moment
+//!   of an eviction (a not-Ready pod's node-local volumes);
 //! - [`events`]: Kubernetes Events under the component's name;
 //! - [`webhook`] and [`tls`]: the HTTPS admission server and its reloading certificate;
 //! - [`manager`]: all of the above put together as each binary runs them.
@@ -43,6 +45,7 @@ pub mod listed;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
+pub mod pdb_policy;
 pub mod pod_condition;
 mod ratelimit;
 pub mod reconcile;

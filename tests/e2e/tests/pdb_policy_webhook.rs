@@ -24,6 +24,7 @@ use evictkit_api::{
     CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec, PolicyMode,
     StricterEviction, UnhealthyPodEvictionPolicyType,
 };
+use evictkit_commands::explain::{ExplainArgs, Output};
 use evictkit_core::pdb_policy::Explanation;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
@@ -41,7 +42,6 @@ use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostP
 use kube::core::Status;
 use kube::core::admission::AdmissionRequest;
 use kube::{Api, Client};
-use pdb_policy_webhook::explain::{ExplainArgs, Output};
 use serde_json::json;
 
 const BINARY: &str = "pdb-policy-webhook";
@@ -280,7 +280,7 @@ async fn explain_pod(client: &Client, namespace: &str, name: &str) -> Result<Exp
         // testenv's name for the webhook registered as "validate-eviction".
         eviction_webhook_name: "validate-eviction.e2e.evictkit.io".into(),
     };
-    let mut explanations = pdb_policy_webhook::explain::explain(client.clone(), &args).await?;
+    let mut explanations = evictkit_commands::explain::explain(client.clone(), &args).await?;
     explanations.pop().context("explain returned nothing")
 }
 
@@ -1443,7 +1443,7 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
     assert!(
         message.starts_with(&format!(
             "admission webhook {:?} denied the request: pdb-policy-webhook: rule RequiredPodConditions",
-            pdb_policy_webhook::explain::EVICTION_WEBHOOK_NAME
+            evictkit_commands::explain::EVICTION_WEBHOOK_NAME
         )),
         "{message}"
     );

@@ -1,9 +1,9 @@
 use super::*;
-use crate::live::LiveReads;
 use evictkit_api::{
     PodDisruptionBudgetPolicySpec, PolicyMode, StricterEviction, UnhealthyPodEvictionPolicyType,
 };
 use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::pdb_policy::LiveReads;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::core::DynamicObject;

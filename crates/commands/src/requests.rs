@@ -1,17 +1,17 @@
-//! The subcommands for people: take part as a requester by hand, and read a request in words.
+//! evictionrequest-controller's subcommands for people: take part as a requester by hand, and
+//! read a request in words (also kubectl-evictkit's `describe`). On evictkit.io's CRD here, on
+//! lifecycle.k8s.io in [`lifecycle`].
+
+mod lifecycle;
 
 use anyhow::Context as _;
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_runtime::client::{self, RateLimit};
 use evictkit_runtime::eviction_request::{TargetPod, request_eviction, withdraw_target};
-use evictkit_runtime::lifecycle_request::served;
+use evictkit_runtime::lifecycle_request::{ApiMode, served};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
-
-use crate::lifecycle::commands as lifecycle;
-use crate::{ApiMode, Command};
 
 #[derive(Debug, clap::Args)]
 pub struct RequestArgs {
@@ -48,16 +48,8 @@ fn parse_pod(value: &str) -> Result<(String, String), String> {
     }
 }
 
-pub async fn run(command: Command) -> anyhow::Result<()> {
-    let client = client::build(RateLimit::UNLIMITED).await?;
-    match command {
-        Command::Request(args) => request(&client, &args).await,
-        Command::Withdraw(args) => withdraw(&client, &args).await,
-        Command::Describe(args) => describe(&client, &args).await,
-    }
-}
-
-async fn request(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
+/// Asks for the eviction of the pod as `args.requester` (creates or joins its EvictionRequest).
+pub async fn request(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
     let (namespace, name) = &args.pod;
     if args.api.resolve(client).await? == ApiMode::Lifecycle {
         return lifecycle::request(client, namespace, name, &args.requester).await;
@@ -75,7 +67,9 @@ async fn request(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn withdraw(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
+/// Withdraws `args.requester` from the pod's EvictionRequest; with no requester left it is
+/// canceled.
+pub async fn withdraw(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
     let (namespace, name) = &args.pod;
     if args.api.resolve(client).await? == ApiMode::Lifecycle {
         return lifecycle::withdraw_request(client, namespace, name, &args.requester).await;

@@ -1,5 +1,5 @@
-//! `pdb-policy-webhook explain NAMESPACE/POD` and `explain --node NODE` (a drain preview):
-//! reads the pods, their namespaces' PDBs and the policy in force, and prints for each pod
+//! `pdb-policy-webhook explain NAMESPACE/POD` and `explain --node NODE` (a drain preview; also
+//! kubectl-evictkit's `explain` and `drain-preview`): reads the pods, their namespaces' PDBs and the policy in force, and prints for each pod
 //! what an eviction would get (`evictkit_core::pdb_policy::explain`) and what would change it.
 
 use std::collections::BTreeMap;
@@ -10,12 +10,11 @@ use clap::{Args, ValueEnum};
 use evictkit_api::PodDisruptionBudgetPolicy;
 use evictkit_core::pdb_policy::{self, Explanation};
 use evictkit_core::table::Table;
+use evictkit_runtime::pdb_policy as live;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client};
-
-use crate::live;
 
 /// `explain`'s flags.
 #[derive(Debug, Clone, Args)]
