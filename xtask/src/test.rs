@@ -582,6 +582,31 @@ fn dependency_rules() -> Result<()> {
             forbidden.join(", ")
         );
     }
+    // A binary links libraries only: a tool built on a component's code would link the
+    // component's servers with it, so what two binaries share lives in a crate under crates/.
+    let bins = format!("({}/", crate::workspace_root().join("bins").display());
+    let tree = cargo_output(&["tree", "--workspace", "--depth", "1", "--prefix", "depth"])?;
+    let mut linked = Vec::new();
+    let mut binary = None;
+    for line in tree.lines() {
+        let name = line
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .split_whitespace()
+            .next();
+        if line.starts_with('0') {
+            binary = name.filter(|_| line.contains(&bins));
+        } else if let Some(binary) = binary
+            && line.contains(&bins)
+        {
+            linked.push(format!("{binary} -> {}", name.unwrap_or_default()));
+        }
+    }
+    if !linked.is_empty() {
+        bail!(
+            "a crate under bins/ depends on another (share it through a crate under crates/): {}",
+            linked.join(", ")
+        );
+    }
     Ok(())
 }
 
