@@ -93,6 +93,12 @@ async fn build_webhooks() -> Vec<Webhook> {
         .await
         .expect("ApiMode::Crd needs no discovery"),
         requests,
+        // Unlisted against the stand-in (its pod watch fails), so every review reads its pod
+        // live, as a review of a pod not yet cached does.
+        pods: descheduler_bridge::pods::Pods::start(
+            client.clone(),
+            evictkit_runtime::shutdown::CancellationToken::new(),
+        ),
         users: BTreeSet::from([DESCHEDULER_USER.to_owned()]),
         opt_in: OptIn::AlsoInterceptorPods,
         metrics: descheduler_bridge::metrics::BridgeMetrics::register(&bridge)

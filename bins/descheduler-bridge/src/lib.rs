@@ -24,7 +24,7 @@
 mod cache;
 pub mod controller;
 pub mod metrics;
-mod pods;
+pub mod pods;
 pub mod requests;
 pub mod webhook;
 
