@@ -39,13 +39,6 @@ const UNREACHED: &[Unreached] = &[
         why: "crates/drain withdraw (crates/runtime/src/lifecycle_request.rs withdraw): a detached drain that times out, is deleted or loses its leader withdraws its requests; the suite's detached drain completes",
     },
     Unreached {
-        components: &["evictionrequest-controller"],
-        group: "authentication.k8s.io",
-        resources: &["selfsubjectreviews"],
-        verbs: &["create"],
-        why: "crates/drain/src/escalate.rs: a detached drain with spec.escalation names who overrode a PDB in its Events",
-    },
-    Unreached {
         components: &COMPONENTS,
         group: "events.k8s.io",
         resources: &["events"],
