@@ -129,6 +129,16 @@ pub struct Args {
     /// As --controller-username, by group membership (repeatable).
     #[arg(long = "controller-group", value_name = "GROUP")]
     pub controller_groups: Vec<String>,
+    /// How long the webhook remembers that a user may delete a request's target pod (the
+    /// SubjectAccessReview's answer), as an aggregated apiserver's delegated authorizer does:
+    /// a revoked right is still honoured this long. 0s remembers nothing (reviews at the same
+    /// instant still share one answer).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub authorization_cache_authorized_ttl: Duration,
+    /// How long the webhook remembers that a user may not delete a request's target pod: a
+    /// right just granted is still refused this long. 0s remembers nothing.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub authorization_cache_unauthorized_ttl: Duration,
     /// Handle EvictionRequests of this namespace only (default: all namespaces).
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
@@ -210,8 +220,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .context(
                     "connecting to the Kubernetes API for the webhook's SubjectAccessReviews",
                 )?;
-        let webhooks = webhook::webhooks(
+        let access = webhook::PodDeleteAccess::new(
             reviews,
+            webhook::Ttl {
+                authorized: args.authorization_cache_authorized_ttl,
+                unauthorized: args.authorization_cache_unauthorized_ttl,
+            },
+        );
+        let webhooks = webhook::webhooks(
+            access,
             manager.metrics().clone(),
             heartbeat_timeout,
             controller,

@@ -3,7 +3,8 @@
 //! [`evictkit_core::eviction_request::admission`]; the caller's right to delete the target pod
 //! (KEP: "CREATE, UPDATE, DELETE: Principal making the request should be authorized for
 //! deleting pods that match the EvictionRequest's .spec.target.pod") is asked of the
-//! apiserver by SubjectAccessReview on CREATE and UPDATE. DELETE is not sent here: a webhook
+//! apiserver by SubjectAccessReview on CREATE and UPDATE ([`access`]: one review for a
+//! requester's burst in a namespace, answers remembered for seconds). DELETE is not sent here: a webhook
 //! that is down would block every delete (failurePolicy Fail), the administrator's way out of a
 //! loop and the namespace controller's cleanup among them; the chart checks it with a
 //! ValidatingAdmissionPolicy inside the apiserver instead.
@@ -25,13 +26,13 @@ use evictkit_core::eviction_request::admission::{
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
 use kube::core::admission::{AdmissionRequest, Operation};
-use kube::{Api, Client};
+
+use self::access::Caller;
+pub use self::access::{PodDeleteAccess, Ttl};
+
+mod access;
 
 /// Path of the webhook in the ValidatingWebhookConfiguration.
 pub const PATH: &str = "/validate-evictionrequests";
@@ -40,16 +41,16 @@ pub const PATH: &str = "/validate-evictionrequests";
 pub const POD_PATH: &str = "/validate-pods";
 
 pub fn webhooks(
-    client: Client,
+    access: PodDeleteAccess,
     metrics: Arc<Metrics>,
     heartbeat_timeout: SignedDuration,
     controller: ControllerIdentity,
 ) -> Webhooks {
-    let controller = Arc::new(controller);
+    let (access, controller) = (Arc::new(access), Arc::new(controller));
     Webhooks::new(metrics)
         .route(PATH, move |request| {
             validate(
-                client.clone(),
+                access.clone(),
                 request,
                 heartbeat_timeout,
                 controller.clone(),
@@ -85,7 +86,7 @@ fn validate_pod(request: AdmissionRequest<Pod>) -> Admission {
 }
 
 async fn validate(
-    client: Client,
+    access: Arc<PodDeleteAccess>,
     request: AdmissionRequest<EvictionRequest>,
     timeout: SignedDuration,
     controller: Arc<ControllerIdentity>,
@@ -116,30 +117,13 @@ async fn validate(
     let Some(target) = new.as_ref().and_then(|r| r.spec.target.pod.clone()) else {
         return Admission::allow();
     };
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: user.username.clone(),
-            groups: user.groups.clone(),
-            uid: user.uid.clone(),
-            extra: user.extra.clone(),
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(request.namespace.clone().unwrap_or_default()),
-                verb: Some("delete".into()),
-                resource: Some("pods".into()),
-                name: Some(target.name.clone()),
-                ..ResourceAttributes::default()
-            }),
-            ..SubjectAccessReviewSpec::default()
-        },
-        ..SubjectAccessReview::default()
-    };
     let namespace = request.namespace.clone().unwrap_or_default();
-    match Api::<SubjectAccessReview>::all(client)
-        .create(&PostParams::default(), &review)
+    match access
+        .may_delete(&Caller::of(&request), &namespace, &target.name)
         .await
     {
-        Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => Admission::allow(),
-        Ok(_) => Admission::deny(
+        Ok(true) => Admission::allow(),
+        Ok(false) => Admission::deny(
             403,
             format!(
                 "user {username:?} may not delete pod {namespace}/{}, so it may not {} its EvictionRequest (KEP-4563: requesters and interceptors must be authorized to delete the target pod)",
@@ -148,7 +132,7 @@ async fn validate(
             ),
         ),
         Err(error) => {
-            tracing::warn!(%error, "SubjectAccessReview failed");
+            tracing::warn!(%error, pod = %format!("{namespace}/{}", target.name), "SubjectAccessReview failed");
             Admission::undecided(
                 500,
                 format!(
