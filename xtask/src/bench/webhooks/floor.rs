@@ -535,8 +535,10 @@ struct Order<'a> {
 /// `repeats` times back to back: the row pools the repeats' calls, and keeps each repeat's
 /// p99 ratio. A mutating webhook is called after the one before it has answered, so the first
 /// one gets the whole burst at once and the second one the calls as the first lets them go:
-/// its repeats alternate which of ours and the no-op comes first (an even number of them), so
-/// each is measured as often in either place.
+/// a repeat of it is a pair of bursts, ours first and then the no-op first, and its ratio is
+/// the pair's, so each is measured as often in either place. (A ratio per burst would compare
+/// the webhook that took the burst with the one that got it spread: one bucket up in one
+/// order, one down in the other.)
 async fn burst(
     cluster: &Cluster,
     order: &Order<'_>,
@@ -548,34 +550,26 @@ async fn burst(
 ) -> Result<Row> {
     let client = &order.who.caller;
     let mutating = target.configuration().0.starts_with("Mutating");
-    let repeats = if mutating {
-        repeats.max(1).next_multiple_of(2)
-    } else {
-        repeats.max(1)
-    };
+    let noop_first: &[bool] = if mutating { &[false, true] } else { &[false] };
+    let repeats = repeats.max(1);
     let first = Before::take(cluster, target, ours)?;
     let (mut ratios, mut failed, mut took) = (Vec::new(), 0, 0.0);
-    for repeat in 0..repeats {
-        if mutating {
-            register(
-                cluster,
-                order.who,
-                target,
-                ours,
-                order.noop,
-                repeat % 2 == 1,
-            )
-            .await?;
-        }
+    for _ in 0..repeats {
         let before = Before::take(cluster, target, ours)?;
-        let started = Instant::now();
-        let results = futures::future::join_all((0..size).map(|i| target.call(client, i))).await;
-        took += started.elapsed().as_secs_f64();
-        let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-        if let Some(error) = errors.first() {
-            println!("  {} of {size} calls failed, e.g. {error}", errors.len());
+        for &noop_first in noop_first {
+            if mutating {
+                register(cluster, order.who, target, ours, order.noop, noop_first).await?;
+            }
+            let started = Instant::now();
+            let results =
+                futures::future::join_all((0..size).map(|i| target.call(client, i))).await;
+            took += started.elapsed().as_secs_f64();
+            let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+            if let Some(error) = errors.first() {
+                println!("  {} of {size} calls failed, e.g. {error}", errors.len());
+            }
+            failed += errors.len();
         }
-        failed += errors.len();
         if let Some(ratio) = before
             .figures(cluster, target, ours, size)
             .await?
@@ -587,7 +581,7 @@ async fn burst(
     let mut figures = first.figures(cluster, target, ours, size).await?;
     figures.ratios = ratios;
     let apiserver = figures.ours.clone();
-    let calls = (size * repeats - failed) as f64;
+    let calls = (size * repeats * noop_first.len() - failed) as f64;
     let mut row = Row::of(
         &format!("floor {} {size} {}", target.component(), layout.name()),
         format!("{size} dry-run calls at once; {}", layout.name()),
