@@ -78,12 +78,48 @@ struct Identities {
     webhook_user: String,
 }
 
+/// The service account the descheduler-bridge's bursts are sent as (the webhook answers only
+/// the descheduler's evictions).
+const DESCHEDULER: &str = "floor-descheduler";
+
+/// Puts service account `BENCH_NAMESPACE/name` in the apiserver's `exempt` priority level, as
+/// the other targets' caller (admin, in system:masters) is: a burst of 1,000 from a service
+/// account otherwise meets the `workload-low` level's queues, and the apiserver answered 40% of
+/// the calls 429 before admission (`apiserver_flowcontrol_rejected_requests_total{reason=
+/// "queue-full"}`), so the webhooks saw a smaller burst than the row says.
+async fn exempt_from_flow_control(client: &Client, name: &str) -> Result<()> {
+    use k8s_openapi::api::flowcontrol::v1::FlowSchema;
+    let schema = format!("evictkit-bench-{name}");
+    Api::<FlowSchema>::all(client.clone())
+        .patch(
+            &schema,
+            &PatchParams::apply("evictkit-bench").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+                "metadata": {"name": schema},
+                "spec": {
+                    "priorityLevelConfiguration": {"name": "exempt"},
+                    "matchingPrecedence": 100,
+                    "rules": [{
+                        "subjects": [{"kind": "ServiceAccount", "serviceAccount":
+                            {"name": name, "namespace": support::BENCH_NAMESPACE}}],
+                        "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"],
+                            "resources": ["*"], "namespaces": ["*"], "clusterScope": true}],
+                    }],
+                },
+            })),
+        )
+        .await
+        .with_context(|| format!("applying FlowSchema {schema}"))?;
+    Ok(())
+}
+
 async fn identities(cluster: &Cluster, client: &Client, target: Target) -> Result<Identities> {
     let (webhook_kubeconfig, webhook_user) =
         support::service_account(cluster, client, &format!("floor-{}", target.component())).await?;
     let (caller, caller_user) = if target == Target::DeschedulerBridge {
-        let (kubeconfig, user) =
-            support::service_account(cluster, client, "floor-descheduler").await?;
+        let (kubeconfig, user) = support::service_account(cluster, client, DESCHEDULER).await?;
+        exempt_from_flow_control(client, DESCHEDULER).await?;
         (support::client_of(&kubeconfig).await?, user)
     } else {
         (client.clone(), "admin".to_owned())

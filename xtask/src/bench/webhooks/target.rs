@@ -3,6 +3,7 @@
 //! component's flags.
 
 use evictkit_api::keys::{DESCHEDULER_REQUEST_EVICT_ONLY, REQUIRED_DURING_EXECUTION};
+use evictkit_core::descheduler_bridge::EVICTION_IN_BACKGROUND_TEXT;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, EvictParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -181,8 +182,14 @@ impl Target {
             Target::PdbPolicyWebhook => pods.evict(&format!("p-{i}"), &dry_run()).await.map(drop),
             Target::DeschedulerBridge => {
                 match pods.evict(&format!("p-{i}"), &dry_run()).await {
-                    // The bridge's answer: the eviction goes on in background.
-                    Err(kube::Error::Api(status)) if status.code == 429 => Ok(()),
+                    // The bridge's answer: the eviction goes on in background. Any other 429
+                    // (the apiserver's flow control, a PDB) is not an answer of the webhook.
+                    Err(kube::Error::Api(status))
+                        if status.code == 429
+                            && status.message.starts_with(EVICTION_IN_BACKGROUND_TEXT) =>
+                    {
+                        Ok(())
+                    }
                     other => other.map(drop),
                 }
             }
