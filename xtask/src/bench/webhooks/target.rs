@@ -3,7 +3,7 @@
 //! component's flags.
 
 use evictkit_api::keys::{DESCHEDULER_REQUEST_EVICT_ONLY, REQUIRED_DURING_EXECUTION};
-use evictkit_core::descheduler_bridge::EVICTION_IN_BACKGROUND_TEXT;
+use evictkit_runtime::eviction::EvictionOutcome;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, EvictParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -185,8 +185,10 @@ impl Target {
                     // The bridge's answer: the eviction goes on in background. Any other 429
                     // (the apiserver's flow control, a PDB) is not an answer of the webhook.
                     Err(kube::Error::Api(status))
-                        if status.code == 429
-                            && status.message.starts_with(EVICTION_IN_BACKGROUND_TEXT) =>
+                        if matches!(
+                            EvictionOutcome::from_status(&status),
+                            EvictionOutcome::InBackground { .. }
+                        ) =>
                     {
                         Ok(())
                     }
