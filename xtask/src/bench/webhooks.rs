@@ -235,6 +235,7 @@ const HEADER: &[&str] = &[
     "request_p99_ms_without_webhook",
     "events",
     "noop_calls",
+    "noop_failed_calls",
     "p99_bound_ms",
     "noop_p99_bound_ms",
     "p99_bound_ratio",
@@ -325,6 +326,7 @@ impl Row {
                 let ratios = f.ratio_median_min_max();
                 cells.extend([
                     format!("{:.0}", f.noop.calls()),
+                    format!("{:.0}", f.noop.failed_open + f.noop.refused),
                     or_dash(floor::quantile_bound_ms(&f.ours.durations, 0.99), 0),
                     or_dash(floor::quantile_bound_ms(&f.noop.durations, 0.99), 0),
                     or_dash(ratios.map(|r| r.0), 2),
@@ -341,7 +343,7 @@ impl Row {
                     or_dash(mean(f.server.handshake_seconds, f.server.handshakes), 2),
                 ]);
             }
-            None => cells.extend(std::iter::repeat_n("-".to_owned(), 15)),
+            None => cells.extend(std::iter::repeat_n("-".to_owned(), 16)),
         }
         cells.push(self.api_calls.clone().unwrap_or_else(|| "-".to_owned()));
         cells.push(self.protocol.clone().unwrap_or_else(|| "-".to_owned()));
