@@ -1,7 +1,8 @@
 //! `kubectl evictkit drain` as an operator and a script meet it: what happens when it cannot
 //! read any more, how often it reads, what it names as the blocker of each pod it waits for
-//! (live, in `--dry-run`, in `-o json` and in what it says it left), `uncordon`, and the
-//! drain that outlives its client (`--detach`, `drain status`, `drain wait`).
+//! (live, in `--dry-run`, in `-o json` and in what it says it left), `uncordon`, the drain
+//! that outlives its client (`--detach`, `drain status`, `drain wait`), kubectl's
+//! `--grace-period` where a grace period can go, and kubectl's `-v`.
 //! The plugin runs from `target/debug` (built by `cargo build --workspace --bins`), as the
 //! identity of the kubeconfig each test gives it.
 
@@ -75,6 +76,13 @@ async fn blocked_pod(env: &TestEnv, namespace: &str, node: &str, name: &str) -> 
         .create(&PostParams::default(), &pod_on(node, name, name))
         .await
         .with_context(|| format!("creating pod {namespace}/{name}"))?;
+    protect(env, namespace, name).await?;
+    Ok(pod)
+}
+
+/// A minAvailable 1 PDB for the pods labelled `app=<name>` in `namespace` (one, Ready),
+/// once the disruption controller counts it.
+async fn protect(env: &TestEnv, namespace: &str, name: &str) -> Result<()> {
     let mut pdb = objects::pdb(name, name, Budget::MinAvailable(IntOrString::Int(1)), None);
     pdb.metadata.namespace = Some(namespace.to_owned());
     let pdbs = Api::<PodDisruptionBudget>::namespaced(env.client.clone(), namespace);
@@ -87,7 +95,7 @@ async fn blocked_pod(env: &TestEnv, namespace: &str, node: &str, name: &str) -> 
             .is_some_and(|s| s.current_healthy == Some(1))
     })
     .await?;
-    Ok(pod)
+    Ok(())
 }
 
 /// A ClusterRole named `<namespace>-<name>` with `rules`, bound to ServiceAccount `account`
@@ -1132,5 +1140,337 @@ async fn a_killed_client_reattaches_and_uncordon_withdraws_a_detached_drain() ->
         "{uncordon:?}"
     );
     controller.stop();
+    Ok(())
+}
+
+/// A Running and Ready pod on `node` whose own terminationGracePeriodSeconds is 30 and which
+/// finalizer [`HOLD`] keeps once deleted, so the grace period its deletion was given stays
+/// there to be read (`metadata.deletionGracePeriodSeconds`). kwok leaves it alone (its status
+/// is the test's): kwok deletes a deleted pod again with a grace period of 0, which would
+/// shorten the one the drain gave.
+async fn slow_held_pod(env: &TestEnv, node: &str, name: &str) -> Result<Pod> {
+    let mut pod = pod_on(node, name, name);
+    pod.metadata.finalizers = Some(vec![HOLD.to_owned()]);
+    pod.metadata.annotations = Some(
+        [(
+            objects::CUSTOM_STATUS_ANNOTATION.0.to_owned(),
+            objects::CUSTOM_STATUS_ANNOTATION.1.to_owned(),
+        )]
+        .into(),
+    );
+    pod.spec
+        .get_or_insert_default()
+        .termination_grace_period_seconds = Some(30);
+    let pod = env.create(&pod).await?;
+    let now = jiff::Timestamp::now().to_string();
+    env.api::<Pod>()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+            }})),
+        )
+        .await
+        .with_context(|| format!("making pod {name} Ready"))?;
+    Ok(pod)
+}
+
+/// The grace period the deletion of pod `name` was given, once it is deleted.
+async fn deletion_grace_period(env: &TestEnv, name: &str) -> Result<Option<i64>> {
+    let pod = wait::wait_for(&env.api::<Pod>(), name, DEFAULT_TIMEOUT, "deleted", |p| {
+        p.metadata.deletion_timestamp.is_some()
+    })
+    .await?;
+    Ok(pod.metadata.deletion_grace_period_seconds)
+}
+
+/// `body` in a cluster that serves no evictkit.io EvictionRequest CRD, so that `--api crd
+/// --eviction-api-fallback` evicts through the Eviction API: the CRD, if another test file
+/// installed it, is deleted for the test and installed again after. No other test of this file
+/// uses it.
+async fn without_the_request_crd(
+    env: &TestEnv,
+    body: impl std::future::Future<Output = Result<()>>,
+) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let crd = "evictionrequests.evictkit.io";
+    let installed = crds.get_opt(crd).await?.is_some();
+    if installed {
+        crds.delete(crd, &DeleteParams::default()).await?;
+        wait::wait_for_deletion(&crds, crd, DEFAULT_TIMEOUT).await?;
+    }
+    let result = body.await;
+    if installed {
+        env.apply_crd("EvictionRequest").await?;
+    }
+    result
+}
+
+/// `--grace-period 0` with `--eviction-api-fallback`, as kubectl drain: each Eviction carries
+/// `deleteOptions.gracePeriodSeconds: 0` (the audit log) and the pod, whose own grace period
+/// is 30 s, is deleted with 0 (`deletionGracePeriodSeconds`); `-v=4` names each eviction with
+/// the grace period it gave. Without the flag (-1, kubectl's default) the pod keeps its own.
+#[tokio::test]
+async fn the_grace_period_goes_with_each_eviction_of_the_fallback() -> Result<()> {
+    let env = TestEnv::new("drain-grace-evict").await?;
+    let ns = env.namespace.clone();
+    let mut nodes = Vec::new();
+    for (name, pod) in [("zero", "now-0"), ("own", "own-0")] {
+        let node = env
+            .create_node(objects::node(name, &[], vec![]))
+            .await?
+            .name_any();
+        slow_held_pod(&env, &node, pod).await?;
+        nodes.push(node);
+    }
+    let drain = |node: &str, extra: &[&str]| -> Result<Command> {
+        let mut args = vec![
+            "drain",
+            node,
+            "--force",
+            "--api",
+            "crd",
+            "--eviction-api-fallback",
+            "--timeout",
+            "60s",
+            // The finalizer holds each pod: the drain ends once it is deleted.
+            "--skip-wait-for-delete-timeout",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        env.plugin(env.kubeconfig(), &args)
+    };
+    let (zero, own) = (nodes[0].clone(), nodes[1].clone());
+    let result = without_the_request_crd(&env, async {
+        let fast = run(drain(&zero, &["--grace-period", "0", "-v=4"])?).await?;
+        assert_eq!(fast.code, Some(0), "{fast:?}");
+        assert!(
+            fast.stderr.contains(&format!(
+                "\"Evicted\" pod=\"{ns}/now-0\" grace_period=\"0s\""
+            )),
+            "{fast:?}"
+        );
+        assert_eq!(deletion_grace_period(&env, "now-0").await?, Some(0));
+        let slow = run(drain(&own, &[])?).await?;
+        assert_eq!(slow.code, Some(0), "{slow:?}");
+        assert_eq!(deletion_grace_period(&env, "own-0").await?, Some(30));
+        Ok(())
+    })
+    .await;
+    release(&env, &["now-0", "own-0"]).await?;
+    result?;
+    let asked: Vec<(String, Option<i64>)> = env
+        .audit_events()?
+        .iter()
+        .filter(|e| {
+            e.object_ref
+                .as_ref()
+                .is_some_and(|o| o.subresource.as_deref() == Some("eviction"))
+        })
+        .map(|e| {
+            (
+                e.object_ref
+                    .as_ref()
+                    .and_then(|o| o.name.clone())
+                    .unwrap_or_default(),
+                e.request_object
+                    .as_ref()
+                    .and_then(|b| b.pointer("/deleteOptions/gracePeriodSeconds"))
+                    .and_then(Value::as_i64),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [("now-0".to_owned(), Some(0)), ("own-0".to_owned(), None)],
+        "the evictions in the audit log"
+    );
+    Ok(())
+}
+
+/// `--escalate=delete --grace-period 0`: the pod its PDB keeps is deleted with a grace period
+/// of 0 (its own is 30 s), the Warning Event says so, and the drain says `--grace-period`
+/// applies to nothing else (its EvictionRequests carry none).
+#[tokio::test]
+async fn an_escalation_deletes_with_the_grace_period() -> Result<()> {
+    let env = TestEnv::new("drain-grace-escalate").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    let ns = env.namespace.clone();
+    slow_held_pod(&env, &node, "db-0").await?;
+    protect(&env, &ns, "db-0").await?;
+    let run = run(env.plugin(
+        env.kubeconfig(),
+        &[
+            "drain",
+            &node,
+            "--force",
+            "--timeout",
+            "60s",
+            "--escalate-after",
+            "2s",
+            "--escalate=delete",
+            "--grace-period",
+            "0",
+            "--skip-wait-for-delete-timeout",
+            "1",
+        ],
+    )?)
+    .await;
+    let grace = deletion_grace_period(&env, "db-0").await;
+    release(&env, &["db-0"]).await?;
+    let run = run?;
+    assert_eq!(
+        run.code,
+        Some(0),
+        "{run:?}\ncontroller:\n{}",
+        controller.log_tail(20)
+    );
+    assert_eq!(grace?, Some(0), "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "Warning: --grace-period 0 applies only to the pods --escalate deletes; an EvictionRequest carries no grace period"
+        ),
+        "{run:?}"
+    );
+    let events = env.api::<Event>().list(&Default::default()).await?.items;
+    assert!(
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some("DrainOverrodePodDisruptionBudget")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.ends_with("(--escalate=delete --grace-period=0)"))
+        }),
+        "{events:#?}"
+    );
+    controller.stop();
+    Ok(())
+}
+
+/// `drain --detach --grace-period 0`: the NodeDrain carries it (`spec.gracePeriodSeconds`) and
+/// the controller's escalation deletes the pod its PDB keeps with it.
+#[tokio::test]
+async fn a_detached_drain_carries_the_grace_period() -> Result<()> {
+    let env = TestEnv::new("drain-grace-detach").await?;
+    if env.skip_without_lifecycle_api().await? {
+        return Ok(());
+    }
+    env.apply_crd("NodeDrain").await?;
+    let mut controller = env
+        .start_eviction_request_controller_on("lifecycle")
+        .await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.delete_on_drop::<NodeDrain>(&node);
+    let ns = env.namespace.clone();
+    slow_held_pod(&env, &node, "db-0").await?;
+    protect(&env, &ns, "db-0").await?;
+    let detached = detach(
+        &env,
+        &node,
+        &[
+            "--grace-period",
+            "0",
+            "--escalate-after",
+            "2s",
+            "--escalate=delete",
+            "--skip-wait-for-delete-timeout",
+            "1",
+        ],
+    )
+    .await;
+    let grace = match detached {
+        Ok(()) => deletion_grace_period(&env, "db-0").await,
+        Err(error) => Err(error),
+    };
+    release(&env, &["db-0"]).await?;
+    let spec = serde_json::to_value(
+        Api::<NodeDrain>::all(env.client.clone())
+            .get(&node)
+            .await?
+            .spec,
+    )?;
+    assert_eq!(spec["gracePeriodSeconds"], 0, "{spec}");
+    assert_eq!(
+        grace.with_context(|| format!("controller:\n{}", controller.log_tail(30)))?,
+        Some(0)
+    );
+    let waited = run(env.plugin(env.kubeconfig(), &["drain", "wait", &node])?).await?;
+    assert_eq!(waited.code, Some(0), "{waited:?}");
+    controller.stop();
+    Ok(())
+}
+
+/// kubectl's `-v`, taken as kubectl takes it (`-v=6`, `-v 6`, `--v=6`, before or after the
+/// command): at 6 each API call is a line on stderr (method, URL, status, milliseconds), at 4
+/// the drain's decisions and no call, at 0 neither; stdout is the same at every level. A
+/// grace period below -1 is a usage error, as in kubectl.
+#[tokio::test]
+async fn verbosity_logs_each_call_at_6_and_nothing_at_0() -> Result<()> {
+    let env = TestEnv::new("drain-verbose").await?;
+    let node = env
+        .create_node(objects::node("n", &[], vec![]))
+        .await?
+        .name_any();
+    env.create(&pod_on(&node, "web-0", "web-0")).await?;
+    env.wait_for_ready_pods("app=web-0", 1).await?;
+    let dry = |verbosity: &[&str]| -> Result<Command> {
+        let mut args = vec!["drain", node.as_str(), "--force", "--dry-run"];
+        args.extend_from_slice(verbosity);
+        env.plugin(env.kubeconfig(), &args)
+    };
+    let call = "\"Response\" verb=\"GET\" url=\"https://";
+    let node_read = format!("/api/v1/nodes/{node}\" status=\"200 OK\" milliseconds=");
+    let quiet = run(dry(&["-v", "0"])?).await?;
+    assert_eq!(quiet.code, Some(0), "{quiet:?}");
+    assert!(!quiet.stderr.contains("\"Response\""), "{quiet:?}");
+    assert!(!quiet.stderr.contains("\"Channel\""), "{quiet:?}");
+    for flag in [&["-v=6"][..], &["-v", "6"], &["--v=6"]] {
+        let loud = run(dry(flag)?).await?;
+        assert_eq!(loud.code, Some(0), "{flag:?}: {loud:?}");
+        assert_eq!(loud.stdout, quiet.stdout, "{flag:?}");
+        assert!(
+            loud.stderr
+                .lines()
+                .any(|l| l.starts_with('I') && l.contains(call) && l.contains(&node_read)),
+            "{flag:?}: {loud:?}"
+        );
+    }
+    let decisions = run(dry(&["-v=4"])?).await?;
+    assert!(
+        decisions
+            .stderr
+            .contains("\"Channel\" through=\"lifecycle.k8s.io EvictionRequest\"")
+            || decisions
+                .stderr
+                .contains("\"Channel\" through=\"evictkit.io EvictionRequest\""),
+        "{decisions:?}"
+    );
+    assert!(!decisions.stderr.contains("\"Response\""), "{decisions:?}");
+    // A global flag: before the command, and on another command.
+    let requests = run(env.plugin(
+        env.kubeconfig(),
+        &["-v=6", "requests", "-n", &env.namespace],
+    )?)
+    .await?;
+    assert_eq!(requests.code, Some(0), "{requests:?}");
+    assert!(requests.stderr.contains(call), "{requests:?}");
+
+    let refused = run(dry(&["--grace-period", "-2"])?).await?;
+    assert_eq!(refused.code, Some(2), "{refused:?}");
+    assert!(refused.stderr.contains("--grace-period"), "{refused:?}");
     Ok(())
 }
