@@ -167,8 +167,9 @@ fn budget_causes(status: &Status) -> Option<String> {
     }
 }
 
-/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other.
-fn eviction_of(namespace: &str, name: &str, uid: &str) -> Eviction {
+/// The Eviction of the pod `namespace/name` with UID `uid`, and of no other; with
+/// `grace_period`, the pod's terminationGracePeriodSeconds overridden (None: the pod's own).
+fn eviction_of(namespace: &str, name: &str, uid: &str, grace_period: Option<u32>) -> Eviction {
     Eviction {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -180,6 +181,7 @@ fn eviction_of(namespace: &str, name: &str, uid: &str) -> Eviction {
                 uid: Some(uid.to_owned()),
                 resource_version: None,
             }),
+            grace_period_seconds: grace_period.map(i64::from),
             ..DeleteOptions::default()
         }),
     }
@@ -237,6 +239,7 @@ pub struct EvictionClient {
     client: Client,
     metrics: Arc<Metrics>,
     dry_run: bool,
+    grace_period: Option<u32>,
     evicted: Arc<Mutex<EvictedLately>>,
 }
 
@@ -247,6 +250,7 @@ impl EvictionClient {
             client,
             metrics,
             dry_run: false,
+            grace_period: None,
             evicted: Arc::new(Mutex::new(EvictedLately::new(Instant::now()))),
         }
     }
@@ -255,6 +259,15 @@ impl EvictionClient {
     /// are checked, nothing is deleted, and `Evicted` means "would be evicted".
     pub fn dry_run(self, dry_run: bool) -> Self {
         Self { dry_run, ..self }
+    }
+
+    /// With a grace period, evictions override each pod's terminationGracePeriodSeconds, as
+    /// `kubectl drain --grace-period` does; None leaves it to the pod.
+    pub fn grace_period(self, grace_period: Option<u32>) -> Self {
+        Self {
+            grace_period,
+            ..self
+        }
     }
 
     /// [`EvictionClient::evict_answer`]'s outcome.
@@ -299,7 +312,7 @@ impl EvictionClient {
                 retry_after: None,
             });
         }
-        let eviction = eviction_of(namespace, name, &uid);
+        let eviction = eviction_of(namespace, name, &uid, self.grace_period);
         let params = PostParams {
             dry_run: self.dry_run,
             field_manager: None,
@@ -479,7 +492,7 @@ mod tests {
     #[test]
     fn body_is_a_policy_v1_eviction_with_uid_precondition() {
         // Guards the reason this module exists: `deleteOptions`, camelCase, with the UID.
-        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234")).unwrap();
+        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234", None)).unwrap();
         assert_eq!(json["apiVersion"], "policy/v1");
         assert_eq!(json["kind"], "Eviction");
         assert_eq!(json["metadata"]["name"], "web-0");
@@ -491,6 +504,13 @@ mod tests {
                 .is_none_or(serde_json::Value::is_null),
             "{json}"
         );
+        // No grace period unless the caller overrides the pod's.
+        assert!(
+            json["deleteOptions"].get("gracePeriodSeconds").is_none(),
+            "{json}"
+        );
+        let json = serde_json::to_value(eviction_of("ns", "web-0", "1234", Some(0))).unwrap();
+        assert_eq!(json["deleteOptions"]["gracePeriodSeconds"], 0, "{json}");
     }
 
     #[test]
