@@ -33,8 +33,9 @@ pub const DIFFERENCES: &str = "\
 Differences from kubectl drain, on purpose:
   no --disable-eviction      deleting pods skips their PodDisruptionBudgets and responders; the
                              point of this drain is that both are heard
-  no --grace-period          an EvictionRequest carries no grace period: each pod terminates
-                             within its own terminationGracePeriodSeconds, which its owner chose
+  --grace-period, partly     only what the drain evicts or deletes itself takes it (the Eviction
+                             API of --eviction-api-fallback, --escalate's deletions); an
+                             EvictionRequest carries none, its interceptors end the pod
   no --chunk-size            pods are read once a round for the whole cluster, not paged
   --timeout 0 waits forever  as kubectl's; at a timeout our drain also withdraws its requests
   --dry-run names blockers   the PDB and how many pods it needs, a responder, an unreachable node";
@@ -104,6 +105,35 @@ pub struct DrainArgs {
     /// it is not Ready; delete deletes it whatever its health.
     #[arg(long, value_enum, requires = "escalate_after")]
     escalate: Option<Escalate>,
+    /// Seconds each pod gets to terminate, overriding its terminationGracePeriodSeconds, where
+    /// the drain evicts or deletes it itself: each Eviction of --eviction-api-fallback (as
+    /// kubectl drain's) and each deletion of --escalate, --detach's included. -1: the pod's
+    /// own. A pod asked through an EvictionRequest keeps its own: the request carries no grace
+    /// period, since how the pod ends is its interceptors' decision (KEP-4563), and the
+    /// controller's final eviction gives it its own.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = -1,
+        allow_negative_numbers = true,
+        value_parser = parse_grace_period
+    )]
+    grace_period: i64,
+}
+
+/// kubectl's `--grace-period`: -1 (the pod's own) or 0 and more seconds.
+fn parse_grace_period(value: &str) -> Result<i64, String> {
+    let seconds: i64 = value
+        .parse()
+        .map_err(|_| format!("{value:?} is not a number of seconds"))?;
+    if seconds == -1 || u32::try_from(seconds).is_ok() {
+        Ok(seconds)
+    } else {
+        Err(format!(
+            "{seconds} is neither -1 (each pod's own terminationGracePeriodSeconds) nor 0 to {} seconds",
+            u32::MAX
+        ))
+    }
 }
 
 /// Following a detached drain (`drain --detach`).
@@ -207,6 +237,8 @@ pub async fn run(client: &Client, args: DrainArgs, output: Output) -> Result<Ans
                     Escalate::Delete => escalate::Action::Delete,
                 },
             }),
+        // -1, the pod's own, is the only value outside u32 that parse_grace_period lets in.
+        grace_period: u32::try_from(args.grace_period).ok(),
     };
     if args.detach {
         return detached::detach(client, &settings, output).await;
@@ -452,5 +484,73 @@ impl Observer for Text {
             }
         }
         out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::{Cli, Command};
+
+    fn grace_period(args: &[&str]) -> Result<Option<u32>, clap::Error> {
+        let cli = Cli::try_parse_from(["kubectl-evictkit", "drain", "n"].iter().chain(args))?;
+        match cli.command {
+            Command::Drain(drain) => Ok(u32::try_from(drain.grace_period).ok()),
+            other => panic!("not a drain: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_grace_period_is_taken_and_checked_as_kubectl_does() {
+        // (flags, the grace period given to each pod the drain evicts or deletes)
+        let cases: [(&[&str], Option<u32>); 6] = [
+            (&[], None),
+            (&["--grace-period", "-1"], None),
+            (&["--grace-period=-1"], None),
+            (&["--grace-period", "0"], Some(0)),
+            (&["--grace-period=30"], Some(30)),
+            (&["--grace-period", "4294967295"], Some(u32::MAX)),
+        ];
+        for (flags, expected) in cases {
+            assert_eq!(grace_period(flags).expect("valid"), expected, "{flags:?}");
+        }
+        for flags in [
+            &["--grace-period", "-2"][..],
+            &["--grace-period=-2"],
+            &["--grace-period", "ten"],
+            &["--grace-period", "4294967296"],
+            &["--grace-period"],
+        ] {
+            let error = grace_period(flags).expect_err("invalid");
+            assert_eq!(error.exit_code(), 2, "{flags:?}");
+            assert!(
+                error.to_string().contains("--grace-period"),
+                "{flags:?}: {error}"
+            );
+        }
+        let error = grace_period(&["--grace-period", "-2"]).expect_err("invalid");
+        assert!(
+            error
+                .to_string()
+                .contains("-2 is neither -1 (each pod's own terminationGracePeriodSeconds) nor 0"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn help_says_where_the_grace_period_applies() {
+        let help = Cli::try_parse_from(["kubectl-evictkit", "drain", "--help"])
+            .expect_err("help")
+            .to_string();
+        for says in [
+            "each Eviction of --eviction-api-fallback",
+            "each deletion of --escalate, --detach's included",
+            "the request carries no grace period",
+            "--grace-period, partly",
+        ] {
+            assert!(help.contains(says), "{says}: {help}");
+        }
+        assert!(!help.contains("no --grace-period"), "{help}");
     }
 }

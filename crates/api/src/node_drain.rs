@@ -77,6 +77,11 @@ pub struct NodeDrainSpec {
     /// The way out of a PodDisruptionBudget that blocks for longer than the operator waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation: Option<NodeDrainEscalation>,
+    /// Seconds each pod gets to terminate where the drain evicts (evictionApiFallback) or
+    /// deletes (escalation) it itself, overriding its terminationGracePeriodSeconds; unset:
+    /// the pod's own. An EvictionRequest carries none: its interceptors decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period_seconds: Option<u32>,
 }
 
 /// After `afterSeconds`, override the PDB of each pod it still blocks.

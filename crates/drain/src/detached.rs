@@ -41,6 +41,7 @@ pub fn spec(settings: &Settings) -> NodeDrainSpec {
             after_seconds: e.after.as_secs(),
             action: e.action.flag().to_owned(),
         }),
+        grace_period_seconds: settings.grace_period,
     }
 }
 
@@ -110,6 +111,7 @@ pub fn settings(
             spec.skip_wait_for_delete_timeout_seconds,
         ),
         escalation,
+        grace_period: spec.grace_period_seconds,
     })
 }
 

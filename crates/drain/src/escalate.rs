@@ -46,13 +46,19 @@ pub const REASON: &str = "DrainOverrodePodDisruptionBudget";
 pub(crate) struct Escalator {
     client: Client,
     escalation: Escalation,
+    /// Overrides each deleted pod's terminationGracePeriodSeconds (`--grace-period`).
+    grace_period: Option<u32>,
     /// Who the drain runs as, for the Events.
     user: String,
     recorder: EventRecorder,
 }
 
 impl Escalator {
-    pub async fn new(client: &Client, escalation: Escalation) -> Result<Self, DrainError> {
+    pub async fn new(
+        client: &Client,
+        escalation: Escalation,
+        grace_period: Option<u32>,
+    ) -> Result<Self, DrainError> {
         let review = Api::<SelfSubjectReview>::all(client.clone())
             .create(&PostParams::default(), &SelfSubjectReview::default())
             .await
@@ -68,6 +74,7 @@ impl Escalator {
         Ok(Self {
             client: client.clone(),
             escalation,
+            grace_period,
             user,
             recorder: EventRecorder::from_client(client.clone(), "kubectl-evictkit-drain"),
         })
@@ -98,6 +105,7 @@ impl Escalator {
                 uid: pod.metadata.uid.clone(),
                 resource_version: None,
             }),
+            grace_period_seconds: self.grace_period,
             ..DeleteParams::default()
         };
         Api::<Pod>::namespaced(self.client.clone(), &namespace)
@@ -110,8 +118,12 @@ impl Escalator {
                 ),
                 source,
             })?;
+        let grace = self
+            .grace_period
+            .map(|seconds| format!(" --grace-period={seconds}"))
+            .unwrap_or_default();
         let note = format!(
-            "{} overrode PodDisruptionBudget {namespace}/{pdb}: kubectl evictkit drain deleted pod {namespace}/{name} after waiting {:?} (--escalate={})",
+            "{} overrode PodDisruptionBudget {namespace}/{pdb}: kubectl evictkit drain deleted pod {namespace}/{name} after waiting {:?} (--escalate={}{grace})",
             self.user,
             self.escalation.after,
             self.escalation.action.flag()

@@ -10,6 +10,10 @@
 //!
 //! The client given is used as is: give it a client-side rate limit (kubectl's is 5 calls a
 //! second, bursts of 10).
+//!
+//! Each decision (a request asked, refused or withdrawn, an eviction answered, a pod's state
+//! or blocker changing, an escalation) is a `tracing` debug event of this crate, with the pod
+//! in a `pod` field: `kubectl evictkit -v=4` prints them, a component logs them at debug.
 
 pub mod detached;
 pub mod escalate;
@@ -68,6 +72,11 @@ pub struct Settings {
     pub skip_wait_for_delete_timeout: Duration,
     /// The way out of a PDB that blocks for longer than the operator waits; none by default.
     pub escalation: Option<Escalation>,
+    /// Seconds each pod gets to terminate where the drain evicts or deletes it itself (the
+    /// Eviction API, `escalation`'s deletions), overriding its terminationGracePeriodSeconds
+    /// (kubectl drain's `--grace-period`); None: the pod's own. An EvictionRequest has no
+    /// grace period: how a pod it asks for terminates is its interceptors' decision.
+    pub grace_period: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -236,7 +245,7 @@ pub async fn run(
             ),
         })
         .collect();
-    let plan = Plan {
+    let mut plan = Plan {
         channel,
         notes: drain_plan.note_lines(),
         refusals: drain_plan.refusal_lines(),
@@ -244,6 +253,11 @@ pub async fn run(
         dry_run: settings.dry_run,
         at: now,
     };
+    plan.notes.extend(grace_period_note(
+        settings.grace_period,
+        channel,
+        settings.escalation.is_some(),
+    ));
     observer.planned(&plan)?;
     let report = |ending, started, left: Vec<Left>| Report {
         ending,
@@ -265,9 +279,9 @@ pub async fn run(
         .iter()
         .map(|pod| Ok((TargetPod::of(*pod)?, node_of(pod))))
         .collect::<Result<Vec<_>, DrainError>>()?;
-    let mut drainer = Drainer::new(client, channel, targets).await?;
+    let mut drainer = Drainer::new(client, channel, targets, settings.grace_period).await?;
     if let Some(escalation) = settings.escalation {
-        drainer.escalator = Some(Escalator::new(client, escalation).await?);
+        drainer.escalator = Some(Escalator::new(client, escalation, settings.grace_period).await?);
     }
     let started = Timestamp::now();
     let ending = drainer
@@ -279,6 +293,26 @@ pub async fn run(
         drainer.withdraw().await
     };
     Ok(report(ending, Some(started), left))
+}
+
+/// What the operator should know of `--grace-period` where the drain asks through
+/// EvictionRequests: it applies to nothing the drain asks for, only to what it deletes itself.
+fn grace_period_note(
+    grace_period: Option<u32>,
+    channel: Channel,
+    escalates: bool,
+) -> Option<String> {
+    let seconds = grace_period?;
+    let why = "an EvictionRequest carries no grace period: how a pod terminates is its interceptors' or responders' decision, within its own terminationGracePeriodSeconds";
+    match (channel, escalates) {
+        (Channel::Eviction, _) => None,
+        (Channel::Lifecycle | Channel::Crd, true) => Some(format!(
+            "--grace-period {seconds} applies only to the pods --escalate deletes; {why}"
+        )),
+        (Channel::Lifecycle | Channel::Crd, false) => Some(format!(
+            "--grace-period {seconds} applies to no pod of this drain; {why}"
+        )),
+    }
 }
 
 fn node_of(pod: &Pod) -> String {
@@ -303,19 +337,30 @@ async fn channel(client: &Client, settings: &Settings) -> Result<Channel, DrainE
         let api = requester::auto_api(client, served, &settings.controller_namespace).await?;
         (lifecycle, crd) = (api == ApiMode::Lifecycle, api == ApiMode::Crd);
     }
-    evictkit_core::drain::channel(lifecycle, crd, settings.eviction_api_fallback).ok_or(
-        DrainError::NoApi(match settings.api {
-            ApiMode::Auto => {
-                "serves no EvictionRequest API (neither lifecycle.k8s.io/v1alpha1, with the \
+    let chosen = evictkit_core::drain::channel(lifecycle, crd, settings.eviction_api_fallback);
+    if let Some(channel) = chosen {
+        tracing::debug!(through = through(channel), "Channel");
+    }
+    chosen.ok_or(DrainError::NoApi(match settings.api {
+        ApiMode::Auto => {
+            "serves no EvictionRequest API (neither lifecycle.k8s.io/v1alpha1, with the \
                  EvictionRequestAPI gate, nor evictkit.io's CRD)"
-            }
-            ApiMode::Crd => "does not serve evictkit.io's EvictionRequest CRD (--api crd)",
-            ApiMode::Lifecycle => {
-                "does not serve lifecycle.k8s.io/v1alpha1 EvictionRequests (--api lifecycle; \
+        }
+        ApiMode::Crd => "does not serve evictkit.io's EvictionRequest CRD (--api crd)",
+        ApiMode::Lifecycle => {
+            "does not serve lifecycle.k8s.io/v1alpha1 EvictionRequests (--api lifecycle; \
                  the EvictionRequestAPI gate)"
-            }
-        }),
-    )
+        }
+    }))
+}
+
+/// The API of `channel`, as the drain's events name it.
+fn through(channel: Channel) -> &'static str {
+    match channel {
+        Channel::Lifecycle => "lifecycle.k8s.io EvictionRequest",
+        Channel::Crd => "evictkit.io EvictionRequest",
+        Channel::Eviction => "Eviction API",
+    }
 }
 
 async fn cordon(nodes: &Api<Node>, node: &str, unschedulable: bool) -> Result<(), DrainError> {
@@ -337,6 +382,15 @@ async fn cordon(nodes: &Api<Node>, node: &str, unschedulable: bool) -> Result<()
             ),
             source,
         })?;
+    tracing::debug!(
+        node,
+        "{}",
+        if unschedulable {
+            "Cordoned"
+        } else {
+            "Uncordoned"
+        }
+    );
     Ok(())
 }
 
@@ -364,6 +418,7 @@ pub async fn uncordon(
         eviction_api_fallback: true,
         skip_wait_for_delete_timeout: Duration::ZERO,
         escalation: None,
+        grace_period: None,
     };
     let channel = channel(client, &settings).await?;
     let mut withdrawn = Vec::new();
@@ -376,6 +431,7 @@ pub async fn uncordon(
                 Ok(false) => continue,
                 Err(error) => Withdrawal::Failed(error.to_string()),
             };
+            withdrawn_event(&name, &withdrawal);
             withdrawn.push((name, withdrawal));
         }
     }
@@ -423,6 +479,8 @@ struct Drainer {
     evictions: Option<EvictionClient>,
     pods: Vec<Drained>,
     escalator: Option<Escalator>,
+    /// What the Eviction API is asked to give each pod (its events say it).
+    grace_period: Option<u32>,
 }
 
 impl Drainer {
@@ -430,13 +488,15 @@ impl Drainer {
         client: &Client,
         channel: Channel,
         targets: Vec<(TargetPod, String)>,
+        grace_period: Option<u32>,
     ) -> Result<Self, DrainError> {
         let requester = requester_for(client, channel).await?;
         let evictions = (channel == Channel::Eviction)
             .then(|| -> Result<EvictionClient, DrainError> {
                 let metrics = Metrics::new("kubectl-evictkit")
                     .map_err(|error| DrainError::Metrics(error.to_string()))?;
-                Ok(EvictionClient::new(client.clone(), Arc::new(metrics)))
+                Ok(EvictionClient::new(client.clone(), Arc::new(metrics))
+                    .grace_period(grace_period))
             })
             .transpose()?;
         let pods = targets
@@ -465,6 +525,7 @@ impl Drainer {
             evictions,
             pods,
             escalator: None,
+            grace_period,
         })
     }
 
@@ -532,19 +593,25 @@ impl Drainer {
                 if pod.asked {
                     continue;
                 }
+                let through = through(self.channel);
                 match requester
                     .request_eviction(&pod_reference(&pod.target))
                     .await
                 {
                     Ok(_) => {
+                        tracing::debug!(pod = %pod.row.pod, through, "Asked");
                         pod.asked = true;
                         pod.error = None;
                     }
                     Err(error @ EvictionRequestError::Refused { .. }) => {
+                        tracing::debug!(pod = %pod.row.pod, through, %error, "Refused");
                         pod.asked = true;
                         pod.error = Some(error.to_string());
                     }
-                    Err(error) => pod.error = Some(error.to_string()),
+                    Err(error) => {
+                        tracing::debug!(pod = %pod.row.pod, through, %error, "Not asked");
+                        pod.error = Some(error.to_string());
+                    }
                 }
             } else if let Some(evictions) = &self.evictions {
                 let due = pod
@@ -563,6 +630,15 @@ impl Drainer {
                     Ok(EvictionOutcome::Other { status }) => Some(status.message),
                     Err(error) => Some(error.to_string()),
                 };
+                let grace_period = self
+                    .grace_period
+                    .map_or_else(|| "the pod's".to_owned(), |s| format!("{s}s"));
+                match &pod.answer {
+                    None => tracing::debug!(pod = %pod.row.pod, %grace_period, "Evicted"),
+                    Some(answer) => {
+                        tracing::debug!(pod = %pod.row.pod, %grace_period, %answer, "Not evicted");
+                    }
+                }
             }
         }
     }
@@ -590,8 +666,17 @@ impl Drainer {
                 .overrule(pod, snapshot.nodes.get(&drained.node), blocker)
                 .await
             {
-                Ok(overridden) => drained.overridden = overridden,
-                Err(error) => drained.error = Some(error_chain(&error)),
+                Ok(overridden) => {
+                    if overridden {
+                        tracing::debug!(pod = %drained.row.pod, "Deleted (escalation)");
+                    }
+                    drained.overridden = overridden;
+                }
+                Err(error) => {
+                    let error = error_chain(&error);
+                    tracing::debug!(pod = %drained.row.pod, %error, "Not deleted (escalation)");
+                    drained.error = Some(error);
+                }
             }
         }
     }
@@ -632,6 +717,7 @@ impl Drainer {
                 && pod
                     .and_then(|p| p.metadata.deletion_timestamp.as_ref())
                     .is_some_and(|since| now.duration_since(since.0) > jiff_span(skip_after));
+            changed(&drained.row, &progress, blocker.as_ref(), now);
             drained.row = Row {
                 pod: drained.row.pod.clone(),
                 node: drained.node.clone(),
@@ -659,12 +745,33 @@ impl Drainer {
                 }
                 _ => Withdrawal::Nothing,
             };
+            withdrawn_event(&pod.row.pod, &withdrawal);
             left.push(Left {
                 row: pod.row.clone(),
                 withdrawal,
             });
         }
         left
+    }
+}
+
+/// The events of a pod's change of state or of blocker, from `row` (the last round's) to this
+/// round's.
+fn changed(row: &Row, progress: &Progress, blocker: Option<&Blocker>, now: Timestamp) {
+    if row.progress.state != progress.state {
+        tracing::debug!(pod = %row.pod, state = progress.state.word(), "State");
+    }
+    if row.blocker.as_ref() != blocker {
+        let blocker = blocker.map_or_else(|| "none".to_owned(), |b| b.describe(now));
+        tracing::debug!(pod = %row.pod, %blocker, "Blocker");
+    }
+}
+
+fn withdrawn_event(pod: &str, withdrawal: &Withdrawal) {
+    match withdrawal {
+        Withdrawal::Withdrawn => tracing::debug!(pod, "Withdrawn"),
+        Withdrawal::Nothing => {}
+        Withdrawal::Failed(error) => tracing::debug!(pod, %error, "Not withdrawn"),
     }
 }
 
@@ -695,4 +802,48 @@ fn pod_reference(target: &TargetPod) -> Pod {
     pod.metadata.name = Some(target.name.clone());
     pod.metadata.uid = Some(target.uid.clone());
     pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grace_period_is_said_to_apply_only_where_the_drain_evicts_or_deletes() {
+        // (grace period, channel, escalates, the note's start or none)
+        let cases = [
+            (None, Channel::Lifecycle, false, None),
+            (None, Channel::Eviction, true, None),
+            (Some(0), Channel::Eviction, false, None),
+            (Some(0), Channel::Eviction, true, None),
+            (
+                Some(0),
+                Channel::Lifecycle,
+                false,
+                Some(
+                    "--grace-period 0 applies to no pod of this drain; an EvictionRequest carries no grace period",
+                ),
+            ),
+            (
+                Some(30),
+                Channel::Crd,
+                true,
+                Some(
+                    "--grace-period 30 applies only to the pods --escalate deletes; an EvictionRequest carries no grace period",
+                ),
+            ),
+        ];
+        for (grace_period, channel, escalates, note) in cases {
+            let got = grace_period_note(grace_period, channel, escalates);
+            let expected = match (&got, note) {
+                (None, None) => true,
+                (Some(got), Some(note)) => got.starts_with(note),
+                _ => false,
+            };
+            assert!(
+                expected,
+                "{grace_period:?} {channel:?} {escalates}: {got:?}"
+            );
+        }
+    }
 }

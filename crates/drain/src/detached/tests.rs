@@ -50,11 +50,34 @@ fn a_spec_asks_for_the_drain_of_its_flags() {
             after: secs(600),
             action: Action::EvictUnhealthy,
         }),
+        grace_period: Some(0),
     };
     let back = settings("n1", &spec(&flags), secs(0)).expect("valid");
     assert_eq!(format!("{back:?}"), format!("{flags:?}"));
     let later = settings("n1", &spec(&flags), secs(30)).expect("valid");
     assert_eq!(later.timeout, secs(60));
+}
+
+#[test]
+fn a_grace_period_is_in_the_spec_only_when_given() {
+    let json = serde_json::to_value(NodeDrainSpec::default()).expect("serializable");
+    assert!(json.get("gracePeriodSeconds").is_none(), "{json}");
+    // A NodeDrain from before the field: each pod's own grace period.
+    let older: NodeDrainSpec =
+        serde_json::from_value(serde_json::json!({"controllerNamespace": "evictkit-system"}))
+            .expect("a spec");
+    let flags = settings("n1", &older, secs(0)).expect("valid");
+    assert_eq!(flags.grace_period, None);
+    let zero = NodeDrainSpec {
+        grace_period_seconds: Some(0),
+        ..older
+    };
+    let json = serde_json::to_value(&zero).expect("serializable");
+    assert_eq!(json["gracePeriodSeconds"], 0, "{json}");
+    assert_eq!(
+        settings("n1", &zero, secs(0)).expect("valid").grace_period,
+        Some(0)
+    );
 }
 
 #[test]
