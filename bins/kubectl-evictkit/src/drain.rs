@@ -190,7 +190,12 @@ pub enum Output {
     Json,
 }
 
-pub async fn run(client: &Client, args: DrainArgs, output: Output) -> Result<Answer> {
+pub async fn run(
+    client: &Client,
+    args: DrainArgs,
+    output: Output,
+    verbosity: u8,
+) -> Result<Answer> {
     match &args.follow {
         Some(Follow::Status { nodes }) => return detached::status(client, nodes, output).await,
         Some(Follow::Wait { node, timeout }) => {
@@ -258,7 +263,7 @@ pub async fn run(client: &Client, args: DrainArgs, output: Output) -> Result<Ans
     };
     let report = match output {
         Output::Text => {
-            let mut observer = Text::new();
+            let mut observer = Text::new(verbosity);
             evictkit_drain::run(client, &settings, &mut observer, interrupt).await?
         }
         Output::Json => {
@@ -403,9 +408,12 @@ struct Text {
 }
 
 impl Text {
-    fn new() -> Self {
+    /// The table is redrawn on a terminal, unless -v's lines go to the same one and would
+    /// break it: lines then.
+    fn new(verbosity: u8) -> Self {
+        let logs_between = crate::verbosity::logs(verbosity) && std::io::stderr().is_terminal();
         Self {
-            screen: std::io::stdout().is_terminal().then(screen::Screen::new),
+            screen: (std::io::stdout().is_terminal() && !logs_between).then(screen::Screen::new),
             shown: BTreeMap::new(),
         }
     }

@@ -9,6 +9,7 @@ mod completion;
 mod connection;
 mod drain;
 mod requests;
+mod verbosity;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -69,6 +70,18 @@ struct Cli {
     /// Output format: a table (describe: text) for people, or the objects or report as JSON or YAML.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// Log to stderr, as kubectl's -v does (-v=6, -v 6, --v=6): 4 and above, what the drain
+    /// decides (each request asked, refused or withdrawn, each eviction, each pod's state and
+    /// blocker as they change); 6 and above, each API call (verb, URL, status, milliseconds).
+    /// No level prints headers or bodies (kubectl's 7 to 9): 8 prints what 6 does.
+    #[arg(
+        short = 'v',
+        long = "v",
+        global = true,
+        value_name = "LEVEL",
+        default_value_t = 0
+    )]
+    verbosity: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -194,6 +207,7 @@ async fn main() -> ExitCode {
         return code;
     }
     let cli = Cli::parse();
+    verbosity::init(cli.verbosity);
     let result = match &cli.command {
         // Completion needs no cluster: answered before connecting.
         Command::Completion(args) => {
@@ -252,7 +266,7 @@ async fn run(cli: Cli) -> Result<Answer> {
                     "drain prints text, or -o json: one JSON object per line as it goes (no YAML)"
                 ),
             };
-            drain::run(&client, args, output).await
+            drain::run(&client, args, output, cli.verbosity).await
         }
         Command::Uncordon(args) => drain::uncordon(&client, args).await,
         Command::Completion(_) => unreachable!("main prints completion scripts before connecting"),
@@ -423,6 +437,31 @@ mod tests {
         );
         let error = anyhow::anyhow!("no route").context("listing EvictionRequests");
         assert_eq!(error_message(&error), "listing EvictionRequests: no route");
+    }
+
+    #[test]
+    fn verbosity_is_taken_as_kubectl_takes_it() {
+        let level = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once(&"kubectl-evictkit").chain(args))
+                .map(|cli| cli.verbosity)
+        };
+        // (arguments, level)
+        let cases: [(&[&str], u8); 8] = [
+            (&["requests"], 0),
+            (&["requests", "-v=6"], 6),
+            (&["requests", "-v", "6"], 6),
+            (&["requests", "-v6"], 6),
+            (&["requests", "--v=6"], 6),
+            (&["requests", "--v", "4"], 4),
+            (&["-v=8", "drain", "n"], 8),
+            (&["drain", "n", "-v", "0"], 0),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(level(args).expect("valid"), expected, "{args:?}");
+        }
+        for args in [&["requests", "-v=-1"][..], &["requests", "-v", "loud"]] {
+            assert_eq!(level(args).expect_err("invalid").exit_code(), 2, "{args:?}");
+        }
     }
 
     #[test]
