@@ -2,7 +2,7 @@
 # Sourced by the build.sh of a Go tool the tests run (tests/<tool>/build.sh): builds the tool's
 # binaries from its Go module, at the version the tool's go.mod requires, into a cache
 # directory keyed by that version, only when one is missing (a warm run takes milliseconds),
-# and prints the bin directory on the last line, which evictkit_testenv::cached_build reads.
+# and prints the bin directory on the last line, which evictkit_harness::cached_build reads.
 #
 # go_tool [--tags TAGS] TOOL MODULE WHAT TIMEOUT CACHE_DIR BINARY=PACKAGE...
 #   TAGS       Go build tags of every binary

@@ -26,9 +26,9 @@ const NAMESPACE: &str = "evictkit-system";
 const RUNBOOK_BASE: &str = "https://github.com/evictkit/evictkit/blob/main/";
 
 pub fn check() -> Result<()> {
-    let root = crate::workspace_root();
-    let promtool = evictkit_testenv::cached_build("tests/promtool/build.sh", &[])?.join("promtool");
-    let helm = crate::cluster::build_control_plane(None)?.join("helm");
+    let root = evictkit_harness::workspace_root();
+    let promtool = evictkit_harness::cached_build("tests/promtool/build.sh", &[])?.join("promtool");
+    let helm = evictkit_harness::cluster::build_control_plane(None)?.join("helm");
     // A copy of the charts: `helm dependency build` writes into them, and others may be
     // rendering or editing the originals.
     let work = root.join("target/promtool");
@@ -36,7 +36,7 @@ pub fn check() -> Result<()> {
         std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
     }
     std::fs::create_dir_all(&work)?;
-    crate::test::run_command(
+    evictkit_harness::process::run_command(
         Command::new("cp")
             .arg("-r")
             .arg(root.join("charts"))

@@ -64,9 +64,10 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::bench::support::{self, Component};
-use crate::cluster::{self, Cluster, UpArgs};
 use crate::soak::sample::{self, Figures};
+use evictkit_harness::cluster::{self, Cluster, UpArgs};
+use evictkit_harness::component::Component;
+use evictkit_harness::{audit, bench, metrics, process};
 
 /// The charts' lease duration (they keep the binaries' default `--leader-election-lease-duration`).
 const LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -410,10 +411,10 @@ pub fn run(args: Args) -> Result<()> {
     // its own resolves other features and rebuilds the dependencies each time). The webhooks
     // run from their images, which `cluster::up` builds for the real node.
     if !faults.is_empty() {
-        crate::test::run_command(
+        evictkit_harness::process::run_command(
             Command::new("cargo")
                 .args(["build", "--bins"])
-                .current_dir(crate::workspace_root()),
+                .current_dir(evictkit_harness::workspace_root()),
         )?;
     }
     let binaries: BTreeMap<&str, std::path::PathBuf> = workloads
@@ -422,7 +423,9 @@ pub fn run(args: Args) -> Result<()> {
             let binary = workload.binary();
             (
                 binary,
-                crate::workspace_root().join("target/debug").join(binary),
+                evictkit_harness::workspace_root()
+                    .join("target/debug")
+                    .join(binary),
             )
         })
         .collect();
@@ -437,9 +440,9 @@ pub fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()?
         .block_on(async {
-            let client = support::client(&cluster).await?;
-            support::install_crd(&cluster, "evictionrequests.evictkit.io")?;
-            support::install_crd(&cluster, "taintevictionpolicies.evictkit.io")?;
+            let client = bench::client(&cluster).await?;
+            bench::install_crd(&cluster, "evictionrequests.evictkit.io")?;
+            bench::install_crd(&cluster, "taintevictionpolicies.evictkit.io")?;
             let mut rows = Vec::new();
             for fault in &faults {
                 for workload in &workloads {
@@ -531,7 +534,7 @@ async fn scenario(
     let name = format!("{} {}", fault.name(), workload.binary());
     eprintln!("==> {name}: preparing {} pods in {ns}", workload.pods());
     delete_namespace(client, &ns).await?;
-    support::create_namespace(client, &ns).await?;
+    bench::create_namespace(client, &ns).await?;
     let nodes = kwok_nodes(client).await?;
     if workload == Workload::AffinityEvictor {
         label_nodes(client, &nodes, json!({POOL: "a"})).await?;
@@ -548,8 +551,8 @@ async fn scenario(
     let mut users = Vec::new();
     for replica in 0..2 {
         let account = format!("chaos-{}-{replica}", workload.binary());
-        let (kubeconfig, user) = support::service_account(cluster, client, &account).await?;
-        let port = support::free_port()?;
+        let (kubeconfig, user) = bench::service_account(cluster, client, &account).await?;
+        let port = process::free_port()?;
         let mut command = Command::new(binary);
         command
             .args(workload.args(&ns))
@@ -557,7 +560,7 @@ async fn scenario(
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info");
         let mut component = Component::start(cluster, &account, command)?;
-        component.wait_ready(port).await?;
+        component.wait_ready_on(port).await?;
         replicas.push((component, port));
         users.push(user);
     }
@@ -591,7 +594,7 @@ async fn scenario(
         Fault::LeaderKilled => {
             // The Lease may have changed hands since the start (that alone is a finding).
             let leader = wait_for_leader(&replicas).await?;
-            replicas[leader].0.kill()?;
+            replicas[leader].0.kill();
             (Timestamp::now(), vec![1 - leader])
         }
         Fault::ApiserverRestarted | Fault::EtcdRestarted => {
@@ -747,7 +750,7 @@ impl Action {
 
 /// The completed requests of `users` in the audit log that concern namespace `ns`.
 fn audit(users: &[String], ns: &str) -> Result<Vec<serde_json::Value>> {
-    Ok(support::audit_events(users)?
+    Ok(audit::audit_events(users)?
         .into_iter()
         .filter(|event| event["objectRef"]["namespace"] == ns)
         .collect())
@@ -809,7 +812,7 @@ fn lease_writes(users: &[String], ns: &str, since: Timestamp) -> Result<Option<T
 /// Requests of `users` (any namespace) that the apiserver answered 429 between `from` and `to`.
 fn rejected(users: &[String], from: Timestamp, to: Timestamp) -> Result<usize> {
     let mut count = 0;
-    for event in support::audit_events(users)? {
+    for event in audit::audit_events(users)? {
         if event["responseStatus"]["code"].as_u64() == Some(429) {
             let at = received(&event)?;
             count += usize::from(at >= from && at <= to);
@@ -873,7 +876,12 @@ async fn throttle(
         .context("creating the throttled FlowSchema")?;
     // The apiserver's priority and fairness picks the configuration up from its informer.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    seats::hold(client, &crate::cluster::state_dir(), &holder_kubeconfig).await
+    seats::hold(
+        client,
+        &evictkit_harness::cluster::state_dir(),
+        &holder_kubeconfig,
+    )
+    .await
 }
 
 async fn unthrottle(client: &Client) -> Result<()> {
@@ -897,7 +905,7 @@ async fn unthrottle(client: &Client) -> Result<()> {
 }
 
 async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
-    let nodes = support::kwok_nodes(client).await?;
+    let nodes = bench::kwok_nodes(client).await?;
     if nodes.is_empty() {
         bail!("the cluster has no kwok nodes");
     }
@@ -905,7 +913,7 @@ async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
 }
 
 async fn label_nodes(client: &Client, nodes: &[String], labels: serde_json::Value) -> Result<()> {
-    support::patch_nodes(
+    bench::patch_nodes(
         client,
         nodes,
         &json!({"metadata": {"labels": labels}}),
@@ -915,7 +923,7 @@ async fn label_nodes(client: &Client, nodes: &[String], labels: serde_json::Valu
 }
 
 async fn taint_nodes(client: &Client, nodes: &[String], taints: serde_json::Value) -> Result<()> {
-    support::patch_nodes(
+    bench::patch_nodes(
         client,
         nodes,
         &json!({"spec": {"taints": taints}}),
@@ -945,7 +953,7 @@ async fn create_pods(
         .buffer_unordered(CONCURRENCY)
         .try_collect()
         .await?;
-    support::wait_running(&api, workload.pods())
+    bench::wait_running(&api, workload.pods())
         .await
         .with_context(|| format!("pods of {ns}"))?;
     Ok(pods)
@@ -956,7 +964,7 @@ async fn wait_for_leader(replicas: &[(Component, u16)]) -> Result<usize> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         for (index, (_, port)) in replicas.iter().enumerate() {
-            if support::metric_sum(*port, "evictkit_leader", &[]).is_ok_and(|v| v == 1.0) {
+            if metrics::metric_sum(*port, "evictkit_leader", &[]).is_ok_and(|v| v == 1.0) {
                 return Ok(index);
             }
         }

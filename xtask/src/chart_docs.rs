@@ -35,7 +35,7 @@ struct Key {
 
 /// Write every chart's README.md and values.schema.json.
 pub fn generate() -> Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     for out in plan()? {
         out.write(&root)?;
     }
@@ -44,7 +44,7 @@ pub fn generate() -> Result<()> {
 
 /// Fail when a chart's README.md or values.schema.json differs from what chart-docs writes.
 pub fn check() -> Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let plan = plan()?;
     let stale: Vec<String> = plan
         .iter()
@@ -60,7 +60,7 @@ pub fn check() -> Result<()> {
 
 /// README.md and values.schema.json of every application chart (a library has no values).
 fn plan() -> Result<Vec<Output>> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let mut outputs = Vec::new();
     let mut dirs: Vec<PathBuf> = fs::read_dir(root.join("charts"))?
         .filter_map(|entry| {
@@ -254,7 +254,7 @@ fn readme(
         .and_then(Value::as_str)
         .unwrap_or("");
     let version = chart.get("version").and_then(Value::as_str).unwrap_or("?");
-    let repository = crate::release::CHART_REPOSITORY;
+    let repository = evictkit_harness::image::CHART_REPOSITORY;
     let mut out = format!(
         "{README_HEADER}# {name}\n\n{description}\n\n\
          ```sh\nhelm install evictkit oci://{repository}/{name} --version {version} \

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
 
 mod own_objects;
 mod values;
@@ -21,7 +21,7 @@ const LIBRARY: &str = "evictkit-lib";
 
 pub fn check(cluster: &Cluster) -> Result<()> {
     crate::chart_docs::check()?;
-    let charts_dir = crate::workspace_root().join("charts");
+    let charts_dir = evictkit_harness::workspace_root().join("charts");
     let mut charts: Vec<String> = std::fs::read_dir(&charts_dir)?
         .filter_map(|entry| entry.ok())
         .filter(|entry| entry.path().join("Chart.yaml").exists())

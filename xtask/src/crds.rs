@@ -51,7 +51,7 @@ impl Output {
 
 /// Write `crds/*.yaml` and the chart copies; remove generated files no CRD produces any more.
 pub fn generate() -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let plan = plan(&root)?;
     for dir in &plan.dirs {
         fs::create_dir_all(root.join(dir))
@@ -73,7 +73,7 @@ pub fn generate() -> anyhow::Result<()> {
 
 /// Fail when any generated file is missing, differs, or is left over.
 pub fn check() -> anyhow::Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let plan = plan(&root)?;
     let mut stale = Vec::new();
     for out in plan.outputs.iter().filter(|out| !out.is_current(&root)) {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::test::run_command;
+use evictkit_harness::process::run_command;
 
 /// The fuzz targets, as named in fuzz/Cargo.toml.
 pub const TARGETS: [&str; 5] = [
@@ -41,7 +41,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     ensure_tools()?;
     run_command(&mut build_command(&root))?;
     if args.build_only {
@@ -207,15 +207,16 @@ mod tests {
 
     #[test]
     fn every_target_is_in_the_fuzz_manifest() {
-        let manifest = std::fs::read_to_string(crate::workspace_root().join("fuzz/Cargo.toml"))
-            .expect("fuzz/Cargo.toml");
+        let manifest =
+            std::fs::read_to_string(evictkit_harness::workspace_root().join("fuzz/Cargo.toml"))
+                .expect("fuzz/Cargo.toml");
         for target in TARGETS {
             assert!(
                 manifest.contains(&format!("name = \"{target}\"")),
                 "{target} is not a [[bin]] of fuzz/Cargo.toml"
             );
             assert!(
-                crate::workspace_root()
+                evictkit_harness::workspace_root()
                     .join("fuzz/corpus")
                     .join(target)
                     .is_dir(),

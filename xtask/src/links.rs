@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 mod citations;
 
 pub fn check() -> Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let files = documentation(&root)?;
     let (links, dead) = dead_links(&root, &files)?;
     let (read, unfollowable) = citations::check(&root)?;

@@ -5,22 +5,18 @@ mod bench;
 mod chaos;
 mod chart_docs;
 mod charts;
-mod cluster;
 mod crds;
 mod demo;
-mod descheduler;
 mod fuzz;
-mod image;
 mod links;
 mod matrix;
-mod packages;
-mod registry;
 mod release;
 mod soak;
 mod test;
 mod workflows;
 
 use clap::{Parser, Subcommand};
+use evictkit_harness::{cluster, image, registry};
 
 #[derive(Parser)]
 #[command(
@@ -112,25 +108,4 @@ fn main() -> anyhow::Result<()> {
         Command::Registry(args) => registry::run(args),
         Command::Release(args) => release::run(args),
     }
-}
-
-/// The workspace root (xtask lives one level below it).
-fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask has a parent directory")
-        .to_path_buf()
-}
-
-/// `cargo` in the workspace root for the builds xtask's runs make (the tests, the demo), without
-/// incremental caches: those builds compile each workspace crate once per run, and the caches
-/// only took disk (1.1 GB beside clippy's 1.6 GB of dependencies in a clean clone; a CI machine
-/// ran out of space) and time to write. One setting for all of them, so one run's builds do not
-/// rebuild each other's crates.
-fn cargo() -> std::process::Command {
-    let mut command = std::process::Command::new("cargo");
-    command
-        .current_dir(workspace_root())
-        .env("CARGO_INCREMENTAL", "0");
-    command
 }

@@ -71,11 +71,15 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         args.checks
     };
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let commit = output(Command::new("git").args(["rev-parse", "--short", "HEAD"]))?;
     let date = output(Command::new("date").args(["-u", "+%Y-%m-%d"]))?;
     // One build of the test binaries and the components for every release.
-    crate::test::run_command(crate::cargo().args(["build", "--workspace", "--bins"]))?;
+    evictkit_harness::process::run_command(evictkit_harness::cargo().args([
+        "build",
+        "--workspace",
+        "--bins",
+    ]))?;
     let mut failed = Vec::new();
     for version in &versions {
         for &check in &checks {
@@ -94,7 +98,7 @@ pub fn run(args: Args) -> Result<()> {
             if !passed {
                 failed.push(format!("{version} {}", check.name()));
             }
-            crate::bench::csv::upsert(
+            evictkit_harness::csv::upsert(
                 &root.join("docs/versions.csv"),
                 &CSV_HEADER,
                 2,
@@ -136,7 +140,7 @@ fn run_check(root: &Path, version: &str, check: Check) -> Result<(bool, String)>
             if !up.status.success() {
                 return Ok((false, "cluster up failed".into()));
             }
-            let mut test = crate::cargo();
+            let mut test = evictkit_harness::cargo();
             test.args(["test", "--package", "e2e", "--no-fail-fast"]);
             if check == Check::PdbOracle {
                 test.args(["--test", "pdb_policy_webhook"]);
@@ -163,7 +167,7 @@ fn run_check(root: &Path, version: &str, check: Check) -> Result<(bool, String)>
                 // on its own, and tell those apart.
                 for name in std::mem::take(&mut summary.failed) {
                     let alone = cargo_test(
-                        crate::cargo()
+                        evictkit_harness::cargo()
                             .args(["test", "--package", "e2e", "--", "--exact"])
                             .arg(&name),
                     )?;
@@ -279,7 +283,7 @@ fn summarize(stdout: &str) -> Summary {
 
 /// docs/versions.md from docs/versions.csv.
 fn write_table(root: &Path) -> Result<()> {
-    let rows = crate::bench::csv::read(&root.join("docs/versions.csv"))?;
+    let rows = evictkit_harness::csv::read(&root.join("docs/versions.csv"))?;
     let mut text = String::from(TABLE_HEADER);
     text.push_str("| Kubernetes | check | result | detail | commit | date |\n");
     text.push_str("|---|---|---|---|---|---|\n");

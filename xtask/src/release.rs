@@ -34,11 +34,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::image::{COMPONENTS, sha256};
+use evictkit_harness::image::{CHART_REPOSITORY, COMPONENTS, sha256};
 
-/// Where a release of this repository goes (the forge's registry), and so what each chart's
-/// README.md installs from: `oci://ghcr.io/evictkit/charts/<chart>`.
-pub const CHART_REPOSITORY: &str = "ghcr.io/evictkit/charts";
 const UMBRELLA: &str = "evictkit";
 const LIBRARY: &str = "evictkit-lib";
 /// The namespace install.yaml puts everything in (the charts' README's).
@@ -85,7 +82,7 @@ struct Artifact {
 
 pub fn run(args: Args) -> Result<()> {
     let version = env!("CARGO_PKG_VERSION");
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let changelog =
         fs::read_to_string(root.join("CHANGELOG.md")).context("reading CHANGELOG.md")?;
     let notes = changelog::section(&changelog, version)?;
@@ -95,7 +92,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let registry = match (&args.registry, args.dry_run) {
         (Some(registry), _) => registry.clone(),
-        (None, false) => crate::registry::running()?.address(),
+        (None, false) => evictkit_harness::registry::running()?.address(),
         (None, true) => CHART_REPOSITORY
             .split('/')
             .next()
@@ -119,8 +116,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     fs::create_dir_all(&out)?;
 
-    let images = crate::image::build(&COMPONENTS, !args.no_build)?;
-    let helm = crate::cluster::build_control_plane(None)?.join("helm");
+    let images = evictkit_harness::image::build(&COMPONENTS, !args.no_build)?;
+    let helm = evictkit_harness::cluster::build_control_plane(None)?.join("helm");
     let charts = package_charts(&helm, &root.join("charts"), &out)?;
     let install = out.join("install.yaml");
     fs::write(
@@ -146,7 +143,7 @@ pub fn run(args: Args) -> Result<()> {
     let public_key = out.join("cosign.pub");
     fs::write(&public_key, signer.public_key_pem())?;
 
-    let crates = sbom::Crates::of_workspace(crate::image::TARGET)?;
+    let crates = sbom::Crates::of_workspace(evictkit_harness::image::TARGET)?;
 
     let mut published = Vec::new();
     let runtime = tokio::runtime::Runtime::new()?;
@@ -405,8 +402,10 @@ mod tests {
     #[test]
     fn the_umbrellas_component_blocks_are_its_dependency_conditions() {
         let chart: Value = serde_saphyr::from_str(
-            &fs::read_to_string(crate::workspace_root().join("charts/evictkit/Chart.yaml"))
-                .unwrap(),
+            &fs::read_to_string(
+                evictkit_harness::workspace_root().join("charts/evictkit/Chart.yaml"),
+            )
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(

@@ -38,16 +38,16 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
 use crate::bench::plot::{self, Chart, Series};
-use crate::bench::support;
-use crate::cluster::{self, Cluster, UpArgs};
 use churn::Churn;
+use evictkit_harness::bench;
+use evictkit_harness::cluster::{self, Cluster, UpArgs};
 use sample::{GoneTargets, Level, Logs, MIB, PodSample};
 
 /// The umbrella chart's namespace and release (see [`install_umbrella`]).
 pub const RELEASE_NAMESPACE: &str = "evictkit-system";
 pub const RELEASE: &str = "evictkit";
 pub const RELEASE_SELECTOR: &str = "app.kubernetes.io/instance=evictkit";
-/// The ServiceAccount (of [`support::BENCH_NAMESPACE`]) as which the real descheduler runs,
+/// The ServiceAccount (of [`bench::BENCH_NAMESPACE`]) as which the real descheduler runs,
 /// whose evictions descheduler-bridge intercepts.
 pub const DESCHEDULER_ACCOUNT: &str = "descheduler";
 
@@ -137,11 +137,11 @@ struct ClusterRow {
 }
 
 async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
-    let client = support::client(cluster).await?;
+    let client = bench::client(cluster).await?;
     let (descheduler_kubeconfig, _) =
-        support::service_account(cluster, &client, DESCHEDULER_ACCOUNT).await?;
+        bench::service_account(cluster, &client, DESCHEDULER_ACCOUNT).await?;
     install(cluster)?;
-    let provenance = crate::bench::csv::Provenance::now()?;
+    let provenance = evictkit_harness::csv::Provenance::now()?;
     let mut churn = Churn::start(
         cluster,
         &client,
@@ -218,7 +218,7 @@ pub fn install_umbrella(cluster: &Cluster, values: &str) -> Result<()> {
     let values = format!(
         "deschedulerBridge.descheduler.serviceAccount.namespace={},\
          deschedulerBridge.descheduler.serviceAccount.name={DESCHEDULER_ACCOUNT},{values}",
-        support::BENCH_NAMESPACE
+        bench::BENCH_NAMESPACE
     );
     cluster
         .helm(&[
@@ -516,9 +516,9 @@ fn explained_by_a_deletion(line: &sample::LogLine, deleted: &[(String, Timestamp
 fn write_figures(
     output: &Path,
     record: &Record,
-    provenance: &crate::bench::csv::Provenance,
+    provenance: &evictkit_harness::csv::Provenance,
 ) -> Result<()> {
-    let dir = crate::workspace_root().join(output);
+    let dir = evictkit_harness::workspace_root().join(output);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut previous_cpu: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
     let mut pod_rows = Vec::new();
@@ -541,7 +541,7 @@ fn write_figures(
     }
     let pods_csv = dir.join("soak-pods.csv");
     let _ = std::fs::remove_file(&pods_csv);
-    crate::bench::csv::record(
+    evictkit_harness::csv::record(
         &pods_csv,
         &[
             "minute",
@@ -583,7 +583,7 @@ fn write_figures(
         .collect();
     let cluster_csv = dir.join("soak-cluster.csv");
     let _ = std::fs::remove_file(&cluster_csv);
-    crate::bench::csv::record(
+    evictkit_harness::csv::record(
         &cluster_csv,
         &[
             "minute",

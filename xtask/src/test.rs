@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use evictkit_testenv::Skip;
-
-use crate::cluster;
+use evictkit_harness::Skip;
+use evictkit_harness::cluster::{self, installed_cluster, test_cluster};
+use evictkit_harness::process::run_command;
 
 mod upgrade;
 
@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.installed_only {
         return installed(args.keep_cluster, None, args.kubernetes);
     }
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     disk_check(&root);
     let with_installed = !args.unit_only && !args.no_installed && args.e2e_args.is_empty();
     let early_images = with_installed.then(BackgroundBuild::images).transpose()?;
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    // The end-to-end tests start components from target/debug (see crates/testenv).
+    // The end-to-end tests start components from target/debug (see crates/harness).
     step(
         "build the binaries",
         cargo(&["build", "--workspace", "--bins"]),
@@ -87,7 +87,7 @@ pub fn run(args: Args) -> Result<()> {
     // milliseconds after); built here so no test waits for it.
     step(
         "build the descheduler",
-        evictkit_testenv::descheduler::binary().map(drop),
+        evictkit_harness::descheduler::binary().map(drop),
     )?;
     let was_running = cluster::state_dir().join("state.json").exists();
     let cluster_args = cluster::UpArgs {
@@ -97,7 +97,7 @@ pub fn run(args: Args) -> Result<()> {
     let lifecycle_api = cluster_args.serves_lifecycle_api()?;
     let control_plane = cluster::up(&cluster_args)?;
     // The tests' skips of this run only (see check_skips).
-    let skipped_log = evictkit_testenv::skipped_log(&cluster::state_dir());
+    let skipped_log = evictkit_harness::skipped_log(&cluster::state_dir());
     match std::fs::remove_file(&skipped_log) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             return Err(error).with_context(|| format!("clearing {}", skipped_log.display()));
@@ -111,8 +111,11 @@ pub fn run(args: Args) -> Result<()> {
         .and_then(|()| {
             step(
                 "Debian packages of the end-to-end tests",
-                crate::packages::ensure(
-                    &[crate::packages::LIBFAKETIME, crate::packages::TMUX],
+                evictkit_harness::packages::ensure(
+                    &[
+                        evictkit_harness::packages::LIBFAKETIME,
+                        evictkit_harness::packages::TMUX,
+                    ],
                     "the end-to-end tests",
                 ),
             )
@@ -121,7 +124,7 @@ pub fn run(args: Args) -> Result<()> {
             let tests = step(
                 "end-to-end tests",
                 run_command(
-                    crate::cargo()
+                    evictkit_harness::cargo()
                         .args(&e2e)
                         .env("KUBECONFIG", control_plane.kubeconfig()),
                 ),
@@ -188,7 +191,7 @@ fn check_skips(skipped_log: &std::path::Path, lifecycle_api: bool) -> Result<()>
             "{} end-to-end test(s) skipped on a cluster that serves what they need ({}): {}",
             wrong.len(),
             if lifecycle_api {
-                evictkit_testenv::LIFECYCLE_API
+                evictkit_harness::LIFECYCLE_API
             } else {
                 "not lifecycle.k8s.io"
             },
@@ -234,7 +237,7 @@ fn skip_summary(skips: &[Skip]) -> String {
 fn should_have_run(skips: &[Skip], lifecycle_api: bool) -> Vec<&Skip> {
     skips
         .iter()
-        .filter(|skip| skip.needs != evictkit_testenv::LIFECYCLE_API || lifecycle_api)
+        .filter(|skip| skip.needs != evictkit_harness::LIFECYCLE_API || lifecycle_api)
         .collect()
 }
 
@@ -274,15 +277,15 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
     }
     step(
         "images",
-        crate::image::build(&crate::image::ALL, true).map(drop),
+        evictkit_harness::image::build(&evictkit_harness::image::ALL, true).map(drop),
     )?;
     // The suite runs the real descheduler against descheduler-bridge's webhook (cached).
     step(
         "build the descheduler",
-        evictkit_testenv::descheduler::binary().map(drop),
+        evictkit_harness::descheduler::binary().map(drop),
     )?;
-    let registry_was_running = crate::registry::running().is_ok();
-    let registry = crate::registry::up()?;
+    let registry_was_running = evictkit_harness::registry::running().is_ok();
+    let registry = evictkit_harness::registry::up()?;
     let prefix = format!("{}/{RELEASE_PATH}", registry.address());
     let release = Instant::now();
     step(
@@ -290,7 +293,7 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
         run_command(
             Command::new(xtask_binary()?)
                 .args(["release", "--no-build", "--path", RELEASE_PATH])
-                .current_dir(crate::workspace_root()),
+                .current_dir(evictkit_harness::workspace_root()),
         ),
     )?;
     let version = env!("CARGO_PKG_VERSION");
@@ -300,7 +303,7 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
             &registry.address(),
             &prefix,
             version,
-            &crate::workspace_root()
+            &evictkit_harness::workspace_root()
                 .join("target/release")
                 .join(version)
                 .join("cosign.pub"),
@@ -323,7 +326,7 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
     let result = step(
         "installed suite",
         run_command(
-            crate::cargo()
+            evictkit_harness::cargo()
                 .args([
                     "test",
                     "--package",
@@ -348,7 +351,7 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
         cluster::down()?;
     }
     if !keep_cluster && !registry_was_running {
-        crate::registry::down()?;
+        evictkit_harness::registry::down()?;
     }
     result
 }
@@ -409,11 +412,11 @@ impl BackgroundBuild {
 
     /// The images' static release build.
     fn images() -> Result<Self> {
-        let root = crate::workspace_root();
+        let root = evictkit_harness::workspace_root();
         let log = root.join("target/images/static-build.log");
         Self::start(
             "static release build of the images",
-            crate::image::static_build(&root),
+            evictkit_harness::image::static_build(&root),
             log,
         )
     }
@@ -423,7 +426,7 @@ impl BackgroundBuild {
     /// two cores, in the foreground of the stage; here it takes the CPU the end-to-end tests
     /// leave idle. The stage waits for it before it runs either, so no second build races it.
     fn installed_stage_tools() -> Result<Self> {
-        let root = crate::workspace_root();
+        let root = evictkit_harness::workspace_root();
         let mut build = Command::new("bash");
         build
             .args([
@@ -441,7 +444,7 @@ impl BackgroundBuild {
     /// The fuzz targets, with the nightly toolchain and cargo-fuzz installed first when
     /// missing (`cargo xtask fuzz --build-only`, this same binary).
     fn fuzz_targets() -> Result<Self> {
-        let root = crate::workspace_root();
+        let root = evictkit_harness::workspace_root();
         let mut build = Command::new(xtask_binary()?);
         build.args(["fuzz", "--build-only"]).current_dir(&root);
         Self::start(
@@ -584,7 +587,10 @@ fn dependency_rules() -> Result<()> {
     }
     // A binary links libraries only: a tool built on a component's code would link the
     // component's servers with it, so what two binaries share lives in a crate under crates/.
-    let bins = format!("({}/", crate::workspace_root().join("bins").display());
+    let bins = format!(
+        "({}/",
+        evictkit_harness::workspace_root().join("bins").display()
+    );
     let tree = cargo_output(&["tree", "--workspace", "--depth", "1", "--prefix", "depth"])?;
     let mut linked = Vec::new();
     let mut binary = None;
@@ -611,7 +617,7 @@ fn dependency_rules() -> Result<()> {
 }
 
 fn cargo_output(args: &[&str]) -> Result<String> {
-    let output = crate::cargo()
+    let output = evictkit_harness::cargo()
         .args(args)
         .output()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
@@ -625,27 +631,10 @@ fn cargo_output(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8(output.stdout)?)
 }
 
-/// The cluster the end-to-end tests run on: evictkit's taint-manager replaces
-/// kube-controller-manager's taint-eviction-controller there, as in production.
-pub fn test_cluster() -> cluster::UpArgs {
-    cluster::UpArgs {
-        kcm_controllers: "*,-taint-eviction-controller".into(),
-        ..Default::default()
-    }
-}
-
-/// The test cluster plus the real node the installed suite runs the charts on.
-pub fn installed_cluster() -> cluster::UpArgs {
-    cluster::UpArgs {
-        real_node: true,
-        ..test_cluster()
-    }
-}
-
 /// Prints the stage's outcome with the disk space left after it: a full disk shows up late and
 /// obscurely, and a run's log then says which stage took it.
 fn step(name: &str, result: Result<()>) -> Result<()> {
-    let free = free_gib(&crate::workspace_root()).map_or_else(
+    let free = free_gib(&evictkit_harness::workspace_root()).map_or_else(
         || "free space unknown".to_string(),
         |gib| format!("{gib} GiB free"),
     );
@@ -657,18 +646,7 @@ fn step(name: &str, result: Result<()>) -> Result<()> {
 }
 
 fn cargo(args: &[&str]) -> Result<()> {
-    run_command(crate::cargo().args(args))
-}
-
-pub fn run_command(command: &mut Command) -> Result<()> {
-    eprintln!("--> {command:?}");
-    let status = command
-        .status()
-        .with_context(|| format!("running {command:?}"))?;
-    if !status.success() {
-        bail!("{command:?} exited with {status}");
-    }
-    Ok(())
+    run_command(evictkit_harness::cargo().args(args))
 }
 
 #[cfg(test)]
@@ -686,7 +664,7 @@ mod tests {
 
     #[test]
     fn a_skip_fails_the_run_only_where_the_test_should_have_run() {
-        let lifecycle = evictkit_testenv::LIFECYCLE_API;
+        let lifecycle = evictkit_harness::LIFECYCLE_API;
         let on_v1_36 = skip("a", lifecycle, "v1.36.3");
         let on_v1_37 = skip("b", lifecycle, "v1.37.2");
         let unknown = skip("c", "something.example.com/v1", "v1.37.2");
@@ -708,7 +686,7 @@ mod tests {
 
     #[test]
     fn the_summary_counts_skips_by_reason() {
-        let lifecycle = evictkit_testenv::LIFECYCLE_API;
+        let lifecycle = evictkit_harness::LIFECYCLE_API;
         let skips = [
             skip("b", lifecycle, "v1.36.3"),
             skip("a", lifecycle, "v1.36.3"),

@@ -8,17 +8,17 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::packages::Need;
+use evictkit_harness::packages::Need;
 
 /// actionlint checks `run:` scripts with shellcheck when it finds one, and silently not without.
 const SHELLCHECK: Need = ("/usr/bin/shellcheck", "shellcheck");
 
 pub fn check() -> Result<()> {
-    crate::packages::ensure(
+    evictkit_harness::packages::ensure(
         &[SHELLCHECK],
         "actionlint's check of the workflows' scripts",
     )?;
-    let dir = crate::workspace_root().join(".github/workflows");
+    let dir = evictkit_harness::workspace_root().join(".github/workflows");
     let count = lint(&dir, Some(Path::new(SHELLCHECK.0)))?;
     println!("actionlint: {count} workflows in .github/workflows, no problem");
     Ok(())
@@ -27,7 +27,7 @@ pub fn check() -> Result<()> {
 /// Lints every workflow of `dir`; how many there were, or an error with actionlint's report.
 fn lint(dir: &Path, shellcheck: Option<&Path>) -> Result<usize> {
     let actionlint =
-        evictkit_testenv::cached_build("tests/actionlint/build.sh", &[])?.join("actionlint");
+        evictkit_harness::cached_build("tests/actionlint/build.sh", &[])?.join("actionlint");
     let mut workflows: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|entry| Some(entry.ok()?.path()))

@@ -19,12 +19,12 @@ use evictkit_api::keys::{
 };
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, REASON_OPTED_OUT};
 use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::{Component, free_port};
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_harness::webhook::{Registration, rule};
 use evictkit_runtime::lifecycle_request;
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::{Component, free_port};
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};

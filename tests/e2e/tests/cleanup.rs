@@ -13,12 +13,12 @@ use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
 };
 use evictkit_core::lifecycle::{CONDITION_TARGET_EVICTED, INTENT_EVICTION};
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::Component;
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::lifecycle_request;
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::Component;
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};

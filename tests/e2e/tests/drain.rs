@@ -12,10 +12,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use evictkit_api::keys::DRAIN_REQUESTER_KEY;
 use evictkit_api::node_drain::NodeDrain;
+use evictkit_harness::TestEnv;
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::core::v1::{Event, EvictionResponder, Namespace, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -867,7 +867,7 @@ async fn escalate_overrides_a_pdb_after_the_wait_with_a_warning_event() -> Resul
 /// only), and a node with `db-0`, which its PDB keeps, and `web-0`, free to go.
 async fn detached_drain_cluster(
     env: &TestEnv,
-) -> Result<(evictkit_testenv::component::Component, String)> {
+) -> Result<(evictkit_harness::component::Component, String)> {
     env.apply_crd("NodeDrain").await?;
     let controller = env
         .start_eviction_request_controller_on("lifecycle")

@@ -14,8 +14,8 @@ use kube::api::{DeleteParams, ListParams};
 
 use evictkit_core::event_correlation::COMBINED_PREFIX;
 use evictkit_core::event_folding::{Fold, FoldLimits};
+use evictkit_harness::TestEnv;
 use evictkit_runtime::events::{EventRecorder, EventType};
-use evictkit_testenv::TestEnv;
 
 /// The Events about `name` with `reason`: (note, series count).
 async fn events(env: &TestEnv, name: &str, reason: &str) -> Result<Vec<(String, i32)>> {

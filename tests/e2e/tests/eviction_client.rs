@@ -12,13 +12,13 @@ use kube::api::{DeleteParams, PostParams};
 use kube::core::admission::AdmissionRequest;
 
 use evictkit_core::descheduler_bridge::evacuation_message;
+use evictkit_harness::TestEnv;
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_harness::webhook::{self, Registration};
 use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_testenv::webhook::{self, Registration};
 
 fn client(env: &TestEnv) -> Result<(EvictionClient, Arc<Metrics>)> {
     let metrics = Arc::new(Metrics::new("e2e")?);

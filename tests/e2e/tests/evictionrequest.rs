@@ -18,12 +18,12 @@ use evictkit_api::eviction_request::{
 };
 use evictkit_api::keys::{EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
 use evictkit_core::eviction_request::State;
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::{Component, free_port};
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_harness::webhook::{Registration, rule};
 use evictkit_runtime::eviction_request::{InterceptorClient, request_eviction, withdraw};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::{Component, free_port};
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_testenv::webhook::{Registration, rule};
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -1637,7 +1637,7 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
             ));
         }
     }
-    evictkit_testenv::component::ensure_none_refused(&controller, &refused, pods.len())
+    evictkit_harness::component::ensure_none_refused(&controller, &refused, pods.len())
 }
 
 /// What a request without interceptors costs the controller in API writes,

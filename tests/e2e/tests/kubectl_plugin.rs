@@ -11,11 +11,11 @@ use evictkit_api::eviction_request::EvictionRequest as CrdRequest;
 use evictkit_api::keys::{
     DRAIN_REQUESTER_KEY, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTOR_RESPONDER,
 };
+use evictkit_harness::TestEnv;
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod, request_eviction};
 use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};

@@ -9,10 +9,10 @@ use anyhow::Result;
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::{Instant, sleep, timeout};
 
+use evictkit_harness::TestEnv;
 use evictkit_runtime::leader::LeaderElection;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_testenv::TestEnv;
 
 fn election(env: &TestEnv, identity: &str) -> LeaderElection {
     LeaderElection {
@@ -125,8 +125,8 @@ async fn one_replica_acts_and_the_standby_takes_over_when_the_lease_is_released(
 /// apiserver goes silent.
 #[tokio::test]
 async fn sigterm_exits_within_seconds_when_the_apiserver_is_unreachable() -> Result<()> {
-    use evictkit_testenv::component::free_port;
-    use evictkit_testenv::objects;
+    use evictkit_harness::component::free_port;
+    use evictkit_harness::objects;
     use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
     use kube::ResourceExt;
 
@@ -280,7 +280,7 @@ async fn a_standby_with_its_clock_ahead_waits_for_the_lease_to_expire() -> Resul
         ns,
         "--leader-election-lease-duration=5s",
     ];
-    let leader_of = |component: &evictkit_testenv::component::Component| {
+    let leader_of = |component: &evictkit_harness::component::Component| {
         component
             .metric_value("evictkit_leader")
             .ok()

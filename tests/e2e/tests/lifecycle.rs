@@ -21,12 +21,12 @@ use evictkit_core::lifecycle::{
     ROLE_REQUESTER, ROLE_RESPONDER, STATE_ACTIVE, STATE_CANCELED, STATE_COMPLETED, STATE_INACTIVE,
     STATE_INTERRUPTED,
 };
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::Component;
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::lifecycle_request;
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::Component;
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, ResponderStatus};
@@ -1298,7 +1298,7 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
             wait::wait_for_deletion(&env.api::<Pod>(), &pod.name_any(), DEFAULT_TIMEOUT).await?;
         }
     }
-    evictkit_testenv::component::ensure_none_refused(&controller, &refused, requested)?;
+    evictkit_harness::component::ensure_none_refused(&controller, &refused, requested)?;
     env.ensure_no_invalid_writes()
 }
 

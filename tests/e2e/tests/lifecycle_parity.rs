@@ -20,13 +20,13 @@ use evictkit_core::lifecycle::{
     REASON_CANCELED_NO_REQUESTERS, REASON_NO_FURTHER_RESPONDER, REASON_POD_DELETED,
     REASON_POD_TERMINAL, STATE_ACTIVE, STATE_CANCELED, STATE_COMPLETED, STATE_INACTIVE,
 };
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::Component;
+use evictkit_harness::objects::{self, Budget, now};
+use evictkit_harness::responder::{respond, target_state as state};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::eviction_request::TargetPod;
 use evictkit_runtime::lifecycle_request;
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::Component;
-use evictkit_testenv::objects::{self, Budget, now};
-use evictkit_testenv::responder::{respond, target_state as state};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, ResponderStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

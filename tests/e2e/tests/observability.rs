@@ -15,12 +15,12 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use evictkit_api::keys::EVICTION_INTERCEPTORS;
 use evictkit_core::lifecycle::INTENT_EVICTION;
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::{Component, free_port};
+use evictkit_harness::objects;
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::eviction_request::{self, TargetPod};
 use evictkit_runtime::lifecycle_request;
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::{Component, free_port};
-use evictkit_testenv::objects;
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use serde_json::Value;
 

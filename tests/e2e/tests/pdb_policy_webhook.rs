@@ -26,13 +26,13 @@ use evictkit_api::{
 };
 use evictkit_commands::explain::{ExplainArgs, Output};
 use evictkit_core::pdb_policy::Explanation;
+use evictkit_harness::TestEnv;
+use evictkit_harness::component::{Component, free_port};
+use evictkit_harness::objects::{self, Budget, CUSTOM_STATUS_ANNOTATION};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_harness::webhook::{Registration, rule};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::component::{Component, free_port};
-use evictkit_testenv::objects::{self, Budget, CUSTOM_STATUS_ANNOTATION};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_testenv::webhook::{Registration, rule};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -277,7 +277,7 @@ async fn explain_pod(client: &Client, namespace: &str, name: &str) -> Result<Exp
         pod: Some(format!("{namespace}/{name}")),
         node: None,
         output: Output::Json,
-        // testenv's name for the webhook registered as "validate-eviction".
+        // the harness's name for the webhook registered as "validate-eviction".
         eviction_webhook_name: "validate-eviction.e2e.evictkit.io".into(),
     };
     let mut explanations = evictkit_commands::explain::explain(client.clone(), &args).await?;

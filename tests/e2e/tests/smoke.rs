@@ -14,12 +14,12 @@ use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use serde_json::json;
 
+use evictkit_harness::TestEnv;
+use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
+use evictkit_harness::webhook::{self, Registration};
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::webhook::{Admission, Webhooks};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::objects::{self, Budget};
-use evictkit_testenv::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_testenv::webhook::{self, Registration};
 
 /// Evicts `name` and returns the apiserver's Status, success or failure alike.
 async fn evict(env: &TestEnv, name: &str) -> Result<Status> {

@@ -21,8 +21,9 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::support::{self, Component};
-use crate::cluster::{self, Cluster};
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::component::Component;
+use evictkit_harness::{audit, bench, process};
 
 const NS: &str = "bench-affinity-evictor";
 const BINARY: &str = "affinity-evictor";
@@ -58,13 +59,13 @@ pub fn run(args: &Args) -> Result<()> {
     if args.nodes < 2 || args.pods <= ON_CHANGED_NODE {
         bail!("need at least 2 nodes and more than {ON_CHANGED_NODE} pods");
     }
-    let binary = support::release_binary(BINARY)?;
+    let binary = bench::release_binary(BINARY)?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(async {
-            let client = support::client(&cluster).await?;
+            let client = bench::client(&cluster).await?;
             let result = bench(&cluster, &client, &binary, args).await;
             clean_up(&cluster, &client).await;
             result
@@ -77,11 +78,11 @@ async fn bench(
     binary: &std::path::Path,
     args: &Args,
 ) -> Result<()> {
-    support::create_namespace(client, NS).await?;
+    bench::create_namespace(client, NS).await?;
     let nodes = create_nodes(client, args.nodes).await?;
 
-    let (kubeconfig, user) = support::service_account(cluster, client, BINARY).await?;
-    let metrics_port = support::free_port()?;
+    let (kubeconfig, user) = bench::service_account(cluster, client, BINARY).await?;
+    let metrics_port = process::free_port()?;
     let mut command = std::process::Command::new(binary);
     command
         .args([
@@ -95,13 +96,13 @@ async fn bench(
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn");
     let mut controller = Component::start(cluster, BINARY, command)?;
-    controller.wait_ready(metrics_port).await?;
-    let rss_empty = support::settled_rss(&controller).await?;
+    controller.wait_ready_on(metrics_port).await?;
+    let rss_empty = bench::settled_rss(&controller).await?;
 
     let created = Instant::now();
     create_pods(client, &nodes, args.pods, args.distinct_affinities).await?;
     let creation = created.elapsed();
-    let rss_full = support::settled_rss(&controller).await?;
+    let rss_full = bench::settled_rss(&controller).await?;
     println!(
         "{BINARY} (release, --roles controller, --kube-api-qps {}), {} nodes, {} opted-in pods ({} on {}; created in {:.0} s)",
         args.kube_api_qps,
@@ -123,7 +124,7 @@ async fn bench(
     );
 
     // Label changes no affinity reads: work proportional to nothing, and no API writes.
-    let writes_before = support::audited_writes(&user)?;
+    let writes_before = audit::audited_writes(&user)?;
     let cpu_before = controller.cpu_seconds()?;
     for node in nodes.iter().skip(1).take(IRRELEVANT_CHANGES) {
         label(
@@ -135,7 +136,7 @@ async fn bench(
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cpu = controller.cpu_seconds()? - cpu_before;
-    let writes: usize = support::audited_writes_since(&user, &writes_before)?
+    let writes: usize = audit::audited_writes_since(&user, &writes_before)?
         .values()
         .sum();
     println!(
@@ -144,14 +145,14 @@ async fn bench(
     );
 
     // The label change that breaks the affinity of the 110 pods on the first node.
-    let writes_before = support::audited_writes(&user)?;
+    let writes_before = audit::audited_writes(&user)?;
     let cpu_before = controller.cpu_seconds()?;
     let patched_at = Timestamp::now();
     label(client, &nodes[0], json!({POOL: null})).await?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let evicted = loop {
         let (evicted, _) =
-            support::audited_calls(&user, "create", "pods", Some("eviction"), NS, patched_at)?;
+            audit::audited_calls(&user, "create", "pods", Some("eviction"), NS, patched_at)?;
         if evicted.len() >= ON_CHANGED_NODE {
             break evicted;
         }
@@ -177,10 +178,10 @@ async fn bench(
         nodes[0],
         cpu * 1000.0
     );
-    for (write, count) in support::audited_writes_since(&user, &writes_before)? {
+    for (write, count) in audit::audited_writes_since(&user, &writes_before)? {
         println!("    {write:<32} {count:>6}");
     }
-    let (events, occurrences) = support::events_reported(client, BINARY, patched_at).await?;
+    let (events, occurrences) = bench::events_reported(client, BINARY, patched_at).await?;
     println!(
         "  Events by {BINARY}: {events} created ({occurrences} occurrences), {:.3} per evicted pod",
         events as f64 / ON_CHANGED_NODE as f64
@@ -188,7 +189,7 @@ async fn bench(
     println!(
         "  RSS at the end {} KiB, peak {} KiB",
         controller.rss_kib()?,
-        support::peak_rss_kib(controller.pid())?
+        process::peak_rss_kib(controller.pid())?
     );
     Ok(())
 }
@@ -255,7 +256,7 @@ async fn create_pods(
 }
 
 async fn label(client: &Client, node: &str, labels: serde_json::Value) -> Result<()> {
-    support::patch_nodes(
+    bench::patch_nodes(
         client,
         &[node.to_owned()],
         &json!({"metadata": {"labels": labels}}),

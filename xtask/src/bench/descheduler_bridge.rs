@@ -23,8 +23,10 @@ use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostP
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::support::{self, Component, percentile};
-use crate::cluster::{self, Cluster};
+use evictkit_harness::bench::percentile;
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::component::Component;
+use evictkit_harness::{bench, certs, metrics, process};
 
 const NS: &str = "bench-descheduler-bridge";
 const EVICTION_REQUESTS: &str = "evictionrequests.evictkit.io";
@@ -43,7 +45,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let binary = support::release_binary("descheduler-bridge")?;
+    let binary = bench::release_binary("descheduler-bridge")?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -52,7 +54,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
-    let client = support::client(cluster).await?;
+    let client = bench::client(cluster).await?;
     setup(cluster, &client, args.pods).await?;
     let result = measure(cluster, &client, binary, args).await;
     teardown(&client).await;
@@ -62,8 +64,8 @@ async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
 /// The EvictionRequest CRD and `pods` Running, Ready pods annotated request-evict-only (status
 /// written by the bench, unscheduled, so nothing else touches them).
 async fn setup(cluster: &Cluster, client: &Client, pods: usize) -> Result<()> {
-    support::install_crd(cluster, EVICTION_REQUESTS)?;
-    support::create_namespace(client, NS).await?;
+    bench::install_crd(cluster, EVICTION_REQUESTS)?;
+    bench::create_namespace(client, NS).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     for i in 0..pods {
         let name = format!("web-{i}");
@@ -92,7 +94,7 @@ async fn teardown(client: &Client) {
 }
 
 async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
-    let (kubeconfig, user) = support::service_account(cluster, client, "descheduler").await?;
+    let (kubeconfig, user) = bench::service_account(cluster, client, "descheduler").await?;
     let descheduler = evictkit_runtime::client::from_config(
         kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::read_from(&kubeconfig)?,
@@ -111,8 +113,8 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
         evictkit_runtime::client::RateLimit::UNLIMITED,
     )?;
 
-    let pki = support::pki();
-    let (port, metrics_port) = (support::free_port()?, support::free_port()?);
+    let pki = certs::pki();
+    let (port, metrics_port) = (process::free_port()?, process::free_port()?);
     let mut command = Command::new("taskset");
     command
         .args(["-c", "0"])
@@ -131,7 +133,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
         ])
         .env("RUST_LOG", "warn");
     let mut server = Component::start(cluster, "descheduler-bridge", command)?;
-    server.wait_ready(metrics_port).await?;
+    server.wait_ready_on(metrics_port).await?;
     let ca_pem = std::fs::read_to_string(pki.join("ca.crt"))?;
     register(client, port, &ca_pem, &user).await?;
     wait_until_called(&descheduler, metrics_port).await?;
@@ -195,13 +197,13 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     }
     println!("EvictionRequests created: {created} (one per pod, repeats joined them)");
     let (events, occurrences) =
-        support::events_reported(client, "descheduler-bridge", events_since).await?;
+        bench::events_reported(client, "descheduler-bridge", events_since).await?;
     println!(
         "Events by descheduler-bridge: {events} created ({occurrences} occurrences), {:.3} per pod",
         events as f64 / args.pods as f64
     );
 
-    let webhook = support::webhook_client(port, &ca_pem)?;
+    let webhook = bench::webhook_client(port, &ca_pem)?;
     println!(
         "webhook throughput, {} reviews each, {} connections:",
         args.requests, args.concurrency
@@ -223,7 +225,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     ];
     for (row, review) in reviews {
         let cpu_before = server.cpu_seconds()?;
-        let (rps, latencies) = support::post_reviews(
+        let (rps, latencies) = bench::post_reviews(
             &webhook,
             "/validate-eviction",
             &review,
@@ -284,7 +286,7 @@ async fn wait_until_called(descheduler: &Client, metrics_port: u16) -> Result<()
         Err((429, _)) => {}
         other => bail!("the first eviction of web-0 got {other:?}, not 429"),
     }
-    let requested = support::metric_sum(metrics_port, "pod_evacuations", &["requested"])?;
+    let requested = metrics::metric_sum(metrics_port, "pod_evacuations", &["requested"])?;
     if requested != 1.0 {
         bail!("the bridge counted {requested} evacuations after the first eviction");
     }

@@ -30,10 +30,11 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::csv;
-use super::support::{self, Component};
 use super::webhooks::apiserver::Snapshot;
-use crate::cluster::{self, Cluster};
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::component::Component;
+use evictkit_harness::csv;
+use evictkit_harness::{audit, bench, process};
 use interceptors::Interceptors;
 
 mod interceptors;
@@ -105,13 +106,13 @@ pub fn run(args: &Args) -> Result<()> {
         "--interceptors {}: a pod names at most {MAX_INTERCEPTORS_PER_POD}",
         args.interceptors
     );
-    let binary = support::binary(CONTROLLER, !args.debug_build)?;
+    let binary = bench::binary(CONTROLLER, !args.debug_build)?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(async {
-            let client = support::client(&cluster).await?;
+            let client = bench::client(&cluster).await?;
             let result = bench(&cluster, &client, &binary, args).await;
             webhook::unregister(&client, NS).await;
             let _ = Api::<Namespace>::all(client)
@@ -128,7 +129,7 @@ async fn bench(
     args: &Args,
 ) -> Result<()> {
     if args.api == BenchApi::Crd {
-        support::install_crd(cluster, "evictionrequests.evictkit.io")?;
+        bench::install_crd(cluster, "evictionrequests.evictkit.io")?;
     }
     Api::<Namespace>::all(client.clone())
         .create(
@@ -142,14 +143,14 @@ async fn bench(
     let pods = create_pods(client, args.requests, args.interceptors).await?;
     let interceptors = Interceptors::start(cluster, client, args.interceptors).await?;
 
-    let (kubeconfig, user) = support::service_account(cluster, client, CONTROLLER).await?;
+    let (kubeconfig, user) = bench::service_account(cluster, client, CONTROLLER).await?;
     // The webhook in a process of its own, as the chart's webhook replicas (CRD only: the
     // bench's lifecycle.k8s.io requests are validated by the apiserver).
     let mut webhook = match args.api {
         BenchApi::Crd => Some(webhook::start(cluster, client, binary, NS, &user).await?),
         BenchApi::Lifecycle => None,
     };
-    let metrics_port = support::free_port()?;
+    let metrics_port = process::free_port()?;
     let mut command = Command::new(binary);
     command
         .args([
@@ -164,8 +165,8 @@ async fn bench(
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn");
     let mut controller = Component::start(cluster, CONTROLLER, command)?;
-    controller.wait_ready(metrics_port).await?;
-    let writes_before = support::audited_writes(&user)?;
+    controller.wait_ready_on(metrics_port).await?;
+    let writes_before = audit::audited_writes(&user)?;
     let interceptor_writes_before = interceptors.writes()?;
     let cpu_before = controller.cpu_seconds()?;
     let events_since = k8s_openapi::jiff::Timestamp::now();
@@ -263,7 +264,7 @@ async fn bench(
         );
     }
 
-    let writes = support::audited_writes_since(&user, &writes_before)?;
+    let writes = audit::audited_writes_since(&user, &writes_before)?;
     let controller_writes =
         print_writes(&format!("the controller ({user})"), &writes, args.requests);
     // The q/k bound: the client's --kube-api-qps over its writes per request.
@@ -274,7 +275,7 @@ async fn bench(
         controller_writes as f64 / args.requests as f64,
         requests_per_second / bound
     );
-    let (events, occurrences) = support::events_reported(client, CONTROLLER, events_since).await?;
+    let (events, occurrences) = bench::events_reported(client, CONTROLLER, events_since).await?;
     println!(
         "  Events by {CONTROLLER}: {events} created ({occurrences} occurrences), {:.3} per request",
         events as f64 / args.requests as f64
@@ -474,7 +475,7 @@ async fn create_pods(client: &Client, count: usize, interceptor_count: usize) ->
         .try_collect()
         .await?;
     // kwok makes them Running; a request for a pending pod would be a different workload.
-    support::wait_running(&api, count)
+    bench::wait_running(&api, count)
         .await
         .with_context(|| format!("pods of {NS}"))?;
     Ok(pods)

@@ -2,14 +2,12 @@
 //! component adds its benchmark as a subcommand.
 
 mod affinity_evictor;
-pub mod csv;
 mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
 pub mod plot;
 mod report;
 mod scale;
-pub mod support;
 mod taint_manager;
 pub mod webhooks;
 

@@ -21,9 +21,11 @@ use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::support::{self, Component, percentile};
 use super::webhooks::apiserver::TIMEOUT_SECONDS;
-use crate::cluster::{self, Cluster};
+use evictkit_harness::bench::percentile;
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::component::Component;
+use evictkit_harness::{bench, certs, metrics, process};
 
 pub(crate) mod drain;
 
@@ -58,7 +60,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let binary = support::release_binary("pdb-policy-webhook")?;
+    let binary = bench::release_binary("pdb-policy-webhook")?;
     let cluster = cluster::running()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -67,7 +69,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
-    let client = support::client(cluster).await?;
+    let client = bench::client(cluster).await?;
     setup(cluster, &client).await?;
     let result = if args.drain_nodes > 0 {
         drain::measure(cluster, &client, binary, args).await
@@ -86,7 +88,7 @@ pub(crate) async fn drain_scenario(
     nodes: usize,
     per_node: usize,
 ) -> Result<Vec<drain::Drain>> {
-    let client = support::client(cluster).await?;
+    let client = bench::client(cluster).await?;
     setup(cluster, &client).await?;
     let drains = drain::drains(cluster, &client, binary, nodes, per_node, drain::CHART_QPS).await;
     teardown(&client).await;
@@ -94,7 +96,7 @@ pub(crate) async fn drain_scenario(
 }
 
 pub(crate) async fn setup(cluster: &Cluster, client: &Client) -> Result<()> {
-    support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
+    bench::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -178,7 +180,7 @@ pub(crate) async fn teardown(client: &Client) {
 
 /// The webhook under test: the release binary, serving HTTPS on every
 /// address of this machine with a certificate of the cluster CA for 127.0.0.1 and
-/// [`support::host_address`].
+/// [`bench::host_address`].
 pub(crate) struct Webhook {
     pub(crate) server: Component,
     pub(crate) port: u16,
@@ -226,11 +228,11 @@ pub(crate) async fn start_webhook_as(
     flags: &[String],
     kubeconfig: Option<&Path>,
 ) -> Result<Webhook> {
-    let pki = support::pki();
-    let host = support::host_address()?;
-    let (cert, key) = support::serving_pair(&["127.0.0.1".parse()?, host])?;
-    let port = support::free_port()?;
-    let metrics_port = support::free_port()?;
+    let pki = certs::pki();
+    let host = bench::host_address()?;
+    let (cert, key) = certs::serving_pair(&["127.0.0.1".parse()?, host])?;
+    let port = process::free_port()?;
+    let metrics_port = process::free_port()?;
     // Not pinned: a core of its own it would not have, and core 0 is the apiserver's too, so
     // pinning made the webhook wait for the apiserver that waits for it.
     let mut command = Command::new(binary);
@@ -252,7 +254,7 @@ pub(crate) async fn start_webhook_as(
     let name = binary.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.unwrap_or_else(|| "pdb-policy-webhook".to_owned());
     let mut server = Component::start(cluster, &name, command)?;
-    server.wait_ready(metrics_port).await?;
+    server.wait_ready_on(metrics_port).await?;
     Ok(Webhook {
         server,
         port,
@@ -270,7 +272,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
         ca_pem,
         ..
     } = &started;
-    let webhook = support::webhook_client(*port, ca_pem)?;
+    let webhook = bench::webhook_client(*port, ca_pem)?;
 
     println!(
         "pdb-policy-webhook (release, taskset -c 0), {} reviews per endpoint, {} connections, {PODS} pods in the namespace",
@@ -283,7 +285,7 @@ async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args)
     for (path, review) in reviews() {
         let cpu_before = server.cpu_seconds()?;
         let (rps, latencies) =
-            support::post_reviews(&webhook, path, &review, args.requests, args.concurrency).await?;
+            bench::post_reviews(&webhook, path, &review, args.requests, args.concurrency).await?;
         let cpu = server.cpu_seconds()? - cpu_before;
         println!(
             "{path:<20} {rps:>10.0} {:>10.3} {:>10.3} {:>14.0}",
@@ -404,7 +406,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
 }
 
 fn validate_eviction_count(metrics_port: u16) -> Result<f64> {
-    support::metric_sum(
+    metrics::metric_sum(
         metrics_port,
         "evictkit_pdb_policy_webhook_admission_requests_total",
         &["validate-eviction"],

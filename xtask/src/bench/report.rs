@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::csv;
+use evictkit_harness::csv;
 
 type Row = BTreeMap<String, String>;
 
@@ -27,7 +27,7 @@ const BEGIN: &str = "<!-- bench report: ";
 const END: &str = "<!-- end -->";
 
 pub fn run(args: &Args) -> Result<()> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let stale = regenerate(&root, !args.check)?;
     if args.check && !stale.is_empty() {
         bail!(
@@ -562,7 +562,7 @@ mod tests {
 
     #[test]
     fn the_committed_documents_are_what_the_csv_files_generate() {
-        let stale = regenerate(&crate::workspace_root(), false).unwrap();
+        let stale = regenerate(&evictkit_harness::workspace_root(), false).unwrap();
         assert!(
             stale.is_empty(),
             "{stale:?} differ from what docs/bench/*.csv generate: run cargo xtask bench report"

@@ -41,10 +41,10 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::csv;
 use super::plot::{self, Chart, Series};
-use super::support;
-use crate::cluster::{self, UpArgs};
+use evictkit_harness::bench;
+use evictkit_harness::cluster::{self, UpArgs};
+use evictkit_harness::csv;
 use outage::Outage;
 pub use outage::caches_synced;
 
@@ -125,16 +125,16 @@ pub fn run(args: &Args) -> Result<()> {
             kubernetes: None,
         })?;
         runtime.block_on(async {
-            let client = support::client(&cluster).await?;
+            let client = bench::client(&cluster).await?;
             for crd in [
                 "taintevictionpolicies.evictkit.io",
                 "evictionrequests.evictkit.io",
                 "poddisruptionbudgetpolicies.evictkit.io",
             ] {
-                support::install_crd(&cluster, crd)?;
+                bench::install_crd(&cluster, crd)?;
             }
-            support::create_namespace(&client, NS).await?;
-            let scenario = Scenario::new(&support::kwok_nodes(&client).await?, size, args);
+            bench::create_namespace(&client, NS).await?;
+            let scenario = Scenario::new(&bench::kwok_nodes(&client).await?, size, args);
             let provenance = csv::Provenance::now()?;
             let memory = memory::measure(&cluster, &client, &binaries, &scenario).await?;
             csv::record(

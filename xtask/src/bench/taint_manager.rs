@@ -34,8 +34,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::support::{self, Component};
-use crate::cluster::{self, Cluster, UpArgs};
+use evictkit_harness::cluster::{self, Cluster, UpArgs};
+use evictkit_harness::component::Component;
+use evictkit_harness::{audit, bench, process};
 
 /// The bench's NoExecute taint; nothing else in the cluster sets or tolerates it.
 mod report;
@@ -90,7 +91,7 @@ pub fn run(args: &Args) -> Result<()> {
         args.tainted,
         args.nodes
     );
-    let binary = support::release_binary("taint-manager")?;
+    let binary = bench::release_binary("taint-manager")?;
     let cluster = cluster::up(&UpArgs {
         nodes: args.nodes,
         kcm_controllers: "*,-taint-eviction-controller".into(),
@@ -201,10 +202,10 @@ struct Run {
 }
 
 async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
-    let client = support::client(cluster).await?;
-    support::install_crd(cluster, "taintevictionpolicies.evictkit.io")?;
+    let client = bench::client(cluster).await?;
+    bench::install_crd(cluster, "taintevictionpolicies.evictkit.io")?;
     // kwok-node-0, kwok-node-1, ...: the tainted nodes spread over the zones.
-    let nodes = support::kwok_nodes(&client).await?;
+    let nodes = bench::kwok_nodes(&client).await?;
     if args.sequences {
         return sequences::bench(
             cluster,
@@ -276,10 +277,10 @@ async fn start_controller(
         format!("--kube-api-qps={qps}"),
         format!("--kube-api-burst={}", (qps * 1.5).ceil()),
     ];
-    support::create_namespace(client, ns).await?;
+    bench::create_namespace(client, ns).await?;
     let account = format!("taint-{label}");
-    let (kubeconfig, user) = support::service_account(cluster, client, &account).await?;
-    let port = support::free_port()?;
+    let (kubeconfig, user) = bench::service_account(cluster, client, &account).await?;
+    let port = process::free_port()?;
     let component = match controller {
         Controller::Upstream => {
             let mut command = Command::new(cluster.bin("kube-controller-manager"));
@@ -292,7 +293,7 @@ async fn start_controller(
             ]);
             command.args(&rate);
             let component = Component::start(cluster, "kcm-taint-eviction-controller", command)?;
-            support::wait_listening(port).await?;
+            bench::wait_listening(port).await?;
             // Its two controllers have listed what they watch: it acts from now on.
             super::scale::caches_synced(&component, 2).await?;
             component
@@ -308,7 +309,7 @@ async fn start_controller(
                 .env("KUBECONFIG", &kubeconfig)
                 .env("RUST_LOG", "warn");
             let mut component = Component::start(cluster, "taint-manager", command)?;
-            component.wait_ready(port).await?;
+            component.wait_ready_on(port).await?;
             component
         }
     };
@@ -331,7 +332,7 @@ async fn measure(
     );
     // Both controllers see every pod before the taint: their informers have caught up.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let writes_before = support::audited_writes(user)?;
+    let writes_before = audit::audited_writes(user)?;
     let cpu_before = component.cpu_seconds()?;
 
     let nodes: Api<Node> = Api::all(client.clone());
@@ -359,7 +360,7 @@ async fn measure(
     let expected = scenario.expected().len();
     let timeout =
         Duration::from_secs(300 + u64::try_from(scenario.toleration_seconds).unwrap_or(0));
-    let (deleted, deletes) = support::wait_deletions(
+    let (deleted, deletes) = audit::wait_deletions(
         user,
         ns,
         since,
@@ -368,7 +369,7 @@ async fn measure(
         Duration::from_millis(500),
     )
     .await?;
-    let writes = support::audited_writes(user)?
+    let writes = audit::audited_writes(user)?
         .into_iter()
         .map(|(write, count)| {
             let before = writes_before.get(&write).copied().unwrap_or(0);
@@ -381,7 +382,7 @@ async fn measure(
         deletes,
         tainted_at,
         rss_kib: component.rss_kib()?,
-        peak_rss_kib: support::peak_rss_kib(component.pid())?,
+        peak_rss_kib: process::peak_rss_kib(component.pid())?,
         cpu_seconds: component.cpu_seconds()? - cpu_before,
         writes,
     })
@@ -401,7 +402,7 @@ async fn create_pods(client: &Client, scenario: &Scenario, ns: &str) -> Result<(
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    support::wait_running(&api, scenario.pods.len())
+    bench::wait_running(&api, scenario.pods.len())
         .await
         .with_context(|| format!("pods of {ns}"))
 }

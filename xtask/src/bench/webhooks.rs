@@ -25,8 +25,9 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 use super::pdb_policy_webhook;
-use super::{csv, support};
-use crate::cluster::{self, Cluster};
+use evictkit_harness::bench;
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::csv;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -79,7 +80,7 @@ impl Args {
                 anyhow::ensure!(binary.exists(), "--binaries: no {}", binary.display());
                 Ok(binary)
             }
-            None => support::release_binary(component),
+            None => bench::release_binary(component),
         }
     }
 }
@@ -158,7 +159,7 @@ pub struct Row {
     /// webhook adds is the difference, the rest is the apiserver's own time on this machine.
     pub request_p99_ms: Option<f64>,
     pub request_p99_ms_without: Option<f64>,
-    /// Events the component created during the scenario ([`support::events_reported`]: each
+    /// Events the component created during the scenario ([`bench::events_reported`]: each
     /// created Event once, however often its series repeats).
     pub events: Option<usize>,
     /// Beside the no-op webhook ([`floor`]).
@@ -430,7 +431,7 @@ pub fn run(args: &Args) -> Result<()> {
     for row in &rows {
         println!("{}", line(&row.all_cells(&measured)));
     }
-    let path = crate::workspace_root().join("docs/bench/webhooks.csv");
+    let path = evictkit_harness::workspace_root().join("docs/bench/webhooks.csv");
     let cells: Vec<Vec<String>> = rows.iter().map(|row| row.all_cells(&measured)).collect();
     csv::upsert(&path, HEADER, 1, &cells)?;
     println!("CSV: {}", path.display());
@@ -466,7 +467,7 @@ impl Measured {
         let git = |args: &[&str]| -> Result<String> {
             let out = std::process::Command::new("git")
                 .args(args)
-                .current_dir(crate::workspace_root())
+                .current_dir(evictkit_harness::workspace_root())
                 .output()?;
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         };
@@ -523,8 +524,8 @@ async fn measure(
         }
         _ => vec![run_scenario(cluster, pdb_policy_binary, scenario, args).await?],
     };
-    let client = support::client(cluster).await?;
-    let (events, _) = support::events_reported(&client, scenario.component(), since).await?;
+    let client = bench::client(cluster).await?;
+    let (events, _) = bench::events_reported(&client, scenario.component(), since).await?;
     Ok(rows
         .into_iter()
         .map(|row| Row {
@@ -537,7 +538,7 @@ async fn measure(
 /// Waits until namespace `name` (deleted) is gone: the next drain creates it again.
 async fn namespace_gone(cluster: &Cluster, name: &str) -> Result<()> {
     let namespaces =
-        kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(support::client(cluster).await?);
+        kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(bench::client(cluster).await?);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while namespaces.get_opt(name).await?.is_some() {
         if std::time::Instant::now() > deadline {

@@ -21,12 +21,11 @@ use kube::api::{DeleteParams, PostParams};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use kube::{Api, Client};
-use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair, SanType};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::bench::support;
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{bench, certs};
 
 /// The holders' service account, namespace of their requests, and webhook configuration.
 const HOLDER: &str = "chaos-seat-holder";
@@ -44,7 +43,7 @@ pub struct SeatHolders {
 
 /// The holders' identity, to add to the FlowSchema before they start: (kubeconfig, user).
 pub async fn identity(cluster: &Cluster, client: &Client) -> Result<(std::path::PathBuf, String)> {
-    support::service_account(cluster, client, HOLDER).await
+    bench::service_account(cluster, client, HOLDER).await
 }
 
 /// Serves the stalling webhook, registers it for the holders' ConfigMaps and sends the
@@ -54,7 +53,7 @@ pub async fn hold(client: &Client, cluster_dir: &Path, kubeconfig: &Path) -> Res
     let (addr, ca_pem) = serve(cluster_dir, stop.clone())?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     if namespaces.get_opt(HOLDER).await?.is_none() {
-        support::create_namespace(client, HOLDER).await?;
+        bench::create_namespace(client, HOLDER).await?;
     }
     let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": HOLDER},
@@ -124,21 +123,12 @@ impl SeatHolders {
 }
 
 /// The webhook that answers (allows) only when `stop` is cancelled or [`STALL`] has passed,
-/// on a free loopback port with a certificate of its own; returns its address and CA.
+/// on a free loopback port with a certificate signed by the cluster CA; returns its address
+/// and that CA.
 fn serve(cluster_dir: &Path, stop: CancellationToken) -> Result<(std::net::SocketAddr, String)> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec!["localhost".to_string()])?;
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress("127.0.0.1".parse()?));
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.self_signed(&key)?;
-    let files = TlsFiles {
-        cert: cluster_dir.join("chaos-seat-holder.crt"),
-        key: cluster_dir.join("chaos-seat-holder.key"),
-    };
-    std::fs::write(&files.cert, cert.pem())?;
-    std::fs::write(&files.key, key.serialize_pem())?;
+    let serving = certs::serving_cert(&["localhost"], &[std::net::IpAddr::from([127, 0, 0, 1])])?;
+    let (cert, key) = serving.write_to(&cluster_dir.join("chaos-seat-holder"))?;
+    let files = TlsFiles { cert, key };
     let certificates = ReloadingCertResolver::load(files)?;
     let released = stop.clone();
     let webhooks = Webhooks::new(Arc::new(Metrics::new(HOLDER)?)).route(
@@ -161,5 +151,5 @@ fn serve(cluster_dir: &Path, stop: CancellationToken) -> Result<(std::net::Socke
             eprintln!("    the seat holders' webhook failed: {error}");
         }
     });
-    Ok((addr, cert.pem()))
+    Ok((addr, serving.ca_pem))
 }

@@ -42,9 +42,10 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use super::{Row, Snapshot};
-use crate::bench::support::{self, percentile};
-use crate::cluster::Cluster;
 use crate::soak::{DESCHEDULER_ACCOUNT, RELEASE, RELEASE_NAMESPACE as NAMESPACE};
+use evictkit_harness::bench::percentile;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{bench, process};
 
 /// Where the evicted pods live.
 const WORKLOAD: &str = "chaos-webhook-killed";
@@ -138,10 +139,10 @@ pub async fn rows(
     stops: &[Stop],
     webhooks: &[Webhook],
 ) -> Result<Vec<Row>> {
-    let (kubeconfig, _) = support::service_account(cluster, admin, DESCHEDULER_ACCOUNT).await?;
+    let (kubeconfig, _) = bench::service_account(cluster, admin, DESCHEDULER_ACCOUNT).await?;
     install(cluster)?;
     super::delete_namespace(admin, WORKLOAD).await?;
-    support::create_namespace(admin, WORKLOAD).await?;
+    bench::create_namespace(admin, WORKLOAD).await?;
     create_pods(admin).await?;
     let mut rows = Vec::new();
     for (&stop, &webhook) in stops
@@ -242,7 +243,7 @@ async fn scenario(
         .map(main_pid)
         .collect::<Result<Vec<u32>>>()?;
     let cpu = |pids: &[u32]| -> Result<Vec<f64>> {
-        pids.iter().map(|&pid| support::cpu_seconds(pid)).collect()
+        pids.iter().map(|&pid| process::cpu_seconds(pid)).collect()
     };
     let cpu_before = cpu(&pids)?;
     tokio::time::sleep(STOP_AT.saturating_sub(started.elapsed())).await;
@@ -594,7 +595,7 @@ fn reason(error: &str) -> &str {
 }
 
 fn apiserver_log() -> std::path::PathBuf {
-    crate::cluster::state_dir().join("logs/kube-apiserver.log")
+    evictkit_harness::cluster::state_dir().join("logs/kube-apiserver.log")
 }
 
 fn apiserver_log_len() -> Result<u64> {

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
 use super::{NAMESPACE, helm};
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
 
 /// A digest for `image.digest`: any 64 hex digits render.
 macro_rules! digest {
@@ -206,7 +206,7 @@ fn check_case(
 /// schema does not refuse them.
 fn values_for(case: &Case, block: &Block) -> Result<String> {
     let values = super::read_yaml(
-        &crate::workspace_root()
+        &evictkit_harness::workspace_root()
             .join("charts")
             .join(&block.chart)
             .join("values.yaml"),

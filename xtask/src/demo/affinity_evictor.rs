@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 
-use super::{Demo, free_port, wait_ready};
-use crate::cluster;
+use evictkit_harness::process::free_port;
+
+use super::{Demo, wait_ready};
+use evictkit_harness::cluster;
 
 const SCENARIO: &str = "affinity-evictor";
 const BINARY: &str = "affinity-evictor";

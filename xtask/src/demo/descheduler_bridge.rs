@@ -12,8 +12,10 @@ use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 
 use super::evictionrequest::now_rfc3339;
-use super::{Demo, free_port, wait_ready};
-use crate::cluster;
+use evictkit_harness::process::free_port;
+
+use super::{Demo, wait_ready};
+use evictkit_harness::cluster;
 
 const SCENARIO: &str = "descheduler-bridge";
 const NAMESPACE: &str = "demo-descheduler-bridge";
@@ -242,7 +244,7 @@ webhooks:
 /// One descheduling cycle (`--descheduling-interval=0`): PodLifeTime (older than 1 s) in the
 /// demo namespace; prints what the descheduler logged about each eviction.
 fn run_descheduler_once(demo: &Demo, kubeconfig: &std::path::Path) -> Result<()> {
-    let policy = crate::descheduler::PodLifeTime {
+    let policy = evictkit_harness::descheduler::PodLifeTime {
         profile: "demo",
         namespace: NAMESPACE,
         app: None,
@@ -253,7 +255,7 @@ fn run_descheduler_once(demo: &Demo, kubeconfig: &std::path::Path) -> Result<()>
         "running the descheduler once: PodLifeTime > 1 s, --feature-gates=EvictionsInBackground=true, as ServiceAccount descheduler",
     );
     let log = cluster::state_dir().join("logs/demo-descheduler.log");
-    let run = crate::descheduler::command(
+    let run = evictkit_harness::descheduler::command(
         kubeconfig,
         &policy,
         &cluster::state_dir().join("demo-descheduler-policy.yaml"),

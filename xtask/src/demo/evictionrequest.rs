@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 
-use super::{Demo, free_port, wait_ready};
-use crate::cluster;
+use evictkit_harness::process::free_port;
+
+use super::{Demo, wait_ready};
+use evictkit_harness::cluster;
 
 const SCENARIO: &str = "evictionrequest";
 const BINARY: &str = "evictionrequest-controller";
@@ -57,7 +59,9 @@ spec:
     );
     start(demo)?;
 
-    let binary = crate::workspace_root().join("target/debug").join(BINARY);
+    let binary = evictkit_harness::workspace_root()
+        .join("target/debug")
+        .join(BINARY);
     let request = std::process::Command::new(&binary)
         .args([
             "request",

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::evictionrequest::now_rfc3339;
-use super::{Demo, free_port, wait_ready};
+use evictkit_harness::process::free_port;
+
+use super::{Demo, wait_ready};
 
 const SCENARIO: &str = "lifecycle";
 const BINARY: &str = "evictionrequest-controller";
@@ -191,7 +193,9 @@ status:
 
 /// Runs the controller's binary as a command (`request`, `describe`); its stdout.
 fn cli(demo: &Demo, args: &[&str]) -> Result<String> {
-    let binary = crate::workspace_root().join("target/debug").join(BINARY);
+    let binary = evictkit_harness::workspace_root()
+        .join("target/debug")
+        .join(BINARY);
     let output = std::process::Command::new(&binary)
         .args(args)
         .env("KUBECONFIG", demo.cluster.kubeconfig())

@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::{self, Cluster};
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::metrics;
 
 mod affinity_evictor;
 mod descheduler_bridge;
@@ -123,7 +124,9 @@ impl Demo {
     /// Starts `target/debug/<binary>` (the demo builds the binaries first) against the cluster,
     /// logging to `target/evictkit-cluster/logs/demo-<binary>.log`; stopped when the demo ends.
     fn start_component(&self, scenario: &str, binary: &str, args: &[&str]) -> Result<()> {
-        let path = crate::workspace_root().join("target/debug").join(binary);
+        let path = evictkit_harness::workspace_root()
+            .join("target/debug")
+            .join(binary);
         let log_path = cluster::state_dir().join(format!("logs/demo-{binary}.log"));
         let log = std::fs::File::create(&log_path)?;
         let child = Command::new(&path)
@@ -161,7 +164,7 @@ impl Demo {
 
     /// Applies `crds/<name>.yaml` (server-side) and waits until it is Established.
     fn install_crd(&self, name: &str) -> Result<()> {
-        let crd = crate::workspace_root().join(format!("crds/{name}.yaml"));
+        let crd = evictkit_harness::workspace_root().join(format!("crds/{name}.yaml"));
         self.kubectl(&["apply", "--server-side", "-f", &crd.display().to_string()])?;
         self.kubectl(&[
             "wait",
@@ -213,33 +216,16 @@ impl Demo {
     }
 }
 
-/// A free loopback port for a component the demo starts.
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// Waits until the component's `/readyz` on `metrics_port` answers 200.
 fn wait_ready(binary: &str, metrics_port: u16) -> Result<()> {
-    use std::io::{Read, Write};
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let ready =
-            std::net::TcpStream::connect(("127.0.0.1", metrics_port)).and_then(|mut stream| {
-                write!(stream, "GET /readyz HTTP/1.0\r\n\r\n")?;
-                let mut response = String::new();
-                stream.read_to_string(&mut response)?;
-                Ok(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"))
-            });
-        if ready.unwrap_or(false) {
-            return Ok(());
-        }
+    while metrics::http_get(metrics_port, "/readyz").is_err() {
         if Instant::now() > deadline {
             bail!("{binary} not ready after 30 s");
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    Ok(())
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -257,14 +243,14 @@ pub fn run(args: Args) -> Result<()> {
             known.join(", ")
         );
     }
-    let status = crate::cargo()
+    let status = evictkit_harness::cargo()
         .args(["build", "--workspace", "--bins"])
         .status()?;
     if !status.success() {
         bail!("cargo build --bins failed");
     }
     let was_running = cluster::state_dir().join("state.json").exists();
-    let cluster = cluster::up(&crate::test::test_cluster())?;
+    let cluster = cluster::up(&evictkit_harness::cluster::test_cluster())?;
     let demo = Demo {
         cluster,
         started: Instant::now(),

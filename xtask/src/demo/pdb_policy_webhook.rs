@@ -4,15 +4,15 @@
 //! PodDisruptionBudgetPolicy defaulting `unhealthyPodEvictionPolicy: AlwaysAllow` fixes the PDB
 //! at its next update; the preview then allows it and the drain goes through.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 
-use super::Demo;
-use crate::cluster;
+use evictkit_harness::cluster;
+use evictkit_harness::process::free_port;
+
+use super::{Demo, wait_ready};
 
 const NS: &str = "demo-pdb-policy";
 const SCENARIO: &str = "pdb-policy-webhook";
@@ -190,12 +190,15 @@ fn wait_observed(demo: &Demo) -> Result<()> {
 }
 
 fn preview(demo: &Demo, title: &str) -> Result<()> {
-    let output =
-        std::process::Command::new(crate::workspace_root().join("target/debug").join(BINARY))
-            .args(["explain", "--node", NODE])
-            .env("KUBECONFIG", demo.cluster.kubeconfig())
-            .output()
-            .context("running pdb-policy-webhook explain")?;
+    let output = std::process::Command::new(
+        evictkit_harness::workspace_root()
+            .join("target/debug")
+            .join(BINARY),
+    )
+    .args(["explain", "--node", NODE])
+    .env("KUBECONFIG", demo.cluster.kubeconfig())
+    .output()
+    .context("running pdb-policy-webhook explain")?;
     if !output.status.success() {
         bail!(
             "explain failed: {}",
@@ -212,7 +215,8 @@ fn preview(demo: &Demo, title: &str) -> Result<()> {
 /// Runs the webhook on loopback with the test PKI's apiserver certificate (issued for
 /// 127.0.0.1 by the cluster CA) and registers its PDB webhooks by URL for the demo namespace.
 fn start_webhook(demo: &Demo, webhook_port: u16, metrics_port: u16) -> Result<()> {
-    let crd = crate::workspace_root().join("crds/poddisruptionbudgetpolicies.evictkit.io.yaml");
+    let crd = evictkit_harness::workspace_root()
+        .join("crds/poddisruptionbudgetpolicies.evictkit.io.yaml");
     demo.apply(
         &std::fs::read_to_string(&crd).with_context(|| format!("reading {}", crd.display()))?,
     )?;
@@ -236,7 +240,7 @@ fn start_webhook(demo: &Demo, webhook_port: u16, metrics_port: u16) -> Result<()
             "--leader-elect=false",
         ],
     )?;
-    wait_ready(metrics_port)?;
+    wait_ready(BINARY, metrics_port)?;
     let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(pki.join("ca.crt"))?);
     let webhook = |name: &str, path: &str, resources: &str| {
         format!(
@@ -269,29 +273,4 @@ webhooks:
         "registered the mutating and validating PDB webhooks (failurePolicy Ignore)",
     );
     Ok(())
-}
-
-fn wait_ready(metrics_port: u16) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ready = TcpStream::connect(("127.0.0.1", metrics_port)).and_then(|mut stream| {
-            write!(stream, "GET /readyz HTTP/1.0\r\n\r\n")?;
-            let mut response = String::new();
-            stream.read_to_string(&mut response)?;
-            Ok(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"))
-        });
-        if ready.unwrap_or(false) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{BINARY} not ready after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }

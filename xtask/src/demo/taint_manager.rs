@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::{Demo, free_port, wait_ready};
+use evictkit_harness::process::free_port;
+
+use super::{Demo, wait_ready};
 
 const SCENARIO: &str = "taint-manager";
 const BINARY: &str = "taint-manager";

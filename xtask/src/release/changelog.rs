@@ -157,7 +157,8 @@ mod tests {
     #[test]
     fn the_workspace_version_has_its_section() {
         let changelog =
-            std::fs::read_to_string(crate::workspace_root().join("CHANGELOG.md")).unwrap();
+            std::fs::read_to_string(evictkit_harness::workspace_root().join("CHANGELOG.md"))
+                .unwrap();
         section(&changelog, env!("CARGO_PKG_VERSION")).unwrap();
     }
 }

@@ -54,7 +54,7 @@ impl Layout {
         for (path, bytes) in files {
             if let Some(hex) = path.strip_prefix("blobs/sha256/") {
                 let digest = format!("sha256:{hex}");
-                if digest != crate::image::sha256(&bytes) {
+                if digest != evictkit_harness::image::sha256(&bytes) {
                     bail!("{}: blob {path} does not match its name", archive.display());
                 }
                 blobs.insert(digest, bytes);
@@ -184,7 +184,7 @@ impl Registry {
             .fetch_manifest_digest(&image, &self.auth)
             .await
             .with_context(|| format!("reading back the digest of {reference}"))?;
-        let built = crate::image::sha256(manifest);
+        let built = evictkit_harness::image::sha256(manifest);
         if pushed != built {
             bail!("{reference} resolves to {pushed}, not to the pushed manifest {built}");
         }
@@ -196,7 +196,7 @@ impl Registry {
 /// registry's bundle when `registry` is the one `cargo xtask registry up` started, else
 /// `SSL_CERT_FILE`'s, as Go clients (helm, cosign) read it.
 pub fn ca_file(registry: &str) -> Option<PathBuf> {
-    match crate::registry::running() {
+    match evictkit_harness::registry::running() {
         Ok(local) if local.address() == registry => Some(local.ca_bundle()),
         _ => std::env::var_os("SSL_CERT_FILE").map(PathBuf::from),
     }

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use flate2::{Compression, GzBuilder};
 use serde_json::{Value, json};
 
-use crate::image::{RUSTFLAGS, TARGET, sha256, tar_of};
+use evictkit_harness::image::{RUSTFLAGS, TARGET, sha256, tar_of};
 
 /// A platform as krew's selectors and Go name it, and the Rust target built for it.
 pub struct Platform {
@@ -49,7 +49,7 @@ pub struct Archive {
 /// an archive per platform into `out`, and writes the checksums and the krew manifest beside
 /// them; returns every file written.
 pub fn release(out: &Path, version: &str, compile: bool) -> Result<Vec<PathBuf>> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let epoch = commit_time(&root)?;
     let mut archives = Vec::new();
     for platform in &PLATFORMS {
@@ -219,7 +219,7 @@ mod tests {
             std::env::temp_dir().join(format!("evictkit-plugin-{}-{test}", std::process::id()));
         fs::create_dir_all(&out).unwrap();
         let archive = pack(
-            &crate::workspace_root(),
+            &evictkit_harness::workspace_root(),
             &out,
             "0.1.0",
             &PLATFORMS[0],
@@ -235,7 +235,7 @@ mod tests {
         let (_out, archive) = archive_of("manifest", b"#!/bin/sh\necho plugin\n");
         let bytes = fs::read(&archive.path).unwrap();
         let rendered = krew_manifest(
-            &crate::workspace_root(),
+            &evictkit_harness::workspace_root(),
             "0.1.0",
             "https://example.test/v0.1.0",
             std::slice::from_ref(&archive),
@@ -299,14 +299,14 @@ mod tests {
     /// plugin and a license in it.
     #[test]
     fn krew_validates_and_installs_the_rendered_manifest() {
-        let krew = evictkit_testenv::cached_build("tests/krew/build.sh", &[]).unwrap();
+        let krew = evictkit_harness::cached_build("tests/krew/build.sh", &[]).unwrap();
         let (out, archive) = archive_of("krew", b"#!/bin/sh\necho plugin\n");
         let address = serve(&out);
         let manifest = out.join("evictkit.yaml");
         fs::write(
             &manifest,
             krew_manifest(
-                &crate::workspace_root(),
+                &evictkit_harness::workspace_root(),
                 "0.1.0",
                 &format!("http://{address}"),
                 std::slice::from_ref(&archive),

@@ -57,7 +57,7 @@ struct Artifact {
 /// Pushes the release before the workspace version to `registry` under `path`, building it
 /// first when the cache lacks it.
 pub fn publish(registry: &str, path: &str) -> Result<Published> {
-    let root = crate::workspace_root();
+    let root = evictkit_harness::workspace_root();
     let changelog = fs::read_to_string(root.join("CHANGELOG.md"))
         .with_context(|| format!("reading {}", root.join("CHANGELOG.md").display()))?;
     let current = env!("CARGO_PKG_VERSION");
@@ -193,7 +193,7 @@ fn seed_target(root: &Path, worktree: &Path) -> Result<()> {
     // The static build's build scripts and proc macros are host artifacts, in release/; the
     // tag's xtask is a debug build.
     let profiles = [
-        Path::new(crate::image::TARGET).join("release"),
+        Path::new(evictkit_harness::image::TARGET).join("release"),
         PathBuf::from("release"),
         PathBuf::from("debug"),
     ];
@@ -209,7 +209,7 @@ fn seed_target(root: &Path, worktree: &Path) -> Result<()> {
             copy.arg(if link { "-al" } else { "-a" })
                 .arg(&from)
                 .arg(&to);
-            crate::test::run_command(&mut copy)?;
+            evictkit_harness::process::run_command(&mut copy)?;
         }
     }
     Ok(())
@@ -224,8 +224,8 @@ struct Scratch {
 
 impl Scratch {
     fn serve(cache: &Path) -> Result<Self> {
-        let bin = evictkit_testenv::cached_build("tests/registry/build.sh", &[])?.join("registry");
-        let [port] = crate::cluster::free_ports()?;
+        let bin = evictkit_harness::cached_build("tests/registry/build.sh", &[])?.join("registry");
+        let [port] = evictkit_harness::process::free_ports()?;
         let config = cache.join("registry.yml");
         fs::write(
             &config,

@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::image::sha256;
+use evictkit_harness::image::sha256;
 
 pub const MEDIA_CYCLONEDX: &str = "application/vnd.cyclonedx+json";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -36,7 +36,7 @@ impl Crates {
                 "--filter-platform",
                 target,
             ])
-            .current_dir(crate::workspace_root())
+            .current_dir(evictkit_harness::workspace_root())
             .output()
             .context("running cargo metadata")?;
         if !output.status.success() {

@@ -10,7 +10,7 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::json;
 
-use crate::image::sha256;
+use evictkit_harness::image::sha256;
 
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";

@@ -12,13 +12,13 @@ use serde_json::Value;
 
 use super::oci;
 use super::sbom::MEDIA_CYCLONEDX as CYCLONEDX;
-use crate::image::COMPONENTS;
+use evictkit_harness::image::COMPONENTS;
 
 /// Verifies every component image of `version` under `prefix` (`<registry>/<path>`) on
 /// `registry`: the cosign signature against `public_key`, then the attached SBOM. Prints what
 /// cosign printed and each image's digest.
 pub fn check(registry: &str, prefix: &str, version: &str, public_key: &Path) -> Result<()> {
-    let cosign = evictkit_testenv::cached_build("tests/cosign/build.sh", &[])?.join("cosign");
+    let cosign = evictkit_harness::cached_build("tests/cosign/build.sh", &[])?.join("cosign");
     let client = oci::Registry::new(registry)?;
     let runtime = tokio::runtime::Runtime::new()?;
     for component in COMPONENTS {

@@ -22,7 +22,8 @@ use serde_json::json;
 
 use super::sample::Logs;
 use super::{RELEASE_NAMESPACE, RELEASE_SELECTOR};
-use crate::cluster::Cluster;
+use evictkit_harness::bench;
+use evictkit_harness::cluster::Cluster;
 
 /// The namespace of the churned workloads.
 pub const NAMESPACE: &str = "soak";
@@ -106,7 +107,7 @@ impl Churn {
         descheduler_kubeconfig: &Path,
         dir: &Path,
     ) -> Result<Self> {
-        let nodes = crate::bench::support::kwok_nodes(client).await?;
+        let nodes = bench::kwok_nodes(client).await?;
         anyhow::ensure!(nodes.len() >= 3, "the soak needs 3 kwok nodes: {nodes:?}");
         for node in &nodes {
             patch_node(client, node, json!({"metadata": {"labels": {POOL: "on"}}})).await?;
@@ -455,13 +456,13 @@ spec:
 /// The real descheduler every minute (PodLifeTime over `soak-descheduled`, evictions in
 /// background on), as the identity descheduler-bridge intercepts; its log in `dir`.
 fn start_descheduler(kubeconfig: &Path, dir: &Path) -> Result<Child> {
-    let policy = crate::descheduler::PodLifeTime {
+    let policy = evictkit_harness::descheduler::PodLifeTime {
         profile: "soak",
         namespace: NAMESPACE,
         app: Some("soak-descheduled"),
         max_age_seconds: DESCHEDULER_MAX_AGE_SECONDS,
     };
-    let mut command = crate::descheduler::command(
+    let mut command = evictkit_harness::descheduler::command(
         kubeconfig,
         &policy,
         &dir.join("soak-descheduler-policy.yaml"),

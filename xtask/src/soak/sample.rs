@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use evictkit_api::EvictionRequest;
+use evictkit_harness::metrics;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
 use k8s_openapi::jiff::Timestamp;
@@ -47,7 +48,7 @@ impl Figures {
     /// process's connections: 751 for a replica of a chaos run), so the connections are those
     /// among the process's own sockets instead.
     pub fn local(pid: u32, port: u16) -> Result<Figures> {
-        let mut figures = Figures::parse(&crate::bench::support::http_get(port, "/metrics")?);
+        let mut figures = Figures::parse(&metrics::http_get(port, "/metrics")?);
         figures.open_connections = established_sockets(pid)? as f64;
         Ok(figures)
     }

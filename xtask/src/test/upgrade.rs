@@ -15,7 +15,7 @@ const RELEASE_PATH: &str = "evictkit";
 
 pub fn run(kubeconfig: &Path) -> Result<()> {
     let started = Instant::now();
-    let registry = crate::registry::running()?;
+    let registry = evictkit_harness::registry::running()?;
     let previous = crate::release::previous::publish(&registry.address(), RELEASE_PATH)
         .context("pushing the previous release to the registry")?;
     eprintln!(
@@ -28,7 +28,7 @@ pub fn run(kubeconfig: &Path) -> Result<()> {
     let result = step(
         "upgrade test",
         run_command(
-            crate::cargo()
+            evictkit_harness::cargo()
                 .args(["test", "--package", "e2e", "--test", "upgrade", "--"])
                 .arg("--ignored")
                 .env("KUBECONFIG", kubeconfig)

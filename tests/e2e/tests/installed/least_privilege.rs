@@ -14,14 +14,14 @@ use std::fmt;
 use std::io::Write as _;
 
 use anyhow::{Context as _, Result, ensure};
-use evictkit_testenv::TestEnv;
-use evictkit_testenv::helm::{COMPONENTS, NAMESPACE, RELEASE};
+use evictkit_harness::TestEnv;
+use evictkit_harness::helm::{COMPONENTS, NAMESPACE, RELEASE};
 use serde_json::Value;
 
 /// Grants the installed suite does not reach on the real node, each with the code path that
 /// needs it. Kept short: a grant no path needs is removed from its chart instead, and a path the
 /// suite can reach cheaply is reached (the TaintEvictionPolicy actions, an invalid policy). The
-/// other end-to-end tests run every component under its chart's RBAC too (crates/testenv
+/// other end-to-end tests run every component under its chart's RBAC too (crates/harness
 /// `start_component`), so a path they reach fails there when its grant is missing.
 const UNREACHED: &[Unreached] = &[
     Unreached {

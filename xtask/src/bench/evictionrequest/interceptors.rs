@@ -17,8 +17,8 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Semaphore;
 
 use super::{CONCURRENCY, NS};
-use crate::bench::support;
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{audit, bench};
 
 /// Attempts at one completion before the bench gives up: a lost write would leave its request
 /// waiting for the interceptor for good, and the bench waiting for it.
@@ -63,7 +63,7 @@ impl Interceptors {
         };
         for (i, name) in names(count).into_iter().enumerate() {
             let account = format!("evictionrequest-interceptor-{}", i + 1);
-            let (kubeconfig, user) = support::service_account(cluster, admin, &account).await?;
+            let (kubeconfig, user) = bench::service_account(cluster, admin, &account).await?;
             let client = client(&kubeconfig)
                 .await
                 .with_context(|| format!("a client for interceptor {name}"))?;
@@ -124,7 +124,7 @@ impl Interceptors {
         self.users
             .iter()
             .zip(before)
-            .map(|((_, user), before)| support::audited_writes_since(user, before))
+            .map(|((_, user), before)| audit::audited_writes_since(user, before))
             .collect()
     }
 
@@ -132,7 +132,7 @@ impl Interceptors {
     pub fn writes(&self) -> Result<Vec<BTreeMap<String, usize>>> {
         self.users
             .iter()
-            .map(|(_, user)| support::audited_writes(user))
+            .map(|(_, user)| audit::audited_writes(user))
             .collect()
     }
 }

@@ -17,9 +17,9 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
-use crate::bench::support;
 use crate::bench::webhooks::apiserver::{Snapshot, TIMEOUT_SECONDS};
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::metrics;
 
 /// The webhook's name in its configuration, which the apiserver's metrics carry.
 pub const NAME: &str = "validate-evictionrequests.bench.evictkit.io";
@@ -73,7 +73,7 @@ pub async fn start(
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let _ = requests.create(&dry_run, &probe).await;
-        let reviews = support::metric_sum(
+        let reviews = metrics::metric_sum(
             webhook.metrics_port,
             "evictkit_admission_reviews_total",
             &[],

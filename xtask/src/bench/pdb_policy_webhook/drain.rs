@@ -34,10 +34,11 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::{Args, NS, PODS, WEBHOOK_NAME, Webhook, register, start_webhook};
-use crate::bench::csv;
-use crate::bench::support::{self, percentile};
 use crate::bench::webhooks::apiserver::{Histogram, Snapshot};
-use crate::cluster::Cluster;
+use evictkit_harness::bench::percentile;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::csv;
+use evictkit_harness::{bench, metrics};
 
 const HEADER: &[&str] = &[
     "drain_nodes",
@@ -91,7 +92,7 @@ pub(crate) struct Drain {
     pub(crate) scheduling: Histogram,
     /// The most TCP connections to the webhook open at once during the drain.
     pub(crate) connections: usize,
-    /// Connections refused during the drain for a full accept queue ([`support::listen_overflows`]).
+    /// Connections refused during the drain for a full accept queue ([`bench::listen_overflows`]).
     pub(crate) listen_overflows: u64,
     /// Whether the webhook process exited during the drain (0 or 1: the bench does not restart
     /// it).
@@ -136,7 +137,7 @@ pub async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &A
     .await?;
     report(&drains);
     let (events, occurrences) =
-        support::events_reported(client, "pdb-policy-webhook", events_since).await?;
+        bench::events_reported(client, "pdb-policy-webhook", events_since).await?;
     println!(
         "Events by pdb-policy-webhook: {events} created ({occurrences} occurrences), {:.3} per pod drained",
         events as f64 / (nodes * per_node * drains.len()).max(1) as f64
@@ -161,7 +162,7 @@ pub(crate) async fn drains(
     per_node: usize,
     qps: f64,
 ) -> Result<Vec<Drain>> {
-    let kwok = support::kwok_nodes(client).await?;
+    let kwok = bench::kwok_nodes(client).await?;
     ensure!(
         kwok.len() >= nodes,
         "--drain-nodes {nodes}: the cluster has {} kwok nodes",
@@ -314,7 +315,7 @@ async fn drain(
     for node in nodes {
         drainers.push(Drainer::connect(cluster, node, per_node).await?);
     }
-    support::patch_nodes(
+    bench::patch_nodes(
         client,
         nodes,
         &json!({"spec": {"unschedulable": true}}),
@@ -325,7 +326,7 @@ async fn drain(
     let cpu_before = webhook.server.cpu_seconds()?;
     let reviews_before = reviews(webhook.metrics_port)?;
     let apiserver_before = ApiserverFigures::take(cluster)?;
-    let overflows_before = support::listen_overflows()?;
+    let overflows_before = bench::listen_overflows()?;
     let own_before = own_durations(webhook.metrics_port)?;
     let started = Instant::now();
     // A task per eviction: the calls run on every worker thread, as kubectl's goroutines do.
@@ -348,7 +349,7 @@ async fn drain(
             answers = &mut calls => break answers?,
             _ = sample.tick() => {
                 rss_kib = rss_kib.max(webhook.server.rss_kib()?);
-                connections = connections.max(support::established_connections(webhook.port)?);
+                connections = connections.max(bench::established_connections(webhook.port)?);
             }
         }
     };
@@ -365,7 +366,7 @@ async fn drain(
         scheduling,
     } = ApiserverFigures::take(cluster)?.since(&apiserver_before);
     let own = own_durations(webhook.metrics_port)?.since(&own_before);
-    let listen_overflows = support::listen_overflows()? - overflows_before;
+    let listen_overflows = bench::listen_overflows()? - overflows_before;
     let restarts = u32::from(!webhook.server.runs());
 
     let mut latencies = Vec::with_capacity(answers.len());
@@ -461,7 +462,7 @@ async fn create_pods(client: &Client, nodes: &[String], per_node: usize, case: &
         .try_collect::<Vec<_>>()
         .await?;
     // The namespace's other pods (setup's) are Running too.
-    support::wait_running(&api, PODS + nodes.len() * per_node)
+    bench::wait_running(&api, PODS + nodes.len() * per_node)
         .await
         .with_context(|| format!("pods of {NS}"))
 }
@@ -542,7 +543,7 @@ fn reviews(metrics_port: u16) -> Result<Vec<(&'static str, f64)>> {
     RESULTS
         .iter()
         .map(|&result| {
-            let count = support::metric_sum(
+            let count = metrics::metric_sum(
                 metrics_port,
                 "evictkit_pdb_policy_webhook_admission_requests_total",
                 &["validate-eviction", &format!("result=\"{result}\"")],
@@ -555,7 +556,7 @@ fn reviews(metrics_port: u16) -> Result<Vec<(&'static str, f64)>> {
 /// The webhook's own durations of eviction reviews so far.
 fn own_durations(metrics_port: u16) -> Result<Histogram> {
     Ok(Histogram::parse(
-        &support::http_get(metrics_port, "/metrics")?,
+        &metrics::http_get(metrics_port, "/metrics")?,
         "evictkit_pdb_policy_webhook_admission_duration_seconds",
         "webhook=\"validate-eviction\"",
     ))
@@ -564,7 +565,7 @@ fn own_durations(metrics_port: u16) -> Result<Histogram> {
 /// The nodes schedulable again and the case's pods gone (those whose eviction failed): the
 /// next case starts on the same nodes with only its own pods.
 async fn cleanup(client: &Client, nodes: &[String], case: &str) -> Result<()> {
-    support::patch_nodes(
+    bench::patch_nodes(
         client,
         nodes,
         &json!({"spec": {"unschedulable": null}}),

@@ -8,8 +8,9 @@ use anyhow::Result;
 use kube::Client;
 
 use super::{Scenario, create_pods};
-use crate::bench::support::{self, Component};
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::component::Component;
+use evictkit_harness::{bench, certs, process};
 
 pub const HEADER: &[&str] = &[
     "size",
@@ -34,7 +35,7 @@ impl Binaries {
             "evictionrequest-controller",
             "descheduler-bridge",
         ];
-        let mut paths = support::release_binaries(&[&["taint-manager"][..], &OTHERS[..]].concat())?;
+        let mut paths = bench::release_binaries(&[&["taint-manager"][..], &OTHERS[..]].concat())?;
         let taint_manager = paths.remove(0);
         Ok(Self {
             taint_manager,
@@ -49,7 +50,7 @@ impl Binaries {
         &self,
         metrics_ports: &mut impl FnMut() -> Result<u16>,
     ) -> Result<Vec<(&'static str, Command, u16)>> {
-        let pki = support::pki();
+        let pki = certs::pki();
         let mut commands = Vec::new();
         let all = std::iter::once(("taint-manager", &self.taint_manager))
             .chain(self.others.iter().map(|(name, path)| (*name, path)))
@@ -73,7 +74,7 @@ impl Binaries {
             match name {
                 "pdb-policy-webhook" => command.args([
                     "--roles=webhook".to_owned(),
-                    format!("--webhook-addr=127.0.0.1:{}", support::free_port()?),
+                    format!("--webhook-addr=127.0.0.1:{}", process::free_port()?),
                     format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
                     format!("--tls-key-file={}", pki.join("apiserver.key").display()),
                 ]),
@@ -95,14 +96,14 @@ pub async fn measure(
     scenario: &Scenario,
 ) -> Result<Vec<Vec<String>>> {
     let mut running = Vec::new();
-    for (name, command, port) in binaries.commands(&mut support::free_port)? {
+    for (name, command, port) in binaries.commands(&mut process::free_port)? {
         let mut component = Component::start(cluster, name, command)?;
-        component.wait_ready(port).await?;
+        component.wait_ready_on(port).await?;
         running.push(component);
     }
     let mut idle = Vec::new();
     for component in &running {
-        idle.push(support::settled_rss(component).await?);
+        idle.push(bench::settled_rss(component).await?);
     }
     let created = std::time::Instant::now();
     create_pods(client, scenario, scenario.pods.iter()).await?;
@@ -114,7 +115,7 @@ pub async fn measure(
     let mut rows = Vec::new();
     println!("  memory per cached pod (RSS above the idle baseline / pods):");
     for (component, idle) in running.iter().zip(idle) {
-        let rss = support::settled_rss(component).await?;
+        let rss = bench::settled_rss(component).await?;
         let per_pod = (rss.saturating_sub(idle) * 1024) as f64 / scenario.size() as f64;
         println!(
             "    {:<28} idle {idle:>7} KiB, with the pods {rss:>7} KiB: {per_pod:>6.0} bytes per pod",

@@ -56,8 +56,10 @@ use serde_json::json;
 
 use super::relist::Restart;
 use super::{NS, Scenario, create_pods};
-use crate::bench::support::{self, Component, percentile};
-use crate::cluster::{Cluster, KWOK_NODE_ANNOTATION};
+use evictkit_harness::bench::percentile;
+use evictkit_harness::cluster::{Cluster, KWOK_NODE_ANNOTATION};
+use evictkit_harness::component::Component;
+use evictkit_harness::{audit, bench, process};
 
 pub const HEADER: &[&str] = &[
     "size",
@@ -319,8 +321,8 @@ async fn run_side(
             )
             .await?;
             let (kubeconfig, user) =
-                support::service_account(cluster, client, "scale-taint-manager").await?;
-            let port = support::free_port()?;
+                bench::service_account(cluster, client, "scale-taint-manager").await?;
+            let port = process::free_port()?;
             let mut command = Command::new(taint_manager);
             command
                 .args([
@@ -333,7 +335,7 @@ async fn run_side(
                 .env("RUST_LOG", "warn");
             let mut taint_manager = Component::start(cluster, "scale-taint-manager", command)?;
             // Ready once its caches have made their first list (its /readyz).
-            taint_manager.wait_ready(port).await?;
+            taint_manager.wait_ready_on(port).await?;
             caches_synced(&node_lifecycle, 1).await?;
             (taint_manager, Some(node_lifecycle), user)
         }
@@ -350,7 +352,7 @@ async fn run_side(
         Outage::ThirdOfEachZone => nodes_down(client, down).await?,
         Outage::WholeZone => {
             let let_go = json!({"metadata": {"annotations": {KWOK_NODE_ANNOTATION: "down"}}});
-            support::patch_nodes(client, down, &let_go, "letting go from kwok node").await?;
+            bench::patch_nodes(client, down, &let_go, "letting go from kwok node").await?;
             hold_leases(client, down, LEASE_HELD).await?;
             BTreeMap::new()
         }
@@ -387,8 +389,7 @@ async fn run_side(
     let deletions = async {
         match relist_after {
             None => {
-                support::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2))
-                    .await
+                audit::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2)).await
             }
             Some(_) => super::relist::wait_deletions(&user, since, due, timeout).await,
         }
@@ -421,7 +422,7 @@ async fn run_side(
         calls,
         cpu_seconds: measured.cpu_seconds()? - cpu_before,
         rss_kib: measured.rss_kib()?,
-        peak_rss_kib: support::peak_rss_kib(measured.pid())?,
+        peak_rss_kib: process::peak_rss_kib(measured.pid())?,
         helper: match (&node_lifecycle, helper_cpu_before) {
             (Some(helper), Some(before)) => {
                 Some((helper.cpu_seconds()? - before, helper.rss_kib()?))
@@ -439,13 +440,13 @@ async fn run_side(
 fn taint_controller_calls(user: &str, since: Timestamp) -> Result<BTreeMap<String, usize>> {
     let mut calls = BTreeMap::new();
     let mut taint_events = std::collections::BTreeSet::new();
-    for event in support::audit_events(&[user])? {
+    for event in audit::audit_events(&[user])? {
         let received: Timestamp = event["requestReceivedTimestamp"]
             .as_str()
             .context("audit event without requestReceivedTimestamp")?
             .parse()?;
         let verb = event["verb"].as_str().unwrap_or_default();
-        let resource = support::audited_resource(&event);
+        let resource = audit::audited_resource(&event);
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
         if received < since || !(200..300).contains(&code) {
             continue;
@@ -526,7 +527,7 @@ async fn kube_controller_manager(
     controllers: &str,
     rate: &[String],
 ) -> Result<Component> {
-    let port = support::free_port()?;
+    let port = process::free_port()?;
     let mut command = Command::new(cluster.bin("kube-controller-manager"));
     command
         .args([
@@ -539,7 +540,7 @@ async fn kube_controller_manager(
         ])
         .args(rate);
     let component = Component::start(cluster, name, command)?;
-    support::wait_listening(port)
+    bench::wait_listening(port)
         .await
         .with_context(|| format!("{name}; see {}", component.log.display()))?;
     Ok(component)
@@ -696,7 +697,7 @@ async fn restore(client: &Client, scenario: &Scenario, outage: Outage) -> Result
         "spec": {"taints": null},
     });
     let down = scenario.down(outage);
-    support::patch_nodes(client, down, &back, "bringing back node").await?;
+    bench::patch_nodes(client, down, &back, "bringing back node").await?;
     if outage == Outage::WholeZone {
         // Expired at once: kwok takes each lease back at its next try (within its 10 s).
         hold_leases(client, down, Duration::from_secs(1)).await?;

@@ -28,8 +28,8 @@ use kube::Client;
 
 use super::outage::{Run, Side};
 use super::{NS, Scenario};
-use crate::bench::support;
-use crate::cluster::Cluster;
+use evictkit_harness::audit;
+use evictkit_harness::cluster::Cluster;
 
 pub const HEADER: &[&str] = &[
     "size",
@@ -110,7 +110,7 @@ async fn ready_again(client: Client) -> Result<Timestamp> {
 /// back: its pod update handler re-plans a pod only when its tolerations or node changed.
 const GIVEN_UP: Duration = Duration::from_secs(60);
 
-/// As [`support::wait_deletions`], for an outage with a restart: returns also when `user`
+/// As [`audit::wait_deletions`], for an outage with a restart: returns also when `user`
 /// deleted nothing for [`GIVEN_UP`], or at `timeout`, with what it deleted.
 pub async fn wait_deletions(
     user: &str,
@@ -121,12 +121,12 @@ pub async fn wait_deletions(
     let waited = Instant::now();
     let mut last_change = (0, Instant::now());
     loop {
-        let (deleted, deletes) = support::audited_calls(user, "delete", "pods", None, NS, since)?;
+        let (deleted, deletes) = audit::audited_calls(user, "delete", "pods", None, NS, since)?;
         if deletes != last_change.0 {
             last_change = (deletes, Instant::now());
         }
         let quiet = last_change.1.elapsed();
-        let all = deleted.len() >= due && quiet >= support::DELETIONS_SETTLE;
+        let all = deleted.len() >= due && quiet >= audit::DELETIONS_SETTLE;
         if all || quiet >= GIVEN_UP || waited.elapsed() > timeout {
             if deleted.len() < due {
                 println!(

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Class, Run, Scenario};
-use crate::bench::support::percentile;
+use evictkit_harness::bench::percentile;
 
 /// Seconds from the taint of each deleted pod's node to its deletion, by class.
 fn latencies(scenario: &Scenario, run: &Run) -> BTreeMap<Class, Vec<f64>> {

@@ -21,8 +21,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::{Controller, start_controller};
-use crate::bench::support;
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{audit, bench};
 
 /// Stand-ins for node-lifecycle's `not-ready` and `unreachable`.
 const A: &str = "evictkit.io/bench-not-ready";
@@ -260,7 +260,7 @@ async fn run(
             placed.push((index, name, node.clone()));
         }
     }
-    support::wait_running(&pods, placed.len()).await?;
+    bench::wait_running(&pods, placed.len()).await?;
     // Both controllers have seen every pod before the first taint.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
@@ -309,7 +309,7 @@ async fn run(
     }
     let last_start = STAGGER * (SEQUENCES.len() as u32 - 1);
     tokio::time::sleep_until((start + last_start + WATCH).into()).await;
-    let (deleted, _) = support::audited_calls(&user, "delete", "pods", None, &ns, since)?;
+    let (deleted, _) = audit::audited_calls(&user, "delete", "pods", None, &ns, since)?;
     let events = events_on_pods(client, &ns).await?;
     drop(component);
     cleanup(client, &nodes[..placed.len()], &ns).await?;
@@ -423,7 +423,7 @@ fn manifest(name: &str, node: &str, sequence: &Sequence) -> Result<Pod> {
 
 /// The taints go and the namespace with them.
 async fn cleanup(client: &Client, nodes: &[String], ns: &str) -> Result<()> {
-    support::patch_nodes(
+    bench::patch_nodes(
         client,
         nodes,
         &json!({"spec": {"taints": null}}),

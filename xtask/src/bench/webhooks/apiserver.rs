@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
 
 /// One webhook's counters at a moment.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -27,9 +27,9 @@ use serde_json::json;
 use super::apiserver::{Snapshot, TIMEOUT_SECONDS};
 use super::{Answer, Row};
 use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
-use crate::bench::support;
-use crate::cluster::{self, Cluster};
-use crate::descheduler::{self, PodLifeTime};
+use evictkit_harness::bench;
+use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::descheduler::{self, PodLifeTime};
 
 const NS: &str = "bench-wh-descheduler";
 const WEBHOOK: &str = "validate-eviction.bench-descheduler.evictkit.io";
@@ -47,11 +47,11 @@ const MAX_AGE_SECONDS: u32 = 1;
 const CYCLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub async fn measure(cluster: &Cluster, binary: &Path, count: usize) -> Result<Row> {
-    let client = support::client(cluster).await?;
-    support::install_crd(cluster, EVICTION_REQUESTS)?;
-    support::create_namespace(&client, NS).await?;
+    let client = bench::client(cluster).await?;
+    bench::install_crd(cluster, EVICTION_REQUESTS)?;
+    bench::create_namespace(&client, NS).await?;
     let row = async {
-        let (kubeconfig, user) = support::service_account(cluster, &client, "descheduler").await?;
+        let (kubeconfig, user) = bench::service_account(cluster, &client, "descheduler").await?;
         let flags = [
             format!("--intercept-user={user}"),
             format!("--namespace={NS}"),
@@ -124,7 +124,7 @@ async fn workload(client: &Client, count: usize) -> Result<()> {
         )
         .await
         .with_context(|| format!("creating ReplicaSet {NS}/{APP}"))?;
-    support::wait_running(&Api::<Pod>::namespaced(client.clone(), NS), count)
+    bench::wait_running(&Api::<Pod>::namespaced(client.clone(), NS), count)
         .await
         .with_context(|| format!("pods of ReplicaSet {NS}/{APP}"))
 }

@@ -34,8 +34,9 @@ use super::apiserver::{Histogram, Snapshot, TIMEOUT_SECONDS};
 use super::target::{EVICTION_REQUESTS, Layout, Target};
 use super::{FloorFigures, Row};
 use crate::bench::pdb_policy_webhook::{Webhook, start_webhook_as};
-use crate::bench::support::{self, Component};
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::component::Component;
+use evictkit_harness::{audit, bench, certs, metrics, process};
 
 const POLICY: &str = "bench-floor";
 /// Pods of a workload in the one-PDB-per-workload layout.
@@ -61,7 +62,7 @@ pub async fn measure(
     binary: &Path,
     plan: &Plan<'_>,
 ) -> Result<Vec<Row>> {
-    let client = support::client(cluster).await?;
+    let client = bench::client(cluster).await?;
     let pods = plan.bursts.iter().copied().max().unwrap_or(25).max(25);
     setup(cluster, &client, target, pods).await?;
     let result = run(cluster, &client, target, binary, plan, pods).await;
@@ -102,7 +103,7 @@ async fn exempt_from_flow_control(client: &Client, name: &str) -> Result<()> {
                     "matchingPrecedence": 100,
                     "rules": [{
                         "subjects": [{"kind": "ServiceAccount", "serviceAccount":
-                            {"name": name, "namespace": support::BENCH_NAMESPACE}}],
+                            {"name": name, "namespace": bench::BENCH_NAMESPACE}}],
                         "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"],
                             "resources": ["*"], "namespaces": ["*"], "clusterScope": true}],
                     }],
@@ -116,11 +117,11 @@ async fn exempt_from_flow_control(client: &Client, name: &str) -> Result<()> {
 
 async fn identities(cluster: &Cluster, client: &Client, target: Target) -> Result<Identities> {
     let (webhook_kubeconfig, webhook_user) =
-        support::service_account(cluster, client, &format!("floor-{}", target.component())).await?;
+        bench::service_account(cluster, client, &format!("floor-{}", target.component())).await?;
     let (caller, caller_user) = if target == Target::DeschedulerBridge {
-        let (kubeconfig, user) = support::service_account(cluster, client, DESCHEDULER).await?;
+        let (kubeconfig, user) = bench::service_account(cluster, client, DESCHEDULER).await?;
         exempt_from_flow_control(client, DESCHEDULER).await?;
-        (support::client_of(&kubeconfig).await?, user)
+        (bench::client_of(&kubeconfig).await?, user)
     } else {
         (client.clone(), "admin".to_owned())
     };
@@ -190,7 +191,7 @@ async fn run(
 fn api_calls(user: &str, since: k8s_openapi::jiff::Timestamp) -> Result<String> {
     let since = since.to_string();
     let mut verbs = std::collections::BTreeMap::<String, usize>::new();
-    for event in support::audit_events(&[user])? {
+    for event in audit::audit_events(&[user])? {
         let at = event["requestReceivedTimestamp"]
             .as_str()
             .unwrap_or_default();
@@ -222,13 +223,13 @@ async fn setup(cluster: &Cluster, client: &Client, target: Target, pods: usize) 
         target,
         Target::EvictionRequestController | Target::DeschedulerBridge
     ) {
-        support::install_crd(cluster, EVICTION_REQUESTS)?;
+        bench::install_crd(cluster, EVICTION_REQUESTS)?;
     }
     let Some(annotations) = target.pod_annotations() else {
         return Ok(());
     };
     if target == Target::PdbPolicyWebhook {
-        support::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
+        bench::install_crd(cluster, "poddisruptionbudgetpolicies.evictkit.io")?;
         let policy = json!({
             "apiVersion": "evictkit.io/v1alpha1", "kind": "PodDisruptionBudgetPolicy",
             "metadata": {"name": POLICY},
@@ -288,13 +289,13 @@ struct Noop {
 }
 
 fn start_noop(cluster: &Cluster, target: Target) -> Result<Noop> {
-    let pki = support::pki();
-    let port = support::free_port()?;
+    let pki = certs::pki();
+    let port = process::free_port()?;
     // This binary, unless a build replaced it meanwhile (its path then names a deleted file).
     let exe = std::env::current_exe()
         .ok()
         .filter(|exe| exe.exists())
-        .unwrap_or_else(|| crate::workspace_root().join("target/debug/xtask"));
+        .unwrap_or_else(|| evictkit_harness::workspace_root().join("target/debug/xtask"));
     let mut command = Command::new(exe);
     command.args([
         "bench",
@@ -469,14 +470,14 @@ impl Server {
         let port = ours.metrics_port;
         let of_path = format!("webhook=\"{}\"", target.path());
         let calls = |suffix: &str| {
-            support::metric_sum(
+            metrics::metric_sum(
                 port,
                 &format!("evictkit_webhook_call_duration_seconds_{suffix}"),
                 &[&of_path],
             )
         };
         let handshake = |suffix: &str| {
-            support::metric_sum(
+            metrics::metric_sum(
                 port,
                 &format!("evictkit_webhook_tls_handshake_duration_seconds_{suffix}"),
                 &[],
@@ -484,7 +485,7 @@ impl Server {
         };
         let mut by_protocol = Vec::new();
         for protocol in PROTOCOLS {
-            let count = support::metric_sum(
+            let count = metrics::metric_sum(
                 port,
                 "evictkit_webhook_call_duration_seconds_count",
                 &[&of_path, &format!("protocol=\"{protocol}\"")],

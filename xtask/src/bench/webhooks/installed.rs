@@ -30,8 +30,8 @@ use super::apiserver::Snapshot;
 use super::floor::IDLE_GAPS;
 use super::target::dry_run;
 use super::{Answer, Row};
-use crate::bench::support;
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{audit, bench};
 
 const RELEASE: &str = "evictkit";
 const NAMESPACE: &str = "evictkit-system";
@@ -42,7 +42,7 @@ const BURST: usize = 25;
 const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
 
 pub async fn measure(cluster: &Cluster, length: Duration) -> Result<Vec<Row>> {
-    let client = support::client(cluster).await?;
+    let client = bench::client(cluster).await?;
     let real = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(REAL_NODE_LABEL))
         .await?;
@@ -51,13 +51,13 @@ pub async fn measure(cluster: &Cluster, length: Duration) -> Result<Vec<Row>> {
         "the cluster has no real node: start it with `cargo xtask cluster up --real-node`"
     );
     let (descheduler_kubeconfig, descheduler) =
-        support::service_account(cluster, &client, "descheduler").await?;
+        bench::service_account(cluster, &client, "descheduler").await?;
     install(cluster, &descheduler)?;
     let result = async {
         workload(&client).await?;
         let callers = Callers {
             admin: client.clone(),
-            descheduler: support::client_of(&descheduler_kubeconfig).await?,
+            descheduler: bench::client_of(&descheduler_kubeconfig).await?,
         };
         idle_gaps(cluster, &callers, length).await
     }
@@ -109,7 +109,7 @@ fn install(cluster: &Cluster, descheduler: &str) -> Result<()> {
 /// (no node runs them), opted in to the descheduler's evictions in background, under one PDB
 /// that allows every eviction.
 async fn workload(client: &Client) -> Result<()> {
-    support::create_namespace(client, NS).await?;
+    bench::create_namespace(client, NS).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     futures::stream::iter(0..BURST)
         .map(|i| {
@@ -294,7 +294,7 @@ fn bridge_api_calls(since: k8s_openapi::jiff::Timestamp) -> Result<String> {
     let user = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}-descheduler-bridge");
     let since = since.to_string();
     let mut verbs = std::collections::BTreeMap::<String, usize>::new();
-    for event in support::audit_events(&[&user])? {
+    for event in audit::audit_events(&[&user])? {
         if event["requestReceivedTimestamp"]
             .as_str()
             .unwrap_or_default()

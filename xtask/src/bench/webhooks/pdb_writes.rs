@@ -19,9 +19,9 @@ use serde_json::{Value, json};
 
 use super::Row;
 use super::apiserver::{Histogram, Snapshot, TIMEOUT_SECONDS};
-use crate::bench::pdb_policy_webhook::{self as bench, NS, Webhook};
-use crate::bench::support;
-use crate::cluster::Cluster;
+use crate::bench::pdb_policy_webhook::{self as pdb_bench, NS, Webhook};
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{bench, metrics};
 
 const MUTATE: &str = "mutate-pdb.bench.evictkit.io";
 const VALIDATE: &str = "validate-pdb.bench.evictkit.io";
@@ -30,10 +30,10 @@ const CONFIGURATION: &str = "bench-pdb-writes";
 const CONCURRENCY: usize = 50;
 
 pub async fn measure(cluster: &Cluster, binary: &Path, count: usize) -> Result<Row> {
-    let client = support::client(cluster).await?;
-    bench::setup(cluster, &client).await?;
+    let client = bench::client(cluster).await?;
+    pdb_bench::setup(cluster, &client).await?;
     let row = async {
-        let mut webhook = bench::start_webhook(cluster, binary, &[]).await?;
+        let mut webhook = pdb_bench::start_webhook(cluster, binary, &[]).await?;
         register(&client, &webhook).await?;
         let before = Snapshot::take(cluster, &[MUTATE, VALIDATE])?;
         let own_before = own_durations(webhook.metrics_port)?;
@@ -62,7 +62,7 @@ pub async fn measure(cluster: &Cluster, binary: &Path, count: usize) -> Result<R
     let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .delete(CONFIGURATION, &dp)
         .await;
-    bench::teardown(&client).await;
+    pdb_bench::teardown(&client).await;
     row
 }
 
@@ -112,7 +112,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
         .create(&PostParams::default(), &serde_json::from_value(validating)?)
         .await?;
     let answered = || {
-        support::metric_sum(
+        metrics::metric_sum(
             webhook.metrics_port,
             "evictkit_pdb_policy_webhook_admission_requests_total",
             &["validate-pdb"],
@@ -142,7 +142,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
 /// The webhook's own durations of reviews so far (only the PDB webhooks are called here).
 fn own_durations(metrics_port: u16) -> Result<Histogram> {
     Ok(Histogram::parse(
-        &support::http_get(metrics_port, "/metrics")?,
+        &metrics::http_get(metrics_port, "/metrics")?,
         "evictkit_pdb_policy_webhook_admission_duration_seconds",
         "webhook=",
     ))

@@ -21,15 +21,15 @@ use serde_json::json;
 use super::Row;
 use super::apiserver::{Snapshot, TIMEOUT_SECONDS};
 use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
-use crate::bench::support;
-use crate::cluster::Cluster;
+use evictkit_harness::cluster::Cluster;
+use evictkit_harness::{bench, metrics};
 
 const NS: &str = "bench-scale-up";
 const WEBHOOK: &str = "mutate.bench-scale-up.evictkit.io";
 
 pub async fn measure(cluster: &Cluster, binary: &Path, count: usize) -> Result<Row> {
-    let client = support::client(cluster).await?;
-    support::create_namespace(&client, NS).await?;
+    let client = bench::client(cluster).await?;
+    bench::create_namespace(&client, NS).await?;
     let row = async {
         let mut webhook = start_webhook(cluster, binary, &[]).await?;
         register(&client, &webhook).await?;
@@ -137,7 +137,7 @@ async fn register(client: &Client, webhook: &Webhook) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         pods.create(&dry_run, &probe).await?;
-        let called = support::metric_sum(
+        let called = metrics::metric_sum(
             webhook.metrics_port,
             "evictkit_admission_reviews_total",
             &[],

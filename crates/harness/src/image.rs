@@ -22,13 +22,7 @@ use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 
 /// The five components, each a binary of the package of the same name.
-pub const COMPONENTS: [&str; 5] = [
-    "affinity-evictor",
-    "taint-manager",
-    "pdb-policy-webhook",
-    "evictionrequest-controller",
-    "descheduler-bridge",
-];
+pub use crate::component::COMPONENTS;
 /// The pod sandbox image of the test cluster's real node (package `evictkit-pause`).
 pub const PAUSE: &str = "pause";
 /// Every image: the five components and the sandbox.
@@ -42,9 +36,9 @@ pub const ALL: [&str; 6] = [
 ];
 /// The target the static binaries are built for (a `--target` keeps build scripts and proc
 /// macros dynamic, which they must be).
-pub(crate) const TARGET: &str = "x86_64-unknown-linux-gnu";
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Flags of the static build; the Dockerfile sets the same.
-pub(crate) const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
+pub const RUSTFLAGS: &str = "-C target-feature=+crt-static -C strip=symbols";
 /// Where the binary sits in a component image (the Dockerfile's ENTRYPOINT cannot name a build
 /// argument, so every component has the same path, as kubebuilder's images do).
 const COMPONENT_PATH: &str = "manager";
@@ -58,6 +52,9 @@ const SOURCE: &str = "https://github.com/evictkit/evictkit";
 /// The charts' default image is `ghcr.io/evictkit/<component>` (`image.registry` and
 /// `image.repository`), where `cargo xtask release` publishes.
 const REPOSITORY_PREFIX: &str = "ghcr.io/evictkit/";
+/// Where a release of this repository goes (the forge's registry), and so what each chart's
+/// README.md installs from: `oci://ghcr.io/evictkit/charts/<chart>`.
+pub const CHART_REPOSITORY: &str = "ghcr.io/evictkit/charts";
 
 const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -320,7 +317,7 @@ fn write_image(name: &str, binary: &Path, facts: &Provenance, out: &Path) -> Res
 }
 
 /// A tar of regular files owned by root, in the given order, every mtime `epoch`.
-pub(crate) fn tar_of(files: &[(&str, u32, &[u8])], epoch: u64) -> Result<Vec<u8>> {
+pub fn tar_of(files: &[(&str, u32, &[u8])], epoch: u64) -> Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     for (path, mode, bytes) in files {
         let mut header = tar::Header::new_ustar();
@@ -349,7 +346,7 @@ fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-pub(crate) fn sha256(bytes: &[u8]) -> String {
+pub fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex(bytes))
 }
 

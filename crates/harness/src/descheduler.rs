@@ -3,7 +3,10 @@
 //! ServiceAccount of the test's namespace, so webhooks can tell its evictions from everyone
 //! else's by `request.userInfo.username`.
 
-use std::io::Read as _;
+mod pod_life_time;
+
+pub use pod_life_time::{PodLifeTime, command};
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,7 +20,7 @@ use kube::Api;
 use kube::api::PostParams;
 
 use crate::TestEnv;
-use crate::component::free_port;
+use crate::process::free_port;
 
 /// The descheduler binary: runs `tests/descheduler/build.sh` (milliseconds once cached; a cold
 /// build takes minutes).
@@ -230,12 +233,7 @@ impl Descheduler {
 
     /// The last `lines` lines of its log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let mut content = String::new();
-        if let Ok(mut file) = std::fs::File::open(&self.log) {
-            let _ = file.read_to_string(&mut content);
-        }
-        let all: Vec<&str> = content.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        crate::process::tail(&self.log, lines)
     }
 
     /// Whether it is still running (a one-cycle run exits by itself).

@@ -1,8 +1,7 @@
-//! The real descheduler (`sigs.k8s.io/descheduler`, the end-to-end tests' build: see
-//! `evictkit_testenv::descheduler::binary`) as `cargo xtask soak` and `cargo xtask demo
-//! descheduler-bridge` run it: PodLifeTime over one namespace, evictions in background on, as
-//! an identity of its own (its kubeconfig), so that descheduler-bridge's webhook can tell its
-//! evictions apart.
+//! The real descheduler (the end-to-end tests' build: see [`super::binary`]) as `cargo xtask
+//! soak` and `cargo xtask demo descheduler-bridge` run it: PodLifeTime over one namespace,
+//! evictions in background on, as an identity of its own (its kubeconfig), so that
+//! descheduler-bridge's webhook can tell its evictions apart.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -54,7 +53,7 @@ pub fn command(
     interval: &str,
     verbosity: u8,
 ) -> Result<Command> {
-    let binary = evictkit_testenv::descheduler::binary()?;
+    let binary = super::binary()?;
     std::fs::write(policy_file, policy.policy())
         .with_context(|| format!("writing {}", policy_file.display()))?;
     let mut command = Command::new(binary);

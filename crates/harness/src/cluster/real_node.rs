@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Cluster, free_ports, strings};
+use super::{Cluster, strings};
 use crate::image;
+use crate::process::free_ports;
 
 /// The node's name, label and taint: only pods that select and tolerate it land there (the
 /// charts' `nodeSelector`/`tolerations` values), kwok nodes keep every other workload.
@@ -165,10 +166,7 @@ pub fn start(cluster: &mut Cluster, node: &RealNode) -> Result<()> {
     let hosts = certs_d.join(registry.address());
     // The forge's registry (the charts' default images) mirrored by the local one: a chart
     // installed from the checkout with its default images pulls the release pushed there.
-    let forge = crate::release::CHART_REPOSITORY
-        .split('/')
-        .next()
-        .expect("a host");
+    let forge = image::CHART_REPOSITORY.split('/').next().expect("a host");
     for (host, server) in [
         (
             registry.address(),

@@ -2,7 +2,7 @@
 //! test (or a component process) over TLS at `https://127.0.0.1:<port>/<path>`, with a
 //! serving certificate signed by the cluster CA.
 
-use std::path::{Path, PathBuf};
+use std::net::IpAddr;
 
 use anyhow::{Context, Result};
 use base64::prelude::{BASE64_STANDARD, Engine as _};
@@ -15,7 +15,6 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
-use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
 
 use evictkit_runtime::cli::TlsFiles;
 use evictkit_runtime::shutdown::CancellationToken;
@@ -23,25 +22,7 @@ use evictkit_runtime::tls::ReloadingCertResolver;
 use evictkit_runtime::webhook::Webhooks;
 
 use crate::TestEnv;
-
-/// A serving certificate for 127.0.0.1 and localhost, signed by the cluster CA.
-pub struct ServingCert {
-    pub cert_pem: String,
-    pub key_pem: String,
-    pub ca_pem: String,
-}
-
-impl ServingCert {
-    /// Writes `tls.crt` and `tls.key` into `dir` and returns their paths.
-    pub fn write_to(&self, dir: &Path) -> Result<(PathBuf, PathBuf)> {
-        std::fs::create_dir_all(dir)?;
-        let cert = dir.join("tls.crt");
-        let key = dir.join("tls.key");
-        std::fs::write(&cert, &self.cert_pem)?;
-        std::fs::write(&key, &self.key_pem)?;
-        Ok((cert, key))
-    }
-}
+use crate::certs::{self, ServingCert};
 
 /// Where a webhook is served and which requests it gets.
 pub struct Registration {
@@ -72,25 +53,9 @@ pub fn rule(
 }
 
 impl TestEnv {
-    /// Issues a serving certificate for 127.0.0.1 signed by the cluster CA.
+    /// Issues a serving certificate for 127.0.0.1 and localhost signed by the cluster CA.
     pub fn serving_cert(&self) -> Result<ServingCert> {
-        let pki = self.cluster_dir().join("pki");
-        let ca_pem =
-            std::fs::read_to_string(pki.join("ca.crt")).context("reading the cluster CA")?;
-        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?;
-        let ca = Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec!["localhost".to_string()])?;
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress("127.0.0.1".parse()?));
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(&key, &ca)?;
-        Ok(ServingCert {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            ca_pem,
-        })
+        certs::serving_cert(&["localhost"], &[IpAddr::from([127, 0, 0, 1])])
     }
 
     fn client_config(&self, registration: &Registration, ca_pem: &str) -> WebhookClientConfig {

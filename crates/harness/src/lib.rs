@@ -1,27 +1,46 @@
-//! Test support for evictkit's end-to-end tests: a real control plane (started by
-//! `cargo xtask cluster up`), one fresh namespace per test, builders for the objects
-//! the tests need, wait helpers whose failures show the object, webhook serving
-//! certificates signed by the cluster CA, webhook registration by URL, and the audit log;
-//! for the installed stage, the helm release on the real node and PDB writes through its
-//! rollout; a responder's own writes on upstream's Eviction.
+//! The test harness of evictkit, shared by the end-to-end tests (tests/e2e), the lab's
+//! benchmarks, chaos, soak and demo (lab/) and xtask's test and release commands:
+//!
+//! - the local control plane ([`cluster`]: etcd, kube-apiserver, kube-controller-manager,
+//!   kube-scheduler and kwok from Go modules, optionally a real node), the OCI registry
+//!   ([`registry`]), the components' images ([`image`]) and the Debian packages they need
+//!   ([`packages`]);
+//! - evictkit's components as processes ([`component`]), the processes' ports, memory and CPU
+//!   ([`process`]), their metrics ([`metrics`]), certificates signed by the cluster CA
+//!   ([`certs`]) and the apiserver's audit log ([`audit`]);
+//! - for a test, [`TestEnv`]: one fresh namespace, builders for the objects the tests need
+//!   ([`objects`]), wait helpers whose failures show the object ([`wait`]), webhook
+//!   registration by URL ([`webhook`]), the real descheduler ([`descheduler`]); for the
+//!   installed stage, the helm release on the real node and PDB writes through its rollout;
+//! - for a benchmark, [`bench`] (service accounts, audited calls, webhook clients) and its
+//!   CSV records ([`csv`]).
 //!
 //! ```no_run
 //! # async fn example() -> anyhow::Result<()> {
-//! let env = evictkit_testenv::TestEnv::new("smoke").await?;
-//! let deployment = env.create(&evictkit_testenv::objects::deployment("web", 3)).await?;
+//! let env = evictkit_harness::TestEnv::new("smoke").await?;
+//! let deployment = env.create(&evictkit_harness::objects::deployment("web", 3)).await?;
 //! env.wait_for_ready_pods("app=web", 3).await?;
 //! # Ok(()) }
 //! ```
 
 pub mod audit;
+pub mod bench;
+pub mod certs;
+pub mod cluster;
 pub mod component;
+pub mod csv;
 pub mod descheduler;
 pub mod helm;
+pub mod image;
 pub mod kubectl_drain;
+pub mod metrics;
 pub mod objects;
+pub mod packages;
 pub mod pdb_writes;
 mod plugin;
+pub mod process;
 pub mod proxy;
+pub mod registry;
 pub mod responder;
 pub mod wait;
 pub mod webhook;
@@ -119,21 +138,13 @@ impl TestEnv {
 
     /// The directory of the running cluster's state (PKI, audit log).
     pub fn cluster_dir(&self) -> PathBuf {
-        cluster_dir()
+        cluster::state_dir()
     }
 
     /// A command of the running control plane's build (kubectl, helm, ...), from the bin
     /// directory `cargo xtask cluster up` recorded.
     pub fn control_plane_bin(&self, name: &str) -> Result<PathBuf> {
-        let path = cluster_dir().join("state.json");
-        let state: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
-        )
-        .with_context(|| format!("parsing {}", path.display()))?;
-        let bin_dir = state["bin_dir"]
-            .as_str()
-            .with_context(|| format!("{} has no bin_dir", path.display()))?;
-        Ok(Path::new(bin_dir).join(name))
+        Ok(cluster::running()?.bin(name))
     }
 
     /// Runs the control plane build's `name` (helm, kubectl) against the test cluster from the
@@ -146,14 +157,10 @@ impl TestEnv {
     ) -> Result<String> {
         use std::io::Write as _;
         use std::process::{Command, Stdio};
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .nth(2)
-            .context("crates/testenv is two levels below the workspace root")?;
         let mut child = Command::new(self.control_plane_bin(name)?)
             .args(args)
             .env("KUBECONFIG", self.kubeconfig())
-            .current_dir(root)
+            .current_dir(workspace_root())
             .stdin(if input.is_some() {
                 Stdio::piped()
             } else {
@@ -285,7 +292,7 @@ impl TestEnv {
         let name = crd.metadata.name.clone().unwrap_or_default();
         crds.patch(
             &name,
-            &kube::api::PatchParams::apply("evictkit-testenv").force(),
+            &kube::api::PatchParams::apply("evictkit-harness").force(),
             &kube::api::Patch::Apply(&crd),
         )
         .await
@@ -460,7 +467,7 @@ pub fn skipped_log(cluster_dir: &Path) -> PathBuf {
 
 fn record_skip(skip: &Skip) -> Result<()> {
     use std::io::Write as _;
-    let path = skipped_log(&cluster_dir());
+    let path = skipped_log(&cluster::state_dir());
     std::fs::create_dir_all(path.parent().expect("a log has a folder"))?;
     let mut line = serde_json::to_string(skip)?;
     line.push('\n');
@@ -513,20 +520,26 @@ pub fn cached_build(script: &str, args: &[&str]) -> Result<PathBuf> {
     Ok(PathBuf::from(dir.trim()))
 }
 
-fn workspace_root() -> PathBuf {
+/// The workspace root (this crate is two levels below it).
+pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
-        .expect("crates/testenv is two levels below the workspace root")
+        .expect("crates/harness is two levels below the workspace root")
         .to_path_buf()
 }
 
-/// Where `cargo xtask cluster` keeps the cluster: `$EVICTKIT_CLUSTER_DIR` if set (a second,
-/// separate cluster, e.g. for a benchmark), else `target/evictkit-cluster`.
-fn cluster_dir() -> PathBuf {
-    std::env::var_os("EVICTKIT_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/evictkit-cluster"))
+/// `cargo` in the workspace root for the builds xtask's and the lab's runs make (the tests, the
+/// demo), without incremental caches: those builds compile each workspace crate once per run,
+/// and the caches only took disk (1.1 GB beside clippy's 1.6 GB of dependencies in a clean
+/// clone; a CI machine ran out of space) and time to write. One setting for all of them, so one
+/// run's builds do not rebuild each other's crates.
+pub fn cargo() -> std::process::Command {
+    let mut command = std::process::Command::new("cargo");
+    command
+        .current_dir(workspace_root())
+        .env("CARGO_INCREMENTAL", "0");
+    command
 }
 
 /// The kubeconfig of the running cluster: `$KUBECONFIG` if set, else the one
@@ -536,7 +549,7 @@ async fn ensure_cluster() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("KUBECONFIG") {
         return Ok(PathBuf::from(path));
     }
-    let kubeconfig = cluster_dir().join("kubeconfig");
+    let kubeconfig = cluster::state_dir().join("kubeconfig");
     let _guard = CLUSTER_START.lock().await;
     if kubeconfig.exists() {
         return Ok(kubeconfig);
@@ -548,7 +561,7 @@ async fn ensure_cluster() -> Result<PathBuf> {
             xtask.display()
         );
     }
-    // The same control plane `cargo xtask test` starts (see xtask's test_cluster).
+    // The same control plane `cargo xtask test` starts (see cluster::test_cluster).
     let status = tokio::process::Command::new(&xtask)
         .args([
             "cluster",

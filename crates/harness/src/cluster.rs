@@ -12,7 +12,7 @@ mod real_node;
 
 use std::fs;
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,10 +27,12 @@ use rcgen::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::process::{free_ports, process_runs, rss_kib, stop, tail};
+
 /// Zones the kwok nodes are spread over, round robin.
-pub(crate) const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 /// The annotation kwok selects the nodes it simulates by.
-pub(crate) const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// Pods (and nodes) annotated `kwok.x-k8s.io/status: custom` keep the status a test writes.
 const KWOK_STATUS_ANNOTATION: &str = "kwok.x-k8s.io/status";
 /// kwok's stages: how simulated nodes and pods move through their lives.
@@ -662,18 +664,6 @@ pub fn down() -> Result<()> {
     Ok(())
 }
 
-/// SIGTERM, then SIGKILL if the process still runs 10 s later.
-pub(crate) fn stop(pid: u32, bin: &Path) {
-    signal(pid, "TERM");
-    let start = Instant::now();
-    while process_runs(pid, bin) && start.elapsed() < Duration::from_secs(10) {
-        sleep(Duration::from_millis(100));
-    }
-    if process_runs(pid, bin) {
-        signal(pid, "KILL");
-    }
-}
-
 fn status() -> Result<()> {
     let Some(cluster) = Cluster::load()? else {
         println!("no cluster: run cargo xtask cluster up");
@@ -710,7 +700,7 @@ fn status() -> Result<()> {
 
 /// Runs tests/controlplane/build.sh for `version` (None: the pinned one; builds only what is
 /// missing) and returns the bin directory.
-pub(crate) fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
+pub fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
     crate::packages::ensure(
         &[crate::packages::CA_CERTIFICATES],
         "the Go module proxy (TLS)",
@@ -719,7 +709,7 @@ pub(crate) fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
         Some(version) => vec!["--kubernetes", version],
         None => vec![],
     };
-    evictkit_testenv::cached_build("tests/controlplane/build.sh", &args)
+    crate::cached_build("tests/controlplane/build.sh", &args)
 }
 
 /// The test PKI: a CA, the apiserver's serving certificate, a service-account key pair
@@ -903,55 +893,6 @@ status:
         .collect()
 }
 
-/// Picks distinct free loopback ports by holding all listeners until every port is chosen.
-pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|listener| listener.local_addr().map(|addr| addr.port()))
-        .collect::<std::io::Result<_>>()?;
-    Ok(ports.try_into().expect("N ports"))
-}
-
-/// The PID runs and is the binary we started (PIDs are reused).
-pub(crate) fn process_runs(pid: u32, bin: &Path) -> bool {
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // A zombie has exited; it only waits for its parent to reap it.
-    let zombie = stat
-        .rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('Z'));
-    // The command line is empty for a moment while the process is inside execve.
-    let argv0 = cmdline.split(|byte| *byte == 0).next().unwrap_or_default();
-    !zombie
-        && (argv0.is_empty() || Path::new(std::str::from_utf8(argv0).unwrap_or_default()) == bin)
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status();
-}
-
-pub(crate) fn tail(path: &Path, lines: usize) -> String {
-    let content = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = content.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter()
         .filter(|arg| !arg.ends_with('='))
@@ -963,6 +904,23 @@ fn random_hex(bytes: usize) -> Result<String> {
     let mut buffer = vec![0u8; bytes];
     fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
     Ok(buffer.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+/// The cluster the end-to-end tests run on: evictkit's taint-manager replaces
+/// kube-controller-manager's taint-eviction-controller there, as in production.
+pub fn test_cluster() -> UpArgs {
+    UpArgs {
+        kcm_controllers: "*,-taint-eviction-controller".into(),
+        ..Default::default()
+    }
+}
+
+/// The test cluster plus the real node the installed suite runs the charts on.
+pub fn installed_cluster() -> UpArgs {
+    UpArgs {
+        real_node: true,
+        ..test_cluster()
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
-//! evictkit components as real processes against the test cluster: started from the
-//! binaries that `cargo build --bins` left in `target/debug/` (`cargo xtask test` builds them
-//! first; a nested `cargo build` from inside `cargo test` would wait on cargo's lock forever),
-//! logging to a file, stopped with SIGTERM when dropped.
+//! evictkit components as real processes against the test cluster, logging to a file,
+//! stopped with SIGTERM when dropped. A test starts them from the binaries that
+//! `cargo build --bins` left in `target/debug/` (`cargo xtask test` builds them first; a nested
+//! `cargo build` from inside `cargo test` would wait on cargo's lock forever); a benchmark from
+//! the command it built ([`Component::start`]).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -18,21 +18,22 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::PostParams;
 use kube::config::Kubeconfig;
 
+use crate::cluster::{self, Cluster};
 use crate::descheduler::Identity;
+use crate::metrics;
+use crate::process;
+/// Where tests find it beside [`Component`]: a component's metrics or webhook port.
+pub use crate::process::free_port;
 use crate::{TestEnv, objects};
 
 /// A running component process.
 pub struct Component {
-    name: String,
+    pub name: String,
     child: Child,
-    log: PathBuf,
-    /// Where its `/metrics`, `/healthz` and `/readyz` are served.
-    pub metrics_addr: SocketAddr,
-}
-
-/// A free loopback port (for a component's metrics or webhook server).
-pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    pub log: PathBuf,
+    /// Where its `/metrics`, `/healthz` and `/readyz` are served; none for a process started
+    /// from a command until [`Component::wait_ready_on`] names the port.
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// The components, each with the chart of the same name under charts/: a test runs each under
@@ -113,8 +114,8 @@ impl TestEnv {
             self.namespace,
             metrics_addr.port()
         ));
-        let file = std::fs::File::create(&log)?;
-        let child = Command::new(&path)
+        let mut command = Command::new(&path);
+        command
             .args(args)
             .arg("--metrics-addr")
             .arg(metrics_addr.to_string())
@@ -124,18 +125,10 @@ impl TestEnv {
                 "RUST_LOG",
                 format!("info,evictkit=debug,{}=debug", binary.replace('-', "_")),
             )
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {}", path.display()))?;
-        Ok(Component {
-            name: binary.to_string(),
-            child,
-            log,
-            metrics_addr,
-        })
+            .envs(env.iter().copied());
+        let mut component = Component::spawn(binary, command, log)?;
+        component.metrics_addr = Some(metrics_addr);
+        Ok(component)
     }
 
     /// Whether `kubeconfig` authenticates as this cluster's admin (the same user credentials as
@@ -208,7 +201,7 @@ impl TestEnv {
             &[
                 "apply",
                 "--server-side",
-                "--field-manager=evictkit-testenv",
+                "--field-manager=evictkit-harness",
                 "--force-conflicts",
                 "--output=name",
                 "-f",
@@ -374,6 +367,61 @@ fn release_name(namespace: &str, set: &[&str]) -> String {
 }
 
 impl Component {
+    /// Starts `command` (a benchmark's, chaos's) with the cluster's admin kubeconfig unless it
+    /// sets `KUBECONFIG` itself (see [`crate::bench::service_account`]), logging to the
+    /// cluster's `logs/bench-<name>.log`.
+    pub fn start(cluster: &Cluster, name: &str, mut command: Command) -> Result<Self> {
+        if !command.get_envs().any(|(key, _)| key == "KUBECONFIG") {
+            command.env("KUBECONFIG", cluster.kubeconfig());
+        }
+        let log = cluster::state_dir().join(format!("logs/bench-{name}.log"));
+        Self::spawn(name, command, log)
+    }
+
+    /// Spawns `command` as `name`, its output to `log`.
+    fn spawn(name: &str, mut command: Command, log: PathBuf) -> Result<Self> {
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {name} ({:?})", command.get_program()))?;
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            log,
+            metrics_addr: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process still runs (it has not exited or been restarted).
+    pub fn runs(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Resident memory now, in KiB.
+    pub fn rss_kib(&self) -> Result<u64> {
+        process::rss_kib(self.pid())
+    }
+
+    /// User plus system CPU time so far, in seconds.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        process::cpu_seconds(self.pid())
+    }
+
+    /// [`Component::wait_ready`] for a process started by [`Component::start`], whose command
+    /// serves its metrics on 127.0.0.1:`metrics_port`, for up to 60 s.
+    pub async fn wait_ready_on(&mut self, metrics_port: u16) -> Result<()> {
+        self.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], metrics_port)));
+        self.wait_ready(Duration::from_secs(60)).await
+    }
+
     /// Waits until `/readyz` answers 200, failing with the log's tail if the process exits.
     pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -445,9 +493,7 @@ impl Component {
 
     /// The last `lines` lines of the component's log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let content = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = content.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        process::tail(&self.log, lines)
     }
 
     /// Whether `/readyz` answers 200 now.
@@ -457,22 +503,10 @@ impl Component {
 
     /// A plain HTTP/1.0 GET on the metrics address.
     fn get(&self, path: &str) -> Result<(u16, String)> {
-        let mut stream = TcpStream::connect_timeout(&self.metrics_addr, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n",
-            self.metrics_addr
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .context("no HTTP status line")?;
-        Ok((code, body.to_string()))
+        let addr = self
+            .metrics_addr
+            .with_context(|| format!("{} has no metrics address", self.name))?;
+        metrics::get(addr, path)
     }
 
     /// Sends SIGTERM and waits up to 10 s for a graceful exit (then SIGKILL); returns whether

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{free_ports, process_runs, stop, tail};
+use crate::process::{free_ports, process_runs, stop, tail};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -161,7 +161,7 @@ pub fn up() -> Result<Registry> {
         &[crate::packages::CA_CERTIFICATES, ("/usr/bin/curl", "curl")],
         "the Go module proxy (TLS) and the registry's health check",
     )?;
-    let bin = evictkit_testenv::cached_build("tests/registry/build.sh", &[])?.join("registry");
+    let bin = crate::cached_build("tests/registry/build.sh", &[])?.join("registry");
     let dir = dir();
     let data_dir = dir.join("data");
     fs::create_dir_all(&data_dir)?;

@@ -1,14 +1,17 @@
-//! What every benchmark needs: the release binary, a client of the cluster, the component as a
-//! child process, its readiness, its RSS and CPU time from /proc, and percentiles.
+//! What every benchmark (and chaos and soak) needs beside [`crate::component::Component`]: the
+//! release binaries, clients of the cluster, service accounts whose calls the audit log tells
+//! apart, waits on pods and listeners, a component's settled RSS, webhook clients and their
+//! load, the network's figures, and percentiles.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use kube::{Api, Client};
 
 use crate::cluster::{self, Cluster};
+use crate::component::Component;
 
 /// Builds `package` with `--release` and returns the path of its binary of the same name.
 pub fn release_binary(package: &str) -> Result<PathBuf> {
@@ -68,100 +71,8 @@ pub async fn client_of(kubeconfig: &Path) -> Result<Client> {
     )?)
 }
 
-/// A component under test: a child process, stopped with SIGTERM (then waited for) on drop.
-pub struct Component {
-    child: Child,
-    pub name: String,
-    pub log: PathBuf,
-}
-
-impl Component {
-    /// Starts `command` with the cluster's admin kubeconfig unless it sets `KUBECONFIG` itself
-    /// (see [`service_account`]), logging to the cluster's `logs/bench-<name>.log`.
-    pub fn start(cluster: &Cluster, name: &str, mut command: Command) -> Result<Self> {
-        let log = cluster::state_dir().join(format!("logs/bench-{name}.log"));
-        let file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        if !command.get_envs().any(|(key, _)| key == "KUBECONFIG") {
-            command.env("KUBECONFIG", cluster.kubeconfig());
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
-        Ok(Self {
-            child,
-            name: name.to_owned(),
-            log,
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits until `GET /readyz` on `metrics_port` answers `ok`.
-    pub async fn wait_ready(&mut self, metrics_port: u16) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !http_get(metrics_port, "/readyz").is_ok_and(|body| body == "ok") {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "{} exited ({status}); see {}",
-                    self.name,
-                    self.log.display()
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} not ready after 60 s; see {}",
-                    self.name,
-                    self.log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Ok(())
-    }
-
-    /// SIGKILL, as a node's crash or an OOM kill ends a process: no shutdown, no Lease release.
-    pub fn kill(&mut self) -> Result<()> {
-        self.child
-            .kill()
-            .with_context(|| format!("killing {}", self.name))?;
-        self.child.wait()?;
-        Ok(())
-    }
-
-    /// Whether the process still runs (it has not exited or been restarted).
-    pub fn runs(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Resident memory now, in KiB.
-    pub fn rss_kib(&self) -> Result<u64> {
-        rss_kib(self.pid())
-    }
-
-    /// User plus system CPU time so far, in seconds.
-    pub fn cpu_seconds(&self) -> Result<f64> {
-        cpu_seconds(self.pid())
-    }
-}
-
-impl Drop for Component {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
 /// The namespace of the service accounts components run as in a benchmark: the cluster's audit
-/// policy records every write they make (xtask/src/cluster.rs, AUDIT_POLICY).
+/// policy records every write they make (`crate::cluster`, AUDIT_POLICY).
 pub const BENCH_NAMESPACE: &str = "evictkit-bench";
 
 /// A kubeconfig for service account `BENCH_NAMESPACE/name`, bound to cluster-admin (a bench
@@ -243,131 +154,6 @@ pub async fn service_account(
     ))
 }
 
-/// The completed requests of `users` in the cluster's audit log (their writes, for a
-/// benchmark's service accounts), as the apiserver wrote them: `verb`, `objectRef`,
-/// `responseStatus`, `requestReceivedTimestamp` (microseconds) and so on.
-pub fn audit_events<S: AsRef<str>>(users: &[S]) -> Result<Vec<serde_json::Value>> {
-    // The apiserver rotates its log at 100 MB into audit-<time>.log: the backups first, in
-    // the order of their names (times), then the current file.
-    let dir = cluster::state_dir();
-    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.starts_with("audit-") && name.ends_with(".log"))
-        })
-        .collect();
-    paths.sort();
-    paths.push(dir.join("audit.log"));
-    let mut log = String::new();
-    for path in &paths {
-        log.push_str(
-            &std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?,
-        );
-    }
-    Ok(log
-        .lines()
-        // Cheap filters first: the log holds every run's calls.
-        .filter(|line| {
-            line.contains("ResponseComplete")
-                && users.iter().any(|user| line.contains(user.as_ref()))
-        })
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| {
-            event["stage"] == "ResponseComplete"
-                && users
-                    .iter()
-                    .any(|user| event["user"]["username"] == user.as_ref())
-        })
-        .collect())
-}
-
-/// The objects of `resource` (and `subresource`, e.g. `pods` and `eviction`) in `namespace` on
-/// which `user` made a successful `verb` call since `since`: each with the time the apiserver
-/// received the first such call, and the number of calls. (The audit log outlives runs: a rerun
-/// on the same cluster finds the earlier run's names, hence `since`.)
-pub fn audited_calls(
-    user: &str,
-    verb: &str,
-    resource: &str,
-    subresource: Option<&str>,
-    namespace: &str,
-    since: k8s_openapi::jiff::Timestamp,
-) -> Result<(
-    std::collections::BTreeMap<String, k8s_openapi::jiff::Timestamp>,
-    usize,
-)> {
-    let mut first = std::collections::BTreeMap::new();
-    let mut calls = 0;
-    for event in audit_events(&[user])? {
-        let object = &event["objectRef"];
-        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
-        if event["verb"] != verb
-            || object["resource"] != resource
-            || object["subresource"].as_str() != subresource
-            || object["namespace"] != namespace
-            || !(200..300).contains(&code)
-        {
-            continue;
-        }
-        let at: k8s_openapi::jiff::Timestamp = event["requestReceivedTimestamp"]
-            .as_str()
-            .context("audit event without requestReceivedTimestamp")?
-            .parse()?;
-        if at < since {
-            continue;
-        }
-        calls += 1;
-        first
-            .entry(object["name"].as_str().unwrap_or_default().to_owned())
-            .and_modify(|t: &mut k8s_openapi::jiff::Timestamp| *t = (*t).min(at))
-            .or_insert(at);
-    }
-    Ok((first, calls))
-}
-
-/// Quiet time after the last expected deletion in which a surplus deletion would show.
-pub const DELETIONS_SETTLE: Duration = Duration::from_secs(5);
-
-/// Waits until `user` has deleted `expected` pods of `namespace` since `since` and no further
-/// delete came for a few seconds, reading the audit log every `poll`; returns each deleted
-/// pod with the time the apiserver received its first successful delete, and the number of
-/// successful deletes (more than the pods: a pod deleted twice).
-pub async fn wait_deletions(
-    user: &str,
-    namespace: &str,
-    since: k8s_openapi::jiff::Timestamp,
-    expected: usize,
-    timeout: Duration,
-    poll: Duration,
-) -> Result<(
-    std::collections::BTreeMap<String, k8s_openapi::jiff::Timestamp>,
-    usize,
-)> {
-    let waited = Instant::now();
-    let mut last_change = (0, Instant::now());
-    loop {
-        let (deleted, deletes) = audited_calls(user, "delete", "pods", None, namespace, since)?;
-        if deletes != last_change.0 {
-            last_change = (deletes, Instant::now());
-        }
-        if deleted.len() >= expected && last_change.1.elapsed() >= DELETIONS_SETTLE {
-            return Ok((deleted, deletes));
-        }
-        if waited.elapsed() > timeout {
-            bail!(
-                "{namespace}: {} of {expected} pods deleted after {:.0} s",
-                deleted.len(),
-                timeout.as_secs_f64()
-            );
-        }
-        tokio::time::sleep(poll).await;
-    }
-}
-
 /// Waits until kube-controller-manager's secure port accepts connections (it has no plain
 /// HTTP readiness endpoint); its informers then sync while the bench goes on.
 pub async fn wait_listening(port: u16) -> Result<()> {
@@ -379,25 +165,6 @@ pub async fn wait_listening(port: u16) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Ok(())
-}
-
-/// The writes `user` made, from the cluster's audit log, counted by resource (with its
-/// subresource, e.g. `pods/eviction`) and verb; only completed requests count.
-pub fn audited_writes(user: &str) -> Result<std::collections::BTreeMap<String, usize>> {
-    let mut writes = std::collections::BTreeMap::new();
-    for event in audit_events(&[user])? {
-        let verb = event["verb"].as_str().unwrap_or_default();
-        if !matches!(
-            verb,
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        ) {
-            continue;
-        }
-        *writes
-            .entry(format!("{verb} {}", audited_resource(&event)))
-            .or_insert(0) += 1;
-    }
-    Ok(writes)
 }
 
 /// The Events `controller` (their reportingController) recorded since `since`, in all
@@ -419,31 +186,6 @@ pub async fn events_reported(
         occurrences += event.series.map_or(1, |series| i64::from(series.count));
     }
     Ok((created, occurrences))
-}
-
-/// The resource of an audit event with its subresource, e.g. `pods/eviction`.
-pub fn audited_resource(event: &serde_json::Value) -> String {
-    let object = &event["objectRef"];
-    let resource = object["resource"].as_str().unwrap_or_default();
-    match object["subresource"].as_str() {
-        Some(sub) => format!("{resource}/{sub}"),
-        None => resource.to_owned(),
-    }
-}
-
-/// The writes `user` made since `before` (an earlier [`audited_writes`]), by kind.
-pub fn audited_writes_since(
-    user: &str,
-    before: &std::collections::BTreeMap<String, usize>,
-) -> Result<std::collections::BTreeMap<String, usize>> {
-    Ok(audited_writes(user)?
-        .into_iter()
-        .map(|(write, count)| {
-            let earlier = before.get(&write).copied().unwrap_or(0);
-            (write, count - earlier)
-        })
-        .filter(|(_, count)| *count > 0)
-        .collect())
 }
 
 /// Waits until `count` pods of `pods` (a namespace's) are Running: kwok's status writes are
@@ -469,40 +211,6 @@ pub async fn wait_running(pods: &Api<k8s_openapi::api::core::v1::Pod>, count: us
     }
 }
 
-/// A plain-HTTP GET of the metrics/health server; the body when the status is 200.
-pub fn http_get(port: u16, path: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    write!(stream, "GET {path} HTTP/1.0\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    if !head.contains(" 200 ") {
-        bail!("GET {path}: {head}");
-    }
-    Ok(body.to_owned())
-}
-
-/// The sum of the samples of `/metrics` whose series starts with `series` (a metric name,
-/// optionally with the opening of its labels) and contains every one of `labels`.
-pub fn metric_sum(metrics_port: u16, series: &str, labels: &[&str]) -> Result<f64> {
-    let metrics = http_get(metrics_port, "/metrics")?;
-    Ok(metrics
-        .lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.rsplit_once(' '))
-        .filter(|(name, _)| {
-            (name.starts_with(&format!("{series}{{")) || *name == series)
-                && labels.iter().all(|label| name.contains(label))
-        })
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
-        .sum())
-}
-
-pub fn rss_kib(pid: u32) -> Result<u64> {
-    proc_status_kib(pid, "VmRSS")
-}
-
 /// A component's RSS once it stops growing (its caches have caught up with the watch).
 pub async fn settled_rss(controller: &Component) -> Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -517,47 +225,6 @@ pub async fn settled_rss(controller: &Component) -> Result<u64> {
         last = now;
     }
     Ok(last)
-}
-
-/// The highest resident memory the process has had so far (VmHWM), in KiB.
-pub fn peak_rss_kib(pid: u32) -> Result<u64> {
-    proc_status_kib(pid, "VmHWM")
-}
-
-fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(field)?
-                .strip_prefix(':')?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .with_context(|| format!("no {field} in /proc/{pid}/status"))
-}
-
-/// utime + stime of a process, from /proc/<pid>/stat (in clock ticks of 1/100 s on Linux).
-pub fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name may hold spaces; the fields after its closing parenthesis do not.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("malformed /proc/<pid>/stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields
-            .get(i)
-            .context("short /proc/<pid>/stat")?
-            .parse::<f64>()?)
-    };
-    // utime and stime are fields 14 and 15 of stat(5); here 0-based after the name: 11 and 12.
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// The `p` quantile (0..=1) of `samples`, nearest rank.
@@ -605,18 +272,6 @@ pub fn listen_overflows() -> Result<u64> {
         .context("TcpExt ListenOverflows")
 }
 
-pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// The cluster's PKI directory (the CA and the apiserver's serving pair, issued for 127.0.0.1,
-/// which a webhook under test can serve with).
-pub fn pki() -> PathBuf {
-    cluster::state_dir().join("pki")
-}
-
 /// This machine's first IPv4 address that is not loopback (`hostname -I`): where a webhook under
 /// test is called over HTTP/1.1, as the apiserver calls a Service (see `Webhook::url`).
 pub fn host_address() -> Result<std::net::IpAddr> {
@@ -629,27 +284,6 @@ pub fn host_address() -> Result<std::net::IpAddr> {
         .filter_map(|address| address.parse::<std::net::IpAddr>().ok())
         .find(|address| address.is_ipv4() && !address.is_loopback())
         .context("this machine has no IPv4 address but loopback (hostname -I)")
-}
-
-/// A serving certificate for `addresses`, signed by the cluster CA, written into the cluster's
-/// PKI directory: (certificate, key) paths.
-pub fn serving_pair(addresses: &[std::net::IpAddr]) -> Result<(PathBuf, PathBuf)> {
-    use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, Issuer, KeyPair, SanType};
-    let pki = pki();
-    let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).context("reading the cluster CA")?;
-    let ca = Issuer::from_ca_cert_pem(
-        &ca_pem,
-        KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key"))?)?,
-    )?;
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.subject_alt_names = addresses.iter().map(|ip| SanType::IpAddress(*ip)).collect();
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca)?;
-    let paths = (pki.join("bench-webhook.crt"), pki.join("bench-webhook.key"));
-    std::fs::write(&paths.0, cert.pem())?;
-    std::fs::write(&paths.1, key.serialize_pem())?;
-    Ok(paths)
 }
 
 /// A keep-alive HTTPS client for a webhook server under test on 127.0.0.1:`port` (kube's hyper
