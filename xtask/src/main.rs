@@ -1,17 +1,14 @@
 //! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
 
 mod alerts;
-mod bench;
-mod chaos;
 mod chart_docs;
 mod charts;
 mod crds;
-mod demo;
 mod fuzz;
+mod lab;
 mod links;
 mod matrix;
 mod release;
-mod soak;
 mod test;
 mod workflows;
 
@@ -54,17 +51,23 @@ enum Command {
     Cluster(cluster::Args),
     /// The CI job: fmt, clippy, CRD freshness, unit tests, then end-to-end tests on the control plane.
     Test(test::Args),
-    /// Start the control plane, run every component with its scenario, print a timeline.
-    Demo(demo::Args),
+    /// Start the control plane, run every component with its scenario, print a timeline (the
+    /// lab: `cargo xtask demo --help`).
+    #[command(disable_help_flag = true)]
+    Demo(lab::Forwarded),
     /// Build the OCI images of the components (and the real node's sandbox image) under
     /// target/images, without Docker: static binaries, user 65532, no shell.
     Image(image::Args),
-    /// Benchmark a component against the running control plane and print its figures.
-    Bench(bench::Args),
+    /// Benchmark a component against the running control plane and print its figures (the lab:
+    /// `cargo xtask bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench(lab::Forwarded),
     /// Inject faults (leader killed, apiserver or etcd restarted) into running workloads of
     /// the controllers and print a table of takeover/recovery times, double actions and lost
-    /// work; fails if a row misses its goal (starts its own cluster: set EVICTKIT_CLUSTER_DIR).
-    Chaos(chaos::Args),
+    /// work; fails if a row misses its goal (starts its own cluster: set EVICTKIT_CLUSTER_DIR;
+    /// the lab: `cargo xtask chaos --help`).
+    #[command(disable_help_flag = true)]
+    Chaos(lab::Forwarded),
     /// Run the libFuzzer targets in fuzz/ (annotations, policy specs, every webhook's
     /// AdmissionReview), each for a bounded time (nightly toolchain and cargo-fuzz, installed
     /// when missing).
@@ -72,8 +75,9 @@ enum Command {
     /// Install the umbrella chart on a real node and churn it for --hours (all five components
     /// exercised every minute), sampling RSS, CPU, connections, tasks, objects, Events and log
     /// lines; fails on growth, a restart, an unexplained error line or leftovers of gone pods
-    /// (starts its own cluster: set EVICTKIT_CLUSTER_DIR).
-    Soak(soak::Args),
+    /// (starts its own cluster: set EVICTKIT_CLUSTER_DIR; the lab: `cargo xtask soak --help`).
+    #[command(disable_help_flag = true)]
+    Soak(lab::Forwarded),
     /// The compatibility run (not in CI): per Kubernetes release, the e2e suite, the installed
     /// suite, `bench taint-manager --sequences` and the pdb explain oracle, each on a cluster of
     /// that release; writes docs/versions.csv and docs/versions.md.
@@ -98,12 +102,12 @@ fn main() -> anyhow::Result<()> {
         Command::CheckAlerts => alerts::check(),
         Command::Cluster(args) => cluster::run(args),
         Command::Test(args) => test::run(args),
-        Command::Demo(args) => demo::run(args),
-        Command::Bench(args) => bench::run(args),
-        Command::Chaos(args) => chaos::run(args),
+        Command::Demo(args) => lab::run("demo", args),
+        Command::Bench(args) => lab::run("bench", args),
+        Command::Chaos(args) => lab::run("chaos", args),
         Command::Image(args) => image::run(args),
         Command::Fuzz(args) => fuzz::run(args),
-        Command::Soak(args) => soak::run(args),
+        Command::Soak(args) => lab::run("soak", args),
         Command::Matrix(args) => matrix::run(args),
         Command::Registry(args) => registry::run(args),
         Command::Release(args) => release::run(args),

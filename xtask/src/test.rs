@@ -138,7 +138,8 @@ pub fn run(args: Args) -> Result<()> {
             let demo = if args.e2e_args.is_empty() {
                 step(
                     "cargo xtask demo",
-                    crate::demo::run(crate::demo::Args::all()),
+                    // Built as this run's other builds are (see evictkit_harness::cargo).
+                    run_command(crate::lab::lab("demo", &[]).env("CARGO_INCREMENTAL", "0")),
                 )
             } else {
                 Ok(())
@@ -531,8 +532,9 @@ fn free_gib(path: &std::path::Path) -> Option<u64> {
 /// margin. See `disk_check`.
 const CLEAN_RUN_DISK_GIB: u64 = 20;
 
-/// One kube and one k8s-openapi in the build, and a `crates/core` that links no client, no async
-/// runtime and no HTTP stack, so its decisions stay pure (docs/architecture.md, layers).
+/// One kube and one k8s-openapi in the build, a `crates/core` that links no client, no async
+/// runtime and no HTTP stack, so its decisions stay pure (docs/architecture.md, layers), no
+/// binary linking another, and plotters in the lab alone.
 fn dependency_rules() -> Result<()> {
     const SINGLE: [&str; 5] = [
         "kube",
@@ -613,7 +615,41 @@ fn dependency_rules() -> Result<()> {
             linked.join(", ")
         );
     }
+    // The lab's figures are PNG: plotters and its image and font crates are built for the lab
+    // alone, so xtask's other commands and the components never compile them.
+    let plotters = cargo_output(&[
+        "tree",
+        "--workspace",
+        "--edges",
+        "normal",
+        "--invert",
+        "plotters",
+        "--prefix",
+        "none",
+    ])?;
+    let mut linking = workspace_crates(&plotters);
+    linking.retain(|name| *name != "lab");
+    if !linking.is_empty() {
+        bail!(
+            "only the lab links plotters, but so do: {}",
+            linking.join(", ")
+        );
+    }
     Ok(())
+}
+
+/// The workspace's crates in `tree` (`cargo tree --prefix none`: a crate a line, ours with
+/// their path), each once.
+fn workspace_crates(tree: &str) -> Vec<&str> {
+    let root = format!("({}/", evictkit_harness::workspace_root().display());
+    let mut crates: Vec<&str> = tree
+        .lines()
+        .filter(|line| line.contains(&root))
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    crates.sort_unstable();
+    crates.dedup();
+    crates
 }
 
 fn cargo_output(args: &[&str]) -> Result<String> {

@@ -529,17 +529,39 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `cargo` in the workspace root for the builds xtask's and the lab's runs make (the tests, the
+/// [`nested_cargo`] for the builds xtask's and the lab's runs make (the tests, the
 /// demo), without incremental caches: those builds compile each workspace crate once per run,
 /// and the caches only took disk (1.1 GB beside clippy's 1.6 GB of dependencies in a clean
 /// clone; a CI machine ran out of space) and time to write. One setting for all of them, so one
 /// run's builds do not rebuild each other's crates.
 pub fn cargo() -> std::process::Command {
+    let mut command = nested_cargo();
+    command.env("CARGO_INCREMENTAL", "0");
+    command
+}
+
+/// `cargo` in the workspace root, in the environment `cargo xtask` was typed in: without the
+/// variables `cargo run` set for the binary it runs (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`,
+/// ...). ring's build script reruns when one of them changes (it names them in
+/// `rerun-if-env-changed`), and with it rustls, kube and all above them: the lab's build inside
+/// `cargo xtask bench` and the next `cargo xtask` rebuilt them in turn, minutes each.
+pub fn nested_cargo() -> std::process::Command {
     let mut command = std::process::Command::new("cargo");
+    command.current_dir(workspace_root());
+    for (name, _) in std::env::vars_os() {
+        if set_by_cargo_run(&name.to_string_lossy()) {
+            command.env_remove(name);
+        }
+    }
     command
-        .current_dir(workspace_root())
-        .env("CARGO_INCREMENTAL", "0");
-    command
+}
+
+/// Whether `cargo run` sets the variable `name` for the binary it runs (a package's, not the
+/// toolchain's: `CARGO`, `RUSTC` and the like stay).
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(name, "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "OUT_DIR")
 }
 
 /// The kubeconfig of the running cluster: `$KUBECONFIG` if set, else the one
@@ -580,4 +602,31 @@ async fn ensure_cluster() -> Result<PathBuf> {
         );
     }
     Ok(kubeconfig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_cargo_leaves_out_what_cargo_run_set_for_its_binary() {
+        // (variable, left out)
+        let cases = [
+            ("CARGO_PKG_NAME", true),
+            ("CARGO_PKG_VERSION_MAJOR", true),
+            ("CARGO_MANIFEST_DIR", true),
+            ("CARGO_MANIFEST_PATH", true),
+            ("CARGO_CRATE_NAME", true),
+            ("CARGO_BIN_NAME", true),
+            ("OUT_DIR", true),
+            ("CARGO", false),
+            ("CARGO_TARGET_DIR", false),
+            ("CARGO_INCREMENTAL", false),
+            ("RUSTUP_TOOLCHAIN", false),
+            ("KUBECONFIG", false),
+        ];
+        for (name, left_out) in cases {
+            assert_eq!(set_by_cargo_run(name), left_out, "{name}");
+        }
+    }
 }

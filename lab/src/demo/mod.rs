@@ -32,16 +32,6 @@ pub struct Args {
     scenario: Vec<String>,
 }
 
-impl Args {
-    /// Every scenario, the cluster stopped afterwards unless it was running before.
-    pub fn all() -> Self {
-        Self {
-            keep: false,
-            scenario: Vec::new(),
-        }
-    }
-}
-
 /// A scenario: a name, what it shows, and its steps.
 struct Scenario {
     name: &'static str,
