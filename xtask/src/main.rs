@@ -1,17 +1,12 @@
 //! Developer commands: `cargo xtask <command>`. See `cargo xtask --help`.
 
-mod alerts;
-mod chart_docs;
-mod charts;
-mod crds;
 mod fuzz;
 mod lab;
-mod links;
 mod matrix;
 mod release;
 mod test;
-mod workflows;
 
+use checks::{alerts, chart_docs, charts, crds, links, workflows};
 use clap::{Parser, Subcommand};
 use evictkit_harness::{cluster, image, registry};
 

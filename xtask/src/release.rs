@@ -312,7 +312,7 @@ fn install_yaml(helm: &Path, package: &Path, umbrella: &Path, prefix: &str) -> R
         .into_iter()
         .map(|block| format!("{block}.enabled=true"))
         .collect();
-    for block in crate::charts::webhook_blocks(umbrella)? {
+    for block in checks::charts::webhook_blocks(umbrella)? {
         set.push(format!(
             "{block}.webhook.certificate.certManager.enabled=true"
         ));

@@ -54,7 +54,7 @@ pub fn run(args: Args) -> Result<()> {
         .then(BackgroundBuild::fuzz_targets)
         .transpose()?;
     step("cargo fmt --check", cargo(&["fmt", "--all", "--check"]))?;
-    step("documentation links", crate::links::check())?;
+    step("documentation links", checks::links::check())?;
     step(
         "cargo clippy",
         cargo(&[
@@ -66,9 +66,9 @@ pub fn run(args: Args) -> Result<()> {
             "warnings",
         ]),
     )?;
-    step("CRD freshness", crate::crds::check())?;
-    step("workflows (actionlint)", crate::workflows::check())?;
-    step("alerts (promtool test rules)", crate::alerts::check())?;
+    step("CRD freshness", checks::crds::check())?;
+    step("workflows (actionlint)", checks::workflows::check())?;
+    step("alerts (promtool test rules)", checks::alerts::check())?;
     step("dependency rules", dependency_rules())?;
     step(
         "unit tests",
@@ -107,7 +107,7 @@ pub fn run(args: Args) -> Result<()> {
     // Every test binary runs, so one failure does not hide another.
     let mut e2e = vec!["test", "--package", "e2e", "--no-fail-fast", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
-    let result = step("charts", crate::charts::check(&control_plane))
+    let result = step("charts", checks::charts::check(&control_plane))
         .and_then(|()| {
             step(
                 "Debian packages of the end-to-end tests",

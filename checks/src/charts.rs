@@ -305,7 +305,7 @@ fn enable_all_components(chart: &Path) -> Result<String> {
 
 /// The umbrella's blocks of the components that serve webhooks: each component block (see
 /// [`component_blocks`]) whose subchart has `webhook.certificate` values.
-pub(crate) fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
+pub fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
     let mut blocks = Vec::new();
     for values::Block { block, chart } in component_blocks(umbrella)? {
         let values = read_yaml(&umbrella.join("..").join(chart).join("values.yaml"))?;

@@ -1,0 +1,17 @@
+//! The repository's generated files and its checks over files, as `cargo xtask` runs them:
+//! functions of the tree (and, for the charts, a dry run against the running control plane),
+//! each with table tests of its rules.
+//!
+//! - [`crds`]: crds/ and the charts' copies from the Rust types (`gen-crds`, `check-crds`);
+//! - [`chart_docs`]: each chart's README.md and values.schema.json from its values.yaml;
+//! - [`charts`]: lint, render, schemas, own objects, server-side dry run (`check-charts`);
+//! - [`links`]: dead links and anchors, citations outside the repository (`check-links`);
+//! - [`alerts`]: the charts' alert rules under promtool, their runbook links (`check-alerts`);
+//! - [`workflows`]: the forge's workflows under actionlint and shellcheck (`check-workflows`).
+
+pub mod alerts;
+pub mod chart_docs;
+pub mod charts;
+pub mod crds;
+pub mod links;
+pub mod workflows;
