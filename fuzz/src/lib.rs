@@ -74,10 +74,11 @@ async fn build_webhooks() -> Vec<Webhook> {
     let bridge = metrics("descheduler-bridge");
     // The stand-in serves no EvictionRequest API (its discovery answers 404), so the caches list
     // nothing and every review gets past "not listed yet" to the decision.
-    let requests = descheduler_bridge::requests::Requests::start(
+    let watches = evictkit_runtime::watch::Watches::new(
         client.clone(),
         evictkit_runtime::shutdown::CancellationToken::new(),
     );
+    let requests = descheduler_bridge::requests::Requests::start(watches.clone());
     requests.listed().await;
     let context = descheduler_bridge::webhook::Context {
         client: client.clone(),
@@ -95,10 +96,7 @@ async fn build_webhooks() -> Vec<Webhook> {
         requests,
         // Unlisted against the stand-in (its pod watch fails), so every review reads its pod
         // live, as a review of a pod not yet cached does.
-        pods: descheduler_bridge::pods::Pods::start(
-            client.clone(),
-            evictkit_runtime::shutdown::CancellationToken::new(),
-        ),
+        pods: descheduler_bridge::pods::Pods::start(&watches),
         users: BTreeSet::from([DESCHEDULER_USER.to_owned()]),
         opt_in: OptIn::AlsoInterceptorPods,
         metrics: descheduler_bridge::metrics::BridgeMetrics::register(&bridge)

@@ -28,16 +28,16 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request;
-use evictkit_runtime::listed::listed;
 use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::watch::{Objects, Watches};
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::api::Patch;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -213,61 +213,42 @@ pub async fn control<R: Request>(
     token: CancellationToken,
 ) {
     settings.metrics.lead();
-    let (request_store, request_writer) = reflector::store::<R>();
-    let (pod_store, pod_writer) = reflector::store();
-    let (requests_api, pods_api): (Api<R>, Api<CachedPod>) = match &settings.namespace {
-        Some(namespace) => (
-            Api::namespaced(client.clone(), namespace),
-            Api::namespaced(client.clone(), namespace),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
+    let watches = Watches::new(client.clone(), token.clone());
+    let namespace = settings.namespace.as_deref();
+    let requests = watches
+        .within::<R>(namespace, watcher::Config::default())
+        .before_store({
+            let metrics = settings.metrics.clone();
+            move |event| {
+                if let watcher::Event::Delete(request) = event {
+                    metrics.set_in_progress(&id(request), false);
+                }
+            }
+        });
+    let pods = watches.within::<CachedPod>(namespace, watcher::Config::default());
+    let (request_store, pod_store) = (requests.store(), pods.store());
     let context = Arc::new(Context {
         client,
         settings: settings.clone(),
-        pods: pod_store.clone(),
+        pods: pod_store,
     });
-
-    // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
-    // controller's runner needs ([`evictkit_runtime::listed`]).
-    let (requests_lister, requests_listed) = listed();
-    let (pods_lister, pods_listed) = listed();
-    let requests = {
-        let metrics = settings.metrics.clone();
-        watcher(requests_api, watcher::Config::default())
-            .default_backoff()
-            .inspect(move |event| {
-                if let Ok(watcher::Event::Delete(request)) = event {
-                    metrics.set_in_progress(&id(request), false);
-                }
-            })
-            .reflect(request_writer)
-            .inspect(move |event| requests_lister.observe(event))
-            .applied_objects()
-    };
+    let requests = requests.events().applied().map(Ok);
     // A pod's change concerns the request named after its UID, if there is one.
     let pod_changes = {
         let requests = request_store.clone();
-        watcher(pods_api, watcher::Config::default())
-            .default_backoff()
-            .reflect(pod_writer)
-            .inspect(move |event| pods_lister.observe(event))
-            .touched_objects()
-            .filter_map(move |pod| {
-                let key = pod.ok().and_then(|pod| {
-                    let name = R::name_for(&pod.name_any(), pod.metadata.uid.as_deref()?);
-                    let key =
-                        ObjectRef::<R>::new(&name).within(&pod.namespace().unwrap_or_default());
-                    requests.get(&key).is_some().then_some(key)
-                });
-                future::ready(key)
-            })
+        pods.events().touched().filter_map(move |pod| {
+            let key = pod.metadata.uid.as_deref().and_then(|uid| {
+                let name = R::name_for(&pod.name_any(), uid);
+                let key = ObjectRef::<R>::new(&name).within(&pod.namespace().unwrap_or_default());
+                requests.get(&key).is_some().then_some(key)
+            });
+            future::ready(key)
+        })
     };
     // Both caches complete before the first decision: a pod missing from a half-filled cache
-    // reads as gone.
-    let ready = futures::FutureExt::shared(Box::pin(async move {
-        future::join(requests_listed.wait(), pods_listed.wait()).await;
-    }));
+    // reads as gone. Never a store's `wait_until_ready`, whose one waker the controller's
+    // runner needs ([`evictkit_runtime::listed`]).
+    let ready = futures::FutureExt::shared(Box::pin(watches.listed()));
     let controller = {
         let ready = ready.clone();
         Controller::for_stream(requests, request_store.clone())

@@ -171,12 +171,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let field_manager = COMPONENT.to_owned();
     if args.roles.runs(Role::Webhook) {
         tracing::info!(users = ?users, "intercepting the evictions of these users");
-        let requests = requests::Requests::start(client.clone(), manager.shutdown().clone());
+        let requests = requests::Requests::start(manager.watches().clone());
         // Not ready (no reviews sent here) until the caches the reviews decide from listed.
         let listed = requests.clone();
         manager.ready_when(async move { listed.listed().await });
         // Not waited for: until it has listed, a review reads its pod from the API.
-        let pods = pods::Pods::start(client.clone(), manager.shutdown().clone());
+        let pods = pods::Pods::start(manager.watches());
         let context = Arc::new(webhook::Context {
             client: client.clone(),
             requester: requester.clone(),

@@ -14,13 +14,13 @@ use evictkit_api::keys::{
     DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
     DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS,
 };
-use evictkit_runtime::shutdown::CancellationToken;
-use futures::StreamExt;
+use evictkit_runtime::watch::Watches;
+use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use serde::Deserialize;
 
 /// The annotations the decision ([`evictkit_core::descheduler_bridge::admit`]) and the
@@ -79,33 +79,12 @@ pub struct Pods {
 }
 
 impl Pods {
-    /// Starts the watch of pods in every namespace (the webhook answers evictions anywhere); it
-    /// stops with `shutdown`. A watch error is logged and retried with backoff, the cache
-    /// serving its last state meanwhile.
-    pub fn start(client: Client, shutdown: CancellationToken) -> Arc<Self> {
-        let (store, writer) = reflector::store();
-        let events = watcher(
-            Api::<ReviewedPod>::all(client),
-            watcher::Config::default().any_semantic(),
-        )
-        .default_backoff()
-        .reflect(writer);
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(events);
-            loop {
-                let event = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    event = events.next() => event,
-                };
-                match event {
-                    None => return,
-                    Some(Ok(_)) => {}
-                    Some(Err(error)) => {
-                        tracing::warn!(%error, "watch of pods failed; retrying");
-                    }
-                }
-            }
-        });
+    /// Starts the watch of pods in every namespace (the webhook answers evictions anywhere),
+    /// one of `watches`: the cache serves its last state while the watch backs off an error.
+    pub fn start(watches: &Watches) -> Arc<Self> {
+        let watch = watches.all::<ReviewedPod>(watcher::Config::default().any_semantic());
+        let store = watch.store();
+        tokio::spawn(watch.events().for_each(|_| future::ready(())));
         Arc::new(Self { store })
     }
 
@@ -120,7 +99,7 @@ impl Pods {
     #[cfg(test)]
     pub fn listed(pods: Vec<Pod>) -> Arc<Self> {
         use kube::runtime::watcher::Event;
-        let mut writer = reflector::store::Writer::default();
+        let mut writer = kube::runtime::reflector::store::Writer::default();
         let store = writer.as_reader();
         writer.apply_watcher_event(&Event::Init);
         for pod in pods {

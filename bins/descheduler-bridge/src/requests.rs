@@ -21,14 +21,13 @@ use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{self as core, Asking, Requested};
 use evictkit_runtime::index::Grouped;
 use evictkit_runtime::lifecycle_request::{self, Apis, REDISCOVERY};
-use evictkit_runtime::listed::{Listed, listed};
-use evictkit_runtime::shutdown::CancellationToken;
-use futures::StreamExt;
+use evictkit_runtime::listed::Listed;
+use evictkit_runtime::watch::Watches;
+use futures::{StreamExt, future};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::Resource;
+use kube::runtime::watcher;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -122,42 +121,23 @@ struct Cache<K: Cached> {
 }
 
 impl<K: Cached> Cache<K> {
-    /// Starts the watch of `K` in every namespace; it stops with `shutdown`.
-    fn start(client: &Client, shutdown: &CancellationToken) -> Arc<Self> {
-        let (store, writer): (Store<K>, _) = reflector::store();
-        let (lister, listed) = listed();
+    /// Starts the watch of `K` in every namespace, one of `watches`.
+    fn start(watches: &Watches) -> Arc<Self> {
+        let watch = watches.all::<K>(watcher::Config::default().any_semantic());
+        let (store, listed) = (watch.store(), watch.listed());
         let cache = Arc::new(Self {
             by_pod: RwLock::new(Grouped::new(target_of::<K>, asks::<K>)),
             listed,
         });
-        let api: Api<K> = Api::all(client.clone());
-        let events = watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .reflect(writer);
-        let (following, shutdown) = (cache.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(events);
-            loop {
-                let event = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    event = events.next() => event,
-                };
-                match event {
-                    None => return,
-                    Some(Ok(event)) => {
-                        following
-                            .by_pod
-                            .write()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .apply(&event, &store);
-                        lister.observe(&Ok::<_, watcher::Error>(event));
-                    }
-                    Some(Err(error)) => {
-                        tracing::warn!(%error, "watch of EvictionRequests failed; retrying");
-                    }
-                }
-            }
-        });
+        let following = cache.clone();
+        tokio::spawn(watch.events().for_each(move |event| {
+            following
+                .by_pod
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .apply(&event, &store);
+            future::ready(())
+        }));
         cache
     }
 
@@ -191,8 +171,8 @@ pub struct NotListed;
 impl Requests {
     /// Starts discovery and the watches, of every namespace: the webhook answers evictions
     /// anywhere, whatever `--namespace` confines the controller to. Everything stops with
-    /// `shutdown`.
-    pub fn start(client: Client, shutdown: CancellationToken) -> Arc<Self> {
+    /// `watches`.
+    pub fn start(watches: Watches) -> Arc<Self> {
         let (discovering, discovered) = watch::channel(false);
         let requests = Arc::new(Self {
             crd: OnceLock::new(),
@@ -203,9 +183,9 @@ impl Requests {
         tokio::spawn(async move {
             let mut first = Some(discovering);
             loop {
-                match lifecycle_request::discover(&client).await {
+                match lifecycle_request::discover(watches.client()).await {
                     Ok(served) => {
-                        let started = watching.watch(&client, served, &shutdown);
+                        let started = watching.watch(&watches, served);
                         if let Some(discovering) = first.take() {
                             for listed in started {
                                 listed.wait().await;
@@ -221,7 +201,7 @@ impl Requests {
                     }
                 }
                 tokio::select! {
-                    () = shutdown.cancelled() => return,
+                    () = watches.shutdown().cancelled() => return,
                     () = tokio::time::sleep(REDISCOVERY) => {}
                 }
             }
@@ -230,18 +210,16 @@ impl Requests {
     }
 
     /// Starts the caches of the `served` APIs not watched yet; their list signals.
-    fn watch(&self, client: &Client, served: Apis, shutdown: &CancellationToken) -> Vec<Listed> {
+    fn watch(&self, watches: &Watches, served: Apis) -> Vec<Listed> {
         let mut started = Vec::new();
         if served.crd && self.crd.get().is_none() {
             tracing::info!("watching evictionrequests.evictkit.io");
-            let cache = self.crd.get_or_init(|| Cache::start(client, shutdown));
+            let cache = self.crd.get_or_init(|| Cache::start(watches));
             started.push(cache.listed.clone());
         }
         if served.lifecycle && self.lifecycle.get().is_none() {
             tracing::info!("watching lifecycle.k8s.io/v1alpha1 EvictionRequests");
-            let cache = self
-                .lifecycle
-                .get_or_init(|| Cache::start(client, shutdown));
+            let cache = self.lifecycle.get_or_init(|| Cache::start(watches));
             started.push(cache.listed.clone());
         }
         started

@@ -16,6 +16,8 @@
 //!   caches: a workload's pods share one copy of their labels);
 //! - [`listed`]: a watch's first list done, for any number of waiters (a kube `Store`'s
 //!   `wait_until_ready` wakes only one);
+//! - [`watch`]: one call per watched kind for its store, its [`listed`] signal and its events,
+//!   backed off after errors and ended at shutdown;
 //! - [`backoff`]: each retried object's back-off; [`pod_condition`]: the one pod-condition
 //!   patch, with the UID precondition;
 //! - [`eviction_request`]: taking part in KEP-4563 as a requester or an interceptor;
@@ -52,4 +54,5 @@ pub mod reconcile;
 pub mod requester;
 pub mod shutdown;
 pub mod tls;
+pub mod watch;
 pub mod webhook;

@@ -33,8 +33,13 @@ impl Lister {
     /// the list when the waiters wake.
     pub fn observe<K>(&self, event: &Result<watcher::Event<K>, watcher::Error>) {
         if let Ok(watcher::Event::InitDone) = event {
-            self.0.send_replace(true);
+            self.done();
         }
+    }
+
+    /// The cache has listed (for a caller that knows without an event: [`crate::watch`]).
+    pub fn done(&self) {
+        self.0.send_replace(true);
     }
 }
 

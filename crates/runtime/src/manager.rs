@@ -21,6 +21,7 @@ use crate::logging::{self, LoggingError};
 use crate::metrics::{EVICTION_OUTCOMES, Metrics, MetricsError};
 use crate::shutdown::{self, ShutdownError};
 use crate::tls::{self, ReloadingCertResolver, TlsError};
+use crate::watch::Watches;
 use crate::webhook::{WebhookError, Webhooks};
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,7 @@ pub struct Manager {
     metrics: Arc<Metrics>,
     readiness: Readiness,
     shutdown: CancellationToken,
+    watches: Watches,
     parts: Vec<Part>,
     ready_when: Option<BoxFuture<'static, ()>>,
 }
@@ -78,12 +80,14 @@ impl Manager {
             HealthServer::bind(common.metrics_addr, metrics.clone(), readiness.clone()).await?;
         let token = shutdown.clone();
         let parts: Vec<Part> = vec![Box::pin(async move { Ok(health.serve(token).await?) })];
+        let watches = Watches::new(client.clone(), shutdown.clone());
         Ok(Self {
             component,
             common: common.clone(),
             client,
             metrics,
             readiness,
+            watches,
             shutdown,
             parts,
             ready_when: None,
@@ -104,6 +108,11 @@ impl Manager {
 
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
+    }
+
+    /// The process's watches (webhook caches, on every replica): they end at SIGTERM.
+    pub fn watches(&self) -> &Watches {
+        &self.watches
     }
 
     /// The one eviction client, counting into this registry, honouring `--dry-run`.
