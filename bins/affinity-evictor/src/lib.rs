@@ -32,17 +32,17 @@ use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::listed::listed;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
 use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::watch::{Objects, Watches};
 use futures::{StreamExt, future, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 
 use crate::actions::{settled, violation};
 use crate::cache::{CachedPod, LabelRounds, pods_by_node, strip_node};
@@ -275,21 +275,30 @@ impl std::ops::Deref for Context {
 
 /// The watches and the controller of one term as leader, built afresh from the API.
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
-    let (node_store, node_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
+    let watches = Watches::new(client.clone(), token.clone());
+    // Pods bound to a node only: the scheduler, not this controller, places the others.
+    let pods = watches.within::<CachedPod>(
+        settings.namespace.as_deref(),
+        watcher::Config::default().fields("spec.nodeName!="),
+    );
+    let nodes = watches
+        .all::<Node>(watcher::Config::default())
+        .modify(strip_node);
+    let (pod_store, node_store) = (pods.store(), nodes.store());
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
     // controller's runner needs ([`evictkit_runtime::listed`]).
-    let (nodes_lister, nodes_listed) = listed();
-    let (pods_lister, pods_listed) = listed();
     let listed = settings.listing.as_ref().map(|readiness| {
-        readiness.until_listed(async move {
-            future::join(nodes_listed.wait(), pods_listed.wait()).await;
-            tracing::info!("caches listed");
+        readiness.until_listed({
+            let listed = watches.listed();
+            async move {
+                listed.await;
+                tracing::info!("caches listed");
+            }
         })
     });
     let rounds = Arc::new(Mutex::new(Rounds::default()));
     let context = Arc::new(Context {
-        client: client.clone(),
+        client,
         retries: PerObject::new(settings.backoff),
         settings,
         nodes: node_store.clone(),
@@ -298,50 +307,29 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     });
     let index = Arc::new(Mutex::new(pods_by_node()));
 
-    // Pods bound to a node only: the scheduler, not this controller, places the others.
     let pods = {
         let (index, context) = (index.clone(), context.clone());
-        let api = match &context.namespace {
-            Some(namespace) => Api::<CachedPod>::namespaced(client.clone(), namespace),
-            None => Api::<CachedPod>::all(client.clone()),
-        };
         let store = pod_store.clone();
-        watcher(api, watcher::Config::default().fields("spec.nodeName!="))
-            .default_backoff()
-            .reflect(pod_writer)
+        pods.events()
             .inspect(move |event| {
-                pods_lister.observe(event);
-                if let Ok(event) = event {
-                    let gone = index
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .apply(event, &store);
-                    gone.iter().for_each(|pod| context.gone(pod));
-                }
+                let gone = index
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .apply(event, &store);
+                gone.iter().for_each(|pod| context.gone(pod));
             })
-            .applied_objects()
+            .applied()
+            .map(Ok)
     };
 
     // Node label changes, mapped to the opted-in pods on that node that read a changed key.
     let label_changes = {
-        let mut label_rounds = LabelRounds::new(node_store.clone(), rounds);
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .modify(strip_node)
-            .reflect(node_writer)
-            .inspect(move |event| nodes_lister.observe(event))
-            .filter_map(|event| {
-                future::ready(
-                    event
-                        .map_err(|error| tracing::warn!(%error, "node watch failed; retrying"))
-                        .ok(),
-                )
-            })
-            .flat_map(move |event| {
-                let pods =
-                    label_rounds.on_event(&event, &index.lock().unwrap_or_else(|p| p.into_inner()));
-                stream::iter(pods)
-            })
+        let mut label_rounds = LabelRounds::new(node_store, rounds);
+        nodes.events().flat_map(move |event| {
+            let pods =
+                label_rounds.on_event(&event, &index.lock().unwrap_or_else(|p| p.into_inner()));
+            stream::iter(pods)
+        })
     };
 
     let controller = Controller::for_stream(pods, pod_store)

@@ -35,6 +35,7 @@ pub use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::lifecycle_request::{self, Apis, REDISCOVERY};
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::watch::Watches;
 use jiff::SignedDuration;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -364,16 +365,12 @@ async fn serve_apis(
     let mut serving = Apis::default();
     let mut controllers = Vec::new();
     // Started with the first controller, shared by the second.
+    let watches = Watches::new(client.clone(), term.clone());
     let mut pod_watch: Option<PodWatch> = None;
     let mut pods = || {
         pod_watch
             .get_or_insert_with(|| {
-                PodWatch::start(
-                    &client,
-                    namespace.as_deref(),
-                    live_reads.clone(),
-                    term.clone(),
-                )
+                PodWatch::start(&watches, namespace.as_deref(), live_reads.clone())
             })
             .clone()
     };
@@ -442,17 +439,6 @@ async fn serve_apis(
 fn deleted_meanwhile(error: &kube::Error, name: &str) -> bool {
     matches!(error, kube::Error::Api(status)
         if status.code == 404 && status.details.as_ref().is_some_and(|d| d.name == name))
-}
-
-/// `K`s of `--namespace`, or of every namespace without it.
-fn api<K>(client: &kube::Client, namespace: Option<&str>) -> kube::Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(namespace) => kube::Api::namespaced(client.clone(), namespace),
-        None => kube::Api::all(client.clone()),
-    }
 }
 
 fn id<K: Resource>(object: &K) -> String {

@@ -30,8 +30,8 @@ use evictkit_core::lifecycle::{self as core, Target};
 use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError, STALE_CACHE_RECHECK};
 use evictkit_runtime::http::Readiness;
-use evictkit_runtime::listed::listed;
 use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::watch::{Objects, Watches};
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
 use jiff::{SignedDuration, Timestamp};
@@ -39,8 +39,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -48,9 +48,9 @@ use self::evictions::reconcile_eviction;
 use self::index::{ByTarget, Targeting};
 pub use self::metrics::LifecycleMetrics;
 use self::requests::reconcile_request;
+use crate::id;
 use crate::request_controller::OwnWrites;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use crate::{api, id};
 use evictkit_runtime::backoff::{Backoff, PerObject};
 
 /// The API's heartbeat deadline: the v1.37 apiserver refuses to let a responder go earlier.
@@ -146,11 +146,14 @@ pub(crate) async fn control(
         api = LIFECYCLE_API_VERSION,
         "serving Kubernetes' own EvictionRequest API"
     );
-    let (request_store, request_writer) = reflector::store();
-    let (eviction_store, eviction_writer) = reflector::store();
+    let watches = Watches::new(client.clone(), token.clone());
+    let namespace = settings.namespace.as_deref();
+    let request_watch = watches.within::<EvictionRequest>(namespace, watcher::Config::default());
+    let eviction_watch = watches.within::<Eviction>(namespace, watcher::Config::default());
+    let (request_store, eviction_store) = (request_watch.store(), eviction_watch.store());
     let pod_changes = pod_watch.changes();
     let context = Arc::new(Context {
-        client: client.clone(),
+        client,
         settings: settings.clone(),
         pods: pod_watch.pods.clone(),
         requests_by_target: ByTarget::new(),
@@ -159,93 +162,66 @@ pub(crate) async fn control(
         retries: PerObject::new(settings.backoff),
         written: OwnWrites::default(),
     });
-    let namespace = settings.namespace.as_deref();
     // Changes of one kind wake the reconciler of the other through these.
     let (to_evictions, eviction_triggers) = mpsc::unbounded::<ObjectRef<Eviction>>();
     let (to_requests, request_triggers) = mpsc::unbounded::<ObjectRef<EvictionRequest>>();
 
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker each
     // controller's runner needs ([`evictkit_runtime::listed`]).
-    let (requests_lister, requests_listed) = listed();
-    let (evictions_lister, evictions_listed) = listed();
     let pods_listed = pod_watch.listed.clone();
     let requests = {
         let (requests, store) = (context.requests_by_target.clone(), request_store.clone());
         let (evictions, to_evictions) = (context.evictions_by_target.clone(), to_evictions.clone());
         let (metrics, forget) = (settings.metrics.clone(), context.clone());
-        watcher(
-            api::<EvictionRequest>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(request)) = event {
-                forget.metrics.forget_request(request);
-                if let Some(uid) = request.metadata.uid.as_ref() {
-                    forget.written.forget(uid);
+        request_watch
+            .before_store(move |event| {
+                if let watcher::Event::Delete(request) = event {
+                    forget.metrics.forget_request(request);
+                    if let Some(uid) = request.metadata.uid.as_ref() {
+                        forget.written.forget(uid);
+                    }
                 }
-            }
-        })
-        .reflect(request_writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                requests.follow(event, &store);
-            }
-            requests_lister.observe(event);
-        })
-        .touched_objects()
-        .inspect(move |request| {
-            if let Ok(request) = request {
+            })
+            .events()
+            .inspect(move |event| requests.follow(event, &store))
+            .touched()
+            .inspect(move |request| {
                 metrics.request_queue.added(&ObjectRef::from_obj(request));
-            }
-            if let Ok(request) = request
-                && let (Some(ns), Some((name, uid))) = (request.namespace(), request.target())
-            {
-                for eviction in evictions.of(&ns, name, uid) {
-                    let _ = to_evictions.unbounded_send(ObjectRef::from_obj(eviction.as_ref()));
+                if let (Some(ns), Some((name, uid))) = (request.namespace(), request.target()) {
+                    for eviction in evictions.of(&ns, name, uid) {
+                        let _ = to_evictions.unbounded_send(ObjectRef::from_obj(eviction.as_ref()));
+                    }
                 }
-            }
-        })
+            })
+            .map(Ok)
     };
     let evictions = {
         let (evictions, store) = (context.evictions_by_target.clone(), eviction_store.clone());
         let (requests, to_requests) = (context.requests_by_target.clone(), to_requests.clone());
         let context = context.clone();
         let metrics = settings.metrics.clone();
-        watcher(
-            api::<Eviction>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(eviction)) = event {
-                context.metrics.forget_eviction(eviction);
-                if let Some(uid) = eviction.metadata.uid.as_ref() {
-                    context.retries.forget(uid);
-                    context.written.forget(uid);
+        eviction_watch
+            .before_store(move |event| {
+                if let watcher::Event::Delete(eviction) = event {
+                    context.metrics.forget_eviction(eviction);
+                    if let Some(uid) = eviction.metadata.uid.as_ref() {
+                        context.retries.forget(uid);
+                        context.written.forget(uid);
+                    }
                 }
-            }
-        })
-        .reflect(eviction_writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                evictions.follow(event, &store);
-            }
-            evictions_lister.observe(event);
-        })
-        .touched_objects()
-        .inspect(move |eviction| {
-            if let Ok(eviction) = eviction {
+            })
+            .events()
+            .inspect(move |event| evictions.follow(event, &store))
+            .touched()
+            .inspect(move |eviction| {
                 metrics.eviction_queue.added(&ObjectRef::from_obj(eviction));
-            }
-            if let Ok(eviction) = eviction
-                && let (Some(ns), Some((name, uid))) = (eviction.namespace(), eviction.target())
-            {
-                for request in requests.of(&ns, name, uid) {
-                    let _ = to_requests.unbounded_send(ObjectRef::from_obj(request.as_ref()));
+                if let (Some(ns), Some((name, uid))) = (eviction.namespace(), eviction.target()) {
+                    for request in requests.of(&ns, name, uid) {
+                        let _ = to_requests.unbounded_send(ObjectRef::from_obj(request.as_ref()));
+                    }
                 }
-            }
-        })
+            })
+            .map(Ok)
     };
     // A pod's change (or deletion) concerns the Evictions of its UID.
     let pod_changes = {
@@ -269,13 +245,11 @@ pub(crate) async fn control(
 
     // Every cache complete before the first decision: a pod missing from a half-filled cache
     // would otherwise read as "deleted".
-    let ready = futures::FutureExt::shared(Box::pin(async move {
-        future::join3(
-            requests_listed.wait(),
-            evictions_listed.wait(),
-            pods_listed.wait(),
-        )
-        .await;
+    let ready = futures::FutureExt::shared(Box::pin({
+        let listed = watches.listed();
+        async move {
+            future::join(listed, pods_listed.wait()).await;
+        }
     }));
     let listed = settings.listing.as_ref().map(|readiness| {
         let ready = ready.clone();

@@ -17,20 +17,20 @@ use evictkit_runtime::events::EventRecorder;
 use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
 use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::http::Readiness;
-use evictkit_runtime::listed::listed;
 use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::watch::{Objects, Watches};
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::actions::{add_owner, apply_status, expire, imperative_eviction, patch_labels, record};
 use crate::metrics::RequestMetrics;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use crate::{Key, api, id, warn};
+use crate::{Key, id, warn};
 
 /// What the flags decide, shared by every term of leadership.
 pub(crate) struct Settings {
@@ -141,41 +141,35 @@ pub(crate) async fn control(
     pod_watch: PodWatch,
     token: CancellationToken,
 ) {
-    let (request_store, request_writer) = reflector::store();
+    let watches = Watches::new(client.clone(), token.clone());
+    let requests = watches
+        .within::<EvictionRequest>(settings.namespace.as_deref(), watcher::Config::default());
+    let request_store = requests.store();
     let pod_changes = pod_watch.changes();
     let context = Arc::new(Context {
-        client: client.clone(),
+        client,
         settings: settings.clone(),
         pods: pod_watch.pods.clone(),
         retries: PerObject::new(settings.backoff),
         written: OwnWrites::default(),
     });
-    let requests_api = api::<EvictionRequest>(&client, settings.namespace.as_deref());
 
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
     // controller's runner needs ([`evictkit_runtime::listed`]).
-    let (requests_lister, requests_listed) = listed();
-    let pods_listed = pod_watch.listed.clone();
+    let (requests_listed, pods_listed) = (requests.listed(), pod_watch.listed.clone());
     let requests = {
         let context = context.clone();
-        watcher(requests_api, watcher::Config::default())
-            .default_backoff()
-            .inspect(move |event| {
-                if let Ok(watcher::Event::Delete(request)) = event {
+        let metrics = settings.metrics.queue.clone();
+        requests
+            .before_store(move |event| {
+                if let watcher::Event::Delete(request) = event {
                     context.forget(&ObjectRef::from_obj(request));
                 }
             })
-            .reflect(request_writer)
-            .inspect(move |event| requests_lister.observe(event))
-            .applied_objects()
-            .inspect({
-                let metrics = settings.metrics.queue.clone();
-                move |request| {
-                    if let Ok(request) = request {
-                        metrics.added(&ObjectRef::from_obj(request));
-                    }
-                }
-            })
+            .events()
+            .applied()
+            .inspect(move |request| metrics.added(&ObjectRef::from_obj(request)))
+            .map(Ok)
     };
 
     // A pod's change (or deletion) concerns the request named after its UID, if there is one.

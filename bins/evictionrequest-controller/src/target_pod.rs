@@ -17,18 +17,17 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evictkit_runtime::listed::{Listed, listed};
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::listed::Listed;
+use evictkit_runtime::watch::{Objects, Watches};
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus::IntCounterVec;
 
-use crate::api;
 use crate::cache::CachedPod;
 
 #[derive(Clone)]
@@ -87,8 +86,8 @@ impl TargetPods {
         }
     }
 
-    /// Notes the deletions the pod watch reports (call it on the watch's events before the
-    /// cache applies them). Deletions missed while the watch was down are not known here:
+    /// Notes the deletions the pod watch reports (before the cache applies them: a reconcile
+    /// that no longer finds the pod cached finds its removal here, and reads nothing). Deletions missed while the watch was down are not known here:
     /// their pods are read once more, as before.
     fn observe(&self, event: &watcher::Event<CachedPod>) {
         if let watcher::Event::Delete(pod) = event
@@ -181,52 +180,36 @@ pub(crate) struct PodWatch {
 const CHANGES_BUFFER: usize = 1024;
 
 impl PodWatch {
-    /// Watches the pods of `namespace` (all if `None`) until `token` is cancelled.
+    /// Watches the pods of `namespace` (all if `None`), one of `watches`.
     pub(crate) fn start(
-        client: &Client,
+        watches: &Watches,
         namespace: Option<&str>,
         live_reads: IntCounterVec,
-        token: CancellationToken,
     ) -> Self {
-        let (store, writer) = reflector::store();
-        let pods = TargetPods::new(client.clone(), store, live_reads);
-        let (lister, listed) = listed();
+        let watch = watches.within::<CachedPod>(namespace, watcher::Config::default());
+        let pods = TargetPods::new(watches.client().clone(), watch.store(), live_reads);
+        let listed = watch.listed();
         let subscribers: Arc<Mutex<Vec<mpsc::Sender<Arc<CachedPod>>>>> = Arc::default();
         let changes = {
             let (deletions, subscribers) = (pods.clone(), subscribers.clone());
-            watcher(
-                api::<CachedPod>(client, namespace),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .inspect(move |event| {
-                if let Ok(event) = event {
-                    deletions.observe(event);
-                }
-            })
-            .reflect(writer)
-            .inspect(move |event| lister.observe(event))
-            .touched_objects()
-            .for_each(move |pod| {
-                let subscribers = subscribers.clone();
-                async move {
-                    let Ok(pod) = pod else { return };
-                    let pod = Arc::new(pod);
-                    let senders = lock(&subscribers).clone();
-                    for mut sender in senders {
-                        // A controller whose term ended has dropped its receiver.
-                        let _ = sender.send(pod.clone()).await;
+            watch
+                .before_store(move |event| deletions.observe(event))
+                .events()
+                .touched()
+                .for_each(move |pod| {
+                    let subscribers = subscribers.clone();
+                    async move {
+                        let pod = Arc::new(pod);
+                        let senders = lock(&subscribers).clone();
+                        for mut sender in senders {
+                            // A controller whose term ended has dropped its receiver.
+                            let _ = sender.send(pod.clone()).await;
+                        }
+                        lock(&subscribers).retain(|sender| !sender.is_closed());
                     }
-                    lock(&subscribers).retain(|sender| !sender.is_closed());
-                }
-            })
+                })
         };
-        tokio::spawn(async move {
-            tokio::select! {
-                () = changes => {}
-                () = token.cancelled() => {}
-            }
-        });
+        tokio::spawn(changes);
         Self {
             pods,
             listed,

@@ -11,20 +11,18 @@
 //! apiserver refuses.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use evictkit_runtime::index::Grouped;
-use futures::StreamExt;
+use evictkit_runtime::listed::{Listed, listed as listed_signal};
+use evictkit_runtime::watch::{Watched, Watches};
+use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
-use kube::runtime::watcher::{self, Config, Event};
-use kube::runtime::{WatchStreamExt, reflector::Lookup};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
-use tokio_util::sync::CancellationToken;
+use kube::Resource;
+use kube::runtime::reflector::{Lookup, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher::{Config, Event};
 
 use evictkit_api::PodDisruptionBudgetPolicy;
 
@@ -37,23 +35,21 @@ use selections::Selections;
 /// One kind's watch cache: kube-runtime's reflector store of the objects as the projection
 /// keeps them, with (for kinds a review reads per namespace) the index by namespace.
 pub struct Cache<K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static> {
-    kind: &'static str,
     store: Store<K>,
     by_namespace: Option<RwLock<Grouped<K>>>,
-    synced: AtomicBool,
+    listed: Listed,
 }
 
 impl<K> Cache<K>
 where
     K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
 {
-    fn new(kind: &'static str, store: Store<K>, namespaced: bool) -> Arc<Self> {
+    fn new(store: Store<K>, listed: Listed, namespaced: bool) -> Arc<Self> {
         Arc::new(Self {
-            kind,
             store,
             by_namespace: namespaced
                 .then(|| RwLock::new(Grouped::new(|k: &K| k.meta().namespace.clone(), |_| true))),
-            synced: AtomicBool::new(false),
+            listed,
         })
     }
 
@@ -84,23 +80,19 @@ where
     }
 
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Relaxed)
+        self.listed.is_listed()
     }
 
     /// Follows one event the reflector has applied to the store; returns the objects that
     /// left the cache with it (deleted, or not listed again by a relist).
     fn follow(&self, event: &Event<K>) -> Vec<ObjectRef<K>> {
-        let gone = match &self.by_namespace {
+        match &self.by_namespace {
             Some(index) => index
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .apply(event, &self.store),
             None => Vec::new(),
-        };
-        if matches!(event, Event::InitDone) {
-            self.synced.store(true, Ordering::Relaxed);
         }
-        gone
     }
 }
 
@@ -158,42 +150,14 @@ fn follow_pdbs(selections: &Arc<RwLock<Selections>>) -> Then<PodDisruptionBudget
 }
 
 impl Caches {
-    /// Starts the watches; they stop with `shutdown`.
-    pub fn start(client: &Client, shutdown: &CancellationToken) -> Self {
+    /// Starts the watches, each one of `watches`.
+    pub fn start(watches: &Watches) -> Self {
         let selections = Arc::default();
         Self {
-            pods: watch(
-                client,
-                "Pod",
-                true,
-                |_| {},
-                follow_pods(&selections),
-                shutdown,
-            ),
-            pdbs: watch(
-                client,
-                "PodDisruptionBudget",
-                true,
-                project_pdb,
-                follow_pdbs(&selections),
-                shutdown,
-            ),
-            namespaces: watch(
-                client,
-                "Namespace",
-                false,
-                project_namespace,
-                nothing(),
-                shutdown,
-            ),
-            policies: watch(
-                client,
-                "PodDisruptionBudgetPolicy",
-                false,
-                |_| {},
-                nothing(),
-                shutdown,
-            ),
+            pods: watch(watches, true, |_| {}, follow_pods(&selections)),
+            pdbs: watch(watches, true, project_pdb, follow_pdbs(&selections)),
+            namespaces: watch(watches, false, project_namespace, nothing()),
+            policies: watch(watches, false, |_| {}, nothing()),
             selections,
         }
     }
@@ -278,95 +242,50 @@ impl Caches {
         let selections = Arc::default();
         Self {
             pods: listed(
-                "Pod",
                 true,
                 |_| {},
                 follow_pods(&selections),
                 pods.into_iter().map(CachedPod::from).collect(),
             ),
-            pdbs: listed(
-                "PodDisruptionBudget",
-                true,
-                project_pdb,
-                follow_pdbs(&selections),
-                pdbs,
-            ),
-            namespaces: listed("Namespace", false, project_namespace, nothing(), namespaces),
-            policies: listed(
-                "PodDisruptionBudgetPolicy",
-                false,
-                |_| {},
-                nothing(),
-                policies,
-            ),
+            pdbs: listed(true, project_pdb, follow_pdbs(&selections), pdbs),
+            namespaces: listed(false, project_namespace, nothing(), namespaces),
+            policies: listed(false, |_| {}, nothing(), policies),
             selections,
         }
     }
 }
 
-/// Starts the watch of one kind: reflected into its store (as `project` keeps it), then
-/// followed by the cache and by `then`. A watch error is logged and the watcher retries with backoff (the
-/// cache keeps serving its last state meanwhile).
+/// Starts the watch of one kind: stored as `project` keeps it, then followed by the cache and
+/// by `then`. The cache serves its last state while the watch backs off an error.
 fn watch<K>(
-    client: &Client,
-    kind: &'static str,
+    watches: &Watches,
     namespaced: bool,
     project: fn(&mut K),
     then: Then<K>,
-    shutdown: &CancellationToken,
 ) -> Arc<Cache<K>>
 where
-    K: Resource<DynamicType = ()>
-        + Lookup<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched + Lookup<DynamicType = ()>,
 {
-    let (store, writer) = reflector::store();
-    let cache = Cache::new(kind, store, namespaced);
-    let events = watcher::watcher(
-        Api::<K>::all(client.clone()),
-        Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .modify(project)
-    .reflect(writer);
-    let (following, shutdown) = (cache.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(events);
-        loop {
-            let event = tokio::select! {
-                () = shutdown.cancelled() => return,
-                event = events.next() => event,
-            };
-            match event {
-                None => return,
-                Some(Ok(event)) => then(&event, &following.follow(&event)),
-                Some(Err(error)) => {
-                    tracing::warn!(kind = following.kind, %error, "watch failed; retrying");
-                }
-            }
-        }
-    });
+    let watch = watches
+        .all::<K>(Config::default().any_semantic())
+        .modify(project);
+    let cache = Cache::new(watch.store(), watch.listed(), namespaced);
+    let following = cache.clone();
+    tokio::spawn(watch.events().for_each(move |event| {
+        then(&event, &following.follow(&event));
+        future::ready(())
+    }));
     cache
 }
 
 /// A cache that listed `objects` once.
-fn listed<K>(
-    kind: &'static str,
-    namespaced: bool,
-    project: fn(&mut K),
-    then: Then<K>,
-    objects: Vec<K>,
-) -> Arc<Cache<K>>
+fn listed<K>(namespaced: bool, project: fn(&mut K), then: Then<K>, objects: Vec<K>) -> Arc<Cache<K>>
 where
     K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
 {
     let mut writer = Writer::default();
-    let cache = Cache::new(kind, writer.as_reader(), namespaced);
+    let (lister, listed) = listed_signal();
+    let cache = Cache::new(writer.as_reader(), listed, namespaced);
     let mut events = vec![Event::Init];
     events.extend(objects.into_iter().map(|mut object| {
         project(&mut object);
@@ -377,6 +296,7 @@ where
         writer.apply_watcher_event(event);
         then(event, &cache.follow(event));
     }
+    lister.done();
     cache
 }
 

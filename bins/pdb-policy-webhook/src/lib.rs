@@ -24,7 +24,6 @@ pub mod metrics;
 pub mod status;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -91,7 +90,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut manager = Manager::start(COMPONENT, &args.common, serves_webhook).await?;
     let client = manager.client().clone();
     let own_metrics = metrics::WebhookMetrics::register(manager.metrics())?;
-    let caches = Caches::start(&client, manager.shutdown());
+    let caches = Caches::start(manager.watches());
     if serves_webhook {
         // The eviction webhook's reads on a client of their own, without the QPS limit: behind
         // the watches' limit a drain's reviews queued past the apiserver's timeout. They are
@@ -121,10 +120,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     // Ready once every cache has listed: before that a review would miss PDBs and pods.
-    manager.ready_when(async move {
-        while !caches.is_synced() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    manager.ready_when(manager.watches().listed());
     Ok(manager.run().await?)
 }

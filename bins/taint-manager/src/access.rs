@@ -31,8 +31,8 @@ pub fn denied_verb(error: &watcher::Error) -> Option<&'static str> {
 /// The watches RBAC denies now, and the readiness they decide.
 pub struct Access {
     readiness: Readiness,
-    /// Resource -> denied verb.
-    denied: Mutex<BTreeMap<&'static str, &'static str>>,
+    /// Resource (as the watch names it, e.g. `nodes`) -> denied verb.
+    denied: Mutex<BTreeMap<String, &'static str>>,
 }
 
 impl Access {
@@ -43,20 +43,21 @@ impl Access {
         }
     }
 
-    /// Takes note of one result of the watch of `resource` (e.g. "pods").
-    pub fn observe<T>(&self, resource: &'static str, result: &Result<T, watcher::Error>) {
+    /// Takes note of one result of the watch of `resource`: each watch of a term reports here
+    /// (`evictkit_runtime::watch::Watches::reporting`).
+    pub fn observe(&self, resource: &str, result: Result<(), &watcher::Error>) {
         let mut denied = self.denied.lock().unwrap_or_else(|p| p.into_inner());
         match result {
             Err(error) => match denied_verb(error) {
                 Some(verb) => {
-                    if denied.insert(resource, verb).is_none() {
+                    if denied.insert(resource.to_owned(), verb).is_none() {
                         tracing::error!(verb, resource, %error, "RBAC denies the taint-manager to {verb} {resource}: not ready until it may (see the chart's ClusterRole)");
                     }
                     self.readiness.set_ready(false);
                 }
                 None => tracing::warn!(resource, %error, "watch failed; retrying"),
             },
-            Ok(_) => {
+            Ok(()) => {
                 if denied.remove(resource).is_some() {
                     tracing::info!(resource, "watch allowed again");
                     if denied.is_empty() {

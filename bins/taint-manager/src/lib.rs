@@ -70,16 +70,18 @@ use evictkit_runtime::eviction::{EvictionClient, EvictionError};
 use evictkit_runtime::eviction_request::EvictionRequestError;
 use evictkit_runtime::http::Readiness;
 use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::listed::{Listed, listed};
+use evictkit_runtime::listed::Listed;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::pod_condition::PodConditionError;
 use evictkit_runtime::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::watch::Watches;
 use futures::{StreamExt, future, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::cache::{CachedPod, pods_by_node};
@@ -340,24 +342,22 @@ impl std::ops::Deref for Context {
 
 /// The watches and the controller of one term as leader, built afresh from the API.
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
-    let (node_store, node_writer) = reflector::store();
-    let (pod_store, pod_writer) = reflector::store();
-    let (namespace_store, namespace_writer) = reflector::store();
-    let (policy_store, policy_writer) = reflector::store();
-    // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
-    // controller's runner needs ([`evictkit_runtime::listed`]).
-    let (pods_lister, pods_listed) = listed();
-    let (nodes_lister, nodes_listed) = listed();
-    let (namespaces_lister, namespaces_listed) = listed();
-    let (policies_lister, policies_listed) = listed();
-    let caches = (
-        pods_listed,
-        nodes_listed.clone(),
-        namespaces_listed.clone(),
-        policies_listed.clone(),
-    );
-    let readiness = settings.readiness.clone();
+    let rbac = settings.access.clone();
+    let watches = Watches::new(client.clone(), token.clone())
+        .reporting(move |watch, result| rbac.observe(watch, result));
     let policies_installed = access::policy_crd_installed(&client).await;
+    let pods = watches.within::<CachedPod>(
+        settings.namespace.as_deref(),
+        watcher::Config::default().fields("spec.nodeName!="),
+    );
+    let nodes = watches.all::<Node>(watcher::Config::default());
+    let namespaces = watches.all::<Namespace>(watcher::Config::default());
+    let mut policy_config = watcher::Config::default();
+    if let Some(selector) = &settings.policy_selector {
+        policy_config = policy_config.labels(selector);
+    }
+    // Without the CRD the watch never runs (see below): its cache stays empty.
+    let policies = watches.all::<TaintEvictionPolicy>(policy_config);
     let own_requests = Arc::new(requests::OwnRequests::default());
     let followed = requests::followed(
         &client,
@@ -366,41 +366,39 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     )
     .await;
     let (requests_listed, follow_requests) = requests::follow(
-        &client,
+        &watches,
         followed,
         settings.namespace.as_deref(),
         own_requests.clone(),
-        settings.access.clone(),
-        token.clone(),
     );
-    let requests_waited = requests_listed.clone();
     // Ready once every cache has listed: before, a pod would be planned against missing
     // nodes, namespaces or policies, and one no longer due against none of our requests.
-    let listed = readiness.until_listed(async move {
-        let (pods, nodes, namespaces, policies) = caches;
-        future::join3(pods.wait(), nodes.wait(), namespaces.wait()).await;
-        if policies_installed {
-            policies.wait().await;
+    // Never a store's `wait_until_ready`, whose one waker the controller's runner needs
+    // ([`evictkit_runtime::listed`]).
+    let listed = settings.readiness.until_listed({
+        let listed = watches.listed();
+        async move {
+            listed.await;
+            tracing::info!("caches listed");
         }
-        future::join_all(requests_waited.iter().map(Listed::wait)).await;
-        tracing::info!("caches listed");
     });
     settings
         .metrics
         .policy_crd_installed
         .set(i64::from(policies_installed));
     let backoff = settings.backoff;
+    let (pod_store, node_store, policy_store) = (pods.store(), nodes.store(), policies.store());
     let context = Arc::new(Context {
         policies_installed,
         client: client.clone(),
         settings,
         term: token.clone(),
         nodes: node_store.clone(),
-        namespaces: namespace_store,
+        namespaces: namespaces.store(),
         policies: policy_store.clone(),
-        nodes_listed,
-        namespaces_listed,
-        policies_listed,
+        nodes_listed: nodes.listed(),
+        namespaces_listed: namespaces.listed(),
+        policies_listed: policies.listed(),
         requests: own_requests,
         requests_listed,
         planning_since: Timestamp::now(),
@@ -410,46 +408,17 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     });
     let index = Arc::new(Mutex::new(pods_by_node()));
 
-    let pods = watches::pods(
-        &client,
-        pod_writer,
-        pods_lister,
-        index.clone(),
-        context.clone(),
-    );
+    let pods = watches::pods(pods, index.clone(), context.clone());
     let mut triggers = vec![
-        watches::node_changes(
-            &client,
-            node_writer,
-            nodes_lister,
-            index.clone(),
-            context.clone(),
-        )
-        .boxed(),
-        watches::namespace_changes(
-            &client,
-            namespace_writer,
-            namespaces_lister,
-            node_store.clone(),
-            index.clone(),
-            policy_store.clone(),
-            context.access.clone(),
-        )
-        .boxed(),
+        watches::node_changes(nodes, index.clone(), context.clone()).boxed(),
+        watches::namespace_changes(namespaces, node_store.clone(), index.clone(), policy_store)
+            .boxed(),
     ];
     if policies_installed {
-        triggers.push(
-            watches::policy_changes(
-                &client,
-                policy_writer,
-                policies_lister,
-                node_store,
-                index.clone(),
-                context.policy_selector.as_deref(),
-                context.access.clone(),
-            )
-            .boxed(),
-        );
+        triggers.push(watches::policy_changes(policies, node_store, index.clone()).boxed());
+    } else {
+        // Never followed: gone now, its list signal holds no waiter back.
+        drop(policies);
     }
     let triggers = stream::select_all(triggers);
 

@@ -19,14 +19,13 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_core::lifecycle::{INTENT_EVICTION, ROLE_REQUESTER};
 use evictkit_runtime::lifecycle_request::{self, ApiMode, Apis};
-use evictkit_runtime::listed::{Listed, Lister, listed};
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::listed::Listed;
+use evictkit_runtime::watch::Watches;
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 
-use crate::access::Access;
 use crate::cache::CachedPod;
 
 /// A pod by namespace, name and UID (a same-named successor is another pod).
@@ -186,86 +185,39 @@ pub async fn followed(client: &Client, requested: ApiMode, using: ApiMode) -> Ap
     }
 }
 
-/// Follows the taint-manager's requests on the APIs `followed` into `requests` until `token` is
-/// cancelled; the returned signals say when each watch has listed.
+/// Follows the taint-manager's requests on the APIs `followed` into `requests`, each a watch of
+/// `watches` (the store left empty: the record is all it keeps); the returned signals say when
+/// each has listed.
 pub fn follow(
-    client: &Client,
+    watches: &Watches,
     followed: Apis,
     namespace: Option<&str>,
     requests: Arc<OwnRequests>,
-    access: Arc<Access>,
-    token: CancellationToken,
 ) -> (Vec<Listed>, impl Future<Output = ()> + Send + 'static) {
     let mut signals = Vec::new();
-    let mut watches = Vec::new();
+    let mut follows = Vec::new();
     if followed.crd {
-        let (lister, signal) = listed();
-        signals.push(signal);
-        let api: Api<EvictionRequest> = api(client, namespace);
+        let watch = watches.within::<EvictionRequest>(namespace, watcher::Config::default());
+        signals.push(watch.listed());
         let requests = requests.clone();
-        let events = watcher(api, watcher::Config::default()).default_backoff();
-        watches.push(
-            run(
-                events,
-                "evictionrequests",
-                lister,
-                access.clone(),
-                move |e| requests.apply_crd(e),
-            )
-            .boxed(),
-        );
+        let follow = watch.events_unstored().for_each(move |event| {
+            requests.apply_crd(&event);
+            future::ready(())
+        });
+        follows.push(follow.boxed());
     }
     if followed.lifecycle {
-        let (lister, signal) = listed();
-        signals.push(signal);
-        let api: Api<LifecycleRequest> = api(client, namespace);
         let own = format!("{TAINT_MANAGER_REQUESTER_KEY}={ROLE_REQUESTER}");
-        let events = watcher(api, watcher::Config::default().labels(&own)).default_backoff();
-        watches.push(
-            run(events, "evictionrequests", lister, access, move |e| {
-                requests.apply_lifecycle(e)
-            })
-            .boxed(),
-        );
-    }
-    let all = async move {
-        tokio::select! {
-            () = token.cancelled() => {}
-            _ = future::join_all(watches) => {}
-        }
-    };
-    (signals, all)
-}
-
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// One watch: its events applied to the record, its access and listing noted.
-async fn run<K: Send + 'static>(
-    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    resource: &'static str,
-    lister: Lister,
-    access: Arc<Access>,
-    apply: impl Fn(&watcher::Event<K>) + Send + 'static,
-) {
-    events
-        .for_each(|event| {
-            access.observe(resource, &event);
-            if let Ok(event) = &event {
-                apply(event);
-            }
-            lister.observe(&event);
+        let watch =
+            watches.within::<LifecycleRequest>(namespace, watcher::Config::default().labels(&own));
+        signals.push(watch.listed());
+        let follow = watch.events_unstored().for_each(move |event| {
+            requests.apply_lifecycle(&event);
             future::ready(())
-        })
-        .await;
+        });
+        follows.push(follow.boxed());
+    }
+    (signals, future::join_all(follows).map(drop))
 }
 
 #[cfg(test)]

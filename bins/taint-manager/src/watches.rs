@@ -9,14 +9,13 @@ use std::sync::{Arc, Mutex};
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
 use evictkit_runtime::events::EventType;
 use evictkit_runtime::leader::spawn_in_term;
-use evictkit_runtime::listed::Lister;
+use evictkit_runtime::watch::{Objects, Watch};
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 
-use crate::access::Access;
 use crate::actions::record;
 use crate::cache::{CachedPod, FirstSeen, PodsByNode, node_ready, on_node, strip_namespace};
 use crate::zone_guard::{zone_guard, zone_of};
@@ -25,34 +24,24 @@ use crate::{Context, name_of, taints_of};
 /// Pods bound to a node only (the taints of a node concern the pods on it), indexed by node;
 /// a pod that goes away is forgotten, with a "Cancelling deletion" Event if it was waiting.
 pub fn pods(
-    client: &Client,
-    writer: reflector::store::Writer<CachedPod>,
-    lister: Lister,
+    watch: Watch<CachedPod>,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
 ) -> impl Stream<Item = Result<CachedPod, watcher::Error>> + Send + 'static {
-    let api = match &context.namespace {
-        Some(namespace) => Api::<CachedPod>::namespaced(client.clone(), namespace),
-        None => Api::<CachedPod>::all(client.clone()),
-    };
-    let store = writer.as_reader();
-    watcher(api, watcher::Config::default().fields("spec.nodeName!="))
-        .default_backoff()
-        .reflect(writer)
+    let store = watch.store();
+    watch
+        .events()
         .inspect(move |event| {
-            context.access.observe("pods", event);
-            lister.observe(event);
-            if let Ok(event) = event {
-                let gone = index
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .apply(event, &store);
-                for pod in gone {
-                    pod_gone(&context, pod);
-                }
+            let gone = index
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .apply(event, &store);
+            for pod in gone {
+                pod_gone(&context, pod);
             }
         })
-        .applied_objects()
+        .applied()
+        .map(Ok)
 }
 
 /// A pod went away: drop its state, and say so if its removal was still scheduled.
@@ -77,9 +66,7 @@ type NodeFacts = (Option<(String, bool)>, Vec<Taint>);
 /// readiness also re-runs the zone guard, and the pods of zones whose state changed are
 /// re-planned.
 pub fn node_changes(
-    client: &Client,
-    writer: reflector::store::Writer<Node>,
-    lister: Lister,
+    watch: Watch<Node>,
     index: Arc<Mutex<PodsByNode>>,
     context: Arc<Context>,
 ) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
@@ -94,82 +81,61 @@ pub fn node_changes(
         }
     };
     let mut previous: HashMap<String, NodeFacts> = HashMap::new();
-    let access = context.access.clone();
     let mut synced = false;
-    watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer)
-        .filter_map(move |event| {
-            access.observe("nodes", &event);
-            lister.observe(&event);
-            future::ready(event.ok())
-        })
-        .flat_map(move |event| {
-            let mut pods = Vec::new();
-            let mut zone_may_change = false;
-            match &event {
-                watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
-                    let name = node.name_any();
-                    // Zone and readiness matter to the zone guard only: without it, a
-                    // node's readiness change re-plans none of its pods.
-                    let zone = context
-                        .zone_guard
-                        .then(|| (zone_of(node), node_ready(node)));
-                    let now = (zone, taints_of(node).to_vec());
-                    if previous.get(&name) != Some(&now) {
-                        pods = on_node(&index.lock().unwrap_or_else(|p| p.into_inner()), &name);
-                        previous.insert(name, now);
-                        zone_may_change = true;
-                    }
-                }
-                watcher::Event::Delete(node) => {
-                    let name = node.name_any();
-                    previous.remove(&name);
-                    first_seen
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .forget(&name);
+    watch.modify(strip).events().flat_map(move |event| {
+        let mut pods = Vec::new();
+        let mut zone_may_change = false;
+        match &event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                let name = node.name_any();
+                // Zone and readiness matter to the zone guard only: without it, a
+                // node's readiness change re-plans none of its pods.
+                let zone = context
+                    .zone_guard
+                    .then(|| (zone_of(node), node_ready(node)));
+                let now = (zone, taints_of(node).to_vec());
+                if previous.get(&name) != Some(&now) {
+                    pods = on_node(&index.lock().unwrap_or_else(|p| p.into_inner()), &name);
+                    previous.insert(name, now);
                     zone_may_change = true;
                 }
-                watcher::Event::InitDone => {
-                    synced = true;
-                    zone_may_change = true;
-                }
-                watcher::Event::Init => {}
             }
-            if context.zone_guard && synced && zone_may_change {
-                pods.extend(zone_guard(&context, &index));
+            watcher::Event::Delete(node) => {
+                let name = node.name_any();
+                previous.remove(&name);
+                first_seen
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .forget(&name);
+                zone_may_change = true;
             }
-            stream::iter(pods)
-        })
+            watcher::Event::InitDone => {
+                synced = true;
+                zone_may_change = true;
+            }
+            watcher::Event::Init => {}
+        }
+        if context.zone_guard && synced && zone_may_change {
+            pods.extend(zone_guard(&context, &index));
+        }
+        stream::iter(pods)
+    })
 }
 
 /// TaintEvictionPolicy watch (only those `--policy-selector` selects): any change re-plans the
 /// pods on tainted nodes.
 pub fn policy_changes(
-    client: &Client,
-    writer: reflector::store::Writer<TaintEvictionPolicy>,
-    lister: Lister,
+    watch: Watch<TaintEvictionPolicy>,
     nodes: Store<Node>,
     index: Arc<Mutex<PodsByNode>>,
-    selector: Option<&str>,
-    access: Arc<Access>,
 ) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
-    let mut config = watcher::Config::default();
-    if let Some(selector) = selector {
-        config = config.labels(selector);
-    }
-    watcher(Api::<TaintEvictionPolicy>::all(client.clone()), config)
-        .default_backoff()
-        .reflect(writer)
+    watch
+        .events()
         .filter_map(move |event| {
-            access.observe("taintevictionpolicies", &event);
-            lister.observe(&event);
             future::ready(match event {
-                Ok(
-                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
-                ) => Some(stream::iter(pods_on_tainted_nodes(&nodes, &index))),
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone => {
+                    Some(stream::iter(pods_on_tainted_nodes(&nodes, &index)))
+                }
                 _ => None,
             })
         })
@@ -179,32 +145,23 @@ pub fn policy_changes(
 /// Namespace watch: namespace labels matter only to policies' namespaceSelectors, so a change
 /// re-plans the pods on tainted nodes only while there are policies.
 pub fn namespace_changes(
-    client: &Client,
-    writer: reflector::store::Writer<Namespace>,
-    lister: Lister,
+    watch: Watch<Namespace>,
     nodes: Store<Node>,
     index: Arc<Mutex<PodsByNode>>,
     policies: Store<TaintEvictionPolicy>,
-    access: Arc<Access>,
 ) -> impl Stream<Item = ObjectRef<CachedPod>> + Send + 'static {
-    watcher(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(strip_namespace)
-    .reflect(writer)
-    .filter_map(move |event| {
-        access.observe("namespaces", &event);
-        lister.observe(&event);
-        future::ready(match event {
-            Ok(watcher::Event::Apply(_)) if !policies.state().is_empty() => {
-                Some(stream::iter(pods_on_tainted_nodes(&nodes, &index)))
-            }
-            _ => None,
+    watch
+        .modify(strip_namespace)
+        .events()
+        .filter_map(move |event| {
+            future::ready(match event {
+                watcher::Event::Apply(_) if !policies.state().is_empty() => {
+                    Some(stream::iter(pods_on_tainted_nodes(&nodes, &index)))
+                }
+                _ => None,
+            })
         })
-    })
-    .flatten()
+        .flatten()
 }
 
 fn pods_on_tainted_nodes(
