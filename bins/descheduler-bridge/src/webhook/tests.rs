@@ -1,14 +1,12 @@
-//! Reviews against a recording fake apiserver: which answers come from the caches alone.
-
-use std::sync::Mutex;
+//! Reviews against the recording fake apiserver ([`evictkit_fake_api`]): which answers come
+//! from the caches alone.
 
 use evictkit_api::keys::{
     DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY,
 };
+use evictkit_fake_api::{Answer, FakeApi};
 use evictkit_runtime::lifecycle_request::ApiMode;
 use evictkit_runtime::requester::RequesterNames;
-use http::{Request, Response};
-use kube::client::Body;
 use serde_json::Value;
 
 use super::*;
@@ -32,18 +30,9 @@ fn opted_in() -> Value {
     pod(json!({ DESCHEDULER_REQUEST_EVICT_ONLY: "" }))
 }
 
-/// A fake apiserver answering every call with `pod`; it records each call as `METHOD path`.
-fn apiserver(pod: Value) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let calls = Arc::new(Mutex::new(Vec::new()));
-    let seen = calls.clone();
-    let service = tower::service_fn(move |call: Request<Body>| {
-        seen.lock()
-            .unwrap()
-            .push(format!("{} {}", call.method(), call.uri().path()));
-        let answer = serde_json::to_vec(&pod).unwrap();
-        async move { Ok::<_, std::convert::Infallible>(Response::new(Body::from(answer))) }
-    });
-    (Client::new(service, "default"), calls)
+/// A fake apiserver answering every call with `pod`.
+fn apiserver(pod: Value) -> FakeApi {
+    FakeApi::new().on("*", "*", Answer::object(pod))
 }
 
 /// A replica's context on the CRD, nobody else asking for any pod, its pod cache listed with
@@ -100,42 +89,36 @@ fn in_background() -> Admission {
 
 #[tokio::test]
 async fn a_cached_opted_in_pod_is_answered_without_an_api_call() {
-    let (client, calls) = apiserver(opted_in());
-    let context = context(client, vec![opted_in()]).await;
+    let api = apiserver(opted_in());
+    let context = context(api.client(), vec![opted_in()]).await;
     assert_eq!(review(context, dry_run_eviction()).await, in_background());
-    assert_eq!(*calls.lock().unwrap(), Vec::<String>::new());
+    assert_eq!(api.lines(), Vec::<String>::new());
 }
 
 #[tokio::test]
 async fn a_pod_not_cached_is_read_from_the_api() {
-    let (client, calls) = apiserver(opted_in());
-    let context = context(client, Vec::new()).await;
+    let api = apiserver(opted_in());
+    let context = context(api.client(), Vec::new()).await;
     assert_eq!(review(context, dry_run_eviction()).await, in_background());
-    assert_eq!(
-        *calls.lock().unwrap(),
-        ["GET /api/v1/namespaces/ns/pods/web-0"]
-    );
+    assert_eq!(api.lines(), ["GET /api/v1/namespaces/ns/pods/web-0"]);
 }
 
 #[tokio::test]
 async fn a_pass_from_the_cache_is_confirmed_on_the_live_pod() {
     // The pod opted in a moment ago: the descheduler saw it, the cache not yet. Letting the
     // eviction through would evict at once a pod meant to leave in background.
-    let (client, calls) = apiserver(opted_in());
-    let stale = context(client, vec![pod(json!({}))]).await;
+    let api = apiserver(opted_in());
+    let stale = context(api.client(), vec![pod(json!({}))]).await;
     assert_eq!(review(stale, dry_run_eviction()).await, in_background());
-    assert_eq!(
-        *calls.lock().unwrap(),
-        ["GET /api/v1/namespaces/ns/pods/web-0"]
-    );
+    assert_eq!(api.lines(), ["GET /api/v1/namespaces/ns/pods/web-0"]);
     // And one that has not opted in passes after that read.
-    let (client, calls) = apiserver(pod(json!({})));
-    let current = context(client, vec![pod(json!({}))]).await;
+    let api = apiserver(pod(json!({})));
+    let current = context(api.client(), vec![pod(json!({}))]).await;
     assert_eq!(
         review(current, dry_run_eviction()).await,
         Admission::allow()
     );
-    assert_eq!(calls.lock().unwrap().len(), 1);
+    assert_eq!(api.lines(), ["GET /api/v1/namespaces/ns/pods/web-0"]);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! One pod's reconciles against a fake apiserver that answers every call at once and records
-//! it: the order of calls and cache states a watch delivers under load, replayed exactly.
+//! One pod's reconciles against the recording fake apiserver ([`evictkit_fake_api`]), which
+//! answers every call at once: the order of calls and cache states a watch delivers under load,
+//! replayed exactly.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +13,7 @@ use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
+use evictkit_fake_api::{Answer, FakeApi};
 use evictkit_runtime::backoff::{Backoff, PerObject};
 use evictkit_runtime::cli::ControllerArgs;
 use evictkit_runtime::events::EventRecorder;
@@ -22,12 +24,9 @@ use evictkit_runtime::listed::listed;
 use evictkit_runtime::metrics::Metrics;
 use evictkit_runtime::requester::{Requester, RequesterNames};
 use evictkit_runtime::shutdown::CancellationToken;
-use http::{Request, Response};
-use http_body_util::BodyExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
@@ -39,75 +38,31 @@ use crate::pod_state::Pacer;
 use crate::watches::pod_gone;
 use crate::{Context, Settings, access};
 
-/// The calls the fake apiserver got: `METHOD path`, and the notes of the Events created.
-#[derive(Default)]
-struct Calls {
-    requests: Vec<String>,
-    notes: Vec<String>,
-}
-
-/// A client whose apiserver answers a create with the object sent and anything else with
-/// `pod`, recording each call.
-fn apiserver(pod: Value) -> (Client, Arc<Mutex<Calls>>) {
+/// An apiserver that answers a create with the object sent and anything else with `pod`.
+fn apiserver(pod: Value) -> FakeApi {
     apiserver_failing_deletes(pod, 0)
 }
 
 /// As [`apiserver`], but the first `failing` deletes are answered 503, as by an apiserver
 /// that is shutting down.
-fn apiserver_failing_deletes(pod: Value, failing: usize) -> (Client, Arc<Mutex<Calls>>) {
-    apiserver_with(pod, None, failing)
+fn apiserver_failing_deletes(pod: Value, failing: usize) -> FakeApi {
+    let shutting_down = Answer::status(503, "ServiceUnavailable", "apiserver is shutting down");
+    let deletes = std::iter::repeat_n(shutting_down, failing).chain([Answer::object(pod.clone())]);
+    FakeApi::new()
+        .on("*", "*", Answer::object(pod))
+        .on_each("DELETE", "*", deletes)
+        .on("POST", "*", Answer::echo())
 }
 
-/// As [`apiserver`], with `request` the answer to every call about an EvictionRequest.
-fn apiserver_with_request(pod: Value, request: Value) -> (Client, Arc<Mutex<Calls>>) {
-    apiserver_with(pod, Some(request), 0)
-}
-
-fn apiserver_with(
-    pod: Value,
-    request: Option<Value>,
-    failing: usize,
-) -> (Client, Arc<Mutex<Calls>>) {
-    let calls = Arc::new(Mutex::new(Calls::default()));
-    let seen = calls.clone();
-    let failing = Arc::new(Mutex::new(failing));
-    let service = tower::service_fn(move |call: Request<Body>| {
-        let (seen, pod, failing) = (seen.clone(), pod.clone(), failing.clone());
-        let eviction_request = request
-            .clone()
-            .filter(|_| call.uri().path().contains("/evictionrequests/"));
-        async move {
-            let request = format!("{} {}", call.method(), call.uri().path());
-            let create = call.method() == http::Method::POST;
-            let delete = call.method() == http::Method::DELETE;
-            let body = call.into_body().collect().await.unwrap().to_bytes();
-            let mut calls = seen.lock().unwrap();
-            calls.requests.push(request);
-            let mut failing = failing.lock().unwrap();
-            if delete && *failing > 0 {
-                *failing -= 1;
-                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                    "message": "apiserver is shutting down", "code": 503});
-                let answer = Response::builder()
-                    .status(503)
-                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
-                    .unwrap();
-                return Ok::<_, std::convert::Infallible>(answer);
-            }
-            if create {
-                let event: Value = serde_json::from_slice(&body).unwrap();
-                calls
-                    .notes
-                    .push(event["note"].as_str().unwrap_or_default().to_owned());
-                return Ok::<_, std::convert::Infallible>(Response::new(Body::from(body.to_vec())));
-            }
-            let answer = eviction_request.unwrap_or(pod);
-            Ok(Response::new(Body::from(
-                serde_json::to_vec(&answer).unwrap(),
-            )))
-        }
-    });
-    (Client::new(service, "default"), calls)
+/// As [`apiserver`], with `request` the answer to every call about the pod's EvictionRequest.
+fn apiserver_with_request(pod: Value, request: Value) -> FakeApi {
+    apiserver(pod)
+        .on(
+            "*",
+            "/apis/evictkit.io/v1alpha1/namespaces/ns/evictionrequests/*",
+            Answer::object(request),
+        )
+        .on("POST", "*", Answer::echo())
 }
 
 /// A context as one term of leadership has it, its node and namespace caches listed with
@@ -252,11 +207,6 @@ fn cached(pod: &Value) -> Arc<CachedPod> {
     Arc::new(serde_json::from_value(pod.clone()).unwrap())
 }
 
-/// Lets the Events recorded in the background go out (the fake apiserver answers at once).
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(200)).await;
-}
-
 /// Upstream sends "Cancelling deletion" only for a pod whose deletion was still scheduled
 /// (`cancelWorkWithEvent`: a timed worker that has fired is gone from its queue), and does not
 /// plan on a pod update that changes neither tolerations nor node. Here every change of the
@@ -266,8 +216,8 @@ async fn settle() {
 /// 3,406 removed pods in `bench scale`'s 10,000-pod outage at 200 QPS).
 #[tokio::test]
 async fn a_pod_it_deleted_gets_no_cancelled_deletion_event() {
-    let (client, calls) = apiserver(pod(true));
-    let context = context(client, unreachable_node()).await;
+    let api = apiserver(pod(true));
+    let context = context(api.client(), unreachable_node()).await;
     let before = cached(&pod(false));
     let key = ObjectRef::from_obj(before.as_ref());
 
@@ -282,14 +232,10 @@ async fn a_pod_it_deleted_gets_no_cancelled_deletion_event() {
         .unwrap();
     // The deletion's watch event: the pod is gone (terminationGracePeriodSeconds 0).
     pod_gone(&context, key);
-    settle().await;
+    api.quiet().await;
 
-    let calls = calls.lock().unwrap();
-    let writes: Vec<_> = calls
-        .requests
-        .iter()
-        .filter(|r| r.contains("/pods/"))
-        .collect();
+    let lines = api.lines();
+    let writes: Vec<_> = lines.iter().filter(|r| r.contains("/pods/")).collect();
     assert_eq!(
         writes,
         [
@@ -299,7 +245,7 @@ async fn a_pod_it_deleted_gets_no_cancelled_deletion_event() {
         "one removal"
     );
     assert_eq!(
-        calls.notes,
+        api.event_notes(),
         ["Marking for deletion Pod ns/web-0"],
         "its announcement and nothing else"
     );
@@ -313,8 +259,8 @@ async fn a_pod_it_deleted_gets_no_cancelled_deletion_event() {
 /// first deletion 3.25 s after `/readyz`).
 #[tokio::test]
 async fn a_retried_deletion_reads_no_eviction_request() {
-    let (client, calls) = apiserver_failing_deletes(pod(false), 1);
-    let context = context(client, unreachable_node()).await;
+    let api = apiserver_failing_deletes(pod(false), 1);
+    let context = context(api.client(), unreachable_node()).await;
     let due = cached(&pod(false));
 
     // The taint reaches the pod: it tolerates it for 1 s.
@@ -324,16 +270,10 @@ async fn a_retried_deletion_reads_no_eviction_request() {
     reconcile(due.clone(), context.clone()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
     reconcile(due, context.clone()).await.unwrap();
-    settle().await;
+    api.quiet().await;
 
-    let calls = calls.lock().unwrap();
-    let requests: Vec<_> = calls
-        .requests
-        .iter()
-        .filter(|r| !r.contains("/events"))
-        .collect();
     assert_eq!(
-        requests,
+        api.object_lines(),
         [
             "PATCH /api/v1/namespaces/ns/pods/web-0/status",
             "DELETE /api/v1/namespaces/ns/pods/web-0",
@@ -389,36 +329,38 @@ fn waiting_request() -> Value {
 /// minutes, ours through the client budget the real removals need.
 #[tokio::test]
 async fn a_waiting_request_is_not_marked_again_after_the_disruption_controller_resets_it() {
-    let (client, calls) = apiserver_with_request(untolerating_pod(None), waiting_request());
-    let context =
-        context_with_policies(client, unreachable_node(), vec![eviction_request_policy()]).await;
+    let api = apiserver_with_request(untolerating_pod(None), waiting_request());
+    let context = context_with_policies(
+        api.client(),
+        unreachable_node(),
+        vec![eviction_request_policy()],
+    )
+    .await;
 
     // The taint reaches the pod: requested at once; the controller takes the request up.
     reconcile(cached(&untolerating_pod(None)), context.clone())
         .await
         .unwrap();
-    let status_writes = |calls: &Calls| {
-        calls
-            .requests
+    let status_writes = || {
+        api.lines()
             .iter()
             .filter(|r| r.ends_with("/pods/web-0/status"))
             .count()
     };
-    let first = status_writes(&calls.lock().unwrap());
+    let first = status_writes();
     // Two minutes on, the disruption controller's reset reaches the pod watch.
     let reset = json!({"type": "DisruptionTarget", "status": "False"});
     reconcile(cached(&untolerating_pod(Some(reset))), context.clone())
         .await
         .unwrap();
-    settle().await;
+    api.quiet().await;
 
-    let calls = calls.lock().unwrap();
-    let again = status_writes(&calls) - first;
+    let again = status_writes() - first;
     assert_eq!(
         (first, again),
         (0, 0),
         "pod status writes for a request that waits (on asking, after the reset): {:?}",
-        calls.requests
+        api.lines()
     );
 }
 
@@ -430,9 +372,13 @@ async fn a_waiting_request_is_not_marked_again_after_the_disruption_controller_r
 async fn a_restarted_taint_manager_withdraws_a_request_whose_pod_carries_no_mark() {
     let reset = json!({"type": "DisruptionTarget", "status": "False"});
     let pod = untolerating_pod(Some(reset));
-    let (client, calls) = apiserver_with_request(pod.clone(), waiting_request());
-    let context =
-        context_with_policies(client, recovered_node(), vec![eviction_request_policy()]).await;
+    let api = apiserver_with_request(pod.clone(), waiting_request());
+    let context = context_with_policies(
+        api.client(),
+        recovered_node(),
+        vec![eviction_request_policy()],
+    )
+    .await;
     // The restarted taint-manager's watch of its requests lists it.
     let request = serde_json::from_value(waiting_request()).unwrap();
     for event in [
@@ -444,13 +390,18 @@ async fn a_restarted_taint_manager_withdraws_a_request_whose_pod_carries_no_mark
     }
 
     reconcile(cached(&pod), context.clone()).await.unwrap();
-    settle().await;
+    api.quiet().await;
 
-    let calls = calls.lock().unwrap();
     let path = "/apis/evictkit.io/v1alpha1/namespaces/ns/evictionrequests/uid-web-0";
-    assert!(
-        calls.requests.contains(&format!("PATCH {path}")),
+    let withdrawals = api.calls_to("PATCH", path);
+    assert_eq!(
+        withdrawals.len(),
+        1,
         "the request is withdrawn: {:?}",
-        calls.requests
+        api.lines()
     );
+    // A withdrawal is the requester's apply listing no requester: its entry goes.
+    let withdrawal = &withdrawals[0];
+    assert!(withdrawal.has_query(&format!("fieldManager={TAINT_MANAGER_REQUESTER}")));
+    assert_eq!(withdrawal.field("/spec/requesters"), &json!([]));
 }
