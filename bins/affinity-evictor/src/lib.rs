@@ -426,3 +426,6 @@ fn error_policy(pod: Arc<CachedPod>, error: &Error, context: Arc<Context>) -> Ac
     tracing::warn!(pod = %name, %error, "reconcile failed; retrying");
     Action::requeue(context.failed(&key, &name))
 }
+
+#[cfg(test)]
+mod tests;
