@@ -513,3 +513,6 @@ async fn sweep<R: Request>(context: &Context, requests: &Store<R>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

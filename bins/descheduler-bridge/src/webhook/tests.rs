@@ -1,7 +1,8 @@
 //! Reviews against the recording fake apiserver ([`evictkit_fake_api`]): which answers come
-//! from the caches alone.
+//! from the caches alone, and what a review writes when it evacuates a pod.
 
 use evictkit_api::keys::{
+    DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
     DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY,
 };
 use evictkit_fake_api::{Answer, FakeApi};
@@ -119,6 +120,89 @@ async fn a_pass_from_the_cache_is_confirmed_on_the_live_pod() {
         Admission::allow()
     );
     assert_eq!(api.lines(), ["GET /api/v1/namespaces/ns/pods/web-0"]);
+}
+
+/// [`dry_run_eviction`] as the descheduler sends it for real.
+fn eviction() -> AdmissionRequest<Eviction> {
+    let mut eviction = dry_run_eviction();
+    eviction.dry_run = false;
+    eviction
+}
+
+/// KEP-1397: the descheduler's eviction of an opted-in pod becomes the pod's EvictionRequest
+/// (the bridge joining it as requester), the pod is marked eviction-in-progress, and the
+/// answer is the 429 the descheduler counts as an eviction in background.
+#[tokio::test]
+async fn an_opted_in_pods_eviction_becomes_its_eviction_request_and_a_mark() {
+    let request = "/apis/evictkit.io/v1alpha1/namespaces/ns/evictionrequests/uid-1";
+    let api = FakeApi::new().on("PATCH", request, Answer::echo()).on(
+        "PATCH",
+        "/api/v1/namespaces/ns/pods/web-0",
+        Answer::patched(opted_in()),
+    );
+    let context = context(api.client(), vec![opted_in()]).await;
+
+    assert_eq!(review(context, eviction()).await, in_background());
+    assert_eq!(
+        api.lines(),
+        [
+            format!("GET {request}"),
+            format!("PATCH {request}"),
+            "PATCH /api/v1/namespaces/ns/pods/web-0".to_owned()
+        ]
+    );
+    let calls = api.calls();
+    let apply = &calls[1];
+    assert!(apply.has_query(&format!("fieldManager={DESCHEDULER_REQUESTER}")));
+    assert_eq!(
+        apply.field("/spec/requesters"),
+        &json!([{"name": DESCHEDULER_REQUESTER}])
+    );
+    assert_eq!(
+        apply.field("/spec/target/pod"),
+        &json!({"name": "web-0", "uid": "uid-1"})
+    );
+    let mark = calls[2].field("/metadata/annotations");
+    assert_eq!(mark[DESCHEDULER_EVICTION_IN_PROGRESS], "uid-1");
+    assert!(
+        mark[DESCHEDULER_BRIDGE_EVACUATION_STARTED].is_string(),
+        "{mark}"
+    );
+    assert!(calls[2].has_query(&format!("fieldManager={}", crate::COMPONENT)));
+}
+
+/// An eviction the descheduler repeats joins the same request and keeps the evacuation's
+/// start: its TTL counts from the first answer.
+#[tokio::test]
+async fn a_repeated_eviction_keeps_the_evacuations_start() {
+    let started = "2026-12-06T07:00:00Z";
+    let marked = pod(json!({
+        DESCHEDULER_REQUEST_EVICT_ONLY: "",
+        DESCHEDULER_EVICTION_IN_PROGRESS: "uid-1",
+        DESCHEDULER_BRIDGE_EVACUATION_STARTED: started,
+    }));
+    let request = "/apis/evictkit.io/v1alpha1/namespaces/ns/evictionrequests/uid-1";
+    let api = FakeApi::new().on("PATCH", request, Answer::echo()).on(
+        "PATCH",
+        "/api/v1/namespaces/ns/pods/web-0",
+        Answer::patched(marked.clone()),
+    );
+    let context = context(api.client(), vec![marked]).await;
+
+    assert_eq!(review(context, eviction()).await, in_background());
+    let marks = api.calls_to("PATCH", "/api/v1/namespaces/ns/pods/web-0");
+    assert_eq!(marks.len(), 1);
+    let annotations = marks[0].field("/metadata/annotations");
+    assert_eq!(
+        annotations[DESCHEDULER_BRIDGE_EVACUATION_STARTED],
+        Value::Null,
+        "{annotations}"
+    );
+    assert_eq!(
+        annotations[DESCHEDULER_EVICTION_IN_PROGRESS],
+        Value::Null,
+        "{annotations}"
+    );
 }
 
 #[test]
