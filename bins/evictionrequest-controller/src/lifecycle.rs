@@ -457,46 +457,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An apiserver's answer `code` about `name` (`None`: about no object, e.g. an API not
-    /// served).
-    fn answered(code: u16, name: Option<&str>) -> kube::Error {
-        let status = json!({
-            "status": "Failure", "code": code, "reason": "Reason", "message": "answered",
-            "details": name.map(|name| json!({"name": name, "group": "lifecycle.k8s.io", "kind": "evictions"})),
-        });
-        kube::Error::Api(serde_json::from_value(status).expect("a Status"))
-    }
-
-    fn eviction() -> Eviction {
-        let mut eviction = Eviction::default();
-        eviction.metadata.name = Some("web-0".into());
-        eviction.metadata.namespace = Some("ns".into());
-        eviction
-    }
-
-    /// The garbage collector removes an Eviction with its last request (and a request once
-    /// finished) while a reconcile decided from the cache: its write is answered 404, and the
-    /// work is done, not failed ("reconcile failed; retrying ... not found" was soak noise).
-    #[test]
-    fn a_write_to_an_object_deleted_meanwhile_ends_the_reconcile() {
-        let eviction = eviction();
-        let write = || write_error("update the status of", &eviction);
-        let gone = write()(answered(404, Some("web-0")));
-        assert_eq!(unless_stale(Err(gone)).ok(), Some(Action::await_change()));
-        let superseded = write()(answered(409, Some("web-0")));
-        assert_eq!(
-            unless_stale(Err(superseded)).ok(),
-            Some(Action::requeue(STALE_CACHE_RECHECK))
-        );
-        for (code, name) in [(404, None), (404, Some("web-1")), (403, Some("web-0"))] {
-            let failed = write()(answered(code, name));
-            assert!(
-                unless_stale(Err(failed)).is_err(),
-                "{code} about {name:?} is retried"
-            );
-        }
-    }
-}
+mod tests;

@@ -271,3 +271,6 @@ async fn write_status(api: &Api<NodeDrain>, node: &str, status: &NodeDrainStatus
         tracing::warn!(%error, nodedrain = node, "writing the NodeDrain's status");
     }
 }
+
+#[cfg(test)]
+mod tests;

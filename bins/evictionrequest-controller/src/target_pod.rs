@@ -228,3 +228,26 @@ impl PodWatch {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+impl TargetPods {
+    /// A cache that has listed `pods`, reading past it through `client`.
+    pub(crate) fn listed(client: Client, pods: Vec<Pod>) -> Self {
+        let (store, mut writer) = reflector::store();
+        let events = std::iter::once(watcher::Event::Init)
+            .chain(
+                pods.into_iter()
+                    .map(|pod| watcher::Event::InitApply(pod.into())),
+            )
+            .chain([watcher::Event::InitDone]);
+        for event in events {
+            writer.apply_watcher_event(&event);
+        }
+        let live_reads = IntCounterVec::new(
+            prometheus::Opts::new("pod_live_reads_total", "reads past the cache"),
+            &["found"],
+        )
+        .expect("a valid counter");
+        Self::new(client, store, live_reads)
+    }
+}
