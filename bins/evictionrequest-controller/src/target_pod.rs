@@ -233,7 +233,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl TargetPods {
     /// A cache that has listed `pods`, reading past it through `client`.
     pub(crate) fn listed(client: Client, pods: Vec<Pod>) -> Self {
-        let (store, mut writer) = reflector::store();
+        let (store, mut writer) = kube::runtime::reflector::store();
         let events = std::iter::once(watcher::Event::Init)
             .chain(
                 pods.into_iter()
