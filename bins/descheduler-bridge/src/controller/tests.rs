@@ -96,7 +96,7 @@ fn apiserver(path: &str, request: &Value, pod: Option<Value>) -> FakeApi {
 fn context(api: &FakeApi) -> Arc<Context> {
     let client = api.client();
     let metrics = Metrics::new(crate::COMPONENT).unwrap();
-    let (pods, _) = reflector::store();
+    let (pods, _) = kube::runtime::reflector::store();
     Arc::new(Context {
         settings: Arc::new(Settings {
             ttls: Ttls {

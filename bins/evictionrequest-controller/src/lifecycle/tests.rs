@@ -90,7 +90,7 @@ fn context(api: &FakeApi, pods: Vec<Pod>, requests: Vec<Value>) -> Arc<Context> 
         initial: Duration::from_secs(1),
         max: Duration::from_secs(600),
     };
-    let (request_store, mut request_writer) = reflector::store();
+    let (request_store, mut request_writer) = kube::runtime::reflector::store();
     let requests_by_target = ByTarget::new();
     let events = std::iter::once(watcher::Event::Init)
         .chain(
@@ -103,7 +103,7 @@ fn context(api: &FakeApi, pods: Vec<Pod>, requests: Vec<Value>) -> Arc<Context> 
         request_writer.apply_watcher_event(&event);
         requests_by_target.follow(&event, &request_store);
     }
-    let (eviction_store, _) = reflector::store();
+    let (eviction_store, _) = kube::runtime::reflector::store();
     Arc::new(Context {
         settings: Arc::new(Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone()),
