@@ -22,7 +22,11 @@ pub struct Args {
 }
 
 /// The documents with generated sections, relative to the workspace.
-const DOCUMENTS: &[&str] = &["docs/bench/README.md", "README.md"];
+const DOCUMENTS: &[&str] = &[
+    "docs/bench/README.md",
+    "docs/bench/webhooks.md",
+    "README.md",
+];
 const BEGIN: &str = "<!-- bench report: ";
 const END: &str = "<!-- end -->";
 
@@ -200,6 +204,31 @@ fn sections(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
                 ("webhook's p99 (ms)", "webhook_p99_ms"),
                 ("restarts", "restarts"),
                 ("per second", "per_second"),
+            ],
+        ),
+    );
+    let floor: Vec<Row> = read("webhooks.csv")?
+        .into_iter()
+        .filter(|row| row.get("scenario").is_some_and(|s| s.starts_with("floor ")))
+        .collect();
+    sections.insert(
+        "webhooks-floor",
+        plain(
+            &floor,
+            &[
+                ("scenario", "scenario"),
+                ("calls", "calls"),
+                ("ours p99 bucket (ms)", "p99_bound_ms"),
+                ("floor p99 bucket (ms)", "noop_p99_bound_ms"),
+                ("ratio median", "p99_bound_ratio"),
+                ("min", "ratio_min"),
+                ("max", "ratio_max"),
+                ("share <= 25 ms", "share_le_25ms"),
+                ("share <= 100 ms", "share_le_100ms"),
+                ("server-side mean (ms)", "server_mean_ms"),
+                ("API calls of the webhook", "api_calls"),
+                ("failed, ours", "failed_calls"),
+                ("failed, no-op", "noop_failed_calls"),
             ],
         ),
     );
