@@ -8,10 +8,12 @@
 //! `EVICTKIT_CLUSTER_DIR=<dir>` puts a second, independent cluster there (every
 //! command, the tests and the benches follow it).
 
+mod manifests;
+mod pki;
 mod real_node;
+mod versions;
 
 use std::fs;
-use std::io::Read;
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,13 +22,11 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use base64::prelude::{BASE64_STANDARD, Engine as _};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
 use serde::{Deserialize, Serialize};
 
+use self::manifests::{AUDIT_POLICY, node_manifests};
+use self::pki::{Pki, write_kubeconfig};
+use self::versions::{feature_gates, runtime_config, serves_lifecycle_api};
 use crate::process::{free_ports, process_runs, rss_kib, stop, tail};
 
 /// Zones the kwok nodes are spread over, round robin.
@@ -581,47 +581,6 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     Ok(cluster)
 }
 
-/// The feature gates every component gets: upstream's EvictionRequest API on unless `extra` sets
-/// it or the release has no such gate (`lifecycle_api` false).
-fn feature_gates(extra: &str, lifecycle_api: bool) -> String {
-    if !lifecycle_api || extra.contains(EVICTION_REQUEST_GATE) {
-        extra.to_string()
-    } else if extra.is_empty() {
-        format!("{EVICTION_REQUEST_GATE}=true")
-    } else {
-        format!("{EVICTION_REQUEST_GATE}=true,{extra}")
-    }
-}
-
-/// The alpha group is served only with its gate on; a release without it is not told of it
-/// (its apiserver refuses an unknown group).
-fn runtime_config(extra: &str, lifecycle_api: bool) -> String {
-    if !lifecycle_api {
-        return String::new();
-    }
-    let on = feature_gates(extra, true).contains(&format!("{EVICTION_REQUEST_GATE}=true"));
-    format!("{LIFECYCLE_GROUP_VERSION}={on}")
-}
-
-/// Whether Kubernetes `version` (None: the pinned v1.37.2) has the EvictionRequestAPI gate and
-/// lifecycle.k8s.io/v1alpha1: v1.37 and later (v1.36.3's pkg/features has no such gate).
-fn serves_lifecycle_api(version: Option<&str>) -> Result<bool> {
-    let Some(version) = version else {
-        return Ok(true);
-    };
-    let minor = version
-        .strip_prefix("v1.")
-        .and_then(|rest| rest.split('.').next())
-        .and_then(|minor| minor.parse::<u32>().ok())
-        .with_context(|| format!("{version} is not a Kubernetes release (v1.MINOR.PATCH)"))?;
-    Ok(minor >= FIRST_MINOR_WITH_LIFECYCLE_API)
-}
-
-const FIRST_MINOR_WITH_LIFECYCLE_API: u32 = 37;
-
-const EVICTION_REQUEST_GATE: &str = "EvictionRequestAPI";
-const LIFECYCLE_GROUP_VERSION: &str = "lifecycle.k8s.io/v1alpha1";
-
 /// Stops every recorded process (SIGTERM, then SIGKILL after 10 s) and removes the state.
 pub fn down() -> Result<()> {
     let Some(cluster) = Cluster::load()? else {
@@ -712,198 +671,11 @@ pub fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
     crate::cached_build("tests/controlplane/build.sh", &args)
 }
 
-/// The test PKI: a CA, the apiserver's serving certificate, a service-account key pair
-/// and an admin token (user `admin` in `system:masters`).
-struct Pki {
-    ca_pem: String,
-    admin_token: String,
-}
-
-impl Pki {
-    fn generate(dir: &Path) -> Result<Self> {
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.distinguished_name = dn("evictkit-test-ca");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let ca = Issuer::new(ca_params, &ca_key);
-
-        let serving_key = KeyPair::generate()?;
-        let mut serving = CertificateParams::new(vec![
-            "localhost".to_string(),
-            "kubernetes".to_string(),
-            "kubernetes.default".to_string(),
-            "kubernetes.default.svc".to_string(),
-            "kubernetes.default.svc.cluster.local".to_string(),
-        ])?;
-        serving
-            .subject_alt_names
-            .push(SanType::IpAddress("127.0.0.1".parse()?));
-        serving
-            .subject_alt_names
-            .push(SanType::IpAddress("10.96.0.1".parse()?));
-        serving.distinguished_name = dn("kube-apiserver");
-        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let serving_cert = serving.signed_by(&serving_key, &ca)?;
-
-        // kube-apiserver's client certificate towards a real node's kubelet (logs, exec).
-        let kubelet_client_key = KeyPair::generate()?;
-        let mut kubelet_client = CertificateParams::new(Vec::<String>::new())?;
-        kubelet_client.distinguished_name = dn("kube-apiserver-kubelet-client");
-        kubelet_client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let kubelet_client_cert = kubelet_client.signed_by(&kubelet_client_key, &ca)?;
-
-        let sa_key = KeyPair::generate()?;
-        let admin_token = random_hex(16)?;
-        fs::write(dir.join("ca.crt"), ca_cert.pem())?;
-        fs::write(dir.join("ca.key"), ca_key.serialize_pem())?;
-        fs::write(dir.join("apiserver.crt"), serving_cert.pem())?;
-        fs::write(dir.join("apiserver.key"), serving_key.serialize_pem())?;
-        fs::write(dir.join("kubelet-client.crt"), kubelet_client_cert.pem())?;
-        fs::write(
-            dir.join("kubelet-client.key"),
-            kubelet_client_key.serialize_pem(),
-        )?;
-        fs::write(dir.join("sa.key"), sa_key.serialize_pem())?;
-        fs::write(dir.join("sa.pub"), sa_key.public_key_pem())?;
-        fs::write(
-            dir.join("tokens.csv"),
-            format!("{admin_token},admin,admin,\"system:masters\"\n"),
-        )?;
-        Ok(Self {
-            ca_pem: ca_cert.pem(),
-            admin_token,
-        })
-    }
-}
-
-fn dn(common_name: &str) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
-    dn
-}
-
-fn write_kubeconfig(path: &Path, apiserver_port: u16, pki: &Pki) -> Result<()> {
-    let ca_data = BASE64_STANDARD.encode(pki.ca_pem.as_bytes());
-    let kubeconfig = format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: evictkit
-  cluster:
-    server: https://127.0.0.1:{apiserver_port}
-    certificate-authority-data: {ca_data}
-users:
-- name: admin
-  user:
-    token: {token}
-contexts:
-- name: evictkit
-  context:
-    cluster: evictkit
-    user: admin
-current-context: evictkit
-",
-        token = pki.admin_token
-    );
-    fs::write(path, kubeconfig)?;
-    Ok(())
-}
-
-/// Records evictions, EvictionRequests and (lifecycle.k8s.io) Evictions: who, when, which
-/// object, the response code.
-/// Evictions at Request level: the body carries the UID precondition, so tests can count
-/// eviction requests per pod UID. Benchmarks run components as service accounts of namespace
-/// `evictkit-bench`, whose every write, get and list is recorded, to count API calls per unit
-/// of work (a webhook's review that reads the API shows there).
-/// The installed suite's components (service accounts of `evictkit-system`) have every request
-/// recorded, reads and watches too, and their SubjectAccessReviews with the body (whom they
-/// asked about): the suite compares those calls with what the charts grant.
-/// The writes of kube-controller-manager's taint-eviction-controller under
-/// `--use-service-account-credentials` (`bench scale`) are recorded; it shares the
-/// node-lifecycle-controller's service account, node-controller, so its Events are recorded
-/// with their body (the reason tells whose an Event is).
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: Request
-  resources:
-  - group: \"\"
-    resources: [pods/eviction]
-- level: Metadata
-  resources:
-  - group: evictkit.io
-    resources: [evictionrequests, evictionrequests/status]
-  - group: lifecycle.k8s.io
-    resources: [evictionrequests, evictionrequests/status, evictions, evictions/status]
-- level: Metadata
-  userGroups: [\"system:serviceaccounts:evictkit-bench\"]
-  verbs: [get, list, create, update, patch, delete, deletecollection]
-- level: Request
-  userGroups: [\"system:serviceaccounts:evictkit-system\"]
-  resources:
-  - group: authorization.k8s.io
-    resources: [subjectaccessreviews]
-- level: Metadata
-  userGroups: [\"system:serviceaccounts:evictkit-system\"]
-- level: Request
-  users: [\"system:serviceaccount:kube-system:node-controller\"]
-  resources:
-  - group: \"\"
-    resources: [events]
-  verbs: [create]
-- level: Metadata
-  users: [\"system:serviceaccount:kube-system:node-controller\"]
-  verbs: [get, create, update, patch, delete, deletecollection]
-- level: None
-";
-
-fn node_manifests(count: usize) -> String {
-    (0..count)
-        .map(|index| {
-            let name = format!("kwok-node-{index}");
-            let zone = ZONES[index % ZONES.len()];
-            format!(
-                "apiVersion: v1
-kind: Node
-metadata:
-  name: {name}
-  annotations:
-    {KWOK_NODE_ANNOTATION}: fake
-    node.alpha.kubernetes.io/ttl: \"0\"
-  labels:
-    type: kwok
-    kubernetes.io/arch: amd64
-    kubernetes.io/os: linux
-    kubernetes.io/hostname: {name}
-    topology.kubernetes.io/zone: {zone}
-status:
-  allocatable: {{cpu: \"32\", memory: 256Gi, pods: \"110\"}}
-  capacity: {{cpu: \"32\", memory: 256Gi, pods: \"110\"}}
----
-"
-            )
-        })
-        .collect()
-}
-
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter()
         .filter(|arg| !arg.ends_with('='))
         .map(|arg| arg.to_string())
         .collect()
-}
-
-fn random_hex(bytes: usize) -> Result<String> {
-    let mut buffer = vec![0u8; bytes];
-    fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
-    Ok(buffer.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
 /// The cluster the end-to-end tests run on: evictkit's taint-manager replaces
