@@ -66,4 +66,3 @@ status:
         })
         .collect()
 }
-

@@ -132,4 +132,3 @@ fn random_hex(bytes: usize) -> Result<String> {
     fs::File::open("/dev/urandom")?.read_exact(&mut buffer)?;
     Ok(buffer.iter().map(|byte| format!("{byte:02x}")).collect())
 }
-

@@ -42,4 +42,3 @@ const FIRST_MINOR_WITH_LIFECYCLE_API: u32 = 37;
 
 const EVICTION_REQUEST_GATE: &str = "EvictionRequestAPI";
 const LIFECYCLE_GROUP_VERSION: &str = "lifecycle.k8s.io/v1alpha1";
-
