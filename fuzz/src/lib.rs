@@ -115,8 +115,16 @@ async fn build_webhooks() -> Vec<Webhook> {
         usernames: vec![CONTROLLER_USER.to_owned()],
         groups: Vec::new(),
     };
-    let router = evictionrequest_controller::webhook::webhooks(
+    // Nothing remembered: each review reaches the fake apiserver, as the first of a burst does.
+    let access = evictionrequest_controller::webhook::PodDeleteAccess::new(
         client.clone(),
+        evictionrequest_controller::webhook::Ttl {
+            authorized: std::time::Duration::ZERO,
+            unauthorized: std::time::Duration::ZERO,
+        },
+    );
+    let router = evictionrequest_controller::webhook::webhooks(
+        access,
         controller,
         SignedDuration::from_mins(20),
         identity,
