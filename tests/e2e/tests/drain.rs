@@ -161,13 +161,7 @@ async fn a_drain_that_cannot_read_withdraws_what_it_asked() -> Result<()> {
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     let ns = env.namespace.clone();
     blocked_pod(&env, &ns, &node, "db-0").await?;
     env.wait_for_ready_pods("app=db-0", 1).await?;
@@ -254,13 +248,7 @@ async fn the_drain_reads_once_per_kind_and_names_each_pdb_in_json() -> Result<()
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     let mut namespaces = Vec::new();
     for index in 0..6 {
         let namespace = format!("{}-{index}", env.namespace);
@@ -399,13 +387,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     let lost = env
         .create_node(objects::node("lost", &[], vec![]))
         .await?
@@ -531,13 +513,7 @@ async fn uncordon_withdraws_what_a_killed_drain_asked() -> Result<()> {
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     let ns = env.namespace.clone();
     blocked_pod(&env, &ns, &node, "db-0").await?;
     env.wait_for_ready_pods("app=db-0", 1).await?;
@@ -794,13 +770,7 @@ async fn escalate_overrides_a_pdb_after_the_wait_with_a_warning_event() -> Resul
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     let ns = env.namespace.clone();
     blocked_pod(&env, &ns, &node, "db-0").await?;
     env.wait_for_ready_pods("app=db-0", 1).await?;
@@ -862,13 +832,11 @@ async fn escalate_overrides_a_pdb_after_the_wait_with_a_warning_event() -> Resul
     Ok(())
 }
 
-/// The detached drain's cluster: the NodeDrain CRD, an evictionrequest-controller on
-/// lifecycle.k8s.io whose Lease is in the test's namespace (so it runs this test's NodeDrains
-/// only), and a node with `db-0`, which its PDB keeps, and `web-0`, free to go.
-async fn detached_drain_cluster(
+/// Most drains here: an evictionrequest-controller on lifecycle.k8s.io for the test's namespace
+/// and a kwok node `n` to drain.
+async fn controller_and_node(
     env: &TestEnv,
 ) -> Result<(evictkit_harness::component::Component, String)> {
-    env.apply_crd("NodeDrain").await?;
     let controller = env
         .start_eviction_request_controller_on("lifecycle")
         .await?;
@@ -876,6 +844,17 @@ async fn detached_drain_cluster(
         .create_node(objects::node("n", &[], vec![]))
         .await?
         .name_any();
+    Ok((controller, node))
+}
+
+/// The detached drain's cluster: the NodeDrain CRD, an evictionrequest-controller on
+/// lifecycle.k8s.io whose Lease is in the test's namespace (so it runs this test's NodeDrains
+/// only), and a node with `db-0`, which its PDB keeps, and `web-0`, free to go.
+async fn detached_drain_cluster(
+    env: &TestEnv,
+) -> Result<(evictkit_harness::component::Component, String)> {
+    env.apply_crd("NodeDrain").await?;
+    let (controller, node) = controller_and_node(env).await?;
     env.delete_on_drop::<NodeDrain>(&node);
     let ns = env.namespace.clone();
     blocked_pod(env, &ns, &node, "db-0").await?;
@@ -1300,13 +1279,7 @@ async fn an_escalation_deletes_with_the_grace_period() -> Result<()> {
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     let ns = env.namespace.clone();
     slow_held_pod(&env, &node, "db-0").await?;
     protect(&env, &ns, "db-0").await?;
@@ -1367,13 +1340,7 @@ async fn a_detached_drain_carries_the_grace_period() -> Result<()> {
         return Ok(());
     }
     env.apply_crd("NodeDrain").await?;
-    let mut controller = env
-        .start_eviction_request_controller_on("lifecycle")
-        .await?;
-    let node = env
-        .create_node(objects::node("n", &[], vec![]))
-        .await?
-        .name_any();
+    let (mut controller, node) = controller_and_node(&env).await?;
     env.delete_on_drop::<NodeDrain>(&node);
     let ns = env.namespace.clone();
     slow_held_pod(&env, &node, "db-0").await?;
