@@ -57,6 +57,8 @@ use evictkit_core::eviction_request::{
 };
 use futures::TryStreamExt;
 use jiff::Timestamp;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, RemoveOperation, ReplaceOperation};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -294,31 +296,10 @@ pub async fn withdraw_target(
     else {
         return Ok(None);
     };
-    if !request.spec.requesters.iter().any(|r| r.name == requester) {
-        return Ok(Some(request));
-    }
-    let apply = PatchParams::apply(requester);
-    let metadata = requester_metadata(Some(&request), None, requester);
-    match api
-        .patch(
-            name,
-            &apply,
-            &Patch::Apply(requester_apply(target, None, &metadata)),
-        )
-        .await
-    {
-        Ok(request) => Ok(Some(request)),
-        Err(error) if is_not_found(&error) => Ok(None),
-        Err(error) => Err(api_error(
-            "withdraw from",
-            &target.namespace,
-            name,
-            requester,
-        )(error)),
-    }
+    withdraw_from(client, &request, requester).await
 }
 
-/// [`withdraw`] from exactly `request` ([`apply_to_exactly`]): nothing is
+/// [`withdraw`] from exactly `request` ([`patch_exactly`]): nothing is
 /// withdrawn from a successor of the same name (a canceled request that another requester
 /// replaced meanwhile). Returns the request as it is afterwards, or `None` when `request` is
 /// gone or replaced. Writes nothing when `requester` is not listed.
@@ -329,24 +310,25 @@ pub async fn withdraw_from(
 ) -> Result<Option<EvictionRequest>, EvictionRequestError> {
     let namespace = request.metadata.namespace.clone().unwrap_or_default();
     let name = request.metadata.name.clone().unwrap_or_default();
-    if !request.spec.requesters.iter().any(|r| r.name == requester) {
-        return Ok(Some(request.clone()));
-    }
-    let Some(pod) = request.spec.target.pod.as_ref() else {
-        return Ok(Some(request.clone()));
-    };
-    let target = TargetPod {
-        namespace: namespace.clone(),
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
-    };
-    let body = requester_apply(
-        &target,
-        None,
-        &requester_metadata(Some(request), None, requester),
-    );
     let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &namespace);
-    apply_to_exactly(&api, request, &PatchParams::apply(requester), body)
+    // Only the requester's own entry goes: its labels and its share of the target stay, as
+    // after an apply without the entry.
+    let remove_entry = |current: &EvictionRequest| {
+        let position = current.spec.requesters.iter().position(|r| r.name == requester);
+        position
+            .map(|index| {
+                PatchOperation::Remove(RemoveOperation {
+                    path: PointerBuf::from_tokens(["spec", "requesters", &index.to_string()]),
+                })
+            })
+            .into_iter()
+            .collect()
+    };
+    let params = PatchParams {
+        field_manager: Some(requester.to_owned()),
+        ..PatchParams::default()
+    };
+    patch_exactly(&api, request, &params, remove_entry)
         .await
         .map_err(api_error("withdraw from", &namespace, &name, requester))
 }
@@ -531,38 +513,51 @@ impl InterceptorClient {
     }
 }
 
-/// Server-side applies `body` (with `params`) to `seen` only while it is that object (its
-/// UID): written at the resourceVersion seen, and after a concurrent write read again and
-/// written at the new one. `None` when it is gone or replaced under the same name. (A UID in
-/// the body is no precondition: the apiserver refuses it as an immutable field, 422.)
-pub(crate) async fn apply_to_exactly<K>(
+/// JSON-patches `seen` only while it is that object (its UID), with the operations `patch`
+/// computes from the object as it is: written at the resourceVersion read (the patch replaces
+/// it, so the apiserver refuses a write over a newer one), and after a concurrent write read
+/// again and computed anew. No operations: nothing to write, the object as read. `None` when it
+/// is gone or replaced under the same name.
+///
+/// A JSON patch, unlike a server-side apply, never creates the object: an apply of a withdrawal
+/// to a request deleted since it was read would create a new one from the withdrawal's body
+/// (refused as invalid on the CRD, a request nobody asked for on upstream's API). A UID in an
+/// apply's body is no precondition either: the apiserver refuses it as an immutable field.
+pub(crate) async fn patch_exactly<K>(
     api: &Api<K>,
     seen: &K,
     params: &PatchParams,
-    mut body: serde_json::Value,
+    patch: impl Fn(&K) -> Vec<PatchOperation>,
 ) -> Result<Option<K>, kube::Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
 {
     const ATTEMPTS: usize = 3;
     let name = seen.meta().name.clone().unwrap_or_default();
-    let uid = seen.meta().uid.as_deref();
-    let mut version = seen.meta().resource_version.clone();
+    let mut current = seen.clone();
     let mut attempt = 0;
     loop {
         attempt += 1;
         // Unseen (no version to write at) or written meanwhile: read what is there now.
-        if attempt > 1 || version.is_none() {
-            let Some(current) = api.get_opt(&name).await? else {
+        if attempt > 1 || current.meta().resource_version.is_none() {
+            let Some(fresh) = api.get_opt(&name).await? else {
                 return Ok(None);
             };
-            if current.meta().uid.as_deref() != uid {
+            if fresh.meta().uid != seen.meta().uid {
                 return Ok(None);
             }
-            version.clone_from(&current.meta().resource_version);
+            current = fresh;
         }
-        body["metadata"]["resourceVersion"] = json!(version);
-        match api.patch(&name, params, &Patch::Apply(&body)).await {
+        let operations = patch(&current);
+        if operations.is_empty() {
+            return Ok(Some(current));
+        }
+        let version = PatchOperation::Replace(ReplaceOperation {
+            path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+            value: json!(current.meta().resource_version),
+        });
+        let body = json_patch::Patch([vec![version], operations].concat());
+        match api.patch(&name, params, &Patch::<()>::Json(body)).await {
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
             Err(error) if is_not_found(&error) => return Ok(None),
             result => return result.map(Some),

@@ -22,6 +22,8 @@ use evictkit_core::lifecycle::{
     CONDITION_FAILED, REASON_EVICTION_INVALID, ROLE_REQUESTER, request_settled,
 };
 use futures::{StreamExt, future};
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, ReplaceOperation};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -32,7 +34,7 @@ use serde_json::json;
 use crate::events::EventRecorder;
 use crate::shutdown::CancellationToken;
 
-use crate::eviction_request::{EvictionRequestError, TargetPod, apply_to_exactly};
+use crate::eviction_request::{EvictionRequestError, TargetPod, patch_exactly};
 
 /// Intents of `spec.intent`.
 pub use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
@@ -378,7 +380,7 @@ pub async fn withdraw(
     }
 }
 
-/// Withdraws from exactly `request` ([`apply_to_exactly`]), which must be
+/// Withdraws from exactly `request` ([`patch_exactly`]), which must be
 /// `requester`'s: nothing is withdrawn from a successor of the same name. Returns the request
 /// as it is afterwards, or `None` when `request` is gone or replaced. Writes nothing when its
 /// intent is `Withdrawn` already.
@@ -398,9 +400,21 @@ pub async fn withdraw_from(
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     };
-    let (api, name, body) = intent_apply(client, &target, requester, INTENT_WITHDRAWN);
-    let params = PatchParams::apply(requester).force();
-    apply_to_exactly(&api, request, &params, body)
+    let (api, name, _) = intent_apply(client, &target, requester, INTENT_WITHDRAWN);
+    let params = PatchParams {
+        field_manager: Some(requester.to_owned()),
+        ..PatchParams::default()
+    };
+    let withdraw = |current: &EvictionRequest| {
+        if current.spec.intent == INTENT_WITHDRAWN {
+            return vec![];
+        }
+        vec![PatchOperation::Replace(ReplaceOperation {
+            path: PointerBuf::from_tokens(["spec", "intent"]),
+            value: json!(INTENT_WITHDRAWN),
+        })]
+    };
+    patch_exactly(&api, request, &params, withdraw)
         .await
         .map_err(intent_error(&target, &name, requester, INTENT_WITHDRAWN))
 }
