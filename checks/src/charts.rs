@@ -252,7 +252,7 @@ fn serving_keys_are_p256(chart: &str, rendered: &str) -> Result<usize> {
         let secret: serde_json::Value = serde_saphyr::from_str(document)
             .with_context(|| format!("chart {chart}: parsing a rendered Secret"))?;
         let name = secret["metadata"]["name"].as_str().unwrap_or_default();
-        let files = evictkit_runtime::cli::TlsFiles {
+        let files = evictkit_runtime::process::cli::TlsFiles {
             cert: dir.join("tls.crt"),
             key: dir.join("tls.key"),
         };
@@ -273,7 +273,7 @@ fn serving_keys_are_p256(chart: &str, rendered: &str) -> Result<usize> {
             }
             std::fs::write(path, pem)?;
         }
-        evictkit_runtime::tls::ReloadingCertResolver::load(files)
+        evictkit_runtime::serving::tls::ReloadingCertResolver::load(files)
             .with_context(|| format!("chart {chart}: Secret {name}'s pair"))?;
         if !cert_der.windows(PRIME256V1.len()).any(|w| w == PRIME256V1) {
             bail!("chart {chart}: Secret {name}'s serving key is not ECDSA P-256");

@@ -9,9 +9,9 @@ use std::sync::{Arc, OnceLock};
 use axum::Router;
 use evictkit_core::descheduler_bridge::OptIn;
 use evictkit_core::eviction_request::admission::ControllerIdentity;
-use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Requester, RequesterNames};
+use evictkit_runtime::process::metrics::Metrics;
 use http::{Method, Request, Response, StatusCode};
 use jiff::SignedDuration;
 use kube::Client;
@@ -74,9 +74,9 @@ async fn build_webhooks() -> Vec<Webhook> {
     let bridge = metrics("descheduler-bridge");
     // The stand-in serves no EvictionRequest API (its discovery answers 404), so the caches list
     // nothing and every review gets past "not listed yet" to the decision.
-    let watches = evictkit_runtime::watch::Watches::new(
+    let watches = evictkit_runtime::caches::watch::Watches::new(
         client.clone(),
-        evictkit_runtime::shutdown::CancellationToken::new(),
+        evictkit_runtime::process::shutdown::CancellationToken::new(),
     );
     let requests = descheduler_bridge::requests::Requests::start(watches.clone());
     requests.listed().await;

@@ -1018,9 +1018,11 @@ async fn request_evictions(client: Client, pods: Vec<Pod>, requester: &'static s
         .map(|pod| {
             let client = client.clone();
             async move {
-                evictkit_runtime::eviction_request::request_eviction(&client, &pod, requester)
-                    .await
-                    .map(drop)
+                evictkit_runtime::clients::eviction_request::crd::request_eviction(
+                    &client, &pod, requester,
+                )
+                .await
+                .map(drop)
             }
         })
         .buffer_unordered(CONCURRENCY)

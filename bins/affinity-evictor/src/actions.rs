@@ -11,14 +11,16 @@ use evictkit_api::keys::{
 };
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, daemonset_recreates_on};
 use evictkit_core::lifecycle::ROLE_REQUESTER;
-use evictkit_runtime::backoff::Backoff;
-use evictkit_runtime::events::EventType;
-use evictkit_runtime::eviction::{EvictionOutcome, STALE_CACHE_RECHECK};
-use evictkit_runtime::eviction_request::{self as crd, EvictionRequestError};
-use evictkit_runtime::lifecycle_request::{self as lifecycle, ApiMode, INTENT_WITHDRAWN};
-use evictkit_runtime::pod_condition::{self, PodCondition};
-use evictkit_runtime::requester::Requester;
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::clients::events::EventType;
+use evictkit_runtime::clients::eviction::{EvictionOutcome, STALE_CACHE_RECHECK};
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::Requester;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::upstream::INTENT_WITHDRAWN;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, crd};
+use evictkit_runtime::clients::pod_condition::{self, PodCondition};
+use evictkit_runtime::control::backoff::Backoff;
+use evictkit_runtime::process::shutdown::CancellationToken;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::api::ListParams;
@@ -335,7 +337,7 @@ async fn withdraw_all(
         let own = ListParams::default().labels(&format!("{key}={ROLE_REQUESTER}"));
         for request in list::<LifecycleRequest>(client, namespace, &own, key).await? {
             if request.spec.requester == key && request.spec.intent != INTENT_WITHDRAWN {
-                lifecycle::withdraw_from(client, &request, key).await?;
+                upstream::withdraw_from(client, &request, key).await?;
                 withdrawn += 1;
                 tracing::info!(request = %full_name(&request), "withdrew the eviction request (--enabled=false)");
             }

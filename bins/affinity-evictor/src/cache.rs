@@ -14,7 +14,7 @@ use evictkit_core::affinity_eviction::{
     AffinitySource, CONDITION_TYPE, Execution, ExecutionAffinity, PodFacts, changed_label_keys,
     skip,
 };
-use evictkit_runtime::index::Grouped;
+use evictkit_runtime::caches::index::Grouped;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -69,7 +69,7 @@ impl From<Pod> for CachedPod {
             })
             .map(|owner| owner.name.clone());
         CachedPod {
-            metadata: evictkit_runtime::compact::identity(&mut metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut metadata),
             node_name,
             facts,
             marked,

@@ -25,18 +25,18 @@ use evictkit_api::keys::{
     AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
 };
 use evictkit_core::affinity_eviction::{REASON_MATCHES_AGAIN, REASON_OPTED_OUT, Verdict};
-use evictkit_runtime::backoff::{Backoff, PerObject};
-use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError};
-use evictkit_runtime::eviction_request::EvictionRequestError;
-use evictkit_runtime::http::Readiness;
-use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::caches::watch::{Objects, Watches};
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError};
+use evictkit_runtime::clients::eviction_request::EvictionRequestError;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Done, Requester, RequesterNames};
+use evictkit_runtime::clients::pod_condition::PodConditionError;
+use evictkit_runtime::control::backoff::{Backoff, PerObject};
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::pod_condition::PodConditionError;
-use evictkit_runtime::requester::{Done, Requester, RequesterNames};
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::watch::{Objects, Watches};
+use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::{self, Action, Controller};
@@ -286,7 +286,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
         .modify(strip_node);
     let (pod_store, node_store) = (pods.store(), nodes.store());
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
-    // controller's runner needs ([`evictkit_runtime::listed`]).
+    // controller's runner needs ([`evictkit_runtime::caches::listed`]).
     let listed = settings.listing.as_ref().map(|readiness| {
         readiness.until_listed({
             let listed = watches.listed();

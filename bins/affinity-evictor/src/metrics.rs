@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use evictkit_runtime::metrics::{Metrics, MetricsError};
-use evictkit_runtime::reconcile::Reconciles;
+use evictkit_runtime::control::reconcile::Reconciles;
+use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 
 /// DaemonSet pods left alone although they violate: their DaemonSet's template would recreate

@@ -31,10 +31,12 @@ use evictkit_core::affinity_eviction::{
     template_required_during_scheduling,
 };
 use evictkit_core::node_selector::AnnotationError;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::json_patch::jsonptr::PointerBuf;
-use evictkit_runtime::webhook::json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::serving::webhook::json_patch::jsonptr::PointerBuf;
+use evictkit_runtime::serving::webhook::json_patch::{
+    AddOperation, Patch, PatchOperation, RemoveOperation,
+};
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 use k8s_openapi::api::core::v1::{NodeSelector, PodSpec};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};

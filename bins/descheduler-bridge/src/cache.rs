@@ -28,7 +28,7 @@ impl From<Pod> for CachedPod {
         let marked = Marks::of(&pod.metadata).ours;
         let mut metadata = pod.metadata;
         CachedPod {
-            metadata: evictkit_runtime::compact::identity(&mut metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut metadata),
             marked,
         }
     }

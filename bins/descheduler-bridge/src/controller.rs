@@ -24,12 +24,13 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
 use evictkit_core::eviction_request::State;
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod, withdraw_from};
-use evictkit_runtime::http::Readiness;
-use evictkit_runtime::lifecycle_request;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::watch::{Objects, Watches};
+use evictkit_runtime::caches::watch::{Objects, Watches};
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction_request::crd::withdraw_from;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -121,7 +122,7 @@ impl Request for LifecycleRequest {
     const REQUESTER: &'static str = DESCHEDULER_REQUESTER_KEY;
 
     fn name_for(pod: &str, _: &str) -> String {
-        lifecycle_request::request_name(pod, DESCHEDULER_REQUESTER_KEY)
+        upstream::request_name(pod, DESCHEDULER_REQUESTER_KEY)
     }
 
     fn concerns_bridge(&self) -> bool {
@@ -146,7 +147,7 @@ impl Request for LifecycleRequest {
 
     async fn withdraw(&self, client: &Client) -> Result<Option<()>, EvictionRequestError> {
         Ok(
-            lifecycle_request::withdraw_from(client, self, DESCHEDULER_REQUESTER_KEY)
+            upstream::withdraw_from(client, self, DESCHEDULER_REQUESTER_KEY)
                 .await?
                 .map(drop),
         )
@@ -247,7 +248,7 @@ pub async fn control<R: Request>(
     };
     // Both caches complete before the first decision: a pod missing from a half-filled cache
     // reads as gone. Never a store's `wait_until_ready`, whose one waker the controller's
-    // runner needs ([`evictkit_runtime::listed`]).
+    // runner needs ([`evictkit_runtime::caches::listed`]).
     let ready = futures::FutureExt::shared(Box::pin(watches.listed()));
     let controller = {
         let ready = ready.clone();

@@ -10,7 +10,7 @@
 //! request controller does the rest. The real descheduler stays the engine.
 //!
 //! Both EvictionRequest APIs are spoken (`--eviction-request-api`, the requesters' shared rule
-//! of [`evictkit_runtime::requester`]): Kubernetes' own `lifecycle.k8s.io/v1alpha1` as
+//! of [`evictkit_runtime::clients::eviction_request::requester`]): Kubernetes' own `lifecycle.k8s.io/v1alpha1` as
 //! requester `evictkit.io/descheduler-bridge`, or the `evictkit.io` CRD as requester
 //! `descheduler-bridge.evictkit.io`.
 //!
@@ -37,10 +37,10 @@ use clap::Parser;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{DESCHEDULER_ASSUMED_TTL, OptIn, Ttls};
-use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
-use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Done, Requester, RequesterNames};
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::requester::{Done, Requester, RequesterNames};
+use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use jiff::SignedDuration;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::api::PatchParams;

@@ -10,8 +10,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use evictkit_core::descheduler_bridge::Ended;
-use evictkit_runtime::metrics::{Metrics, MetricsError};
-use evictkit_runtime::reconcile::Reconciles;
+use evictkit_runtime::control::reconcile::Reconciles;
+use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, Opts};

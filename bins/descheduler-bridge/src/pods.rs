@@ -14,7 +14,7 @@ use evictkit_api::keys::{
     DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS,
     DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS,
 };
-use evictkit_runtime::watch::Watches;
+use evictkit_runtime::caches::watch::Watches;
 use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -51,7 +51,7 @@ pub struct ReviewedPod {
 impl From<Pod> for ReviewedPod {
     fn from(pod: Pod) -> Self {
         let mut source = pod.metadata;
-        let mut metadata = evictkit_runtime::compact::identity(&mut source);
+        let mut metadata = evictkit_runtime::caches::compact::identity(&mut source);
         let annotations: std::collections::BTreeMap<_, _> = source
             .annotations
             .unwrap_or_default()

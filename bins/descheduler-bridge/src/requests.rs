@@ -19,10 +19,10 @@ use std::sync::{Arc, OnceLock, RwLock};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{self as core, Asking, Requested};
-use evictkit_runtime::index::Grouped;
-use evictkit_runtime::lifecycle_request::{self, Apis, REDISCOVERY};
-use evictkit_runtime::listed::Listed;
-use evictkit_runtime::watch::Watches;
+use evictkit_runtime::caches::index::Grouped;
+use evictkit_runtime::caches::listed::Listed;
+use evictkit_runtime::caches::watch::Watches;
+use evictkit_runtime::clients::eviction_request::apis::{self, Apis, REDISCOVERY};
 use futures::{StreamExt, future};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -48,7 +48,7 @@ impl From<EvictionRequest> for CachedCrdRequest {
     fn from(mut request: EvictionRequest) -> Self {
         let asking = Asking::of_crd(&request);
         Self {
-            metadata: evictkit_runtime::compact::identity(&mut request.metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut request.metadata),
             asking,
         }
     }
@@ -67,7 +67,7 @@ impl From<LifecycleRequest> for CachedLifecycleRequest {
     fn from(mut request: LifecycleRequest) -> Self {
         let asking = Asking::of_lifecycle(&request);
         Self {
-            metadata: evictkit_runtime::compact::identity(&mut request.metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut request.metadata),
             asking,
         }
     }
@@ -183,7 +183,7 @@ impl Requests {
         tokio::spawn(async move {
             let mut first = Some(discovering);
             loop {
-                match lifecycle_request::discover(watches.client()).await {
+                match apis::discover(watches.client()).await {
                     Ok(served) => {
                         let started = watching.watch(&watches, served);
                         if let Some(discovering) = first.take() {

@@ -31,10 +31,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use evictkit_core::descheduler_bridge::{self as core, Admit, Marks, OptIn};
-use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::requester::Requester;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::clients::eviction_request::requester::Requester;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;

@@ -13,9 +13,9 @@ use evictkit_core::eviction_request::{
     self as core, HandOverCause, Plan, Transition, interceptor_status, message_eviction_failed,
     retries_in_message,
 };
-use evictkit_runtime::backoff::NextAttempt;
-use evictkit_runtime::eviction::EvictionOutcome;
-use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
+use evictkit_runtime::clients::eviction::EvictionOutcome;
+use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
+use evictkit_runtime::control::backoff::NextAttempt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

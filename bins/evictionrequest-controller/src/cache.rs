@@ -13,7 +13,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock};
 
 use evictkit_api::keys::{EVICTION_INTERCEPTORS, MIRROR_POD_ANNOTATION};
-use evictkit_runtime::interned::Interner;
+use evictkit_runtime::caches::interned::Interner;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, EvictionResponder, Pod,
     PodSchedulingGroup, PodSpec, PodStatus,
@@ -133,7 +133,7 @@ impl From<Pod> for CachedPod {
             .filter(|(key, _)| KEPT_ANNOTATIONS.contains(&key.as_str()))
             .collect();
         CachedPod {
-            metadata: evictkit_runtime::compact::identity(&mut metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut metadata),
             labels: MAPS.get(metadata.labels.take().unwrap_or_default()),
             annotations: MAPS.get(annotations),
             owners: OWNERS.get(Owners(metadata.owner_references.take().unwrap_or_default())),

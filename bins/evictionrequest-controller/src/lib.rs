@@ -29,13 +29,13 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_commands::requests;
 use evictkit_core::eviction_request::admission::ControllerIdentity;
 use evictkit_core::eviction_request::{self as core};
-use evictkit_runtime::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
-use evictkit_runtime::events::EventRecorder;
-pub use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::lifecycle_request::{self, Apis, REDISCOVERY};
+use evictkit_runtime::caches::watch::Watches;
+use evictkit_runtime::clients::events::EventRecorder;
+pub use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::apis::{self, Apis, REDISCOVERY};
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::watch::Watches;
+use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
+use evictkit_runtime::process::shutdown::CancellationToken;
 use jiff::SignedDuration;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -44,13 +44,13 @@ use crate::metrics::RequestMetrics;
 
 use crate::request_controller::{Settings, control};
 use crate::target_pod::PodWatch;
-use evictkit_runtime::backoff::Backoff;
+use evictkit_runtime::control::backoff::Backoff;
 
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
 pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
-/// Requesters look for it by this name ([`evictkit_runtime::requester`]).
-const LEASE_NAME: &str = evictkit_runtime::requester::CONTROLLER_LEASE;
+/// Requesters look for it by this name ([`evictkit_runtime::clients::eviction_request::requester`]).
+const LEASE_NAME: &str = evictkit_runtime::clients::eviction_request::requester::CONTROLLER_LEASE;
 // When an object's cache still predates our own write (or a write decided from it was refused
 // as superseded), look again as soon as after an eviction's conflict; both APIs.
 
@@ -168,8 +168,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
 
 /// Runs a subcommand for people with the current kubeconfig.
 async fn run_command(command: Command) -> anyhow::Result<()> {
-    let client =
-        evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED).await?;
+    let client = evictkit_runtime::clients::client::build(
+        evictkit_runtime::clients::client::RateLimit::UNLIMITED,
+    )
+    .await?;
     match command {
         Command::Request(args) => requests::request(&client, &args).await,
         Command::Withdraw(args) => requests::withdraw(&client, &args).await,
@@ -215,12 +217,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // The SubjectAccessReview of each review on a client of its own, without the QPS
         // limit: behind the component's 20 QPS the reviews of a burst of requests (about four
         // per request: create, labels, two status writes) queued past the apiserver's timeout.
-        let reviews =
-            evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)
-                .await
-                .context(
-                    "connecting to the Kubernetes API for the webhook's SubjectAccessReviews",
-                )?;
+        let reviews = evictkit_runtime::clients::client::build(
+            evictkit_runtime::clients::client::RateLimit::UNLIMITED,
+        )
+        .await
+        .context("connecting to the Kubernetes API for the webhook's SubjectAccessReviews")?;
         let access = webhook::PodDeleteAccess::new(
             reviews,
             webhook::Ttl {
@@ -239,7 +240,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.roles.runs(Role::Controller) {
         let mode = args.api;
         if mode != ApiMode::Auto {
-            let discovered = lifecycle_request::discover(&client)
+            let discovered = apis::discover(&client)
                 .await
                 .context("discovery of the EvictionRequest APIs")?;
             mode.check_served(discovered)?;
@@ -248,7 +249,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.heartbeat_timeout >= lifecycle::API_HEARTBEAT_DEADLINE
                 || mode == ApiMode::Crd
                 || (mode == ApiMode::Auto
-                    && !lifecycle_request::served(&client)
+                    && !apis::served(&client)
                         .await
                         .context("discovery of lifecycle.k8s.io/v1alpha1")?),
             "--heartbeat-timeout ({:?}) must be at least 20m where lifecycle.k8s.io/v1alpha1 is served: the apiserver refuses to interrupt a responder earlier",
@@ -348,7 +349,7 @@ fn backoff_within_heartbeat(backoff_max: Duration, heartbeat_timeout: Duration) 
 /// ends; `auto` looks at discovery again every [`REDISCOVERY`] until it serves both, so an API
 /// turned on later is served without a restart, and one served is never dropped while its
 /// requests may be in flight. Both read the pods of `namespace` from one watch. What it serves
-/// is said on the Lease in `lease_namespace` ([`evictkit_runtime::requester::advertise`]).
+/// is said on the Lease in `lease_namespace` ([`evictkit_runtime::clients::eviction_request::requester::advertise`]).
 #[allow(clippy::too_many_arguments)]
 async fn serve_apis(
     client: kube::Client,
@@ -376,7 +377,7 @@ async fn serve_apis(
     };
     loop {
         let discovered = if mode == ApiMode::Auto {
-            match lifecycle_request::discover(&client).await {
+            match apis::discover(&client).await {
                 Ok(discovered) => discovered,
                 Err(error) => {
                     tracing::warn!(%error, "discovery of the EvictionRequest APIs failed; trying again");
@@ -407,7 +408,7 @@ async fn serve_apis(
                 earlier.abort();
             }
             advertising = Some(tokio::spawn(
-                evictkit_runtime::requester::advertise_in_term(
+                evictkit_runtime::clients::eviction_request::requester::advertise_in_term(
                     client.clone(),
                     lease_namespace.clone(),
                     serving,

@@ -27,11 +27,11 @@ use std::time::Duration;
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
 use evictkit_core::eviction_request::whole_seconds;
 use evictkit_core::lifecycle::{self as core, Target};
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError, STALE_CACHE_RECHECK};
-use evictkit_runtime::http::Readiness;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::watch::{Objects, Watches};
+use evictkit_runtime::caches::watch::{Objects, Watches};
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError, STALE_CACHE_RECHECK};
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
 use jiff::{SignedDuration, Timestamp};
@@ -51,7 +51,7 @@ use self::requests::reconcile_request;
 use crate::id;
 use crate::request_controller::OwnWrites;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use evictkit_runtime::backoff::{Backoff, PerObject};
+use evictkit_runtime::control::backoff::{Backoff, PerObject};
 
 /// The API's heartbeat deadline: the v1.37 apiserver refuses to let a responder go earlier.
 pub const API_HEARTBEAT_DEADLINE: Duration = Duration::from_secs(20 * 60);
@@ -167,7 +167,7 @@ pub(crate) async fn control(
     let (to_requests, request_triggers) = mpsc::unbounded::<ObjectRef<EvictionRequest>>();
 
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker each
-    // controller's runner needs ([`evictkit_runtime::listed`]).
+    // controller's runner needs ([`evictkit_runtime::caches::listed`]).
     let pods_listed = pod_watch.listed.clone();
     let requests = {
         let (requests, store) = (context.requests_by_target.clone(), request_store.clone());

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_runtime::metrics::{Metrics, MetricsError};
-use evictkit_runtime::reconcile::Reconciles;
+use evictkit_runtime::control::reconcile::Reconciles;
+use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use kube::runtime::reflector::{Lookup, ObjectRef};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;

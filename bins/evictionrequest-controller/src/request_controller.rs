@@ -12,13 +12,13 @@ use evictkit_api::keys::IMPERATIVE_EVICTION_INTERCEPTOR;
 use evictkit_core::eviction_request::{
     self as core, Imperative, Plan, State, controller_status, interceptor_status,
 };
-use evictkit_runtime::backoff::{Backoff, PerObject};
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::STALE_CACHE_RECHECK;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError};
-use evictkit_runtime::http::Readiness;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::watch::{Objects, Watches};
+use evictkit_runtime::caches::watch::{Objects, Watches};
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
+use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError};
+use evictkit_runtime::control::backoff::{Backoff, PerObject};
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -155,7 +155,7 @@ pub(crate) async fn control(
     });
 
     // When each cache has listed: never a store's `wait_until_ready`, whose one waker the
-    // controller's runner needs ([`evictkit_runtime::listed`]).
+    // controller's runner needs ([`evictkit_runtime::caches::listed`]).
     let (requests_listed, pods_listed) = (requests.listed(), pod_watch.listed.clone());
     let requests = {
         let context = context.clone();

@@ -17,8 +17,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use evictkit_runtime::listed::Listed;
-use evictkit_runtime::watch::{Objects, Watches};
+use evictkit_runtime::caches::listed::Listed;
+use evictkit_runtime::caches::watch::{Objects, Watches};
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
 use jiff::Timestamp;

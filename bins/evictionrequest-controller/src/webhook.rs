@@ -23,8 +23,8 @@ use evictkit_core::eviction_request::admission::{
     ControllerIdentity, validate_names, validate_pod as validate_pod_annotation, validate_update,
     validate_writer,
 };
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};

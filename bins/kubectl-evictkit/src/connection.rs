@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use evictkit_runtime::cli::parse_duration;
-use evictkit_runtime::client::{self, RateLimit};
+use evictkit_runtime::clients::client::{self, RateLimit};
+use evictkit_runtime::process::cli::parse_duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 

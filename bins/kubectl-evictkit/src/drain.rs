@@ -20,7 +20,7 @@ use evictkit_drain::{
     ApiMode, Blocker, Channel, Ending, Left, Observer, Options, Plan, Report, Row, Settings,
     Withdrawal,
 };
-use evictkit_runtime::cli::parse_duration;
+use evictkit_runtime::process::cli::parse_duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;

@@ -19,7 +19,7 @@ use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 use evictkit_commands::explain::{self, EVICTION_WEBHOOK_NAME, ExplainArgs};
 use evictkit_commands::requests::{self as controller, DescribeArgs};
 use evictkit_core::pdb_policy::Explanation;
-use evictkit_runtime::lifecycle_request::ApiMode;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};

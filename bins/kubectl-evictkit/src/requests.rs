@@ -12,7 +12,7 @@ use evictkit_core::lifecycle::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, STATE_ACTIVE,
 };
 use evictkit_core::table::{Table, age};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::apis;
 use jiff::Timestamp;
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -45,7 +45,7 @@ pub async fn list(client: &Client, scope: &Scope) -> Result<Listing> {
         Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
         Err(error) => return Err(error).context("listing evictkit.io EvictionRequests"),
     };
-    if !lifecycle_request::served(client)
+    if !apis::served(client)
         .await
         .context("discovering lifecycle.k8s.io/v1alpha1")?
     {

@@ -13,9 +13,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use evictkit_runtime::index::Grouped;
-use evictkit_runtime::listed::{Listed, listed as listed_signal};
-use evictkit_runtime::watch::{Watched, Watches};
+use evictkit_runtime::caches::index::Grouped;
+use evictkit_runtime::caches::listed::{Listed, listed as listed_signal};
+use evictkit_runtime::caches::watch::{Watched, Watches};
 use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

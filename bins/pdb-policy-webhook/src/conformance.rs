@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use evictkit_api::keys::UNHEALTHY_POD_EVICTION_POLICY_BEFORE_ENFORCEMENT;
 use evictkit_api::{PodDisruptionBudgetPolicy, PolicyMode};
 use evictkit_core::pdb_policy::{self, BeforeEnforcement, Conformance, Refusal};
-use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::clients::events::EventRecorder;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};

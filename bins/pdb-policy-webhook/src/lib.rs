@@ -28,9 +28,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use evictkit_commands::explain;
-use evictkit_runtime::cli::{CommonArgs, Role, RoleArgs};
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::tls::install_crypto_provider;
+use evictkit_runtime::process::cli::{CommonArgs, Role, RoleArgs};
+use evictkit_runtime::serving::tls::install_crypto_provider;
 
 use crate::admission::Context;
 use crate::cache::Caches;
@@ -75,10 +75,11 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Serve(args)) => run(args).await,
         Some(Command::Explain(args)) => {
             install_crypto_provider();
-            let client =
-                evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)
-                    .await
-                    .context("connecting to the Kubernetes API")?;
+            let client = evictkit_runtime::clients::client::build(
+                evictkit_runtime::clients::client::RateLimit::UNLIMITED,
+            )
+            .await
+            .context("connecting to the Kubernetes API")?;
             explain::run(client, &args).await
         }
     }
@@ -95,9 +96,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         // The eviction webhook's reads on a client of their own, without the QPS limit: behind
         // the watches' limit a drain's reviews queued past the apiserver's timeout. They are
         // few (see `live`) and each bounded by its review's deadline.
-        let reads = evictkit_runtime::client::build(evictkit_runtime::client::RateLimit::UNLIMITED)
-            .await
-            .context("connecting to the Kubernetes API for the eviction webhook's reads")?;
+        let reads = evictkit_runtime::clients::client::build(
+            evictkit_runtime::clients::client::RateLimit::UNLIMITED,
+        )
+        .await
+        .context("connecting to the Kubernetes API for the eviction webhook's reads")?;
         let ctx = Arc::new(Context::new(
             caches.clone(),
             own_metrics.clone(),

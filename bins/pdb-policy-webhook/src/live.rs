@@ -2,7 +2,7 @@
 //! where a cache a moment behind could turn a denial into an allow (see
 //! `admission::validate_eviction`), and the PersistentVolumeClaims and PersistentVolumes behind
 //! a not-Ready pod's volumes (not cached at all: only such an eviction needs them; read by
-//! [`evictkit_runtime::pdb_policy`], which `explain` shares).
+//! [`evictkit_runtime::clients::pdb_policy`], which `explain` shares).
 //!
 //! During a drain hundreds of reviews arrive at once, many needing the same object: the pod
 //! and PDB reads are shared ([`Consistent`]), one in flight per object, and go through a client
@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use evictkit_runtime::pdb_policy::{LiveReads, ReadError};
+use evictkit_runtime::clients::pdb_policy::{LiveReads, ReadError};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

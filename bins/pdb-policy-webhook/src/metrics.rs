@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use evictkit_runtime::metrics::{Metrics, MetricsError};
-use evictkit_runtime::reconcile::Reconciles;
+use evictkit_runtime::control::reconcile::Reconciles;
+use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts};
 
 /// The `webhook` label values: the three webhooks `admission::review` serves.

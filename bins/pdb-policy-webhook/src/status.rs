@@ -17,8 +17,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::reconcile;
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::control::reconcile;
 
 use crate::cache::Caches;
 use crate::conformance::Enforcer;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
-use evictkit_runtime::http::Readiness;
+use evictkit_runtime::serving::http::Readiness;
 use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -44,7 +44,7 @@ impl Access {
     }
 
     /// Takes note of one result of the watch of `resource`: each watch of a term reports here
-    /// (`evictkit_runtime::watch::Watches::reporting`).
+    /// (`evictkit_runtime::caches::watch::Watches::reporting`).
     pub fn observe(&self, resource: &str, result: Result<(), &watcher::Error>) {
         let mut denied = self.denied.lock().unwrap_or_else(|p| p.into_inner());
         match result {

@@ -17,11 +17,11 @@ use evictkit_api::conditions::{
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::event_folding::Fold;
 use evictkit_core::requester::Standing;
-use evictkit_runtime::events::EventType;
-use evictkit_runtime::eviction::EvictionOutcome;
-use evictkit_runtime::eviction_request::EvictionRequestError;
-use evictkit_runtime::leader::spawn_in_term;
-use evictkit_runtime::pod_condition::{self, PodCondition};
+use evictkit_runtime::clients::events::EventType;
+use evictkit_runtime::clients::eviction::EvictionOutcome;
+use evictkit_runtime::clients::eviction_request::EvictionRequestError;
+use evictkit_runtime::clients::pod_condition::{self, PodCondition};
+use evictkit_runtime::control::leader::spawn_in_term;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{DeleteParams, Preconditions};

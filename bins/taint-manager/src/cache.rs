@@ -12,7 +12,7 @@ use evictkit_api::conditions::{
     POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER, STATUS_TRUE,
 };
 use evictkit_core::taints::no_execute_taints;
-use evictkit_runtime::index::Grouped;
+use evictkit_runtime::caches::index::Grouped;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Namespace, Node, NodeCondition, NodeSpec, NodeStatus, Pod, Taint, Toleration,
@@ -22,7 +22,7 @@ use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
 
-use evictkit_runtime::interned::Interner;
+use evictkit_runtime::caches::interned::Interner;
 
 /// The node condition the zone guard reads.
 const NODE_READY: &str = "Ready";
@@ -96,7 +96,7 @@ impl From<Pod> for CachedPod {
         let mut metadata = pod.metadata;
         CachedPod {
             labels: LABELS.get(metadata.labels.take().unwrap_or_default()),
-            metadata: evictkit_runtime::compact::identity(&mut metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut metadata),
             node_name: spec.node_name.unwrap_or_default(),
             tolerations: TOLERATIONS.get(Tolerations(spec.tolerations.unwrap_or_default())),
             bound_at,

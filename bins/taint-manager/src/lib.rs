@@ -63,19 +63,19 @@ use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
-use evictkit_runtime::backoff::{Backoff, PerObject};
-use evictkit_runtime::cli::{CommonArgs, ControllerArgs, parse_duration};
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::{EvictionClient, EvictionError};
-use evictkit_runtime::eviction_request::EvictionRequestError;
-use evictkit_runtime::http::Readiness;
-use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::listed::Listed;
+use evictkit_runtime::caches::listed::Listed;
+use evictkit_runtime::caches::watch::Watches;
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError};
+use evictkit_runtime::clients::eviction_request::EvictionRequestError;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Done, Requester, RequesterNames};
+use evictkit_runtime::clients::pod_condition::PodConditionError;
+use evictkit_runtime::control::backoff::{Backoff, PerObject};
 use evictkit_runtime::manager::Manager;
-use evictkit_runtime::pod_condition::PodConditionError;
-use evictkit_runtime::requester::{Done, Requester, RequesterNames};
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::watch::Watches;
+use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, parse_duration};
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
@@ -374,7 +374,7 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
     // Ready once every cache has listed: before, a pod would be planned against missing
     // nodes, namespaces or policies, and one no longer due against none of our requests.
     // Never a store's `wait_until_ready`, whose one waker the controller's runner needs
-    // ([`evictkit_runtime::listed`]).
+    // ([`evictkit_runtime::caches::listed`]).
     let listed = settings.readiness.until_listed({
         let listed = watches.listed();
         async move {

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use evictkit_runtime::metrics::{Metrics, MetricsError};
-use evictkit_runtime::reconcile::Reconciles;
+use evictkit_runtime::control::reconcile::Reconciles;
+use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
 };

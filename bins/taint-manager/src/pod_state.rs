@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use evictkit_core::taint_policy::Pending;
-use evictkit_runtime::events::EventType;
+use evictkit_runtime::clients::events::EventType;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;

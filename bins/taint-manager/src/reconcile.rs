@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, PodPlan, Policies, pod_plan};
-use evictkit_runtime::listed::Listed;
+use evictkit_runtime::caches::listed::Listed;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::Action;

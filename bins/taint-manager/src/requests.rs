@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_core::lifecycle::{INTENT_EVICTION, ROLE_REQUESTER};
-use evictkit_runtime::lifecycle_request::{self, ApiMode, Apis};
-use evictkit_runtime::listed::Listed;
-use evictkit_runtime::watch::Watches;
+use evictkit_runtime::caches::listed::Listed;
+use evictkit_runtime::caches::watch::Watches;
+use evictkit_runtime::clients::eviction_request::apis::{self, ApiMode, Apis};
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use kube::runtime::watcher;
@@ -171,7 +171,7 @@ impl OwnRequests {
 /// the CRD too while it is installed (requests of a taint-manager before the switch). A CRD not
 /// installed holds no request, so it is not watched (its watch would fail forever).
 pub async fn followed(client: &Client, requested: ApiMode, using: ApiMode) -> Apis {
-    let crd_installed = match lifecycle_request::discover(client).await {
+    let crd_installed = match apis::discover(client).await {
         Ok(apis) => apis.crd,
         Err(error) => {
             tracing::warn!(%error, "discovery of evictionrequests.evictkit.io failed; watching it");

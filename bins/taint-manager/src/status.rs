@@ -12,7 +12,7 @@ use evictkit_api::conditions::{
 };
 use evictkit_api::taint_eviction_policy::{TaintEvictionPolicy, TaintEvictionPolicyStatus};
 use evictkit_core::taint_policy::{CompiledPolicy, PodFacts, Policies};
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::process::shutdown::CancellationToken;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
-use evictkit_runtime::events::EventType;
-use evictkit_runtime::leader::spawn_in_term;
-use evictkit_runtime::watch::{Objects, Watch};
+use evictkit_runtime::caches::watch::{Objects, Watch};
+use evictkit_runtime::clients::events::EventType;
+use evictkit_runtime::control::leader::spawn_in_term;
 use futures::{Stream, StreamExt, future, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
 use kube::ResourceExt;

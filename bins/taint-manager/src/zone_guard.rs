@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use evictkit_runtime::leader::spawn_in_term;
+use evictkit_runtime::control::leader::spawn_in_term;
 
 use crate::Context;
 use crate::cache::{CachedPod, PodsByNode, node_ready, on_node};

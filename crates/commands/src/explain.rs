@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use evictkit_api::PodDisruptionBudgetPolicy;
 use evictkit_core::pdb_policy::{self, Explanation};
 use evictkit_core::table::Table;
-use evictkit_runtime::pdb_policy as live;
+use evictkit_runtime::clients::pdb_policy as live;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;

@@ -6,8 +6,9 @@ mod lifecycle;
 
 use anyhow::Context as _;
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_runtime::eviction_request::{TargetPod, request_eviction, withdraw_target};
-use evictkit_runtime::lifecycle_request::{ApiMode, served};
+use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::apis::{ApiMode, served};
+use evictkit_runtime::clients::eviction_request::crd::{request_eviction, withdraw_target};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;

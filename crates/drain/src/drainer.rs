@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use evictkit_api::keys::DRAIN_REQUESTER_KEY;
 use evictkit_core::drain::blocker;
-use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
-use evictkit_runtime::lifecycle_request;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::requester::Requester;
+use evictkit_runtime::clients::eviction::{EvictionClient, EvictionOutcome};
+use evictkit_runtime::clients::eviction_request::requester::Requester;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::process::metrics::Metrics;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -256,7 +256,7 @@ impl Drainer {
             let mut progress = match self.channel {
                 Channel::Crd => Progress::of_crd(pod, &target.uid, snapshot.crd.get(&target.uid)),
                 Channel::Lifecycle => {
-                    let name = lifecycle_request::request_name(&target.name, DRAIN_REQUESTER_KEY);
+                    let name = upstream::request_name(&target.name, DRAIN_REQUESTER_KEY);
                     Progress::of_lifecycle(
                         pod,
                         &target.uid,

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use evictkit_core::eviction::is_pod_ready;
-use evictkit_runtime::events::EventRecorder;
+use evictkit_runtime::clients::events::EventRecorder;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams, Preconditions};

@@ -28,10 +28,12 @@ use evictkit_core::drain::blocker;
 pub use evictkit_core::drain::blocker::Blocker;
 pub use evictkit_core::drain::progress::{Progress, State};
 pub use evictkit_core::drain::{Channel, Options};
-pub use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
-pub use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::lifecycle_request::{self};
-use evictkit_runtime::requester::{self, Requester, RequesterError, RequesterNames};
+use evictkit_runtime::clients::eviction_request::apis;
+pub use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{
+    self, Requester, RequesterError, RequesterNames,
+};
+pub use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams};
@@ -322,7 +324,7 @@ fn node_of(pod: &Pod) -> String {
 
 /// The API the drain asks through, from discovery, the API mode and the fallback.
 async fn channel(client: &Client, settings: &Settings) -> Result<Channel, DrainError> {
-    let served = lifecycle_request::discover(client)
+    let served = apis::discover(client)
         .await
         .map_err(|source| DrainError::Api {
             what: "discovering the EvictionRequest APIs".to_owned(),

@@ -65,9 +65,9 @@ pub async fn client(cluster: &Cluster) -> Result<Client> {
 pub async fn client_of(kubeconfig: &Path) -> Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    Ok(evictkit_runtime::client::from_config(
+    Ok(evictkit_runtime::clients::client::from_config(
         config,
-        evictkit_runtime::client::RateLimit::UNLIMITED,
+        evictkit_runtime::clients::client::RateLimit::UNLIMITED,
     )?)
 }
 

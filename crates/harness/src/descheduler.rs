@@ -45,9 +45,9 @@ impl Identity {
             &kube::config::KubeConfigOptions::default(),
         )
         .await?;
-        Ok(evictkit_runtime::client::from_config(
+        Ok(evictkit_runtime::clients::client::from_config(
             config,
-            evictkit_runtime::client::RateLimit::UNLIMITED,
+            evictkit_runtime::clients::client::RateLimit::UNLIMITED,
         )?)
     }
 }

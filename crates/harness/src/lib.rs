@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, Result, bail};
-use evictkit_runtime::client::RateLimit;
+use evictkit_runtime::clients::client::RateLimit;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
@@ -99,7 +99,8 @@ impl TestEnv {
         .await
         .with_context(|| format!("loading {}", kubeconfig.display()))?;
         // The runtime's client: kube's default one retries an eviction's 429 for minutes.
-        let client = evictkit_runtime::client::from_config(config.clone(), RateLimit::UNLIMITED)?;
+        let client =
+            evictkit_runtime::clients::client::from_config(config.clone(), RateLimit::UNLIMITED)?;
         let namespace = format!(
             "{prefix}-{}-{}",
             std::process::id(),
@@ -331,7 +332,7 @@ impl TestEnv {
     /// when it does not (`cargo xtask test --kubernetes v1.36.3`), and the test returns at once:
     /// `if env.skip_without_lifecycle_api().await? { return Ok(()); }`.
     pub async fn skip_without_lifecycle_api(&self) -> Result<bool> {
-        if evictkit_runtime::lifecycle_request::served(&self.client).await? {
+        if evictkit_runtime::clients::eviction_request::apis::served(&self.client).await? {
             return Ok(false);
         }
         let version = self

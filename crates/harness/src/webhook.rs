@@ -16,10 +16,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 
-use evictkit_runtime::cli::TlsFiles;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::tls::ReloadingCertResolver;
-use evictkit_runtime::webhook::Webhooks;
+use evictkit_runtime::process::cli::TlsFiles;
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::tls::ReloadingCertResolver;
+use evictkit_runtime::serving::webhook::Webhooks;
 
 use crate::TestEnv;
 use crate::certs::{self, ServingCert};

@@ -11,18 +11,18 @@ use futures::future::{self, BoxFuture};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{CliError, CommonArgs};
-use crate::client::{self, ClientError};
-use crate::events::EventRecorder;
-use crate::eviction::EvictionClient;
-use crate::http::{HealthServer, HttpError, Readiness};
-use crate::leader::LeaderElection;
-use crate::logging::{self, LoggingError};
-use crate::metrics::{EVICTION_OUTCOMES, Metrics, MetricsError};
-use crate::shutdown::{self, ShutdownError};
-use crate::tls::{self, ReloadingCertResolver, TlsError};
-use crate::watch::Watches;
-use crate::webhook::{WebhookError, Webhooks};
+use crate::caches::watch::Watches;
+use crate::clients::client::{self, ClientError, RateLimit};
+use crate::clients::events::EventRecorder;
+use crate::clients::eviction::EvictionClient;
+use crate::control::leader::LeaderElection;
+use crate::process::cli::{CliError, CommonArgs};
+use crate::process::logging::{self, LoggingError};
+use crate::process::metrics::{EVICTION_OUTCOMES, Metrics, MetricsError};
+use crate::process::shutdown::{self, ShutdownError};
+use crate::serving::http::{HealthServer, HttpError, Readiness};
+use crate::serving::tls::{self, ReloadingCertResolver, TlsError};
+use crate::serving::webhook::{WebhookError, Webhooks};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
@@ -72,7 +72,7 @@ impl Manager {
         common.validate(serves_webhook)?;
         tls::install_crypto_provider();
         let shutdown = shutdown::on_signal()?;
-        let client = client::build(common.rate_limit()).await?;
+        let client = client::build(rate_limit(common)).await?;
         let metrics = Arc::new(Metrics::new(component)?);
         register_build_info(&metrics, component)?;
         let readiness = Readiness::default();
@@ -129,7 +129,7 @@ impl Manager {
 
     /// Events reported as `reporter`, through a client and rate budget of their own.
     pub async fn recorder(&self, reporter: &str) -> Result<EventRecorder, ManagerError> {
-        Ok(EventRecorder::new(self.common.rate_limit(), reporter).await?)
+        Ok(EventRecorder::new(rate_limit(&self.common), reporter).await?)
     }
 
     /// Serves `webhooks` on `--webhook-addr` with the `--tls-*` certificate (reloaded when it
@@ -200,6 +200,15 @@ const BUILD_COMMIT: &str = match option_env!("EVICTKIT_COMMIT") {
     Some(commit) => commit,
     None => "unknown",
 };
+
+/// The client-side limit of requests to the API server (`--kube-api-qps`, `--kube-api-burst`).
+/// Here rather than on the flags, so the flags need nothing of the client.
+fn rate_limit(common: &CommonArgs) -> RateLimit {
+    RateLimit {
+        qps: common.kube_api_qps,
+        burst: common.kube_api_burst,
+    }
+}
 
 /// `evictkit_build_info{component, version, commit} 1`: which build runs, for a query to join on
 /// (e.g. every replica of a component on the same version after an upgrade).

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evictkit_runtime::cli::TlsFiles;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::tls::{ReloadingCertResolver, install_crypto_provider};
-use evictkit_runtime::webhook::{Admission, Limits, Webhooks};
+use evictkit_runtime::process::cli::TlsFiles;
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::tls::{ReloadingCertResolver, install_crypto_provider};
+use evictkit_runtime::serving::webhook::{Admission, Limits, Webhooks};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};

@@ -95,22 +95,22 @@ async fn teardown(client: &Client) {
 
 async fn measure(cluster: &Cluster, client: &Client, binary: &Path, args: &Args) -> Result<()> {
     let (kubeconfig, user) = bench::service_account(cluster, client, "descheduler").await?;
-    let descheduler = evictkit_runtime::client::from_config(
+    let descheduler = evictkit_runtime::clients::client::from_config(
         kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::read_from(&kubeconfig)?,
             &Default::default(),
         )
         .await?,
         // The runtime's client: kube's default one retries a 429 for minutes.
-        evictkit_runtime::client::RateLimit::UNLIMITED,
+        evictkit_runtime::clients::client::RateLimit::UNLIMITED,
     )?;
-    let admin = evictkit_runtime::client::from_config(
+    let admin = evictkit_runtime::clients::client::from_config(
         kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::read_from(cluster.kubeconfig())?,
             &Default::default(),
         )
         .await?,
-        evictkit_runtime::client::RateLimit::UNLIMITED,
+        evictkit_runtime::clients::client::RateLimit::UNLIMITED,
     )?;
 
     let pki = certs::pki();

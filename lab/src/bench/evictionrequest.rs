@@ -13,7 +13,7 @@
 //! have kube's default, no client-side limit.
 //!
 //! `--api lifecycle` runs the same on Kubernetes' own `lifecycle.k8s.io/v1alpha1` API: one
-//! EvictionRequest (intent Eviction) per pod through `evictkit_runtime::lifecycle_request`,
+//! EvictionRequest (intent Eviction) per pod through `evictkit_runtime::clients::eviction_request::upstream`,
 //! the controller with `--api lifecycle`, done when every request says TargetEvicted. Without
 //! interceptors: this bench plays them on evictkit's CRD only.
 
@@ -193,15 +193,19 @@ async fn bench(
     let provenance = csv::Provenance::now()?;
     match args.api {
         BenchApi::Crd => stream::iter(pods.iter())
-            .map(|pod| evictkit_runtime::eviction_request::request_eviction(client, pod, REQUESTER))
+            .map(|pod| {
+                evictkit_runtime::clients::eviction_request::crd::request_eviction(
+                    client, pod, REQUESTER,
+                )
+            })
             .buffer_unordered(CONCURRENCY)
             .try_collect::<Vec<_>>()
             .await
             .map(drop),
         BenchApi::Lifecycle => stream::iter(pods.iter())
             .map(|pod| async move {
-                let target = evictkit_runtime::eviction_request::TargetPod::of(pod)?;
-                evictkit_runtime::lifecycle_request::request_eviction(
+                let target = evictkit_runtime::clients::eviction_request::TargetPod::of(pod)?;
+                evictkit_runtime::clients::eviction_request::upstream::request_eviction(
                     client,
                     &target,
                     LIFECYCLE_REQUESTER,

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use evictkit_runtime::cli::TlsFiles;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::tls::ReloadingCertResolver;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::process::cli::TlsFiles;
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::tls::ReloadingCertResolver;
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{DeleteParams, PostParams};

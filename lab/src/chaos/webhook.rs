@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use evictkit_core::descheduler_bridge::EVICTION_IN_BACKGROUND_TEXT;
-use evictkit_runtime::client::RateLimit;
+use evictkit_runtime::clients::client::RateLimit;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -160,7 +160,7 @@ pub async fn rows(
             &Default::default(),
         )
         .await?;
-        let evictor = evictkit_runtime::client::from_config(config, RateLimit::UNLIMITED)?;
+        let evictor = evictkit_runtime::clients::client::from_config(config, RateLimit::UNLIMITED)?;
         let row = scenario(cluster, admin, &evictor, stop, webhook).await?;
         println!("{}", row.detail);
         rows.push(row);

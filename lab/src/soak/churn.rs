@@ -10,10 +10,10 @@ use anyhow::{Context, Result, bail};
 use evictkit_api::keys::{
     DESCHEDULER_REQUEST_EVICT_ONLY, EVICTION_INTERCEPTORS, REQUIRED_DURING_EXECUTION,
 };
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::requester::{Done, Requester, RequesterNames};
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Done, Requester, RequesterNames};
+use evictkit_runtime::process::shutdown::CancellationToken;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};

@@ -24,7 +24,7 @@ use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{Registration, rule};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::upstream;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};
@@ -799,7 +799,7 @@ async fn eviction_request_mode_on_the_upstream_api() -> Result<()> {
 
     label_node(&env, &node, json!({USER_B: null})).await?;
     let requests = env.api::<LifecycleRequest>();
-    let name = |pod: &str| lifecycle_request::request_name(pod, AFFINITY_EVICTOR_REQUESTER_KEY);
+    let name = |pod: &str| upstream::request_name(pod, AFFINITY_EVICTOR_REQUESTER_KEY);
     let intent = |intent: &'static str| {
         move |r: &LifecycleRequest| {
             r.spec.requester == AFFINITY_EVICTOR_REQUESTER_KEY && r.spec.intent == intent
@@ -1040,7 +1040,7 @@ async fn disabled_withdraws_the_requests_made_before_on_the_upstream_api() -> Re
     }
     let _controller = env.start_lifecycle_controller().await?;
     let requests = env.api::<LifecycleRequest>();
-    let name = lifecycle_request::request_name("db", AFFINITY_EVICTOR_REQUESTER_KEY);
+    let name = upstream::request_name("db", AFFINITY_EVICTOR_REQUESTER_KEY);
     let (evictor, db) = held_request(&env, "lifecycle").await?;
     wait::wait_for(
         &requests,

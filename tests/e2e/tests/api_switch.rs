@@ -17,9 +17,9 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects;
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::InterceptorClient;
-use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::crd::InterceptorClient;
+use evictkit_runtime::clients::eviction_request::requester::{Requester, RequesterNames};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
@@ -180,9 +180,9 @@ async fn beside_the_controller(env: &TestEnv) -> Result<kube::Client> {
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     config.default_namespace = env.namespace.clone();
-    Ok(evictkit_runtime::client::from_config(
+    Ok(evictkit_runtime::clients::client::from_config(
         config,
-        evictkit_runtime::client::RateLimit::UNLIMITED,
+        evictkit_runtime::clients::client::RateLimit::UNLIMITED,
     )?)
 }
 
@@ -199,7 +199,7 @@ async fn a_requester_restarted_before_the_controller_asks_through_what_it_serves
     // switch says nothing on its Lease of what it serves.
     let before = start(&env, "crd").await?;
     let leases = env.api::<Lease>();
-    let lease = evictkit_runtime::requester::CONTROLLER_LEASE;
+    let lease = evictkit_runtime::clients::eviction_request::requester::CONTROLLER_LEASE;
     // This version says it (once its term began); the older one is played by taking it back.
     wait::wait_for(
         &leases,
@@ -207,16 +207,15 @@ async fn a_requester_restarted_before_the_controller_asks_through_what_it_serves
         DEFAULT_TIMEOUT,
         "said what it serves",
         |l| {
-            l.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(evictkit_runtime::requester::SERVED_APIS))
+            l.metadata.annotations.as_ref().is_some_and(|a| {
+                a.contains_key(evictkit_runtime::clients::eviction_request::requester::SERVED_APIS)
+            })
         },
     )
     .await?;
     let said = json!({"metadata": {"annotations": {
-        evictkit_runtime::requester::SERVED_APIS: null,
-        evictkit_runtime::requester::SERVED_APIS_HOLDER: null,
+        evictkit_runtime::clients::eviction_request::requester::SERVED_APIS: null,
+        evictkit_runtime::clients::eviction_request::requester::SERVED_APIS_HOLDER: null,
     }}});
     leases
         .patch(lease, &PatchParams::default(), &Patch::Merge(said))

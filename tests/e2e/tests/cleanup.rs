@@ -17,8 +17,8 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
@@ -219,7 +219,7 @@ async fn taint_manager_leaves_no_request_or_eviction_behind() -> Result<()> {
         wait::wait_for_deletion(&pods, pod, DEFAULT_TIMEOUT).await?;
     }
     let requests = env.api::<EvictionRequest>();
-    let db_request = lifecycle_request::request_name("db", TAINT_MANAGER_REQUESTER_KEY);
+    let db_request = upstream::request_name("db", TAINT_MANAGER_REQUESTER_KEY);
     wait::wait_for(&requests, &db_request, DEFAULT_TIMEOUT, "requested", |r| {
         r.spec.intent == INTENT_EVICTION
     })
@@ -275,13 +275,11 @@ async fn finished_ttl_removes_what_no_requester_comes_back_for() -> Result<()> {
         .insert(POD_GROUP_LABEL.into(), "grouped".into());
     let grouped = env.create(&grouped).await?;
 
-    lifecycle_request::request_eviction(&env.client, &target(&env, &web)?, DRAIN).await?;
+    upstream::request_eviction(&env.client, &target(&env, &web)?, DRAIN).await?;
     wait::wait_for_deletion(&env.api::<Pod>(), "web", DEFAULT_TIMEOUT).await?;
-    let refused = lifecycle_request::request_name("grouped", DRAIN);
+    let refused = upstream::request_name("grouped", DRAIN);
     let refusal = loop {
-        match lifecycle_request::request_eviction(&env.client, &target(&env, &grouped)?, DRAIN)
-            .await
-        {
+        match upstream::request_eviction(&env.client, &target(&env, &grouped)?, DRAIN).await {
             Err(EvictionRequestError::Refused { message, .. }) => break message,
             Ok(_) => tokio::time::sleep(Duration::from_millis(250)).await,
             Err(error) => return Err(error.into()),
@@ -317,7 +315,7 @@ async fn a_dry_run_requester_deletes_nothing() -> Result<()> {
         .await?
         .name_any();
     let web = ready_pod_on(&env, "web", &node).await?;
-    let request = lifecycle_request::request_eviction(
+    let request = upstream::request_eviction(
         &env.client,
         &target(&env, &web)?,
         TAINT_MANAGER_REQUESTER_KEY,

@@ -39,8 +39,9 @@ use evictkit_harness::descheduler::{Descheduler, Identity};
 use evictkit_harness::objects;
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{Registration, rule};
-use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::crd::InterceptorClient;
+use evictkit_runtime::clients::eviction_request::upstream;
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};
@@ -379,7 +380,7 @@ impl Bridge {
     ) -> Result<LifecycleRequest> {
         wait::wait_for(
             &self.env.api::<LifecycleRequest>(),
-            &lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY),
+            &upstream::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY),
             DEFAULT_TIMEOUT,
             what,
             condition,
@@ -1268,13 +1269,13 @@ async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result
     t.annotate(plain, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
         .await?;
     for pod in [plain, opted] {
-        lifecycle_request::request_eviction(&t.env.client, &TargetPod::of(pod)?, DRAIN).await?;
+        upstream::request_eviction(&t.env.client, &TargetPod::of(pod)?, DRAIN).await?;
         t.wait_eviction(pod, "handed to the responder", |e| {
             responder_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
         })
         .await?;
     }
-    let drains = |pod: &Pod| lifecycle_request::request_name(&pod.name_any(), DRAIN);
+    let drains = |pod: &Pod| upstream::request_name(&pod.name_any(), DRAIN);
     let as_descheduler = t.descheduler.client().await?;
 
     // The answer, seen by a dry run: 429 in background, naming the drain's request.
@@ -1310,7 +1311,7 @@ async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result
     ensure!(t.evacuations("already_evacuating")? >= 2.0);
 
     // The drain withdraws: its Eviction is canceled, and the descheduler's own decision stands.
-    lifecycle_request::withdraw(&t.env.client, &TargetPod::of(plain)?, DRAIN).await?;
+    upstream::withdraw(&t.env.client, &TargetPod::of(plain)?, DRAIN).await?;
     wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
     t.wait_evicted(&descheduler, "success", 1.0).await?;
     drop(descheduler);
@@ -1328,7 +1329,7 @@ async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result
         "the other pod was asked for beyond the node's limit"
     );
     for pod in [plain, opted] {
-        let bridges = lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY);
+        let bridges = upstream::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY);
         ensure!(
             t.env
                 .api::<LifecycleRequest>()
@@ -1357,7 +1358,12 @@ async fn a_pod_in_another_requesters_crd_request_is_already_getting_evacuated() 
     let pod = &pods[0];
     t.annotate(pod, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
         .await?;
-    evictkit_runtime::eviction_request::request_eviction(&t.env.client, pod, CRD_DRAIN).await?;
+    evictkit_runtime::clients::eviction_request::crd::request_eviction(
+        &t.env.client,
+        pod,
+        CRD_DRAIN,
+    )
+    .await?;
     let as_descheduler = t.descheduler.client().await?;
     let answer = evict(&as_descheduler, pod, false).await?;
     let Err((429, message)) = &answer else {
@@ -1419,7 +1425,7 @@ async fn the_webhook_lists_no_eviction_requests_per_eviction() -> Result<()> {
             );
         };
         ensure!(
-            message.contains(&lifecycle_request::request_name(
+            message.contains(&upstream::request_name(
                 &pod.name_any(),
                 DESCHEDULER_REQUESTER_KEY
             )),
@@ -1457,7 +1463,12 @@ async fn a_pod_asked_for_on_the_other_api_is_already_getting_evacuated() -> Resu
     let pod = &pods[0];
     t.annotate(pod, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
         .await?;
-    evictkit_runtime::eviction_request::request_eviction(&t.env.client, pod, NOT_UPGRADED).await?;
+    evictkit_runtime::clients::eviction_request::crd::request_eviction(
+        &t.env.client,
+        pod,
+        NOT_UPGRADED,
+    )
+    .await?;
     let interceptor = InterceptorClient::new(t.env.client.clone(), INTERCEPTOR);
     t.wait_request(pod, "handed to the interceptor", |r| {
         interceptor.is_active(r)
@@ -1484,7 +1495,7 @@ async fn a_pod_asked_for_on_the_other_api_is_already_getting_evacuated() -> Resu
         objects::pod_ready(&t.env.api::<Pod>().get(&pod.name_any()).await?),
         "the pod stays while its interceptor works"
     );
-    let bridges = lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY);
+    let bridges = upstream::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY);
     ensure!(
         t.env
             .api::<LifecycleRequest>()

@@ -15,7 +15,8 @@ use evictkit_api::node_drain::NodeDrain;
 use evictkit_harness::TestEnv;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::upstream::{INTENT_EVICTION, INTENT_WITHDRAWN};
 use k8s_openapi::api::core::v1::{Event, EvictionResponder, Namespace, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -209,7 +210,7 @@ async fn a_drain_that_cannot_read_withdraws_what_it_asked() -> Result<()> {
     )?;
     let running = tokio::spawn(run(drain));
     let requests = env.api::<EvictionRequest>();
-    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    let name = upstream::request_name("db-0", DRAIN_REQUESTER_KEY);
     wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
         r.spec.intent == INTENT_EVICTION
     })
@@ -523,7 +524,7 @@ async fn uncordon_withdraws_what_a_killed_drain_asked() -> Result<()> {
             .kill_on_drop(true)
             .spawn()?;
     let requests = env.api::<EvictionRequest>();
-    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    let name = upstream::request_name("db-0", DRAIN_REQUESTER_KEY);
     wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
         r.spec.intent == INTENT_EVICTION
     })
@@ -988,7 +989,7 @@ async fn a_detached_drain_times_out_and_withdraws_with_no_client() -> Result<()>
     let ns = env.namespace.clone();
     detach(&env, &node, &["--timeout", "8s"]).await?;
     let requests = env.api::<EvictionRequest>();
-    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    let name = upstream::request_name("db-0", DRAIN_REQUESTER_KEY);
     wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
         r.spec.intent == INTENT_EVICTION
     })
@@ -1062,7 +1063,7 @@ async fn a_killed_client_reattaches_and_uncordon_withdraws_a_detached_drain() ->
             .kill_on_drop(true)
             .spawn()?;
     let requests = env.api::<EvictionRequest>();
-    let name = lifecycle_request::request_name("db-0", DRAIN_REQUESTER_KEY);
+    let name = upstream::request_name("db-0", DRAIN_REQUESTER_KEY);
     wait::wait_for(&requests, &name, DEFAULT_TIMEOUT, "asked", |r| {
         r.spec.intent == INTENT_EVICTION
     })

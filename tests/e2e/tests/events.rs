@@ -1,4 +1,4 @@
-//! The Event pipeline every component records through (`evictkit_runtime::events`), against a
+//! The Event pipeline every component records through (`evictkit_runtime::clients::events`), against a
 //! real apiserver: client-go's correlator decides, the recorder creates Events and counts
 //! repeats in their series; past their budget, Events with a fold target become one Event on
 //! it.
@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, ListParams};
 use evictkit_core::event_correlation::COMBINED_PREFIX;
 use evictkit_core::event_folding::{Fold, FoldLimits};
 use evictkit_harness::TestEnv;
-use evictkit_runtime::events::{EventRecorder, EventType};
+use evictkit_runtime::clients::events::{EventRecorder, EventType};
 
 /// The Events about `name` with `reason`: (note, series count).
 async fn events(env: &TestEnv, name: &str, reason: &str) -> Result<Vec<(String, i32)>> {

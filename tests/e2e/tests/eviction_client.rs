@@ -16,9 +16,9 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{self, Registration};
-use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::clients::eviction::{EvictionClient, EvictionOutcome};
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 
 fn client(env: &TestEnv) -> Result<(EvictionClient, Arc<Metrics>)> {
     let metrics = Arc::new(Metrics::new("e2e")?);

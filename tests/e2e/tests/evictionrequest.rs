@@ -8,7 +8,7 @@
 //! Each test starts its own controller and webhook restricted to its namespace (`--namespace`,
 //! Lease there too, webhook registered for that namespace only) with a short
 //! `--heartbeat-timeout` and backoff. Interceptors are played by the test through the public
-//! library (`evictkit_runtime::eviction_request`), as users would.
+//! library (`evictkit_runtime::clients::eviction_request::crd`), as users would.
 
 use std::time::Duration;
 
@@ -23,7 +23,9 @@ use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{Registration, rule};
-use evictkit_runtime::eviction_request::{InterceptorClient, request_eviction, withdraw};
+use evictkit_runtime::clients::eviction_request::crd::{
+    InterceptorClient, request_eviction, withdraw,
+};
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -1416,7 +1418,7 @@ async fn a_refused_request_is_not_recreated() -> Result<()> {
         ensure!(
             matches!(
                 error,
-                evictkit_runtime::eviction_request::EvictionRequestError::Refused { .. }
+                evictkit_runtime::clients::eviction_request::EvictionRequestError::Refused { .. }
             ),
             "{error:#}"
         );
@@ -1444,9 +1446,9 @@ async fn a_stalled_background_eviction_is_retried() -> Result<()> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use evictkit_runtime::eviction::{EvictionClient, EvictionOutcome};
-    use evictkit_runtime::metrics::Metrics;
-    use evictkit_runtime::webhook::{Admission, Webhooks};
+    use evictkit_runtime::clients::eviction::{EvictionClient, EvictionOutcome};
+    use evictkit_runtime::process::metrics::Metrics;
+    use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 
     let env = env("evr-background").await?;
     let _controller = start(&env, "4s").await?;

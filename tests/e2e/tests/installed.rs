@@ -36,8 +36,9 @@ use evictkit_harness::helm::{self, COMPONENTS, NAMESPACE, REAL_NODE_LABEL, RELEA
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::pdb_writes::PdbWrites;
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::lifecycle_request::{self, ApiMode};
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Requester, RequesterNames};
+use evictkit_runtime::clients::eviction_request::upstream;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::lifecycle::v1alpha1 as lifecycle;
@@ -857,7 +858,7 @@ async fn descheduler_eviction_becomes_a_request(
     let (group, request) = match api {
         ApiMode::Lifecycle => (
             "lifecycle.k8s.io",
-            lifecycle_request::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY),
+            upstream::request_name(&pod.name_any(), DESCHEDULER_REQUESTER_KEY),
         ),
         _ => ("evictkit.io", pod.uid().unwrap_or_default()),
     };

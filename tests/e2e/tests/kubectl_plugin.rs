@@ -14,8 +14,11 @@ use evictkit_api::keys::{
 use evictkit_harness::TestEnv;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod, request_eviction};
-use evictkit_runtime::lifecycle_request::{self, INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::apis;
+use evictkit_runtime::clients::eviction_request::crd::{InterceptorClient, request_eviction};
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::upstream::{INTENT_EVICTION, INTENT_WITHDRAWN};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Node, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
@@ -152,9 +155,9 @@ async fn each_subcommand_prints_its_answer_and_exits_with_its_code() -> Result<(
     // when the cluster serves it.
     let web_0 = env.api::<Pod>().get("web-0").await?;
     request_eviction(&env.client, &web_0, CRD_REQUESTER).await?;
-    let lifecycle_served = lifecycle_request::served(&env.client).await?;
+    let lifecycle_served = apis::served(&env.client).await?;
     if lifecycle_served {
-        lifecycle_request::set_intent(
+        upstream::set_intent(
             &env.client,
             &TargetPod::of(&batch)?,
             LIFECYCLE_REQUESTER,
@@ -411,10 +414,7 @@ async fn drain_asks_through_eviction_requests_and_withdraws_what_it_leaves() -> 
     // gone, the nodes stay cordoned.
     env.api::<Pod>().get("blocked-0").await?;
     let withdrawn = requests
-        .get(&lifecycle_request::request_name(
-            "blocked-0",
-            DRAIN_REQUESTER_KEY,
-        ))
+        .get(&upstream::request_name("blocked-0", DRAIN_REQUESTER_KEY))
         .await?;
     assert_eq!(withdrawn.spec.intent, INTENT_WITHDRAWN, "{run:?}");
     for pod in ["backup-0", "web-0"] {
@@ -542,14 +542,13 @@ async fn drain_in_auto_follows_the_controller() -> Result<()> {
     let _controller = env.start_eviction_request_controller().await?;
     wait::wait_for(
         &env.api::<k8s_openapi::api::coordination::v1::Lease>(),
-        evictkit_runtime::requester::CONTROLLER_LEASE,
+        evictkit_runtime::clients::eviction_request::requester::CONTROLLER_LEASE,
         DEFAULT_TIMEOUT,
         "said what it serves",
         |l| {
-            l.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(evictkit_runtime::requester::SERVED_APIS))
+            l.metadata.annotations.as_ref().is_some_and(|a| {
+                a.contains_key(evictkit_runtime::clients::eviction_request::requester::SERVED_APIS)
+            })
         },
     )
     .await?;

@@ -10,9 +10,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::{Instant, sleep, timeout};
 
 use evictkit_harness::TestEnv;
-use evictkit_runtime::leader::LeaderElection;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::control::leader::LeaderElection;
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::process::shutdown::CancellationToken;
 
 fn election(env: &TestEnv, identity: &str) -> LeaderElection {
     LeaderElection {
@@ -360,7 +360,7 @@ async fn a_leader_cut_off_without_errors_stops_acting_before_the_lease_expires()
         duration,
         ..election(&env, "partitioned")
     };
-    let client = evictkit_runtime::client::for_leader_election(config, duration)?;
+    let client = evictkit_runtime::clients::client::for_leader_election(config, duration)?;
     let (led, leading) = tokio::sync::oneshot::channel();
     let stopped = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let recorded = stopped.clone();
@@ -515,7 +515,7 @@ async fn a_leader_cut_off_past_the_renew_deadline_campaigns_again_without_exitin
             duration,
             ..election(&env, "cut-off")
         },
-        evictkit_runtime::client::for_leader_election(config, duration)?,
+        evictkit_runtime::clients::client::for_leader_election(config, duration)?,
         acting_now.clone(),
         most.clone(),
     );

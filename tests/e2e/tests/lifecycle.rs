@@ -25,8 +25,8 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::{EvictionRequestError, TargetPod};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, ResponderStatus};
@@ -123,11 +123,11 @@ async fn request(
     let mut pod = pod.clone();
     pod.metadata.namespace = Some(env.namespace.clone());
     let target = TargetPod::of(&pod)?;
-    Ok(lifecycle_request::set_intent(&env.client, &target, requester, intent).await?)
+    Ok(upstream::set_intent(&env.client, &target, requester, intent).await?)
 }
 
 fn request_name(pod: &Pod, requester: &str) -> String {
-    lifecycle_request::request_name(&pod.name_any(), requester)
+    upstream::request_name(&pod.name_any(), requester)
 }
 
 fn uid(pod: &Pod) -> String {
@@ -1262,7 +1262,7 @@ async fn requests_right_after_their_pods_are_not_refused() -> Result<()> {
                 let client = client.clone();
                 async move {
                     let target = TargetPod::of(&pod)?;
-                    lifecycle_request::request_eviction(&client, &target, DRAIN).await?;
+                    upstream::request_eviction(&client, &target, DRAIN).await?;
                     Ok(())
                 }
             })
@@ -1321,7 +1321,7 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
 
     // Evicted, then back.
     let first = ready_pod(&env, "web-0", &[]).await?;
-    lifecycle_request::request_eviction(&env.client, &target(&first)?, DRAIN).await?;
+    upstream::request_eviction(&env.client, &target(&first)?, DRAIN).await?;
     wait::wait_for_deletion(&env.api::<Pod>(), "web-0", DEFAULT_TIMEOUT).await?;
     wait_request(&env, &first, DRAIN, "TargetEvicted", |r| {
         request_condition(r, CONDITION_TARGET_EVICTED, "True", REASON_POD_DELETED)
@@ -1329,12 +1329,12 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
     .await?;
     let second = ready_pod(&env, "web-0", &[]).await?;
     ensure!(
-        lifecycle_request::withdraw(&env.client, &target(&second)?, DRAIN)
+        upstream::withdraw(&env.client, &target(&second)?, DRAIN)
             .await?
             .is_none(),
         "nothing to withdraw for a successor never asked for"
     );
-    let request = lifecycle_request::request_eviction(&env.client, &target(&second)?, DRAIN)
+    let request = upstream::request_eviction(&env.client, &target(&second)?, DRAIN)
         .await
         .context("requesting the successor")?;
     ensure!(
@@ -1351,14 +1351,14 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
 
     // Refused as a pod-group pod, then back without the group.
     let grouped = env.create(&pod_group_member("gang-0", "gang")).await?;
-    lifecycle_request::request_eviction(&env.client, &target(&grouped)?, DRAIN).await?;
+    upstream::request_eviction(&env.client, &target(&grouped)?, DRAIN).await?;
     wait_request(&env, &grouped, DRAIN, "refused", |r| {
         request_condition(r, CONDITION_FAILED, "True", REASON_EVICTION_INVALID)
     })
     .await?;
     ensure!(
         matches!(
-            lifecycle_request::request_eviction(&env.client, &target(&grouped)?, DRAIN).await,
+            upstream::request_eviction(&env.client, &target(&grouped)?, DRAIN).await,
             Err(EvictionRequestError::Refused { .. })
         ),
         "a refusal stays final for the pod it refused"
@@ -1368,7 +1368,7 @@ async fn a_successor_of_the_same_name_is_requested_anew() -> Result<()> {
         .await?;
     wait::wait_for_deletion(&env.api::<Pod>(), "gang-0", DEFAULT_TIMEOUT).await?;
     let successor = ready_pod(&env, "gang-0", &[]).await?;
-    lifecycle_request::request_eviction(&env.client, &target(&successor)?, DRAIN)
+    upstream::request_eviction(&env.client, &target(&successor)?, DRAIN)
         .await
         .context("requesting the successor of a refused pod")?;
     wait::wait_for_deletion(&env.api::<Pod>(), "gang-0", DEFAULT_TIMEOUT).await?;
@@ -1404,7 +1404,7 @@ async fn the_charts_grant_what_the_upstream_api_needs() -> Result<()> {
         let name = format!("{chart}-0");
         for round in ["first", "successor"] {
             let pod = ready_pod(&env, &name, &[]).await?;
-            lifecycle_request::request_eviction(&requester, &target(&pod)?, DRAIN)
+            upstream::request_eviction(&requester, &target(&pod)?, DRAIN)
                 .await
                 .with_context(|| {
                     format!("{round}: requesting as {}", requester_identity.username)

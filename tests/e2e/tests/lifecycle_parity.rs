@@ -25,8 +25,8 @@ use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget, now};
 use evictkit_harness::responder::{respond, target_state as state};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::TargetPod;
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::upstream;
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, ResponderStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -187,7 +187,7 @@ async fn request(env: &TestEnv, pod: &Pod, intent: &str) -> Result<EvictionReque
     let mut pod = pod.clone();
     pod.metadata.namespace = Some(env.namespace.clone());
     let target = TargetPod::of(&pod)?;
-    Ok(lifecycle_request::set_intent(&env.client, &target, REQUESTER, intent).await?)
+    Ok(upstream::set_intent(&env.client, &target, REQUESTER, intent).await?)
 }
 
 /// The Evictions of `pod` (by UID), oldest first.

@@ -19,8 +19,8 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::objects;
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::{self, TargetPod};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::{TargetPod, crd};
 use k8s_openapi::api::core::v1::{EvictionResponder, Pod};
 use serde_json::Value;
 
@@ -379,7 +379,7 @@ async fn keep_crd_request_in_progress(env: &TestEnv) -> Result<()> {
         .into(),
     );
     let intercepted = ready(env, intercepted).await?;
-    eviction_request::request_eviction(&env.client, &intercepted, REQUESTER).await?;
+    crd::request_eviction(&env.client, &intercepted, REQUESTER).await?;
     Ok(())
 }
 
@@ -392,7 +392,7 @@ async fn keep_lifecycle_request_in_progress(env: &TestEnv) -> Result<()> {
     }]);
     let responded = ready(env, responded).await?;
     let target = TargetPod::of(&responded)?;
-    lifecycle_request::set_intent(&env.client, &target, REQUESTER_KEY, INTENT_EVICTION).await?;
+    upstream::set_intent(&env.client, &target, REQUESTER_KEY, INTENT_EVICTION).await?;
     Ok(())
 }
 

@@ -18,8 +18,8 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{self, Registration};
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 
 /// Evicts `name` and returns the apiserver's Status, success or failure alike.
 async fn evict(env: &TestEnv, name: &str) -> Result<Status> {

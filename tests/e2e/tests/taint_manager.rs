@@ -28,7 +28,7 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::upstream;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, PodCondition, Taint, Toleration};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
@@ -648,7 +648,7 @@ async fn eviction_request_policy_on_the_upstream_api() -> Result<()> {
 
     set_taints(&env, &node, vec![no_execute(TAINT, Some(now_seconds()))]).await?;
     let requests = env.api::<LifecycleRequest>();
-    let name = |pod: &str| lifecycle_request::request_name(pod, TAINT_MANAGER_REQUESTER_KEY);
+    let name = |pod: &str| upstream::request_name(pod, TAINT_MANAGER_REQUESTER_KEY);
     let intent = |intent: &'static str| {
         move |r: &LifecycleRequest| {
             r.spec.requester == TAINT_MANAGER_REQUESTER_KEY && r.spec.intent == intent
@@ -1358,10 +1358,7 @@ impl WaitingRequest {
             RequestApi::Auto => self
                 .env
                 .api::<LifecycleRequest>()
-                .get_opt(&lifecycle_request::request_name(
-                    "db",
-                    TAINT_MANAGER_REQUESTER_KEY,
-                ))
+                .get_opt(&upstream::request_name("db", TAINT_MANAGER_REQUESTER_KEY))
                 .await?
                 .is_some_and(|r| {
                     r.spec.requester == TAINT_MANAGER_REQUESTER_KEY

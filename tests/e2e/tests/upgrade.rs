@@ -33,9 +33,12 @@ use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::pdb_writes::PdbWrites;
 use evictkit_harness::responder::{respond, target_state};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
-use evictkit_runtime::eviction_request::{InterceptorClient, TargetPod};
-use evictkit_runtime::lifecycle_request::{self, ApiMode, INTENT_EVICTION};
-use evictkit_runtime::requester::{Requester, RequesterNames};
+use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::apis::{self, ApiMode};
+use evictkit_runtime::clients::eviction_request::crd::InterceptorClient;
+use evictkit_runtime::clients::eviction_request::requester::{Requester, RequesterNames};
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::upstream::INTENT_EVICTION;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{EvictionResponder, Node, Pod, Taint, Toleration};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};
@@ -352,7 +355,7 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
     let _ = helm::uninstall(&env);
     helm_release(&env, "install", &registry, &previous)?;
     let before = rolled_out(&env, &previous).await?;
-    let lifecycle_api = lifecycle_request::served(&env.client).await?;
+    let lifecycle_api = apis::served(&env.client).await?;
 
     // Work in flight. A CRD request held by its interceptor.
     let held_crd = ready_pod(&env, "held-crd", held_by_interceptor).await?;
@@ -376,7 +379,7 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
         .await?;
         let mut target = pod.clone();
         target.metadata.namespace = Some(env.namespace.clone());
-        lifecycle_request::set_intent(
+        upstream::set_intent(
             &env.client,
             &TargetPod::of(&target)?,
             REQUESTER.lifecycle,
@@ -566,7 +569,7 @@ async fn an_upgrade_from_the_previous_release_loses_no_work() -> Result<()> {
         .await?;
         wait::wait_for(
             &env.api::<LifecycleRequest>(),
-            &lifecycle_request::request_name(&pod.name_any(), REQUESTER.lifecycle),
+            &upstream::request_name(&pod.name_any(), REQUESTER.lifecycle),
             DEFAULT_TIMEOUT,
             "TargetEvicted",
             |request| {

@@ -13,8 +13,8 @@ use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_core::lifecycle::INTENT_EVICTION;
 use evictkit_harness::TestEnv;
 use evictkit_harness::objects;
-use evictkit_runtime::eviction_request::{self, TargetPod};
-use evictkit_runtime::lifecycle_request;
+use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::{TargetPod, crd};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 
 const REQUESTER: &str = "drain.example.com";
@@ -34,12 +34,12 @@ async fn one_pod(env: &TestEnv) -> Result<k8s_openapi::api::core::v1::Pod> {
 async fn a_withdrawal_from_a_deleted_request_creates_none() -> Result<()> {
     let env = TestEnv::new("withdraw-gone").await?;
     let pod = one_pod(&env).await?;
-    let seen = eviction_request::request_eviction(&env.client, &pod, REQUESTER).await?;
+    let seen = crd::request_eviction(&env.client, &pod, REQUESTER).await?;
     env.api::<EvictionRequest>()
         .delete(&seen.name_any(), &DeleteParams::default())
         .await?;
 
-    let after = eviction_request::withdraw_from(&env.client, &seen, REQUESTER).await?;
+    let after = crd::withdraw_from(&env.client, &seen, REQUESTER).await?;
     ensure!(after.is_none(), "gone, so nothing withdrawn: {after:?}");
     let left = env
         .api::<EvictionRequest>()
@@ -53,18 +53,21 @@ async fn a_withdrawal_from_a_deleted_request_creates_none() -> Result<()> {
 async fn a_withdrawal_leaves_a_successor_of_the_same_name_alone() -> Result<()> {
     let env = TestEnv::new("withdraw-successor").await?;
     let pod = one_pod(&env).await?;
-    let seen = eviction_request::request_eviction(&env.client, &pod, REQUESTER).await?;
+    let seen = crd::request_eviction(&env.client, &pod, REQUESTER).await?;
     env.api::<EvictionRequest>()
         .delete(&seen.name_any(), &DeleteParams::default())
         .await?;
-    let successor = eviction_request::request_eviction(&env.client, &pod, OTHER).await?;
+    let successor = crd::request_eviction(&env.client, &pod, OTHER).await?;
 
-    let after = eviction_request::withdraw_from(&env.client, &seen, REQUESTER).await?;
+    let after = crd::withdraw_from(&env.client, &seen, REQUESTER).await?;
     ensure!(after.is_none(), "replaced, so nothing withdrawn: {after:?}");
     let now = env.api::<EvictionRequest>().get(&seen.name_any()).await?;
     ensure!(now.metadata.uid == successor.metadata.uid);
     let requesters: Vec<_> = now.spec.requesters.iter().map(|r| &r.name).collect();
-    ensure!(requesters == [OTHER], "the successor's requesters: {requesters:?}");
+    ensure!(
+        requesters == [OTHER],
+        "the successor's requesters: {requesters:?}"
+    );
     env.ensure_no_invalid_writes()
 }
 
@@ -72,10 +75,10 @@ async fn a_withdrawal_leaves_a_successor_of_the_same_name_alone() -> Result<()> 
 async fn a_withdrawal_removes_only_its_own_requester() -> Result<()> {
     let env = TestEnv::new("withdraw-own").await?;
     let pod = one_pod(&env).await?;
-    eviction_request::request_eviction(&env.client, &pod, OTHER).await?;
-    let seen = eviction_request::request_eviction(&env.client, &pod, REQUESTER).await?;
+    crd::request_eviction(&env.client, &pod, OTHER).await?;
+    let seen = crd::request_eviction(&env.client, &pod, REQUESTER).await?;
 
-    let after = eviction_request::withdraw_from(&env.client, &seen, REQUESTER)
+    let after = crd::withdraw_from(&env.client, &seen, REQUESTER)
         .await?
         .ok_or_else(|| anyhow::anyhow!("the request is still there"))?;
     let requesters: Vec<_> = after.spec.requesters.iter().map(|r| &r.name).collect();
@@ -97,14 +100,12 @@ async fn a_withdrawal_from_a_deleted_upstream_request_creates_none() -> Result<(
     let pod = one_pod(&env).await?;
     let target = TargetPod::of(&pod)?;
     let seen =
-        lifecycle_request::set_intent(&env.client, &target, UPSTREAM_REQUESTER, INTENT_EVICTION)
-            .await?;
+        upstream::set_intent(&env.client, &target, UPSTREAM_REQUESTER, INTENT_EVICTION).await?;
     env.api::<LifecycleRequest>()
         .delete(&seen.name_any(), &DeleteParams::default())
         .await?;
 
-    let after =
-        lifecycle_request::withdraw_from(&env.client, &seen, UPSTREAM_REQUESTER).await?;
+    let after = upstream::withdraw_from(&env.client, &seen, UPSTREAM_REQUESTER).await?;
     ensure!(after.is_none(), "gone, so nothing withdrawn: {after:?}");
     let left = env
         .api::<LifecycleRequest>()

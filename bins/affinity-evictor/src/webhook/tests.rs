@@ -61,7 +61,7 @@ fn admit_as(
     let mut patched = object;
     if let Some(patch) = response.patch {
         let patch: Patch = serde_json::from_slice(&patch).unwrap();
-        evictkit_runtime::webhook::json_patch::patch(&mut patched, &patch).unwrap();
+        evictkit_runtime::serving::webhook::json_patch::patch(&mut patched, &patch).unwrap();
     }
     Ok(patched)
 }

@@ -8,8 +8,8 @@ use evictkit_api::keys::{
 };
 use evictkit_core::descheduler_bridge::{DESCHEDULER_ASSUMED_TTL, Ttls};
 use evictkit_fake_api::{Answer, FakeApi};
-use evictkit_runtime::cli::ControllerArgs;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::process::cli::ControllerArgs;
+use evictkit_runtime::process::metrics::Metrics;
 use jiff::SignedDuration;
 use serde_json::Value;
 

@@ -6,8 +6,8 @@ use evictkit_api::keys::{
     DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY,
 };
 use evictkit_fake_api::{Answer, FakeApi};
-use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::requester::RequesterNames;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::RequesterNames;
 use serde_json::Value;
 
 use super::*;

@@ -11,8 +11,8 @@ use evictkit_core::eviction_request::{
     Imperative, imperative, message_eviction_failed, retries_in_message, whole_seconds,
 };
 use evictkit_core::lifecycle::{self as core, Target, own_status};
-use evictkit_runtime::backoff::NextAttempt;
-use evictkit_runtime::eviction::{Answer, EvictionOutcome, STALE_CACHE_RECHECK};
+use evictkit_runtime::clients::eviction::{Answer, EvictionOutcome, STALE_CACHE_RECHECK};
+use evictkit_runtime::control::backoff::NextAttempt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::Eviction;

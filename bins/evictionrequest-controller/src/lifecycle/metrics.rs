@@ -4,7 +4,7 @@
 //! those of its last revision that did, but for an Eviction's name, labelled `eviction` where
 //! that revision kept `evictionrequest` from before the two kinds were split, and for the
 //! objects' namespace, `target_namespace` where it had `namespace`: Prometheus keeps that name
-//! for the scrape target's namespace and would rename ours (crates/runtime/src/metrics.rs).
+//! for the scrape target's namespace and would rename ours (crates/runtime/src/process/metrics.rs).
 //! Per-object series are replaced on every reconcile and removed with the object, so the
 //! registry holds only live EvictionRequests and Evictions.
 
@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
-use evictkit_runtime::metrics::{Metrics, MetricsError};
-use evictkit_runtime::reconcile::Reconciles;
+use evictkit_runtime::control::reconcile::Reconciles;
+use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;

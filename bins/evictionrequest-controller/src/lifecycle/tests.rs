@@ -7,8 +7,8 @@ use evictkit_core::lifecycle::{
     ROLE_REQUESTER,
 };
 use evictkit_fake_api::{Answer, Call, FakeApi};
-use evictkit_runtime::cli::ControllerArgs;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::process::cli::ControllerArgs;
+use evictkit_runtime::process::metrics::Metrics;
 use serde_json::Value;
 
 use super::*;

@@ -6,8 +6,8 @@ use evictkit_api::conditions::{EVICTION_REQUEST_CANCELED, REASON_VALIDATION_FAIL
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS};
 use evictkit_core::eviction_request::message_eviction_failed;
 use evictkit_fake_api::{Answer, Call, FakeApi};
-use evictkit_runtime::cli::ControllerArgs;
-use evictkit_runtime::metrics::Metrics;
+use evictkit_runtime::process::cli::ControllerArgs;
+use evictkit_runtime::process::metrics::Metrics;
 use jiff::SignedDuration;
 use serde_json::{Value, json};
 

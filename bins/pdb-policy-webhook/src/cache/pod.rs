@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use evictkit_core::eviction::{PodFacts, PodVolume};
-use evictkit_runtime::interned::Interner;
+use evictkit_runtime::caches::interned::Interner;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -51,7 +51,7 @@ impl From<Pod> for CachedPod {
         let mut metadata = pod.metadata;
         CachedPod {
             labels: LABELS.get(metadata.labels.take().unwrap_or_default()),
-            metadata: evictkit_runtime::compact::identity(&mut metadata),
+            metadata: evictkit_runtime::caches::compact::identity(&mut metadata),
             state: STATES.get(PodState {
                 phase: status.phase,
                 true_conditions,

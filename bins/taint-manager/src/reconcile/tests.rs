@@ -14,16 +14,16 @@ use evictkit_core::zone_disruption::{
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
 use evictkit_fake_api::{Answer, FakeApi};
-use evictkit_runtime::backoff::{Backoff, PerObject};
-use evictkit_runtime::cli::ControllerArgs;
-use evictkit_runtime::events::EventRecorder;
-use evictkit_runtime::eviction::EvictionClient;
-use evictkit_runtime::http::Readiness;
-use evictkit_runtime::lifecycle_request::ApiMode;
-use evictkit_runtime::listed::listed;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::requester::{Requester, RequesterNames};
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::caches::listed::listed;
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::EvictionClient;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
+use evictkit_runtime::clients::eviction_request::requester::{Requester, RequesterNames};
+use evictkit_runtime::control::backoff::{Backoff, PerObject};
+use evictkit_runtime::process::cli::ControllerArgs;
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Client;

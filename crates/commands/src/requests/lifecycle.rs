@@ -1,8 +1,10 @@
 //! `request`, `withdraw` and `describe` on Kubernetes' own `lifecycle.k8s.io` API.
 
 use anyhow::Context as _;
-use evictkit_runtime::eviction_request::TargetPod;
-use evictkit_runtime::lifecycle_request::{request_eviction, request_name, withdraw};
+use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::upstream::{
+    request_eviction, request_name, withdraw,
+};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};

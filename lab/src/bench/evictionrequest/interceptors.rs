@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use evictkit_runtime::eviction_request::InterceptorClient;
-use evictkit_runtime::shutdown::CancellationToken;
+use evictkit_runtime::clients::eviction_request::crd::InterceptorClient;
+use evictkit_runtime::process::shutdown::CancellationToken;
 use kube::{Client, ResourceExt};
 use tokio::sync::Semaphore;
 

@@ -156,13 +156,13 @@ async fn register(client: &Client, webhook: &Webhook, user: &str) -> Result<()> 
 /// Dry-run evictions of one of the pods as the descheduler until the bridge answers them (the
 /// apiserver takes a moment to load a new configuration); a dry run writes nothing.
 async fn wait_until_called(kubeconfig: &Path) -> Result<()> {
-    let descheduler = evictkit_runtime::client::from_config(
+    let descheduler = evictkit_runtime::clients::client::from_config(
         kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::read_from(kubeconfig)?,
             &Default::default(),
         )
         .await?,
-        evictkit_runtime::client::RateLimit::UNLIMITED,
+        evictkit_runtime::clients::client::RateLimit::UNLIMITED,
     )?;
     let pods: Api<Pod> = Api::namespaced(descheduler, NS);
     let pod = pods

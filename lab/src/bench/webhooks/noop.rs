@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use evictkit_runtime::cli::TlsFiles;
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::shutdown::CancellationToken;
-use evictkit_runtime::tls::ReloadingCertResolver;
-use evictkit_runtime::webhook::{Admission, Webhooks};
+use evictkit_runtime::process::cli::TlsFiles;
+use evictkit_runtime::process::metrics::Metrics;
+use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::tls::ReloadingCertResolver;
+use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 

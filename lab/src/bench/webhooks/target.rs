@@ -3,7 +3,7 @@
 //! component's flags.
 
 use evictkit_api::keys::{DESCHEDULER_REQUEST_EVICT_ONLY, REQUIRED_DURING_EXECUTION};
-use evictkit_runtime::eviction::EvictionOutcome;
+use evictkit_runtime::clients::eviction::EvictionOutcome;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, EvictParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};

@@ -36,14 +36,14 @@ const UNREACHED: &[Unreached] = &[
         group: "lifecycle.k8s.io",
         resources: &["evictionrequests"],
         verbs: &["update"],
-        why: "crates/drain withdraw (crates/runtime/src/lifecycle_request.rs withdraw): a detached drain that times out, is deleted or loses its leader withdraws its requests; the suite's detached drain completes",
+        why: "crates/drain withdraw (crates/runtime/src/clients/eviction_request/upstream.rs withdraw): a detached drain that times out, is deleted or loses its leader withdraws its requests; the suite's detached drain completes",
     },
     Unreached {
         components: &COMPONENTS,
         group: "events.k8s.io",
         resources: &["events"],
         verbs: &["patch"],
-        why: "kube-runtime's Recorder::publish (crates/runtime/src/events.rs EventRecorder) patches the series of an Event repeated on the same object within its cache's TTL",
+        why: "kube-runtime's Recorder::publish (crates/runtime/src/clients/events.rs EventRecorder) patches the series of an Event repeated on the same object within its cache's TTL",
     },
     Unreached {
         components: &["affinity-evictor"],
@@ -57,14 +57,14 @@ const UNREACHED: &[Unreached] = &[
         group: "evictkit.io",
         resources: &["evictionrequests"],
         verbs: &["get", "create", "patch", "delete"],
-        why: "bins/taint-manager/src/actions.rs join_request on the CRD (crates/runtime/src/eviction_request.rs): --eviction-request-api crd, or auto on a cluster without lifecycle.k8s.io",
+        why: "bins/taint-manager/src/actions.rs join_request on the CRD (crates/runtime/src/clients/eviction_request/crd.rs): --eviction-request-api crd, or auto on a cluster without lifecycle.k8s.io",
     },
     Unreached {
         components: &["taint-manager", "descheduler-bridge"],
         group: "lifecycle.k8s.io",
         resources: &["evictionrequests"],
         verbs: &["delete"],
-        why: "crates/runtime/src/lifecycle_request.rs clean_up: the requester's own request once the eviction is over (a pod the suite removes through the taint-manager or the descheduler-bridge); request_eviction -> delete_exactly: the settled or withdrawn request of a same-name predecessor pod (spec.target is immutable)",
+        why: "crates/runtime/src/clients/eviction_request/upstream.rs clean_up: the requester's own request once the eviction is over (a pod the suite removes through the taint-manager or the descheduler-bridge); request_eviction -> delete_exactly: the settled or withdrawn request of a same-name predecessor pod (spec.target is immutable)",
     },
     Unreached {
         components: &["evictionrequest-controller"],
@@ -78,7 +78,7 @@ const UNREACHED: &[Unreached] = &[
         group: "evictkit.io",
         resources: &["evictionrequests"],
         verbs: &["delete"],
-        why: "crates/runtime/src/eviction_request.rs request_eviction: a canceled request is deleted and created afresh",
+        why: "crates/runtime/src/clients/eviction_request/crd.rs request_eviction: a canceled request is deleted and created afresh",
     },
     Unreached {
         components: &["pdb-policy-webhook"],

@@ -2,8 +2,8 @@ use super::*;
 use evictkit_api::{
     PodDisruptionBudgetPolicySpec, PolicyMode, StricterEviction, UnhealthyPodEvictionPolicyType,
 };
-use evictkit_runtime::metrics::Metrics;
-use evictkit_runtime::pdb_policy::LiveReads;
+use evictkit_runtime::clients::pdb_policy::LiveReads;
+use evictkit_runtime::process::metrics::Metrics;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::core::DynamicObject;

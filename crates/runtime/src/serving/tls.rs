@@ -20,8 +20,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::TlsFiles;
-use crate::metrics::Metrics;
+use crate::process::cli::TlsFiles;
+use crate::process::metrics::Metrics;
 
 /// How often the certificate files are compared. Kubelet syncs Secret volumes within about a
 /// minute; a few seconds more is noise, and reading two small files is cheap.

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use super::deadline::Deadline;
 use super::limits::Arrived;
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 /// A route's review: the body in, the response out (with the request's uid, even when the body
 /// does not parse), and whether the webhook could not decide.

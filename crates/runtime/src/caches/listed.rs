@@ -37,7 +37,7 @@ impl Lister {
         }
     }
 
-    /// The cache has listed (for a caller that knows without an event: [`crate::watch`]).
+    /// The cache has listed (for a caller that knows without an event: [`crate::caches::watch`]).
     pub fn done(&self) {
         self.0.send_replace(true);
     }

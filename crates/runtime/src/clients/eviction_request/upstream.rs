@@ -4,7 +4,8 @@
 //! (`evictkit.io/taint-manager`); `*.k8s.io` and `*.kubernetes.io` are reserved.
 //!
 //! Writes are server-side applies with the requester key as field manager. Whether the API is
-//! served is [`served`]'s answer (discovery), so a binary can fall back to the evictkit.io CRD.
+//! served is [`super::apis::served`]'s answer (discovery), so a binary can fall back to the
+//! evictkit.io CRD ([`super::crd`]).
 //!
 //! Nothing is left behind: each request carries the label `<requester key>: requester` (the
 //! convention of the Eviction's participant labels), and [`clean_up`], run by the holder of
@@ -12,11 +13,10 @@
 //! (KEP-4563 "EvictionRequest Completion and Deletion"); the garbage collector then removes
 //! each Eviction with the last request that owns it.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use evictkit_api::keys::{API_VERSION as CRD_API_VERSION, LIFECYCLE_API_VERSION};
+use evictkit_api::keys::LIFECYCLE_API_VERSION;
 use evictkit_core::lifecycle::cleanup::{Done, requester_done};
 use evictkit_core::lifecycle::{
     CONDITION_FAILED, REASON_EVICTION_INVALID, ROLE_REQUESTER, request_settled,
@@ -31,128 +31,15 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::events::EventRecorder;
-use crate::shutdown::CancellationToken;
-
-use crate::eviction_request::{EvictionRequestError, TargetPod, patch_exactly};
+use super::apply::patch_exactly;
+use super::{EvictionRequestError, TargetPod};
+use crate::clients::events::EventRecorder;
+use crate::process::shutdown::CancellationToken;
 
 /// Intents of `spec.intent`.
 pub use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
 /// The longest object name (DNS subdomain).
 const MAX_NAME: usize = 253;
-
-/// Which EvictionRequest API a component speaks (`--api` of evictionrequest-controller,
-/// `--eviction-request-api` of the requesters): `lifecycle` (Kubernetes' own
-/// lifecycle.k8s.io/v1alpha1, v1.37+ with the EvictionRequestAPI feature gate), `crd`
-/// (evictionrequests.evictkit.io), or `auto`: a requester asks through lifecycle when discovery
-/// shows it at start-up, else the CRD; the controller serves every one of the two the cluster
-/// has ([`ApiMode::controlled`]), looking again every [`REDISCOVERY`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApiMode {
-    Auto,
-    Crd,
-    Lifecycle,
-}
-
-/// How often the controller in `auto` looks at discovery again, so that it serves
-/// lifecycle.k8s.io without a restart once the EvictionRequestAPI gate is turned on.
-pub const REDISCOVERY: Duration = Duration::from_secs(30);
-
-/// Which of the two EvictionRequest APIs (are served, or to serve).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Apis {
-    /// evictionrequests.evictkit.io (the CRD is installed).
-    pub crd: bool,
-    /// lifecycle.k8s.io/v1alpha1 (the EvictionRequestAPI gate is on).
-    pub lifecycle: bool,
-}
-
-impl ApiMode {
-    /// `auto` decided by discovery ([`served`]); `crd` and `lifecycle` as they are.
-    pub async fn resolve(self, client: &Client) -> Result<Self, kube::Error> {
-        Ok(match self {
-            Self::Auto if served(client).await? => Self::Lifecycle,
-            Self::Auto => Self::Crd,
-            chosen => chosen,
-        })
-    }
-
-    /// Whether the evictionrequest-controller can serve the API it was told to: `crd` and
-    /// `lifecycle` each need theirs to be served (without it, the controller's watches fail
-    /// forever and it never becomes ready); `auto` serves what there is.
-    pub fn check_served(self, discovered: Apis) -> Result<(), UnservedApi> {
-        match self {
-            Self::Lifecycle if !discovered.lifecycle => Err(UnservedApi::Lifecycle),
-            Self::Crd if !discovered.crd => Err(UnservedApi::Crd),
-            _ => Ok(()),
-        }
-    }
-
-    /// The APIs the evictionrequest-controller serves when the cluster has `discovered`.
-    /// `auto` serves both while both exist: requests still in flight on the CRD, and those
-    /// of requesters that have not switched to lifecycle.k8s.io yet (pinned to `crd`, or not
-    /// restarted), keep their controller (KEP-4563 "Version Skew Strategy").
-    pub fn controlled(self, discovered: Apis) -> Apis {
-        match self {
-            Self::Auto => discovered,
-            Self::Crd => Apis {
-                crd: true,
-                lifecycle: false,
-            },
-            Self::Lifecycle => Apis {
-                crd: false,
-                lifecycle: true,
-            },
-        }
-    }
-}
-
-/// The API `--api` names is not served by the cluster ([`ApiMode::check_served`]).
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum UnservedApi {
-    #[error(
-        "--api lifecycle: the cluster does not serve {LIFECYCLE_API_VERSION} (evictions and evictionrequests); use --api auto or --api crd, or run Kubernetes v1.37+ with the EvictionRequestAPI feature gate on and --runtime-config=lifecycle.k8s.io/v1alpha1=true on kube-apiserver"
-    )]
-    Lifecycle,
-    #[error(
-        "--api crd: the cluster does not serve evictionrequests.{CRD_API_VERSION}; install the CRD (crds/ or the evictionrequest-controller chart), or use --api auto or --api lifecycle"
-    )]
-    Crd,
-}
-
-/// Which EvictionRequest APIs the apiserver serves now.
-pub async fn discover(client: &Client) -> Result<Apis, kube::Error> {
-    Ok(Apis {
-        crd: serves(client, CRD_API_VERSION, &["evictionrequests"]).await?,
-        lifecycle: served(client).await?,
-    })
-}
-
-/// Whether the apiserver serves `lifecycle.k8s.io/v1alpha1` EvictionRequests and Evictions.
-pub async fn served(client: &Client) -> Result<bool, kube::Error> {
-    serves(
-        client,
-        LIFECYCLE_API_VERSION,
-        &["evictions", "evictionrequests"],
-    )
-    .await
-}
-
-/// Whether `api_version` is served with all of `resources`.
-async fn serves(
-    client: &Client,
-    api_version: &str,
-    resources: &[&str],
-) -> Result<bool, kube::Error> {
-    match client.list_api_group_resources(api_version).await {
-        Ok(list) => {
-            let names: BTreeSet<&str> = list.resources.iter().map(|r| r.name.as_str()).collect();
-            Ok(resources.iter().all(|r| names.contains(r)))
-        }
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(error) => Err(error),
-    }
-}
 
 /// The requester's EvictionRequest of a pod: `<pod>-<requester key as a name>`, so each
 /// requester has its own, found again without a list.
@@ -499,25 +386,8 @@ fn delete_forbidden_note(requester: &str, message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::recording::recording;
     use super::*;
-    use axum::http::{Request, Response};
-    use kube::client::Body;
-    use std::sync::Mutex;
-
-    /// A client whose apiserver answers every call with `request` and records each call as
-    /// `METHOD path`.
-    fn recording(request: &impl serde::Serialize) -> (Client, Arc<Mutex<Vec<String>>>) {
-        let calls = Arc::new(Mutex::new(Vec::new()));
-        let (seen, answer) = (calls.clone(), serde_json::to_vec(request).unwrap());
-        let service = tower::service_fn(move |call: Request<Body>| {
-            seen.lock()
-                .unwrap()
-                .push(format!("{} {}", call.method(), call.uri().path()));
-            let answer = answer.clone();
-            async move { Ok::<_, std::convert::Infallible>(Response::new(Body::from(answer))) }
-        });
-        (Client::new(service, "default"), calls)
-    }
 
     #[test]
     fn an_rbac_refusal_to_delete_is_told_with_the_permission_it_needs() {
@@ -575,38 +445,6 @@ mod tests {
             *calls.lock().unwrap(),
             [format!("GET {path}"), format!("PATCH {path}")]
         );
-        let (client, calls) = recording(&request);
-        let names = crate::requester::RequesterNames {
-            crd: "drain.example.com",
-            lifecycle: "example.com/drain",
-        };
-        let through = crate::requester::Requester::new(client, ApiMode::Lifecycle, names)
-            .await
-            .unwrap();
-        assert!(through.withdraw_target(&target).await.unwrap());
-        assert_eq!(
-            *calls.lock().unwrap(),
-            [format!("GET {path}"), format!("PATCH {path}")]
-        );
-        // The same on the CRD.
-        let request: evictkit_api::eviction_request::EvictionRequest =
-            serde_json::from_value(json!({
-                "apiVersion": CRD_API_VERSION, "kind": "EvictionRequest",
-                "metadata": {"name": "uid-web-0", "namespace": "shop", "uid": "uid-request", "resourceVersion": "7"},
-                "spec": {"requesters": [{"name": "drain.example.com"}],
-                         "target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
-            }))
-            .unwrap();
-        let path = "/apis/evictkit.io/v1alpha1/namespaces/shop/evictionrequests/uid-web-0";
-        let (client, calls) = recording(&request);
-        let through = crate::requester::Requester::new(client, ApiMode::Crd, names)
-            .await
-            .unwrap();
-        assert!(through.withdraw_target(&target).await.unwrap());
-        assert_eq!(
-            *calls.lock().unwrap(),
-            [format!("GET {path}"), format!("PATCH {path}")]
-        );
     }
 
     #[test]
@@ -620,61 +458,5 @@ mod tests {
             "web-0-acme-io-drain-now"
         );
         assert_eq!(request_name(&"p".repeat(250), "acme.io/x").len(), 253);
-    }
-
-    #[test]
-    fn auto_controls_every_served_api_and_pinned_modes_their_own() {
-        let apis = |crd, lifecycle| Apis { crd, lifecycle };
-        for (mode, discovered, controlled) in [
-            (ApiMode::Auto, apis(true, true), apis(true, true)),
-            (ApiMode::Auto, apis(true, false), apis(true, false)),
-            (ApiMode::Auto, apis(false, true), apis(false, true)),
-            (ApiMode::Auto, apis(false, false), apis(false, false)),
-            (ApiMode::Crd, apis(true, true), apis(true, false)),
-            (ApiMode::Crd, apis(false, false), apis(true, false)),
-            (ApiMode::Lifecycle, apis(true, true), apis(false, true)),
-            (ApiMode::Lifecycle, apis(false, false), apis(false, true)),
-        ] {
-            assert_eq!(
-                mode.controlled(discovered),
-                controlled,
-                "{mode:?} {discovered:?}"
-            );
-        }
-    }
-
-    /// `--api lifecycle` on a cluster without lifecycle.k8s.io stayed unready forever, its
-    /// watches failing (docs/versions.md, seen on v1.36.3 and v1.35.4); it now exits at start-up
-    /// with this error. Likewise `--api crd` without the CRD; `auto` serves what there is.
-    #[test]
-    fn an_api_named_by_the_flag_must_be_served() {
-        let apis = |crd, lifecycle| Apis { crd, lifecycle };
-        let cases = [
-            (
-                ApiMode::Lifecycle,
-                apis(true, false),
-                Err(UnservedApi::Lifecycle),
-            ),
-            (ApiMode::Lifecycle, apis(false, true), Ok(())),
-            (ApiMode::Crd, apis(false, true), Err(UnservedApi::Crd)),
-            (ApiMode::Crd, apis(true, false), Ok(())),
-            (ApiMode::Auto, apis(false, false), Ok(())),
-            (ApiMode::Auto, apis(true, false), Ok(())),
-        ];
-        for (mode, discovered, want) in cases {
-            assert_eq!(
-                mode.check_served(discovered),
-                want,
-                "{mode:?} {discovered:?}"
-            );
-        }
-        let message = UnservedApi::Lifecycle.to_string();
-        for words in [
-            "lifecycle.k8s.io/v1alpha1",
-            "--api auto",
-            "EvictionRequestAPI",
-        ] {
-            assert!(message.contains(words), "{message}");
-        }
     }
 }

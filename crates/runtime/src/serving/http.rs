@@ -14,7 +14,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {

@@ -1,5 +1,5 @@
 //! The admission webhook server: HTTPS (rustls, certificate reloaded from files, see
-//! [`crate::tls`]), one path per webhook, AdmissionReview in and AdmissionReview out.
+//! [`crate::serving::tls`]), one path per webhook, AdmissionReview in and AdmissionReview out.
 //!
 //! Every response carries the request's uid — the apiserver rejects a review whose uid does
 //! not match, and then applies the webhook's failurePolicy instead of our decision. kube's
@@ -34,30 +34,16 @@ use kube::Resource;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde::de::DeserializeOwned;
 
-use crate::metrics::Metrics;
-use crate::tls::{ReloadingCertResolver, TlsError};
+use crate::process::metrics::Metrics;
+use crate::serving::tls::ReloadingCertResolver;
 pub use admission::Admission;
 use admission::deny_with_uid;
 pub use deadline::Deadline;
 pub use limits::Limits;
 use limits::read_body;
 use review::{Route, read_review, review, uid_of};
-pub use server::WebhookServer;
 use server::listen;
-
-#[derive(Debug, thiserror::Error)]
-pub enum WebhookError {
-    #[error("cannot listen on {addr} for admission webhooks: {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    #[error("admission webhook server failed: {0}")]
-    Serve(#[source] std::io::Error),
-}
+pub use server::{WebhookError, WebhookServer};
 
 /// The webhooks of one binary, each at its own path (the path in the
 /// Validating/MutatingWebhookConfiguration's `clientConfig.service.path`).

@@ -1,4 +1,4 @@
-//! Taking part in KEP-4563's EvictionRequest protocol, as a requester or as an interceptor.
+//! Taking part in KEP-4563 on our `evictkit.io` CRD, as a requester or as an interceptor.
 //!
 //! A **requester** states an intent: "this pod should go". [`request_eviction`] creates the
 //! pod's EvictionRequest (named after the pod's UID) or joins the existing one, by server-side
@@ -7,10 +7,10 @@
 //! the last requester withdraws, the eviction request controller cancels the request.
 //!
 //! ```no_run
-//! use evictkit_runtime::eviction_request::{request_eviction, withdraw};
+//! use evictkit_runtime::clients::eviction_request::crd::{request_eviction, withdraw};
 //! use evictkit_core::eviction_request::State;
 //! # async fn example(client: kube::Client, pod: k8s_openapi::api::core::v1::Pod)
-//! #     -> Result<(), evictkit_runtime::eviction_request::EvictionRequestError> {
+//! #     -> Result<(), evictkit_runtime::clients::eviction_request::EvictionRequestError> {
 //! let requester = "taint-manager.evictkit.io";
 //! let request = request_eviction(&client, &pod, requester).await?;
 //! if State::of(&request) == State::Evicted {
@@ -29,9 +29,9 @@
 //! with the first heartbeat, heartbeats advancing by at least 60 s):
 //!
 //! ```no_run
-//! use evictkit_runtime::eviction_request::InterceptorClient;
+//! use evictkit_runtime::clients::eviction_request::crd::InterceptorClient;
 //! # async fn example(client: kube::Client, request: evictkit_api::eviction_request::EvictionRequest)
-//! #     -> Result<(), evictkit_runtime::eviction_request::EvictionRequestError> {
+//! #     -> Result<(), evictkit_runtime::clients::eviction_request::EvictionRequestError> {
 //! let interceptor = InterceptorClient::new(client, "surge.example.com");
 //! if interceptor.is_active(&request) {
 //!     let request = interceptor.heartbeat(&request, "creating a surge pod", None).await?;
@@ -58,7 +58,7 @@ use evictkit_core::eviction_request::{
 use futures::TryStreamExt;
 use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{PatchOperation, RemoveOperation, ReplaceOperation};
+use json_patch::{PatchOperation, RemoveOperation};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -67,71 +67,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, thiserror::Error)]
-pub enum EvictionRequestError {
-    #[error("pod {pod} has no {field}: only pods read from the API can be evicted by request")]
-    Incomplete { pod: String, field: &'static str },
-    #[error("cannot {action} the EvictionRequest {request} as {actor}: {source}")]
-    Api {
-        action: &'static str,
-        request: String,
-        actor: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// The controller canceled the pod's request because validation failed (e.g. a malformed
-    /// interceptor annotation, a pod of a PodGroup). Final for this pod: requesters report it
-    /// and stop asking.
-    #[error(
-        "the EvictionRequest {request} was refused by the eviction request controller: {message}"
-    )]
-    Refused { request: String, message: String },
-    /// The requester's request of this name still targets the pod's predecessor of the same
-    /// name (`spec.target` is immutable), and the controller has not finished with it yet.
-    /// Passing: ask again once that request shows its outcome.
-    #[error(
-        "the EvictionRequest {request} still targets the pod's predecessor (UID {uid}), whose \
-         outcome the eviction request controller has not reported yet; ask again later"
-    )]
-    PredecessorPending { request: String, uid: String },
-    #[error("watch of EvictionRequests for interceptor {actor} failed: {source}")]
-    Watch {
-        actor: String,
-        #[source]
-        source: watcher::Error,
-    },
-}
-
-/// The pod an EvictionRequest targets, exactly (a same-named successor has another UID and so
-/// another request).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TargetPod {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-impl TargetPod {
-    /// From `pod`'s metadata: a Pod, or any projection of one that keeps its name, namespace
-    /// and UID.
-    pub fn of<K: Resource<DynamicType = ()>>(pod: &K) -> Result<Self, EvictionRequestError> {
-        let incomplete = |field| EvictionRequestError::Incomplete {
-            pod: format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
-            field,
-        };
-        let metadata = pod.meta();
-        Ok(Self {
-            namespace: pod.namespace().ok_or_else(|| incomplete("namespace"))?,
-            name: metadata.name.clone().ok_or_else(|| incomplete("name"))?,
-            uid: metadata.uid.clone().ok_or_else(|| incomplete("uid"))?,
-        })
-    }
-
-    /// KEP: the EvictionRequest's `.metadata.name` is the pod's UID.
-    pub fn request_name(&self) -> &str {
-        &self.uid
-    }
-}
+use super::apply::{is_not_found, patch_exactly};
+use super::{EvictionRequestError, TargetPod};
 
 fn api_error(
     action: &'static str,
@@ -146,10 +83,6 @@ fn api_error(
         actor,
         source: Box::new(source),
     }
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
 /// The apply configuration of a requester: the target (co-owned, identical for everyone), its
@@ -314,7 +247,11 @@ pub async fn withdraw_from(
     // Only the requester's own entry goes: its labels and its share of the target stay, as
     // after an apply without the entry.
     let remove_entry = |current: &EvictionRequest| {
-        let position = current.spec.requesters.iter().position(|r| r.name == requester);
+        let position = current
+            .spec
+            .requesters
+            .iter()
+            .position(|r| r.name == requester);
         position
             .map(|index| {
                 PatchOperation::Remove(RemoveOperation {
@@ -509,58 +446,6 @@ impl InterceptorClient {
             if let Err(error) = handler(request).await {
                 tracing::warn!(request = %id, interceptor = %self.name, %error, "interceptor handler failed");
             }
-        }
-    }
-}
-
-/// JSON-patches `seen` only while it is that object (its UID), with the operations `patch`
-/// computes from the object as it is: written at the resourceVersion read (the patch replaces
-/// it, so the apiserver refuses a write over a newer one), and after a concurrent write read
-/// again and computed anew. No operations: nothing to write, the object as read. `None` when it
-/// is gone or replaced under the same name.
-///
-/// A JSON patch, unlike a server-side apply, never creates the object: an apply of a withdrawal
-/// to a request deleted since it was read would create a new one from the withdrawal's body
-/// (refused as invalid on the CRD, a request nobody asked for on upstream's API). A UID in an
-/// apply's body is no precondition either: the apiserver refuses it as an immutable field.
-pub(crate) async fn patch_exactly<K>(
-    api: &Api<K>,
-    seen: &K,
-    params: &PatchParams,
-    patch: impl Fn(&K) -> Vec<PatchOperation>,
-) -> Result<Option<K>, kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
-{
-    const ATTEMPTS: usize = 3;
-    let name = seen.meta().name.clone().unwrap_or_default();
-    let mut current = seen.clone();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        // Unseen (no version to write at) or written meanwhile: read what is there now.
-        if attempt > 1 || current.meta().resource_version.is_none() {
-            let Some(fresh) = api.get_opt(&name).await? else {
-                return Ok(None);
-            };
-            if fresh.meta().uid != seen.meta().uid {
-                return Ok(None);
-            }
-            current = fresh;
-        }
-        let operations = patch(&current);
-        if operations.is_empty() {
-            return Ok(Some(current));
-        }
-        let version = PatchOperation::Replace(ReplaceOperation {
-            path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-            value: json!(current.meta().resource_version),
-        });
-        let body = json_patch::Patch([vec![version], operations].concat());
-        match api.patch(&name, params, &Patch::<()>::Json(body)).await {
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
-            Err(error) if is_not_found(&error) => return Ok(None),
-            result => return result.map(Some),
         }
     }
 }

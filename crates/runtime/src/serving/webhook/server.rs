@@ -14,11 +14,25 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
-use super::WebhookError;
 use super::limits::{IdleAcceptor, Limits};
 use super::measure::{MeasuredAcceptor, time_call};
-use crate::metrics::Metrics;
-use crate::tls::{RELOAD_INTERVAL, ReloadingCertResolver};
+use crate::process::metrics::Metrics;
+use crate::serving::tls::{RELOAD_INTERVAL, ReloadingCertResolver, TlsError};
+
+/// Why the webhook server could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("cannot listen on {addr} for admission webhooks: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("admission webhook server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
 
 /// In-flight reviews get this long to finish on shutdown; the apiserver's own webhook timeout
 /// is at most 30 s and usually 10 s.

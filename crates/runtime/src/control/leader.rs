@@ -22,7 +22,7 @@
 //! - Every write (take, renew, release) is a replace at the resourceVersion just read, after
 //!   checking the holder: a replica never renews a Lease someone else took meanwhile.
 //! - Each request is bounded in time ([`renew_request_timeout`], on the client of
-//!   [`crate::client::for_leader_election`]), and only a renewal the apiserver answered counts:
+//!   [`crate::clients::client::for_leader_election`]), and only a renewal the apiserver answered counts:
 //!   a leader cut off from a silent apiserver (requests hang, none fails) stops acting by the
 //!   renew deadline, before a standby may take over.
 
@@ -38,8 +38,8 @@ use kube::{Api, Client, ResourceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::CommonArgs;
-use crate::metrics::Metrics;
+use crate::process::cli::CommonArgs;
+use crate::process::metrics::Metrics;
 
 /// Wait between failed attempts to read or take the Lease while not leading.
 const RETRY_INTERVAL: Duration = Duration::from_secs(2);
@@ -89,7 +89,7 @@ impl LeaderElection {
     /// Runs `work` while this replica holds the Lease, once per term: each call gets a token
     /// cancelled on shutdown or when the Lease is lost, and must return soon after; after a lost
     /// Lease the replica campaigns again and calls `work` again when it wins. `client` is the
-    /// Lease's own ([`crate::client::build_for_leader_election`]): no rate limit shared with
+    /// Lease's own ([`crate::clients::client::build_for_leader_election`]): no rate limit shared with
     /// `work`. Returns after shutdown or when a term's `work` ends by itself (the Lease is
     /// released then, so a standby takes over at once rather than after the lease duration).
     pub async fn run<F, Fut>(

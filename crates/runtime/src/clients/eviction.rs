@@ -24,7 +24,7 @@
 //! `DisruptionBudget` cause and its message ("The disruption budget web needs 2 healthy pods
 //! and has 1 currently") are read from it; no raw response is needed.
 //!
-//! Use a client from [`crate::client`]: kube's default client retries 429s for minutes.
+//! Use a client from [`crate::clients::client`]: kube's default client retries 429s for minutes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,7 +37,7 @@ use kube::api::PostParams;
 use kube::core::Status;
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 /// When a decision made from a cached object was refused as made from a stale entry (409:
 /// the object changed, began terminating or was replaced since), look again this soon if no
@@ -244,7 +244,7 @@ pub struct EvictionClient {
 }
 
 impl EvictionClient {
-    /// `client` should come from [`crate::client::build`] (see the module docs).
+    /// `client` should come from [`crate::clients::client::build`] (see the module docs).
     pub fn new(client: Client, metrics: Arc<Metrics>) -> Self {
         Self {
             client,

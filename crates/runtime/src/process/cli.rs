@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 
-use crate::client::RateLimit;
-
 /// Shortest lease we accept: renewals come a whole second apart at most often, and the renew
 /// deadline (two thirds of the lease) must leave room for one retry after a failure.
 const MIN_LEASE_DURATION: Duration = Duration::from_secs(3);
@@ -195,14 +193,6 @@ impl CommonArgs {
             }),
             (Some(_), None) => Err(CliError::MissingTlsKey),
             (None, _) => Err(CliError::MissingTlsCert),
-        }
-    }
-
-    /// The client-side limit of requests to the API server.
-    pub fn rate_limit(&self) -> RateLimit {
-        RateLimit {
-            qps: self.kube_api_qps,
-            burst: self.kube_api_burst,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What every compact cached object keeps of its metadata (docs/architecture.md, compact caches): each
 //! component's cached pod adds only the fields its logic reads, and shares what many pods
-//! hold alike through [`crate::interned`].
+//! hold alike through [`crate::caches::interned`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -4,7 +4,7 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
-use crate::cli::LogFormat;
+use crate::process::cli::LogFormat;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {

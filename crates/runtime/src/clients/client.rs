@@ -18,9 +18,9 @@ use tower::BoxError;
 use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
 
-pub use crate::ratelimit::RateLimit;
-use crate::ratelimit::RateLimitLayer;
-use crate::tls;
+pub use crate::clients::ratelimit::RateLimit;
+use crate::clients::ratelimit::RateLimitLayer;
+use crate::serving::tls;
 
 /// Requests queued in front of the rate limiter; kube's own `Client` buffer has the same size.
 const BUFFER: usize = 1024;
@@ -53,7 +53,7 @@ pub async fn build_for_leader_election(lease_duration: Duration) -> Result<Clien
 }
 
 /// [`build_for_leader_election`] from an explicit configuration. Every request of it is bounded
-/// by [`crate::leader::renew_request_timeout`]: a renewal that hangs (an apiserver that went
+/// by [`crate::control::leader::renew_request_timeout`]: a renewal that hangs (an apiserver that went
 /// silent rather than refusing) fails in time for the renew deadline to apply, and the leader
 /// stops acting before a standby may take the Lease (kube-controller-manager bounds its
 /// leader-election client's requests by the renew deadline for the same reason).
@@ -61,7 +61,7 @@ pub fn for_leader_election(
     mut config: Config,
     lease_duration: Duration,
 ) -> Result<Client, ClientError> {
-    let timeout = crate::leader::renew_request_timeout(lease_duration);
+    let timeout = crate::control::leader::renew_request_timeout(lease_duration);
     for bound in [
         &mut config.connect_timeout,
         &mut config.read_timeout,

@@ -14,7 +14,7 @@ use axum::response::Response;
 use futures::future::BoxFuture;
 
 use super::limits::IdleAcceptor;
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 /// Counts each accepted connection and times its TLS handshake (from the accept, waits for the
 /// client and for a core included), and hands its calls the moment of the accept.

@@ -39,7 +39,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::client::{self, ClientError, RateLimit};
+use crate::clients::client::{self, ClientError, RateLimit};
 
 /// The apiserver rejects an Event whose note is longer than 1 kB; a cut note beats no Event.
 const MAX_NOTE_BYTES: usize = 1024;

@@ -1,7 +1,7 @@
 //! A requester that speaks whichever EvictionRequest API the cluster serves: Kubernetes' own
-//! `lifecycle.k8s.io/v1alpha1` ([`crate::lifecycle_request`], one EvictionRequest per
-//! requester, withdrawn by intent `Withdrawn`) or the `evictkit.io` CRD
-//! ([`crate::eviction_request`], one request per pod, withdrawn by leaving `.spec.requesters`).
+//! `lifecycle.k8s.io/v1alpha1` ([`super::upstream`], one EvictionRequest per requester,
+//! withdrawn by intent `Withdrawn`) or the `evictkit.io` CRD ([`super::crd`], one request per
+//! pod, withdrawn by leaving `.spec.requesters`).
 //! taint-manager, affinity-evictor and descheduler-bridge ask and withdraw through this.
 //!
 //! In `auto` a requester asks through the API the evictionrequest-controller serves, as its
@@ -18,10 +18,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Client, Resource};
 use serde_json::json;
 
-use crate::events::EventRecorder;
-use crate::eviction_request::{self as crd, EvictionRequestError, TargetPod};
-use crate::lifecycle_request::{self as lifecycle, ApiMode, Apis};
-use crate::shutdown::CancellationToken;
+use super::apis::{self, ApiMode, Apis};
+use super::{EvictionRequestError, TargetPod, crd, upstream};
+use crate::clients::events::EventRecorder;
+use crate::process::shutdown::CancellationToken;
 pub use evictkit_core::lifecycle::cleanup::Done;
 
 /// The evictionrequest-controller's leader-election Lease, on which its holder says which
@@ -249,7 +249,7 @@ impl Requester {
     ) -> Result<Self, RequesterError> {
         let api = match requested {
             ApiMode::Auto => {
-                let served = lifecycle::discover(&client)
+                let served = apis::discover(&client)
                     .await
                     .map_err(RequesterError::Discovery)?;
                 let namespace = controller_namespace.unwrap_or(client.default_namespace());
@@ -287,7 +287,7 @@ impl Requester {
     /// eviction: the pod's UID on the CRD, `<pod>-<requester key>` upstream.
     pub fn request_name(&self, target: &TargetPod) -> String {
         match self.api {
-            ApiMode::Lifecycle => lifecycle::request_name(&target.name, self.name()),
+            ApiMode::Lifecycle => upstream::request_name(&target.name, self.name()),
             _ => target.request_name().to_owned(),
         }
     }
@@ -310,7 +310,7 @@ impl Requester {
         let (metadata, standing) = match self.api {
             ApiMode::Lifecycle => {
                 let request =
-                    lifecycle::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
+                    upstream::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
                         .await?;
                 let standing = standing::lifecycle_standing(&request);
                 (request.metadata, standing)
@@ -325,7 +325,7 @@ impl Requester {
     }
 
     /// Deletes this requester's own EvictionRequests of `namespace` (or all) once it is `done`
-    /// with them, until `token` is cancelled ([`lifecycle::clean_up`]; a deletion RBAC refuses
+    /// with them, until `token` is cancelled ([`upstream::clean_up`]; a deletion RBAC refuses
     /// is a Warning Event through `recorder`); for the holder of the requester's Lease. On the
     /// CRD the evictionrequest-controller does that (the pod's ownerReference,
     /// `--finished-ttl`), so this returns at once.
@@ -338,7 +338,7 @@ impl Requester {
     ) {
         if self.api == ApiMode::Lifecycle {
             let (name, recorder) = (self.names.lifecycle, recorder.clone());
-            lifecycle::clean_up(self.client.clone(), name, done, namespace, recorder, token).await;
+            upstream::clean_up(self.client.clone(), name, done, namespace, recorder, token).await;
         }
     }
 
@@ -356,14 +356,13 @@ impl Requester {
         match self.api {
             ApiMode::Lifecycle => {
                 // One read: the request as read is the one withdrawn from.
-                let standing = lifecycle::get(&self.client, target, self.name())
+                let standing = upstream::get(&self.client, target, self.name())
                     .await?
                     .filter(|r| {
-                        lifecycle::targets(r, target)
-                            && r.spec.intent != lifecycle::INTENT_WITHDRAWN
+                        upstream::targets(r, target) && r.spec.intent != upstream::INTENT_WITHDRAWN
                     });
                 if let Some(request) = &standing {
-                    lifecycle::withdraw_from(&self.client, request, self.name()).await?;
+                    upstream::withdraw_from(&self.client, request, self.name()).await?;
                 }
                 let standing = standing.is_some();
                 // Asked through the CRD before a restart moved it to lifecycle.k8s.io: the
@@ -390,6 +389,7 @@ impl Requester {
 
 #[cfg(test)]
 mod tests {
+    use super::super::recording::recording;
     use super::*;
 
     fn lease(holder: Option<&str>, annotations: &[(&str, &str)]) -> Lease {
@@ -420,5 +420,54 @@ mod tests {
         for (case, lease, want) in cases {
             assert_eq!(controller_of(&lease), want, "{case}");
         }
+    }
+
+    /// Withdrawing through the requester reads the request once, on either API: the request as
+    /// read is the one withdrawn from.
+    #[tokio::test]
+    async fn withdrawing_reads_the_request_once() {
+        let target = TargetPod {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: "uid-web-0".into(),
+        };
+        let names = RequesterNames {
+            crd: "drain.example.com",
+            lifecycle: "example.com/drain",
+        };
+        let request: k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest =
+            serde_json::from_value(json!({
+                "apiVersion": LIFECYCLE_API_VERSION, "kind": "EvictionRequest",
+                "metadata": {"name": "web-0-example-com-drain", "namespace": "shop", "uid": "uid-request", "resourceVersion": "7"},
+                "spec": {"intent": upstream::INTENT_EVICTION, "requester": names.lifecycle,
+                         "target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
+            }))
+            .unwrap();
+        let path = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/shop/evictionrequests/web-0-example-com-drain";
+        let (client, calls) = recording(&request);
+        let through = Requester::new(client, ApiMode::Lifecycle, names)
+            .await
+            .unwrap();
+        assert!(through.withdraw_target(&target).await.unwrap());
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [format!("GET {path}"), format!("PATCH {path}")]
+        );
+        let request: evictkit_api::eviction_request::EvictionRequest =
+            serde_json::from_value(json!({
+                "apiVersion": CRD_API_VERSION, "kind": "EvictionRequest",
+                "metadata": {"name": "uid-web-0", "namespace": "shop", "uid": "uid-request", "resourceVersion": "7"},
+                "spec": {"requesters": [{"name": "drain.example.com"}],
+                         "target": {"pod": {"name": "web-0", "uid": "uid-web-0"}}},
+            }))
+            .unwrap();
+        let path = "/apis/evictkit.io/v1alpha1/namespaces/shop/evictionrequests/uid-web-0";
+        let (client, calls) = recording(&request);
+        let through = Requester::new(client, ApiMode::Crd, names).await.unwrap();
+        assert!(through.withdraw_target(&target).await.unwrap());
+        assert_eq!(
+            *calls.lock().unwrap(),
+            [format!("GET {path}"), format!("PATCH {path}")]
+        );
     }
 }

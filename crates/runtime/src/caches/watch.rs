@@ -27,7 +27,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::listed::{Listed, Lister, listed};
+use crate::caches::listed::{Listed, Lister, listed};
 
 /// What a watched type needs: kube's watcher and reflector bounds, for a type without a dynamic
 /// type (every kind evictkit watches, compact projections included).

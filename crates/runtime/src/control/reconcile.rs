@@ -15,7 +15,7 @@ use kube::{Resource, ResourceExt};
 use prometheus::{Histogram, IntCounter};
 use tracing::Instrument;
 
-use crate::metrics::Metrics;
+use crate::process::metrics::Metrics;
 
 /// The reconcile metrics of one controller of a component.
 #[derive(Clone)]
