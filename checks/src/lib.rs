@@ -7,11 +7,14 @@
 //! - [`charts`]: lint, render, schemas, own objects, server-side dry run (`check-charts`);
 //! - [`links`]: dead links and anchors, citations outside the repository (`check-links`);
 //! - [`alerts`]: the charts' alert rules under promtool, their runbook links (`check-alerts`);
-//! - [`workflows`]: the forge's workflows under actionlint and shellcheck (`check-workflows`).
+//! - [`workflows`]: the forge's workflows under actionlint and shellcheck (`check-workflows`);
+//! - [`modules`]: no module of a crate imports one that imports it back (`cargo xtask test`'s
+//!   dependency rules).
 
 pub mod alerts;
 pub mod chart_docs;
 pub mod charts;
 pub mod crds;
 pub mod links;
+pub mod modules;
 pub mod workflows;

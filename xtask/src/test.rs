@@ -534,8 +534,10 @@ const CLEAN_RUN_DISK_GIB: u64 = 20;
 
 /// One kube and one k8s-openapi in the build, a `crates/core` that links no client, no async
 /// runtime and no HTTP stack, so its decisions stay pure (docs/architecture.md, layers), no
-/// binary linking another, and plotters in the lab alone.
+/// binary linking another, plotters in the lab alone, and no two modules of `crates/runtime`
+/// importing each other (its groups are layers).
 fn dependency_rules() -> Result<()> {
+    checks::modules::check(&evictkit_harness::workspace_root().join("crates/runtime/src"))?;
     const SINGLE: [&str; 5] = [
         "kube",
         "kube-client",
