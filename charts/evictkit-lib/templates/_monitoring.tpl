@@ -133,7 +133,7 @@ serves webhooks (.Values.webhook.enabled). */}}
 ServiceMonitor and the usual annotation-based scrape config (prometheus.io/scrape on Services,
 the kubernetes-service-endpoints job) give every series. Not `job`: the annotation-based config
 names it after itself. The components' own labels never use a target label's name
-(crates/runtime/src/metrics.rs), so these are never renamed to exported_*. */}}
+(crates/runtime/src/process/metrics.rs), so these are never renamed to exported_*. */}}
 {{- define "evictkit.metricsSelector" -}}
 namespace="{{ .Release.Namespace }}",service="{{ include "evictkit.fullname" . }}-metrics"
 {{- end -}}
