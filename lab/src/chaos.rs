@@ -421,12 +421,7 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|workload| {
             let binary = workload.binary();
-            (
-                binary,
-                evictkit_harness::workspace_root()
-                    .join("target/debug")
-                    .join(binary),
-            )
+            (binary, evictkit_harness::debug_dir().join(binary))
         })
         .collect();
     let mut cluster = cluster::up(&UpArgs {

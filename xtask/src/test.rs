@@ -78,7 +78,8 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
 
-    // The end-to-end tests start components from target/debug (see crates/harness).
+    // The end-to-end tests start components from debug/ of this target directory
+    // (evictkit_harness::debug_dir).
     step(
         "build the binaries",
         cargo(&["build", "--workspace", "--bins"]),

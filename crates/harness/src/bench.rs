@@ -18,7 +18,7 @@ pub fn release_binary(package: &str) -> Result<PathBuf> {
     binary(package, true)
 }
 
-/// [`release_binary`], or with `release` false the dev profile's (`target/debug`).
+/// [`release_binary`], or with `release` false the dev profile's ([`crate::debug_dir`]).
 pub fn binary(package: &str, release: bool) -> Result<PathBuf> {
     Ok(binaries(&[package], release)?.remove(0))
 }
@@ -48,7 +48,7 @@ fn binaries(packages: &[&str], release: bool) -> Result<Vec<PathBuf>> {
         );
     }
     let profile = if release { "release" } else { "debug" };
-    let dir = crate::workspace_root().join("target").join(profile);
+    let dir = crate::target_dir().join(profile);
     Ok(packages.iter().map(|package| dir.join(package)).collect())
 }
 

@@ -1,8 +1,8 @@
 //! evictkit components as real processes against the test cluster, logging to a file,
 //! stopped with SIGTERM when dropped. A test starts them from the binaries that
-//! `cargo build --bins` left in `target/debug/` (`cargo xtask test` builds them first; a nested
-//! `cargo build` from inside `cargo test` would wait on cargo's lock forever); a benchmark from
-//! the command it built ([`Component::start`]).
+//! `cargo build --bins` left in [`crate::debug_dir`] (`cargo xtask test` builds them first; a
+//! nested `cargo build` from inside `cargo test` would wait on cargo's lock forever); a
+//! benchmark from the command it built ([`Component::start`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -57,7 +57,7 @@ type ChartRelease = (String, String, Vec<String>);
 const TOKEN_DURATION: &str = "24h";
 
 impl TestEnv {
-    /// Starts `target/debug/<binary>` with `args` plus `--metrics-addr 127.0.0.1:<free port>`,
+    /// Starts [`crate::debug_dir`]`/<binary>` with `args` plus `--metrics-addr 127.0.0.1:<free port>`,
     /// `RUST_LOG=debug` for our crates and `KUBECONFIG` for the test cluster: as the
     /// component's chart's ServiceAccount and RBAC ([`TestEnv::component_identity`], with the
     /// values `args` need, see [`chart_values`]) for the five components, as the cluster's admin
@@ -87,7 +87,7 @@ impl TestEnv {
         kubeconfig: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Result<Component> {
-        let path = crate::workspace_root().join("target/debug").join(binary);
+        let path = crate::debug_dir().join(binary);
         if !path.exists() {
             bail!(
                 "{} does not exist: run `cargo build --bins` first (cargo xtask test does)",

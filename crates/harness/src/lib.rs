@@ -530,6 +530,35 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where `cargo build --bins` put the components: the dev profile's directory of
+/// [`target_dir`].
+pub fn debug_dir() -> PathBuf {
+    target_dir().join("debug")
+}
+
+/// The target directory this very executable was built in (a test lies in
+/// `<target>/debug/deps/`, the lab and xtask in `<target>/debug/`). Not `CARGO_TARGET_DIR`:
+/// cargo hands it to what it runs only when it was exported, it says nothing of `--target-dir`
+/// or `build.target-dir`, and a relative one is relative to where cargo started, not to a
+/// test's working directory. A rebuild while it runs changes nothing here: Linux then names the
+/// executable `<file> (deleted)`, in the same directory.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running executable has a path");
+    target_dir_of(&exe)
+}
+
+/// The target directory of a binary cargo built: above its profile's directory, and above
+/// `deps/` for a test.
+fn target_dir_of(exe: &Path) -> PathBuf {
+    let mut dir = exe.parent().expect("an executable lies in a directory");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("deps/ lies in a profile's directory");
+    }
+    dir.parent()
+        .expect("a profile's directory lies in the target directory")
+        .to_path_buf()
+}
+
 /// [`nested_cargo`] for the builds xtask's and the lab's runs make (the tests, the
 /// demo), without incremental caches: those builds compile each workspace crate once per run,
 /// and the caches only took disk (1.1 GB beside clippy's 1.6 GB of dependencies in a clean
@@ -577,7 +606,7 @@ async fn ensure_cluster() -> Result<PathBuf> {
     if kubeconfig.exists() {
         return Ok(kubeconfig);
     }
-    let xtask = workspace_root().join("target/debug/xtask");
+    let xtask = debug_dir().join("xtask");
     if !xtask.exists() {
         bail!(
             "no cluster runs and {} is missing: run `cargo xtask cluster up`",
@@ -608,6 +637,34 @@ async fn ensure_cluster() -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn target_dir_of_a_test_and_of_a_binary() {
+        // (executable, its target directory)
+        let cases = [
+            ("/w/target/debug/deps/drain-0123abcd", "/w/target"),
+            ("/w/target/debug/lab", "/w/target"),
+            ("/tmp/t/release/deps/scale-0123abcd", "/tmp/t"),
+            ("/tmp/t/debug/xtask", "/tmp/t"),
+        ];
+        for (exe, want) in cases {
+            assert_eq!(target_dir_of(Path::new(exe)), Path::new(want), "{exe}");
+        }
+    }
+
+    #[test]
+    fn debug_dir_is_where_this_test_was_built() {
+        // This unit test is a dev-profile binary in `<target>/debug/deps/`, beside the
+        // components `cargo build --bins` writes to `<target>/debug/`, whatever the target.
+        let exe = std::env::current_exe().unwrap();
+        let beside = debug_dir().join("deps").join(exe.file_name().unwrap());
+        assert!(
+            beside.exists(),
+            "{} is not {}",
+            beside.display(),
+            exe.display()
+        );
+    }
 
     #[test]
     fn nested_cargo_leaves_out_what_cargo_run_set_for_its_binary() {

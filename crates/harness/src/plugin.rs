@@ -1,5 +1,5 @@
 //! `kubectl evictkit`, as a user runs it: the control plane's kubectl finds the plugin,
-//! `target/debug/kubectl-evictkit` (built by `cargo build --workspace --bins`, as `cargo xtask
+//! `kubectl-evictkit` of [`crate::debug_dir`] (built by `cargo build --workspace --bins`, as `cargo xtask
 //! test` does), first on PATH.
 
 use std::path::Path;
@@ -13,7 +13,7 @@ impl TestEnv {
     /// `kubectl evictkit <args> --kubeconfig <kubeconfig>`, not yet started. The plugin must take
     /// the cluster from `--kubeconfig`, so `KUBECONFIG` is removed from its environment.
     pub fn plugin(&self, kubeconfig: &Path, args: &[&str]) -> Result<Command> {
-        let plugin_dir = crate::workspace_root().join("target/debug");
+        let plugin_dir = crate::debug_dir();
         ensure!(
             plugin_dir.join("kubectl-evictkit").exists(),
             "no {}/kubectl-evictkit: run cargo build --workspace --bins",

@@ -1425,7 +1425,7 @@ async fn stricter_health_denies_evictions_the_apiserver_would_allow_and_explain_
     assert_eq!(status.code, 201, "{status:?}");
 
     // The CLI prints the same prediction as JSON.
-    let cli = std::process::Command::new(webhook_binary())
+    let cli = std::process::Command::new(evictkit_harness::debug_dir().join(BINARY))
         .args(["explain", &format!("{}/db-0", env.namespace), "-o", "json"])
         .env("KUBECONFIG", env.kubeconfig())
         .output()?;
@@ -1585,14 +1585,6 @@ async fn local_persistent_volumes_behind_claims_are_protected() -> Result<()> {
         let _ = volumes.delete(name, &DeleteParams::default()).await;
     }
     result
-}
-
-fn webhook_binary() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .map(|root| root.join("target/debug").join(BINARY))
-        .unwrap_or_default()
 }
 
 /// Several `kubectl drain`s at once through the eviction webhook registered as the

@@ -295,7 +295,7 @@ fn start_noop(cluster: &Cluster, target: Target) -> Result<Noop> {
     let exe = std::env::current_exe()
         .ok()
         .filter(|exe| exe.exists())
-        .unwrap_or_else(|| evictkit_harness::workspace_root().join("target/debug/xtask"));
+        .unwrap_or_else(|| evictkit_harness::debug_dir().join("xtask"));
     let mut command = Command::new(exe);
     command.args([
         "bench",
