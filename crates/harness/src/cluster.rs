@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use self::manifests::{AUDIT_POLICY, node_manifests};
 use self::pki::{Pki, write_kubeconfig};
 use self::versions::{feature_gates, runtime_config, serves_lifecycle_api};
-use crate::process::{free_ports, process_runs, rss_kib, stop, tail};
+use crate::process::{free_ports, process_runs, rss_kib, stdout_of, stop, tail};
 
 /// Zones the kwok nodes are spread over, round robin.
 pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -205,56 +205,27 @@ impl Cluster {
     }
 
     fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Result<String> {
-        use std::io::Write;
-        let mut child = Command::new(self.bin("kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(args)
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running kubectl")?;
-        if let Some(input) = input {
-            child
-                .stdin
-                .take()
-                .expect("stdin is piped")
-                .write_all(input.as_bytes())?;
-        }
-        let output = child.wait_with_output()?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        stdout_of(
+            &format!("kubectl {}", args.join(" ")),
+            Command::new(self.bin("kubectl"))
+                .arg("--kubeconfig")
+                .arg(self.kubeconfig())
+                .args(args),
+            input,
+        )
     }
 
     /// helm against this cluster, run from the workspace root (so `charts/...` paths work);
     /// its stdout, or an error with everything it printed.
     pub fn helm(&self, args: &[&str]) -> Result<String> {
-        let output = Command::new(self.bin("helm"))
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig())
-            .current_dir(crate::workspace_root())
-            .output()
-            .context("running helm")?;
-        if !output.status.success() {
-            bail!(
-                "helm {} failed:\n{}{}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        stdout_of(
+            &format!("helm {}", args.join(" ")),
+            Command::new(self.bin("helm"))
+                .args(args)
+                .env("KUBECONFIG", self.kubeconfig())
+                .current_dir(crate::workspace_root()),
+            None,
+        )
     }
 
     fn log_path(&self, name: &str) -> PathBuf {

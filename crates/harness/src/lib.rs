@@ -156,34 +156,14 @@ impl TestEnv {
         args: &[&str],
         input: Option<&str>,
     ) -> Result<String> {
-        use std::io::Write as _;
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(self.control_plane_bin(name)?)
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig())
-            .current_dir(workspace_root())
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("running {name}"))?;
-        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-            stdin.write_all(input.as_bytes())?;
-        }
-        let output = child.wait_with_output()?;
-        if !output.status.success() {
-            bail!(
-                "{name} {} failed: {}{}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        process::stdout_of(
+            &format!("{name} {}", args.join(" ")),
+            std::process::Command::new(self.control_plane_bin(name)?)
+                .args(args)
+                .env("KUBECONFIG", self.kubeconfig())
+                .current_dir(workspace_root()),
+            input,
+        )
     }
 
     /// An Api for a namespaced kind in this test's namespace.

@@ -2,9 +2,10 @@
 //! its memory and CPU from /proc, a log's tail, and a command run to completion.
 
 use std::fs;
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -115,6 +116,33 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let content = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = content.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Runs `command` to completion with `input` on its stdin; its stdout, or an error naming it as
+/// `what` with all it printed (a tool's complaint may be on either stream).
+pub fn stdout_of(what: &str, command: &mut Command, input: Option<&str>) -> Result<String> {
+    let mut child = command
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {what}"))?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(input.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr).trim_end()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Runs `command` with its output on ours; fails naming it unless it exits 0.
