@@ -6,13 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use base64::Engine as _;
+use anyhow::{Result, bail};
 
-use evictkit_harness::process::free_port;
-
-use super::{Demo, wait_ready};
-use evictkit_harness::cluster;
+use super::Demo;
 
 const SCENARIO: &str = "affinity-evictor";
 const BINARY: &str = "affinity-evictor";
@@ -22,7 +18,7 @@ const NEW_NODE: &str = "demo-affinity-new-1";
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
     for node in OLD_NODES {
-        create_node(demo, node, &["userA=allow", "userB=allow"])?;
+        demo.create_node(node, &["userA=allow", "userB=allow"])?;
     }
     demo.say(
         SCENARIO,
@@ -73,7 +69,7 @@ spec:
         );
     }
 
-    create_node(demo, NEW_NODE, &["userB=allow"])?;
+    demo.create_node(NEW_NODE, &["userB=allow"])?;
     demo.say(
         SCENARIO,
         "added node demo-affinity-new-1 for user B only (userB=allow)",
@@ -131,27 +127,6 @@ spec:
     Ok(())
 }
 
-fn create_node(demo: &Demo, name: &str, labels: &[&str]) -> Result<()> {
-    let labels: Vec<String> = labels.iter().map(|l| l.replacen('=', ": ", 1)).collect();
-    demo.apply(&format!(
-        "apiVersion: v1
-kind: Node
-metadata:
-  name: {name}
-  annotations: {{kwok.x-k8s.io/node: fake}}
-  labels: {{type: kwok, {}}}
-",
-        labels.join(", ")
-    ))?;
-    demo.kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        &format!("node/{name}"),
-        "--timeout=60s",
-    ])
-    .map(drop)
-}
-
 fn placement(demo: &Demo, namespace: &str) -> Result<String> {
     demo.kubectl(&[
         "get",
@@ -165,26 +140,14 @@ fn placement(demo: &Demo, namespace: &str) -> Result<String> {
     ])
 }
 
-/// Runs controller and webhook on loopback with the test PKI's apiserver certificate (issued
-/// for 127.0.0.1 by the cluster CA) and registers the webhook by URL for the users' namespaces.
+/// Runs controller and webhook on loopback and registers the webhook by URL for the users'
+/// namespaces.
 fn start(demo: &Demo) -> Result<()> {
-    let (webhook_port, metrics_port) = (free_port()?, free_port()?);
-    let pki = cluster::state_dir().join("pki");
-    demo.start_component(
+    let webhooks = demo.start_webhooks(
         SCENARIO,
         BINARY,
-        &[
-            &format!("--webhook-addr=127.0.0.1:{webhook_port}"),
-            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
-            &format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
-            &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
-            "--leader-elect=false",
-            "--retry-backoff-max=5s",
-        ],
+        &["--leader-elect=false", "--retry-backoff-max=5s"],
     )?;
-    wait_ready(BINARY, metrics_port)?;
-    let ca = base64::engine::general_purpose::STANDARD
-        .encode(std::fs::read(pki.join("ca.crt")).context("reading the cluster CA")?);
     demo.apply(&format!(
         "apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
@@ -198,8 +161,10 @@ webhooks:
     rules:
       - {{apiGroups: [''], apiVersions: [v1], resources: [pods], operations: [CREATE, UPDATE]}}
       - {{apiGroups: [apps], apiVersions: [v1], resources: [daemonsets], operations: [CREATE, UPDATE]}}
-    clientConfig: {{url: \"https://127.0.0.1:{webhook_port}/mutate\", caBundle: {ca}}}
-"
+    clientConfig: {{url: \"{url}/mutate\", caBundle: {ca}}}
+",
+        url = webhooks.url,
+        ca = webhooks.ca_bundle,
     ))?;
     demo.say(
         SCENARIO,

@@ -6,15 +6,12 @@
 //! evictionrequest-controller's fallback eviction (not the descheduler's identity, so not
 //! intercepted) removes the pods, and the bridge withdraws.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use base64::Engine as _;
 
-use super::evictionrequest::now_rfc3339;
-use evictkit_harness::process::free_port;
-
-use super::{Demo, wait_ready};
+use super::Demo;
+use super::eviction_request::crd::{self, complete, wait_for};
 use evictkit_harness::cluster;
 
 const SCENARIO: &str = "descheduler-bridge";
@@ -23,7 +20,7 @@ const INTERCEPTOR: &str = "live-migration.demo.example.com";
 const DESCHEDULER_USER: &str = "system:serviceaccount:demo-descheduler-bridge:descheduler";
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
-    demo.install_crd("evictionrequests.evictkit.io")?;
+    demo.install_crd(crd::RESOURCE)?;
     demo.fresh_namespace(NAMESPACE)?;
     demo.apply(&workloads())?;
     for app in ["vm", "batch"] {
@@ -50,10 +47,7 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
 
     run_descheduler_once(demo, &kubeconfig)?;
     demo.say(SCENARIO, "EvictionRequests and pods after the cycle:");
-    print(
-        demo,
-        &["get", "evictionrequests.evictkit.io", "-n", NAMESPACE],
-    )?;
+    print(demo, &["get", crd::RESOURCE, "-n", NAMESPACE])?;
     print(
         demo,
         &[
@@ -68,7 +62,7 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
 
     let requests = demo.kubectl(&[
         "get",
-        "evictionrequests.evictkit.io",
+        crd::RESOURCE,
         "-n",
         NAMESPACE,
         "-o",
@@ -79,37 +73,36 @@ pub(super) fn run(demo: &Demo) -> Result<()> {
         bail!("expected 2 EvictionRequests (one per vm pod), found {requests:?}");
     }
     for name in &requests {
-        wait_for(demo, name, "{.status.activeInterceptors[0]}", INTERCEPTOR)?;
+        wait_for(
+            demo,
+            NAMESPACE,
+            name,
+            "{.status.activeInterceptors[0]}",
+            INTERCEPTOR,
+        )?;
     }
     demo.say(
         SCENARIO,
         &format!("{INTERCEPTOR} is active on both requests: it migrates the VMs and completes"),
     );
-    let now = now_rfc3339()?;
     for name in &requests {
-        demo.kubectl(&[
-            "patch", "evictionrequests.evictkit.io", "-n", NAMESPACE, name, "--subresource=status", "--type=merge",
-            "--field-manager", INTERCEPTOR,
-            "-p", &format!(r#"{{"status":{{"interceptors":[{{"name":"{INTERCEPTOR}","startTime":"{now}","heartbeatTime":"{now}","completionTime":"{now}","message":"migrated"}}]}}}}"#),
-        ])?;
+        complete(demo, NAMESPACE, name, INTERCEPTOR, "migrated")?;
     }
     for name in &requests {
         wait_for(
             demo,
+            NAMESPACE,
             name,
             "{.status.conditions[?(@.type==\"Evicted\")].status}",
             "True",
         )?;
-        wait_for(demo, name, "{.spec.requesters}", "")?;
+        wait_for(demo, NAMESPACE, name, "{.spec.requesters}", "")?;
     }
     demo.say(
         SCENARIO,
         "the evictionrequest-controller evicted both pods; the requests are Evicted and the bridge withdrew descheduler-bridge.evictkit.io",
     );
-    print(
-        demo,
-        &["get", "evictionrequests.evictkit.io", "-n", NAMESPACE],
-    )?;
+    print(demo, &["get", crd::RESOURCE, "-n", NAMESPACE])?;
     print(demo, &["get", "pods", "-n", NAMESPACE])?;
     demo.print_events(SCENARIO, NAMESPACE)
 }
@@ -181,40 +174,28 @@ fn descheduler_identity(demo: &Demo) -> Result<std::path::PathBuf> {
 /// The evictionrequest-controller (controller role) and the bridge, both for the demo
 /// namespace; the bridge's webhook registered for the descheduler's evictions only.
 fn start_components(demo: &Demo) -> Result<()> {
-    let metrics_port = free_port()?;
-    demo.start_component(
+    demo.start_ready(
         SCENARIO,
         "evictionrequest-controller",
         &[
             "--roles=controller",
             "--api=crd",
-            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--leader-elect=false",
             "--eviction-backoff-initial=1s",
             "--eviction-backoff-max=4s",
         ],
     )?;
-    wait_ready("evictionrequest-controller", metrics_port)?;
-    let (webhook_port, metrics_port) = (free_port()?, free_port()?);
-    let pki = cluster::state_dir().join("pki");
-    demo.start_component(
+    let webhooks = demo.start_webhooks(
         SCENARIO,
         "descheduler-bridge",
         &[
-            &format!("--webhook-addr=127.0.0.1:{webhook_port}"),
-            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
-            &format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
-            &format!("--tls-key-file={}", pki.join("apiserver.key").display()),
             &format!("--namespace={NAMESPACE}"),
             &format!("--intercept-user={DESCHEDULER_USER}"),
             "--eviction-request-api=crd",
             "--leader-elect=false",
         ],
     )?;
-    wait_ready("descheduler-bridge", metrics_port)?;
-    let ca = base64::engine::general_purpose::STANDARD
-        .encode(std::fs::read(pki.join("ca.crt")).context("reading the cluster CA")?);
     demo.apply(&format!(
         "apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
@@ -230,9 +211,11 @@ webhooks:
     rules:
       - {{apiGroups: [''], apiVersions: [v1], resources: [pods/eviction], operations: [CREATE]}}
     clientConfig:
-      url: https://127.0.0.1:{webhook_port}/validate-eviction
+      url: {url}/validate-eviction
       caBundle: {ca}
-"
+",
+        url = webhooks.url,
+        ca = webhooks.ca_bundle,
     ))?;
     demo.say(
         SCENARIO,
@@ -289,39 +272,6 @@ fn run_descheduler_once(demo: &Demo, kubeconfig: &std::path::Path) -> Result<()>
 }
 
 fn print(demo: &Demo, args: &[&str]) -> Result<()> {
-    for line in demo.kubectl(args)?.lines() {
-        println!("            {line}");
-    }
+    demo.print_block(&demo.kubectl(args)?);
     Ok(())
-}
-
-/// Polls the request until the JSONPath's value contains `expected` (an empty `expected`:
-/// until it is empty), 60 s at most.
-fn wait_for(demo: &Demo, name: &str, jsonpath: &str, expected: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let value = demo.kubectl(&[
-            "get",
-            "evictionrequests.evictkit.io",
-            "-n",
-            NAMESPACE,
-            name,
-            "-o",
-            &format!("jsonpath={jsonpath}"),
-        ])?;
-        let done = if expected.is_empty() {
-            value.trim().is_empty() || value.trim() == "[]"
-        } else {
-            value.contains(expected)
-        };
-        if done {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "EvictionRequest {NAMESPACE}/{name}: {jsonpath} is {value:?}, expected {expected:?}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }

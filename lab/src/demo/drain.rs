@@ -39,14 +39,17 @@ spec:
         "drain",
         "created Deployment web (3 replicas, preferring kwok-node-0) and PDB web (minAvailable 2)",
     );
-    demo.kubectl(&[
-        "rollout",
-        "status",
-        "-n",
-        ns,
-        "deployment/web",
-        "--timeout=60s",
-    ])?;
+    let rolled_out = |demo: &Demo| {
+        demo.kubectl(&[
+            "rollout",
+            "status",
+            "-n",
+            ns,
+            "deployment/web",
+            "--timeout=60s",
+        ])
+    };
+    rolled_out(demo)?;
     let placement = |demo: &Demo| {
         demo.kubectl(&[
             "get",
@@ -85,14 +88,7 @@ spec:
     for line in output.lines() {
         demo.say("drain", line);
     }
-    demo.kubectl(&[
-        "rollout",
-        "status",
-        "-n",
-        ns,
-        "deployment/web",
-        "--timeout=60s",
-    ])?;
+    rolled_out(demo)?;
     demo.say("drain", &format!("after the drain: {}", placement(demo)?));
     demo.kubectl(&["uncordon", &node])?;
     demo.print_events("drain", ns)

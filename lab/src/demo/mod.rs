@@ -10,15 +10,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use base64::Engine as _;
 
 use evictkit_harness::cluster::{self, Cluster};
 use evictkit_harness::metrics;
+use evictkit_harness::process::{free_port, stdout_of};
 
 mod affinity_evictor;
 mod descheduler_bridge;
 mod drain;
-mod evictionrequest;
-mod lifecycle;
+mod eviction_request;
 mod pdb_policy_webhook;
 mod taint_manager;
 
@@ -59,12 +60,12 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "evictionrequest",
         shows: "KEP-4563: a requester asks for a pod's eviction; one interceptor completes, one goes silent and times out; the fallback eviction is blocked by a PDB and retried with backoff, then succeeds when the PDB allows",
-        run: evictionrequest::run,
+        run: eviction_request::crd::run,
     },
     Scenario {
         name: "lifecycle",
         shows: "KEP-4563 on Kubernetes v1.37's own lifecycle.k8s.io API: two responders in spec.evictionResponders take turns (one completes; the silent one is kept Active by the apiserver for its 20-minute heartbeat deadline), then the imperative evictor retries under a PDB and evicts when it allows",
-        run: lifecycle::run,
+        run: eviction_request::upstream::run,
     },
     Scenario {
         name: "taint-manager",
@@ -111,12 +112,11 @@ impl Drop for Demo {
 }
 
 impl Demo {
-    /// Starts `target/debug/<binary>` (the demo builds the binaries first) against the cluster,
-    /// logging to `target/evictkit-cluster/logs/demo-<binary>.log`; stopped when the demo ends.
+    /// Starts [`evictkit_harness::debug_dir`]`/<binary>` (the demo builds the binaries first)
+    /// against the cluster, logging to `target/evictkit-cluster/logs/demo-<binary>.log`;
+    /// stopped when the demo ends.
     fn start_component(&self, scenario: &str, binary: &str, args: &[&str]) -> Result<()> {
-        let path = evictkit_harness::workspace_root()
-            .join("target/debug")
-            .join(binary);
+        let path = evictkit_harness::debug_dir().join(binary);
         let log_path = cluster::state_dir().join(format!("logs/demo-{binary}.log"));
         let log = std::fs::File::create(&log_path)?;
         let child = Command::new(&path)
@@ -141,6 +141,50 @@ impl Demo {
         Ok(())
     }
 
+    /// [`Demo::start_component`] with `--metrics-addr` on a free port before `args`, once its
+    /// `/readyz` answers.
+    fn start_ready(&self, scenario: &str, binary: &str, args: &[&str]) -> Result<()> {
+        let metrics_port = free_port()?;
+        let metrics_addr = format!("--metrics-addr=127.0.0.1:{metrics_port}");
+        self.start_component(
+            scenario,
+            binary,
+            &[&[metrics_addr.as_str()][..], args].concat(),
+        )?;
+        wait_ready(binary, metrics_port)
+    }
+
+    /// [`Demo::start_ready`] serving its webhooks on loopback with the cluster's apiserver
+    /// certificate (issued for 127.0.0.1 by the cluster CA): where to register them by URL.
+    fn start_webhooks(&self, scenario: &str, binary: &str, args: &[&str]) -> Result<Webhooks> {
+        let webhook_port = free_port()?;
+        let pki = cluster::state_dir().join("pki");
+        let serving = [
+            format!("--webhook-addr=127.0.0.1:{webhook_port}"),
+            format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+            format!("--tls-key-file={}", pki.join("apiserver.key").display()),
+        ];
+        let serving: Vec<&str> = serving.iter().map(String::as_str).collect();
+        self.start_ready(scenario, binary, &[serving.as_slice(), args].concat())?;
+        let ca = std::fs::read(pki.join("ca.crt")).context("reading the cluster CA")?;
+        Ok(Webhooks {
+            url: format!("https://127.0.0.1:{webhook_port}"),
+            ca_bundle: base64::engine::general_purpose::STANDARD.encode(ca),
+        })
+    }
+
+    /// A component's command for people (`request`, `describe`, `explain`), as the cluster's
+    /// admin; what it printed.
+    fn command(&self, binary: &str, args: &[&str]) -> Result<String> {
+        stdout_of(
+            &format!("{binary} {}", args.join(" ")),
+            Command::new(evictkit_harness::debug_dir().join(binary))
+                .args(args)
+                .env("KUBECONFIG", self.cluster.kubeconfig()),
+            None,
+        )
+    }
+
     fn say(&self, scenario: &str, message: &str) {
         println!(
             "{:>7.1}s  [{scenario}] {message}",
@@ -148,8 +192,83 @@ impl Demo {
         );
     }
 
+    /// Output (kubectl's, a command's) under the timeline's line, indented.
+    fn print_block(&self, text: &str) {
+        for line in text.lines() {
+            println!("            {line}");
+        }
+    }
+
     fn kubectl(&self, args: &[&str]) -> Result<String> {
         self.cluster.kubectl(args)
+    }
+
+    /// A JSONPath of the object `resource` `namespace/name`, empty while there is none.
+    fn get(&self, resource: &str, namespace: &str, name: &str, jsonpath: &str) -> Result<String> {
+        self.kubectl(&[
+            "get",
+            resource,
+            "-n",
+            namespace,
+            name,
+            "-o",
+            &format!("jsonpath={jsonpath}"),
+            "--ignore-not-found",
+        ])
+    }
+
+    /// Polls [`Demo::get`] until the value contains `expected` (an empty `expected`: until it
+    /// is empty), 60 s at most.
+    fn wait_for(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        jsonpath: &str,
+        expected: &str,
+    ) -> Result<()> {
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let value = self.get(resource, namespace, name, jsonpath)?;
+            let done = if expected.is_empty() {
+                value.trim().is_empty() || value.trim() == "[]"
+            } else {
+                value.contains(expected)
+            };
+            if done {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{resource} {namespace}/{name}: {jsonpath} is {value:?}, expected {expected:?}"
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+
+    /// A kwok node with `labels` (`key=value`) beside `type: kwok`, once Ready.
+    fn create_node(&self, name: &str, labels: &[&str]) -> Result<()> {
+        let labels: String = labels
+            .iter()
+            .map(|label| format!(", {}", label.replacen('=', ": ", 1)))
+            .collect();
+        self.apply(&format!(
+            "apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  annotations: {{kwok.x-k8s.io/node: fake}}
+  labels: {{type: kwok{labels}}}
+"
+        ))?;
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("node/{name}"),
+            "--timeout=60s",
+        ])
+        .map(drop)
     }
 
     /// Applies `crds/<name>.yaml` (server-side) and waits until it is Established.
@@ -199,11 +318,25 @@ impl Demo {
             "custom-columns=TIME:.metadata.creationTimestamp,REASON:.reason,OBJECT:.regarding.name,FROM:.reportingController,MESSAGE:.note",
         ])?;
         self.say(scenario, &format!("events in {namespace}:"));
-        for line in events.lines() {
-            println!("            {line}");
-        }
+        self.print_block(&events);
         Ok(())
     }
+}
+
+/// Where a component started by [`Demo::start_webhooks`] serves its webhooks: the base of
+/// their URLs (`https://127.0.0.1:<port>`) and the CA bundle that verifies it.
+struct Webhooks {
+    url: String,
+    ca_bundle: String,
+}
+
+/// The present time as the API writes it (RFC 3339, whole seconds, UTC).
+fn now_rfc3339() -> Result<String> {
+    let output = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .context("running date")?;
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// Waits until the component's `/readyz` on `metrics_port` answers 200.

@@ -6,13 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use base64::Engine as _;
+use anyhow::{Result, bail};
 
-use evictkit_harness::cluster;
-use evictkit_harness::process::free_port;
-
-use super::{Demo, wait_ready};
+use super::Demo;
 
 const NS: &str = "demo-pdb-policy";
 const SCENARIO: &str = "pdb-policy-webhook";
@@ -71,7 +67,7 @@ spec:
     wait_observed(demo)?;
     preview(demo, "drain preview of kwok-node-1 (before):")?;
 
-    start_webhook(demo, free_port()?, free_port()?)?;
+    start_webhook(demo)?;
     demo.apply(&format!(
         "apiVersion: evictkit.io/v1alpha1
 kind: PodDisruptionBudgetPolicy
@@ -190,58 +186,17 @@ fn wait_observed(demo: &Demo) -> Result<()> {
 }
 
 fn preview(demo: &Demo, title: &str) -> Result<()> {
-    let output = std::process::Command::new(
-        evictkit_harness::workspace_root()
-            .join("target/debug")
-            .join(BINARY),
-    )
-    .args(["explain", "--node", NODE])
-    .env("KUBECONFIG", demo.cluster.kubeconfig())
-    .output()
-    .context("running pdb-policy-webhook explain")?;
-    if !output.status.success() {
-        bail!(
-            "explain failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    let explained = demo.command(BINARY, &["explain", "--node", NODE])?;
     demo.say(SCENARIO, title);
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        println!("            {line}");
-    }
+    demo.print_block(&explained);
     Ok(())
 }
 
-/// Runs the webhook on loopback with the test PKI's apiserver certificate (issued for
-/// 127.0.0.1 by the cluster CA) and registers its PDB webhooks by URL for the demo namespace.
-fn start_webhook(demo: &Demo, webhook_port: u16, metrics_port: u16) -> Result<()> {
-    let crd = evictkit_harness::workspace_root()
-        .join("crds/poddisruptionbudgetpolicies.evictkit.io.yaml");
-    demo.apply(
-        &std::fs::read_to_string(&crd).with_context(|| format!("reading {}", crd.display()))?,
-    )?;
-    demo.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/poddisruptionbudgetpolicies.evictkit.io",
-        "--timeout=30s",
-    ])?;
-    let pki = cluster::state_dir().join("pki");
-    let cert = pki.join("apiserver.crt");
-    let key = pki.join("apiserver.key");
-    demo.start_component(
-        SCENARIO,
-        BINARY,
-        &[
-            &format!("--webhook-addr=127.0.0.1:{webhook_port}"),
-            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
-            &format!("--tls-cert-file={}", cert.display()),
-            &format!("--tls-key-file={}", key.display()),
-            "--leader-elect=false",
-        ],
-    )?;
-    wait_ready(BINARY, metrics_port)?;
-    let ca = base64::engine::general_purpose::STANDARD.encode(std::fs::read(pki.join("ca.crt"))?);
+/// Runs the webhook on loopback and registers its PDB webhooks by URL for the demo namespace.
+fn start_webhook(demo: &Demo) -> Result<()> {
+    demo.install_crd("poddisruptionbudgetpolicies.evictkit.io")?;
+    let webhooks = demo.start_webhooks(SCENARIO, BINARY, &["--leader-elect=false"])?;
+    let (url, ca) = (&webhooks.url, &webhooks.ca_bundle);
     let webhook = |name: &str, path: &str, resources: &str| {
         format!(
             "  - name: {name}.demo.evictkit.io
@@ -250,7 +205,7 @@ fn start_webhook(demo: &Demo, webhook_port: u16, metrics_port: u16) -> Result<()
     failurePolicy: Ignore
     namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {NS}}}}}
     rules: [{{apiGroups: [policy], apiVersions: [v1], resources: [{resources}], operations: [CREATE, UPDATE]}}]
-    clientConfig: {{url: \"https://127.0.0.1:{webhook_port}{path}\", caBundle: {ca}}}
+    clientConfig: {{url: \"{url}{path}\", caBundle: {ca}}}
 "
         )
     };

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use evictkit_harness::process::free_port;
-
-use super::{Demo, wait_ready};
+use super::Demo;
 
 const SCENARIO: &str = "taint-manager";
 const BINARY: &str = "taint-manager";
@@ -28,21 +26,7 @@ const POLICIES: [&str; 3] = [
 pub(super) fn run(demo: &Demo) -> Result<()> {
     demo.install_crd("taintevictionpolicies.evictkit.io")?;
     demo.install_crd("evictionrequests.evictkit.io")?;
-    demo.apply(&format!(
-        "apiVersion: v1
-kind: Node
-metadata:
-  name: {NODE}
-  annotations: {{kwok.x-k8s.io/node: fake}}
-  labels: {{type: kwok}}
-"
-    ))?;
-    demo.kubectl(&[
-        "wait",
-        "--for=condition=Ready",
-        &format!("node/{NODE}"),
-        "--timeout=60s",
-    ])?;
+    demo.create_node(NODE, &[])?;
     demo.fresh_namespace(NAMESPACE)?;
     for (name, toleration) in [
         ("plain", String::new()),
@@ -120,33 +104,27 @@ spec:
     );
 
     // The EvictionRequest action needs the KEP-4563 controller to act on the requests.
-    let requests_port = free_port()?;
-    demo.start_component(
+    demo.start_ready(
         SCENARIO,
         "evictionrequest-controller",
         &[
-            &format!("--metrics-addr=127.0.0.1:{requests_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--roles=controller",
             "--api=crd",
             "--leader-elect=false",
         ],
     )?;
-    wait_ready("evictionrequest-controller", requests_port)?;
 
-    let metrics_port = free_port()?;
-    demo.start_component(
+    demo.start_ready(
         SCENARIO,
         BINARY,
         &[
-            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--leader-elect=false",
             "--eviction-request-api=crd",
             "--retry-backoff-max=3s",
         ],
     )?;
-    wait_ready(BINARY, metrics_port)?;
 
     let tainted = Instant::now();
     demo.kubectl(&["taint", "node", NODE, &format!("{TAINT}=true:NoExecute")])?;

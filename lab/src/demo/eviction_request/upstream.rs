@@ -8,17 +8,12 @@
 //! Then the imperative evictor, blocked by a PodDisruptionBudget and retried with back-off,
 //! evicts once the PDB allows it.
 
-use std::time::{Duration, Instant};
-
 use anyhow::{Context, Result, bail};
 
-use super::evictionrequest::now_rfc3339;
-use evictkit_harness::process::free_port;
-
-use super::{Demo, wait_ready};
+use super::{BINARY, blocked_pod, describe, relax_pdb, request};
+use crate::demo::{Demo, now_rfc3339};
 
 const SCENARIO: &str = "lifecycle";
-const BINARY: &str = "evictionrequest-controller";
 const NAMESPACE: &str = "demo-lifecycle";
 const REQUESTER: &str = "maintenance.demo.example.com/drain";
 const SURGE: &str = "surge.demo.example.com/surge";
@@ -26,49 +21,27 @@ const CHECKPOINT: &str = "checkpoint.demo.example.com/checkpoint";
 const IMPERATIVE: &str = "imperative-eviction.k8s.io/evictor";
 /// Upstream's name of the first Eviction of pod p-1.
 const EVICTION: &str = "pod-1-p-1";
+/// Upstream's Eviction, as kubectl names its resource.
+const RESOURCE: &str = "evictions.lifecycle.k8s.io";
 
-pub(super) fn run(demo: &Demo) -> Result<()> {
+pub(in crate::demo) fn run(demo: &Demo) -> Result<()> {
     demo.fresh_namespace(NAMESPACE)?;
-    demo.apply(&format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: p-1
-  namespace: {NAMESPACE}
-  labels: {{app: p-1}}
-spec:
-  terminationGracePeriodSeconds: 0
-  evictionResponders:
-    - {{name: {SURGE}, priority: 2000}}
-    - {{name: {CHECKPOINT}, priority: 1000}}
-  containers: [{{name: app, image: registry.k8s.io/pause:3.10}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {{name: p-1, namespace: {NAMESPACE}}}
-spec:
-  minAvailable: 1
-  selector: {{matchLabels: {{app: p-1}}}}
-"
-    ))?;
-    demo.kubectl(&[
-        "wait",
-        "-n",
+    blocked_pod(
+        demo,
         NAMESPACE,
-        "--for=condition=Ready",
-        "pod/p-1",
-        "--timeout=60s",
-    ])?;
+        "",
+        &format!(
+            "  evictionResponders:\n    - {{name: {SURGE}, priority: 2000}}\n    - {{name: {CHECKPOINT}, priority: 1000}}\n"
+        ),
+    )?;
     demo.say(
         SCENARIO,
         &format!("pod p-1 with spec.evictionResponders {SURGE} (priority 2000), {CHECKPOINT} (priority 1000); PDB minAvailable 1 (blocks any eviction)"),
     );
-    let metrics_port = free_port()?;
-    demo.start_component(
+    demo.start_ready(
         SCENARIO,
         BINARY,
         &[
-            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--namespace={NAMESPACE}"),
             "--roles=controller",
             "--leader-elect=false",
@@ -77,19 +50,7 @@ spec:
             "--eviction-backoff-max=4s",
         ],
     )?;
-    wait_ready(BINARY, metrics_port)?;
-
-    let said = cli(
-        demo,
-        &[
-            "request",
-            &format!("{NAMESPACE}/p-1"),
-            "--requester",
-            REQUESTER,
-            "--api=lifecycle",
-        ],
-    )?;
-    demo.say(SCENARIO, said.trim());
+    request(demo, SCENARIO, NAMESPACE, REQUESTER, "lifecycle")?;
 
     wait_for(demo, &state(SURGE), "Active")?;
     demo.say(
@@ -108,22 +69,13 @@ spec:
     );
     respond(demo, CHECKPOINT, "checkpointing", false)?;
     // What a controller with a shorter heartbeat timeout would write; the apiserver refuses it.
-    let refused = demo.cluster.kubectl_stdin(
-        &[
-            "apply",
-            "--server-side",
-            "--subresource=status",
-            "--force-conflicts",
-            "--field-manager=demo-impatient-controller",
-            "-f",
-            "-",
-        ],
+    let refused = apply_status(
+        demo,
+        "demo-impatient-controller",
+        // Past the controller's ownership of targetResponders, to reach the validation.
+        true,
         &format!(
-            "apiVersion: lifecycle.k8s.io/v1alpha1
-kind: Eviction
-metadata: {{name: {EVICTION}, namespace: {NAMESPACE}}}
-status:
-  targetResponders:
+            "  targetResponders:
     - {{name: {SURGE}, priority: 2000, state: Completed}}
     - {{name: {CHECKPOINT}, priority: 1000, state: Interrupted}}
     - {{name: {IMPERATIVE}, priority: 100, state: Active}}
@@ -158,19 +110,9 @@ status:
         &format!("{IMPERATIVE} is Active: it evicts through the Eviction API"),
     );
     wait_for(demo, &message(IMPERATIVE), "number of retries: 3")?;
-    let blocked = get(demo, &message(IMPERATIVE))?;
+    let blocked = demo.get(RESOURCE, NAMESPACE, EVICTION, &message(IMPERATIVE))?;
     demo.say(SCENARIO, &format!("the PDB blocks it: \"{blocked}\""));
-    demo.kubectl(&[
-        "patch",
-        "pdb",
-        "-n",
-        NAMESPACE,
-        "p-1",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"minAvailable":0}}"#,
-    ])?;
-    demo.say(SCENARIO, "PDB relaxed to minAvailable 0");
+    relax_pdb(demo, SCENARIO, NAMESPACE)?;
     wait_for(
         demo,
         "{.status.conditions[?(@.type==\"TargetEvicted\")].status}",
@@ -180,35 +122,33 @@ status:
         SCENARIO,
         "the pod was evicted; TargetEvicted on the Eviction and the EvictionRequest",
     );
-    let described = cli(
-        demo,
-        &["describe", &format!("{NAMESPACE}/p-1"), "--api=lifecycle"],
-    )?;
-    demo.say(SCENARIO, "evictionrequest-controller describe:");
-    for line in described.lines() {
-        println!("            {line}");
-    }
-    demo.print_events(SCENARIO, NAMESPACE)
+    describe(demo, SCENARIO, NAMESPACE, "lifecycle")
 }
 
-/// Runs the controller's binary as a command (`request`, `describe`); its stdout.
-fn cli(demo: &Demo, args: &[&str]) -> Result<String> {
-    let binary = evictkit_harness::workspace_root()
-        .join("target/debug")
-        .join(BINARY);
-    let output = std::process::Command::new(&binary)
-        .args(args)
-        .env("KUBECONFIG", demo.cluster.kubeconfig())
-        .output()
-        .with_context(|| format!("running {BINARY} {}", args.join(" ")))?;
-    if !output.status.success() {
-        bail!(
-            "{BINARY} {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
+/// `status` (its lines under `status:`) applied server-side to the Eviction by `manager`, as a
+/// responder or a controller writes it; the apiserver validates it.
+fn apply_status(demo: &Demo, manager: &str, force_conflicts: bool, status: &str) -> Result<String> {
+    let manager = format!("--field-manager={manager}");
+    let mut args = vec![
+        "apply",
+        "--server-side",
+        "--subresource=status",
+        manager.as_str(),
+    ];
+    if force_conflicts {
+        args.push("--force-conflicts");
     }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    args.extend(["-f", "-"]);
+    demo.cluster.kubectl_stdin(
+        &args,
+        &format!(
+            "apiVersion: lifecycle.k8s.io/v1alpha1
+kind: Eviction
+metadata: {{name: {EVICTION}, namespace: {NAMESPACE}}}
+status:
+{status}"
+        ),
+    )
 }
 
 /// A responder's own entry in `.status.responders`, by server-side apply under its own name,
@@ -220,30 +160,18 @@ fn respond(demo: &Demo, responder: &str, message: &str, complete: bool) -> Resul
     } else {
         String::new()
     };
-    let manager = responder.replace('/', "-");
-    demo.cluster
-        .kubectl_stdin(
-            &[
-                "apply",
-                "--server-side",
-                "--subresource=status",
-                "--field-manager",
-                &manager,
-                "-f",
-                "-",
-            ],
-            &format!(
-                "apiVersion: lifecycle.k8s.io/v1alpha1
-kind: Eviction
-metadata: {{name: {EVICTION}, namespace: {NAMESPACE}}}
-status:
-  responders:
+    apply_status(
+        demo,
+        &responder.replace('/', "-"),
+        false,
+        &format!(
+            "  responders:
     - {{name: {responder}, heartbeatTime: \"{now}\", message: \"{message}\"{completion}}}
 "
-            ),
-        )
-        .with_context(|| format!("{responder} writing its status"))
-        .map(drop)
+        ),
+    )
+    .with_context(|| format!("{responder} writing its status"))
+    .map(drop)
 }
 
 fn state(responder: &str) -> String {
@@ -254,32 +182,7 @@ fn message(responder: &str) -> String {
     format!("{{.status.responders[?(@.name==\"{responder}\")].message}}")
 }
 
-fn get(demo: &Demo, jsonpath: &str) -> Result<String> {
-    demo.kubectl(&[
-        "get",
-        "evictions.lifecycle.k8s.io",
-        "-n",
-        NAMESPACE,
-        EVICTION,
-        "-o",
-        &format!("jsonpath={jsonpath}"),
-        "--ignore-not-found",
-    ])
-}
-
-/// Polls the Eviction until the JSONPath's value contains `expected` (60 s at most).
+/// [`Demo::wait_for`] on the Eviction.
 fn wait_for(demo: &Demo, jsonpath: &str, expected: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let value = get(demo, jsonpath)?;
-        if value.contains(expected) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "Eviction {NAMESPACE}/{EVICTION}: {jsonpath} is {value:?}, expected {expected:?}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    demo.wait_for(RESOURCE, NAMESPACE, EVICTION, jsonpath, expected)
 }
