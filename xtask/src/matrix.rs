@@ -355,7 +355,7 @@ mod tests {
     #[test]
     fn summarize_counts_passes_skips_and_failures() {
         let stdout = "running 3 tests\n\
-            SKIPPED api_switch::a: the cluster (Kubernetes v1.36.3) serves no lifecycle.k8s.io\n\
+            SKIPPED eviction_request_api_switch::a: the cluster (Kubernetes v1.36.3) serves no lifecycle.k8s.io\n\
             test a ... ok\n\
             test b ... ok\n\
             test c ... FAILED\n\

@@ -695,7 +695,7 @@ mod tests {
     fn skip(test: &str, needs: &str, kubernetes: &str) -> Skip {
         Skip {
             test: test.into(),
-            binary: "lifecycle".into(),
+            binary: "eviction_request_upstream".into(),
             needs: needs.into(),
             kubernetes: kubernetes.into(),
         }
@@ -732,7 +732,7 @@ mod tests {
         ];
         assert_eq!(
             skip_summary(&skips),
-            "==> 2 end-to-end tests skipped\n    2 without lifecycle.k8s.io/v1alpha1 (Kubernetes v1.36.3): lifecycle::a, lifecycle::b\n"
+            "==> 2 end-to-end tests skipped\n    2 without lifecycle.k8s.io/v1alpha1 (Kubernetes v1.36.3): eviction_request_upstream::a, eviction_request_upstream::b\n"
         );
         assert_eq!(skip_summary(&[]), "==> 0 end-to-end tests skipped\n");
     }

@@ -295,20 +295,32 @@ impl TestEnv {
 
     /// The same with `--api=<api>` (`crd`, `lifecycle` or `auto`).
     pub async fn start_eviction_request_controller_on(&self, api: &str) -> Result<Component> {
+        self.start_eviction_request_controller_as(api, self.kubeconfig(), ["200ms", "1s"])
+            .await
+    }
+
+    /// The same as the identity of `kubeconfig` (see [`TestEnv::start_component_as`]), with the
+    /// imperative evictor's back-off `[initial, max]`.
+    pub async fn start_eviction_request_controller_as(
+        &self,
+        api: &str,
+        kubeconfig: &Path,
+        [initial, max]: [&str; 2],
+    ) -> Result<Component> {
         let ns = self.namespace.as_str();
-        let api = format!("--api={api}");
-        let mut controller = self.start_component(
+        let mut controller = self.start_component_as(
             "evictionrequest-controller",
             &[
                 "--roles=controller",
-                &api,
+                &format!("--api={api}"),
                 "--namespace",
                 ns,
                 "--leader-election-namespace",
                 ns,
-                "--eviction-backoff-initial=200ms",
-                "--eviction-backoff-max=1s",
+                &format!("--eviction-backoff-initial={initial}"),
+                &format!("--eviction-backoff-max={max}"),
             ],
+            kubeconfig,
         )?;
         controller.wait_ready(crate::wait::DEFAULT_TIMEOUT).await?;
         Ok(controller)

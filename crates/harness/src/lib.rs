@@ -461,7 +461,7 @@ fn record_skip(skip: &Skip) -> Result<()> {
         .with_context(|| format!("recording the skip of {} in {}", skip.test, path.display()))
 }
 
-/// The running test binary's name without cargo's hash (`lifecycle-0123abcd` -> `lifecycle`).
+/// The running test binary's name without cargo's hash (`smoke-0123abcd` -> `smoke`).
 fn test_binary() -> String {
     let exe = std::env::current_exe().unwrap_or_default();
     let stem = exe

@@ -37,6 +37,7 @@ use evictkit_harness::TestEnv;
 use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::descheduler::{Descheduler, Identity};
 use evictkit_harness::objects;
+use evictkit_harness::responder::{respond, target_state};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{Registration, rule};
 use evictkit_runtime::clients::eviction_request::TargetPod;
@@ -1043,42 +1044,19 @@ fn lifecycle_condition(request: &LifecycleRequest, kind: &str, status: &str) -> 
         .any(|c| c.type_ == kind && c.status == status)
 }
 
-fn responder_state(eviction: &Eviction, responder: &str) -> Option<String> {
-    eviction
-        .status
-        .as_ref()?
-        .target_responders
-        .as_ref()?
-        .iter()
-        .find(|r| r.name == responder)
-        .map(|r| r.state.clone())
-}
-
 /// The pod's responder completes its part, as a real responder writes it: its entry in the
 /// Eviction's `.status.responders` by server-side apply under its own field manager.
 async fn complete_responder(t: &Bridge, eviction: &Eviction) -> Result<()> {
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::from_second(
-        jiff::Timestamp::now().as_second(),
-    )?);
-    let body = json!({
-        "apiVersion": "lifecycle.k8s.io/v1alpha1",
-        "kind": "Eviction",
-        "metadata": { "name": eviction.name_any() },
-        "status": { "responders": [{
-            "name": RESPONDER, "message": "surge pod ready",
-            "heartbeatTime": now, "completionTime": now,
-        }] },
-    });
-    t.env
-        .api::<Eviction>()
-        .patch_status(
-            &eviction.name_any(),
-            &PatchParams::apply("surge-example-com-migrate").force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .with_context(|| format!("responder completing Eviction {}", eviction.name_any()))?;
-    Ok(())
+    respond(
+        &t.env,
+        eviction,
+        RESPONDER,
+        "surge-example-com-migrate",
+        "surge pod ready",
+        true,
+    )
+    .await
+    .map(drop)
 }
 
 /// The whole flow on Kubernetes' own API, the bridge's API chosen by discovery: the descheduler
@@ -1150,7 +1128,7 @@ async fn background_eviction_through_the_lifecycle_api() -> Result<()> {
     // The pod's responder first; it works, then completes; the imperative evictor evicts.
     let eviction = t
         .wait_eviction(pod, "handed to the responder", |e| {
-            responder_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
+            target_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
         })
         .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1271,7 +1249,7 @@ async fn pods_another_requester_evicts_are_already_getting_evacuated() -> Result
     for pod in [plain, opted] {
         upstream::request_eviction(&t.env.client, &TargetPod::of(pod)?, DRAIN).await?;
         t.wait_eviction(pod, "handed to the responder", |e| {
-            responder_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
+            target_state(e, RESPONDER).as_deref() == Some(STATE_ACTIVE)
         })
         .await?;
     }

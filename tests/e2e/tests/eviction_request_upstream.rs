@@ -24,6 +24,7 @@ use evictkit_core::lifecycle::{
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget};
+use evictkit_harness::responder::{self, target_state as state};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_runtime::clients::eviction_request::upstream;
 use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
@@ -54,7 +55,7 @@ async fn start(env: &TestEnv, api: &str) -> Result<Component> {
 
 /// [`start`] as the identity of `kubeconfig`.
 async fn start_as(env: &TestEnv, api: &str, kubeconfig: &std::path::Path) -> Result<Component> {
-    start_with(env, api, kubeconfig, &["200ms", "1s"]).await
+    start_with(env, api, kubeconfig, ["200ms", "1s"]).await
 }
 
 /// [`start_as`] with the imperative evictor's back-off `[initial, max]`.
@@ -62,27 +63,11 @@ async fn start_with(
     env: &TestEnv,
     api: &str,
     kubeconfig: &std::path::Path,
-    [initial, max]: &[&str; 2],
+    backoff: [&str; 2],
 ) -> Result<Component> {
-    let ns = env.namespace.as_str();
-    let api = format!("--api={api}");
-    let initial = format!("--eviction-backoff-initial={initial}");
-    let max = format!("--eviction-backoff-max={max}");
-    let mut component = env.start_component_as(
-        "evictionrequest-controller",
-        &[
-            "--roles=controller",
-            &api,
-            "--namespace",
-            ns,
-            "--leader-election-namespace",
-            ns,
-            &initial,
-            &max,
-        ],
-        kubeconfig,
-    )?;
-    component.wait_ready(DEFAULT_TIMEOUT).await?;
+    let component = env
+        .start_eviction_request_controller_as(api, kubeconfig, backoff)
+        .await?;
     component.wait_leader(DEFAULT_TIMEOUT).await?;
     Ok(component)
 }
@@ -225,17 +210,6 @@ async fn wait_request(
     .await
 }
 
-fn state(eviction: &Eviction, responder: &str) -> Option<String> {
-    eviction
-        .status
-        .as_ref()?
-        .target_responders
-        .as_ref()?
-        .iter()
-        .find(|r| r.name == responder)
-        .map(|r| r.state.clone())
-}
-
 fn start_time(eviction: &Eviction, responder: &str) -> Option<Timestamp> {
     eviction
         .status
@@ -329,31 +303,8 @@ async fn respond(
     message: &str,
     complete: bool,
 ) -> Result<Eviction> {
-    let now = Time(Timestamp::from_second(Timestamp::now().as_second())?);
-    let mut entry = json!({ "name": responder, "message": message, "heartbeatTime": now });
-    if complete {
-        entry["completionTime"] = json!(now);
-    }
-    let body = json!({
-        "apiVersion": "lifecycle.k8s.io/v1alpha1",
-        "kind": "Eviction",
-        "metadata": { "name": eviction.name_any() },
-        "status": { "responders": [entry] },
-    });
     let manager = responder.replace('/', "-");
-    env.api::<Eviction>()
-        .patch_status(
-            &eviction.name_any(),
-            &PatchParams::apply(&manager).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "responder {responder} writing its status of Eviction {}",
-                eviction.name_any()
-            )
-        })
+    responder::respond(env, eviction, responder, &manager, message, complete).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1116,7 +1067,7 @@ async fn the_imperative_evictor_heartbeats_while_a_budget_holds_it_in_back_off()
     if env.skip_without_lifecycle_api().await? {
         return Ok(());
     }
-    let _controller = start_with(&env, "lifecycle", env.kubeconfig(), &["4m", "10m"]).await?;
+    let _controller = start_with(&env, "lifecycle", env.kubeconfig(), ["4m", "10m"]).await?;
     let pod = ready_pod(&env, "held-0", &[]).await?;
     env.create(&objects::pdb(
         "held",
@@ -1202,7 +1153,7 @@ async fn a_controller_restart_mid_flow_loses_nothing() -> Result<()> {
 
 /// The heartbeat deadline: a responder that stops reporting is Interrupted after 20 minutes
 /// (the apiserver refuses it sooner, whatever the controller's flag) and the next one starts
-/// with a fresh startTime. Takes 20 minutes: `cargo test -p e2e --test lifecycle -- --ignored`.
+/// with a fresh startTime. Takes 20 minutes: `cargo test -p e2e --test eviction_request_upstream -- --ignored`.
 #[tokio::test]
 #[ignore = "waits out the API's 20-minute heartbeat deadline"]
 async fn a_silent_responder_is_interrupted_after_the_heartbeat_deadline() -> Result<()> {

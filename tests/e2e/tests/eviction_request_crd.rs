@@ -1,9 +1,10 @@
-//! evictionrequest-controller (KEP-4563) against the real control plane: the KEP's integration
-//! and e2e test plan (interceptor interactions, eviction when there is no interceptor or it
-//! stops responding, switching interceptors, Canceled on cancellation and on failed
-//! validation, Evicted when the pod terminates, the full flow with several interceptors, the
-//! eviction backoff while a PDB blocks), both cancellation walkthroughs, the webhook's rules,
-//! an unauthorised requester, and a controller restart in the middle of a hand-over.
+//! evictionrequest-controller (KEP-4563) serving our `evictkit.io` EvictionRequest CRD (Kubernetes'
+//! own API: eviction_request_upstream.rs) against the real control plane: the KEP's integration and
+//! e2e test plan (interceptor interactions, eviction when there is no interceptor or it stops
+//! responding, switching interceptors, Canceled on cancellation and on failed validation, Evicted
+//! when the pod terminates, the full flow with several interceptors, the eviction backoff while a
+//! PDB blocks), both cancellation walkthroughs, the webhook's rules, an unauthorised requester, and
+//! a controller restart in the middle of a hand-over.
 //!
 //! Each test starts its own controller and webhook restricted to its namespace (`--namespace`,
 //! Lease there too, webhook registered for that namespace only) with a short
