@@ -44,8 +44,7 @@ use evictkit_harness::cluster::{self, Cluster, UpArgs};
 use sample::{GoneTargets, Level, Logs, MIB, PodSample};
 
 /// The umbrella chart's namespace and release (see [`install_umbrella`]).
-pub const RELEASE_NAMESPACE: &str = "evictkit-system";
-pub const RELEASE: &str = "evictkit";
+pub use evictkit_harness::helm::{NAMESPACE as RELEASE_NAMESPACE, RELEASE};
 pub const RELEASE_SELECTOR: &str = "app.kubernetes.io/instance=evictkit";
 /// The ServiceAccount (of [`bench::BENCH_NAMESPACE`]) as which the real descheduler runs,
 /// whose evictions descheduler-bridge intercepts.
@@ -220,25 +219,7 @@ pub fn install_umbrella(cluster: &Cluster, values: &str) -> Result<()> {
          deschedulerBridge.descheduler.serviceAccount.name={DESCHEDULER_ACCOUNT},{values}",
         bench::BENCH_NAMESPACE
     );
-    cluster
-        .helm(&[
-            "upgrade",
-            "--install",
-            RELEASE,
-            "charts/evictkit",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--create-namespace",
-            "--values",
-            "charts/evictkit/ci/real-node-values.yaml",
-            "--set",
-            &values,
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
-        .context("helm install of the umbrella chart")?;
-    Ok(())
+    evictkit_harness::helm::install_checkout(cluster, &values)
 }
 
 async fn observe_gone(

@@ -33,27 +33,9 @@ pub struct Provenance {
 impl Provenance {
     /// The commit of the working tree, the time and the load average now.
     pub fn now() -> Result<Self> {
-        let git = |args: &[&str]| -> Result<String> {
-            let out = std::process::Command::new("git")
-                .args(args)
-                .current_dir(crate::workspace_root())
-                .output()
-                .with_context(|| format!("running git {}", args.join(" ")))?;
-            ensure!(
-                out.status.success(),
-                "git {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        };
-        let commit = git(&["rev-parse", "--short", "HEAD"])?;
-        let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
         Ok(Self {
-            commit: format!("{commit}{}", if dirty { "+dirty" } else { "" }),
-            date: k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%MZ")
-                .to_string(),
+            commit: commit()?,
+            date: minute_now(),
             loadavg_start: loadavg()?,
         })
     }
@@ -67,6 +49,34 @@ impl Provenance {
             loadavg_end.to_owned(),
         ]
     }
+}
+
+/// The short commit of the working tree, `+dirty` with uncommitted changes to tracked files.
+pub fn commit() -> Result<String> {
+    let git = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(crate::workspace_root())
+            .output()
+            .with_context(|| format!("running git {}", args.join(" ")))?;
+        ensure!(
+            out.status.success(),
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    Ok(format!("{commit}{}", if dirty { "+dirty" } else { "" }))
+}
+
+/// The time now, UTC to the minute.
+pub fn minute_now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%MZ")
+        .to_string()
 }
 
 /// The machine's load average over the last minute (`/proc/loadavg`).

@@ -2,12 +2,13 @@
 //! runs them (tests/e2e/tests/installed.rs and upgrade.rs): the release's name and namespace,
 //! its components, and the control plane build's helm against the test cluster.
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 
 use crate::TestEnv;
+use crate::cluster::Cluster;
 
 /// The helm release the installed stage installs.
 pub const RELEASE: &str = "evictkit";
@@ -18,6 +19,35 @@ pub const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
 /// The umbrella chart's components, by their `app.kubernetes.io/name`: each chart is named after
 /// its component.
 pub use crate::component::COMPONENTS;
+
+/// The real node's placement and replicas (two of each component), on top of the chart's
+/// defaults as a user adds their cluster's values.
+pub const REAL_NODE_VALUES: &str = "charts/evictkit/ci/real-node-values.yaml";
+
+/// `helm upgrade --install` of the umbrella chart from the checkout (its dependencies built) on
+/// the real node, with [`REAL_NODE_VALUES`] and `set` (`--set`, comma-separated), as [`RELEASE`]
+/// in [`NAMESPACE`]; once every pod is ready (5 minutes at most).
+pub fn install_checkout(cluster: &Cluster, set: &str) -> Result<()> {
+    cluster
+        .helm(&[
+            "upgrade",
+            "--install",
+            RELEASE,
+            "charts/evictkit",
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--values",
+            REAL_NODE_VALUES,
+            "--set",
+            set,
+            "--wait",
+            "--timeout",
+            "5m",
+        ])
+        .context("helm install of the umbrella chart")
+        .map(drop)
+}
 
 /// `helm <args>` of the control plane's build against the test cluster; its stdout.
 pub fn helm(env: &TestEnv, args: &[&str]) -> Result<String> {

@@ -21,7 +21,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::{audit, bench, process};
 
@@ -60,16 +60,10 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("need at least 2 nodes and more than {ON_CHANGED_NODE} pods");
     }
     let binary = bench::release_binary(BINARY)?;
-    let cluster = cluster::running()?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let client = bench::client(&cluster).await?;
-            let result = bench(&cluster, &client, &binary, args).await;
-            clean_up(&cluster, &client).await;
-            result
-        })
+    super::on_running_cluster(
+        async |cluster, client| bench(cluster, client, &binary, args).await,
+        clean_up,
+    )
 }
 
 async fn bench(

@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use evictkit_harness::bench::percentile;
-use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::{bench, certs, metrics, process};
 
@@ -46,19 +46,13 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let binary = bench::release_binary("descheduler-bridge")?;
-    let cluster = cluster::running()?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(bench(&cluster, &binary, args))
-}
-
-async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
-    let client = bench::client(cluster).await?;
-    setup(cluster, &client, args.pods).await?;
-    let result = measure(cluster, &client, binary, args).await;
-    teardown(&client).await;
-    result
+    super::on_running_cluster(
+        async |cluster, client| {
+            setup(cluster, client, args.pods).await?;
+            measure(cluster, client, &binary, args).await
+        },
+        async |_, client| teardown(client).await,
+    )
 }
 
 /// The EvictionRequest CRD and `pods` Running, Ready pods annotated request-evict-only (status

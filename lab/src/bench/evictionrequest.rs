@@ -31,7 +31,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::webhooks::apiserver::Snapshot;
-use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::csv;
 use evictkit_harness::{audit, bench, process};
@@ -107,19 +107,15 @@ pub fn run(args: &Args) -> Result<()> {
         args.interceptors
     );
     let binary = bench::binary(CONTROLLER, !args.debug_build)?;
-    let cluster = cluster::running()?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let client = bench::client(&cluster).await?;
-            let result = bench(&cluster, &client, &binary, args).await;
-            webhook::unregister(&client, NS).await;
-            let _ = Api::<Namespace>::all(client)
+    super::on_running_cluster(
+        async |cluster, client| bench(cluster, client, &binary, args).await,
+        async |_, client| {
+            webhook::unregister(client, NS).await;
+            let _ = Api::<Namespace>::all(client.clone())
                 .delete(NS, &DeleteParams::background())
                 .await;
-            result
-        })
+        },
+    )
 }
 
 async fn bench(
@@ -131,15 +127,7 @@ async fn bench(
     if args.api == BenchApi::Crd {
         bench::install_crd(cluster, "evictionrequests.evictkit.io")?;
     }
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
-        )
-        .await
-        .with_context(|| {
-            format!("creating namespace {NS} (left over from a failed run? delete it)")
-        })?;
+    bench::create_namespace(client, NS).await?;
     let pods = create_pods(client, args.requests, args.interceptors).await?;
     let interceptors = Interceptors::start(cluster, client, args.interceptors).await?;
 

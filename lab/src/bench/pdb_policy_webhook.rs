@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::webhooks::apiserver::TIMEOUT_SECONDS;
 use evictkit_harness::bench::percentile;
-use evictkit_harness::cluster::{self, Cluster};
+use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::{bench, certs, metrics, process};
 
@@ -61,23 +61,17 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let binary = bench::release_binary("pdb-policy-webhook")?;
-    let cluster = cluster::running()?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(bench(&cluster, &binary, args))
-}
-
-async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
-    let client = bench::client(cluster).await?;
-    setup(cluster, &client).await?;
-    let result = if args.drain_nodes > 0 {
-        drain::measure(cluster, &client, binary, args).await
-    } else {
-        measure(cluster, &client, binary, args).await
-    };
-    teardown(&client).await;
-    result
+    super::on_running_cluster(
+        async |cluster, client| {
+            setup(cluster, client).await?;
+            if args.drain_nodes > 0 {
+                drain::measure(cluster, client, &binary, args).await
+            } else {
+                measure(cluster, client, &binary, args).await
+            }
+        },
+        async |_, client| teardown(client).await,
+    )
 }
 
 /// `cargo xtask bench webhooks`' drain: the namespace and policy of this bench, then

@@ -259,7 +259,8 @@ async fn scenario_run(
     let (component, user) = start_controller(cluster, client, &controller, qps, &ns).await?;
     let result = measure(client, scenario, &ns, &user, &component).await;
     drop(component);
-    cleanup(client, scenario, &ns).await?;
+    let tainted: Vec<String> = scenario.tainted.iter().cloned().collect();
+    cleanup(client, &tainted, &ns).await?;
     result
 }
 
@@ -407,19 +408,16 @@ async fn create_pods(client: &Client, scenario: &Scenario, ns: &str) -> Result<(
         .with_context(|| format!("pods of {ns}"))
 }
 
-/// The taints go and the namespace with them; the next run starts from a quiet cluster.
-async fn cleanup(client: &Client, scenario: &Scenario, ns: &str) -> Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    for node in &scenario.tainted {
-        nodes
-            .patch(
-                node,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"taints": null}})),
-            )
-            .await
-            .with_context(|| format!("untainting node {node}"))?;
-    }
+/// The taints of `nodes` go and the namespace with them; the next run starts from a quiet
+/// cluster.
+async fn cleanup(client: &Client, nodes: &[String], ns: &str) -> Result<()> {
+    bench::patch_nodes(
+        client,
+        nodes,
+        &json!({"spec": {"taints": null}}),
+        "untainting node",
+    )
+    .await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .delete(ns, &DeleteParams::background())

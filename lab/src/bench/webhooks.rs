@@ -394,7 +394,7 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         args.scenarios.clone()
     };
-    let load_start = load_average()?;
+    let load_start = csv::loadavg()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -464,30 +464,13 @@ struct Measured {
 
 impl Measured {
     fn now(load_start: String) -> Result<Self> {
-        let git = |args: &[&str]| -> Result<String> {
-            let out = std::process::Command::new("git")
-                .args(args)
-                .current_dir(evictkit_harness::workspace_root())
-                .output()?;
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        };
-        let commit = git(&["rev-parse", "--short", "HEAD"])?;
-        let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
         Ok(Self {
-            commit: format!("{commit}{}", if dirty { "+dirty" } else { "" }),
-            date: k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%MZ")
-                .to_string(),
+            commit: csv::commit()?,
+            date: csv::minute_now(),
             load_start,
-            load_end: load_average()?,
+            load_end: csv::loadavg()?,
         })
     }
-}
-
-/// The load average over the last minute.
-fn load_average() -> Result<String> {
-    let load = std::fs::read_to_string("/proc/loadavg")?;
-    Ok(load.split_whitespace().next().unwrap_or("-").to_owned())
 }
 
 fn line<S: AsRef<str>>(cells: &[S]) -> String {

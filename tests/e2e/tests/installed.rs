@@ -32,7 +32,9 @@ use evictkit_core::eviction_request::State;
 use evictkit_core::lifecycle::CONDITION_TARGET_EVICTED;
 use evictkit_harness::TestEnv;
 use evictkit_harness::descheduler::Identity;
-use evictkit_harness::helm::{self, COMPONENTS, NAMESPACE, REAL_NODE_LABEL, RELEASE, helm};
+use evictkit_harness::helm::{
+    self, COMPONENTS, NAMESPACE, REAL_NODE_LABEL, REAL_NODE_VALUES, RELEASE, helm,
+};
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::pdb_writes::PdbWrites;
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
@@ -55,9 +57,6 @@ mod readme;
 
 /// Pods of a release can take minutes to start on a loaded 2-core machine.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
-/// This cluster's placement (the real node) and replicas: what the suite adds to the README's
-/// `helm install`, as a user adds their cluster's values.
-const REAL_NODE_VALUES: &str = "charts/evictkit/ci/real-node-values.yaml";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Where the release is: `<registry>/<path>` of the README's commands, the path being the one

@@ -16,11 +16,11 @@ use anyhow::{Context, Result, bail};
 use futures::future;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Controller, start_controller};
+use super::{Controller, cleanup, start_controller};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::{audit, bench};
 
@@ -419,28 +419,4 @@ fn manifest(name: &str, node: &str, sequence: &Sequence) -> Result<Pod> {
             "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
         },
     }))?)
-}
-
-/// The taints go and the namespace with them.
-async fn cleanup(client: &Client, nodes: &[String], ns: &str) -> Result<()> {
-    bench::patch_nodes(
-        client,
-        nodes,
-        &json!({"spec": {"taints": null}}),
-        "untainting node",
-    )
-    .await?;
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .delete(ns, &DeleteParams::background())
-        .await
-        .with_context(|| format!("deleting namespace {ns}"))?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while namespaces.get_opt(ns).await?.is_some() {
-        if Instant::now() > deadline {
-            bail!("namespace {ns} still there 300 s after its deletion");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    Ok(())
 }

@@ -188,7 +188,7 @@ async fn run(
 
 /// The API calls the webhook's service account made since `since`, by verb, as the audit log
 /// recorded them (`get=25;list=0`): a review that reads the API shows here.
-fn api_calls(user: &str, since: k8s_openapi::jiff::Timestamp) -> Result<String> {
+pub(super) fn api_calls(user: &str, since: k8s_openapi::jiff::Timestamp) -> Result<String> {
     let since = since.to_string();
     let mut verbs = std::collections::BTreeMap::<String, usize>::new();
     for event in audit::audit_events(&[user])? {

@@ -30,11 +30,10 @@ use super::apiserver::Snapshot;
 use super::floor::IDLE_GAPS;
 use super::target::dry_run;
 use super::{Answer, Row};
+use evictkit_harness::bench;
 use evictkit_harness::cluster::Cluster;
-use evictkit_harness::{audit, bench};
+use evictkit_harness::helm::{NAMESPACE, RELEASE};
 
-const RELEASE: &str = "evictkit";
-const NAMESPACE: &str = "evictkit-system";
 const NS: &str = "bench-idle-gap";
 /// Calls of each kind in a burst.
 const BURST: usize = 25;
@@ -81,23 +80,7 @@ fn install(cluster: &Cluster, descheduler: &str) -> Result<()> {
     let _ = cluster.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"]);
     cluster.helm(&["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
     let started = Instant::now();
-    cluster
-        .helm(&[
-            "install",
-            RELEASE,
-            "charts/evictkit",
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--values",
-            "charts/evictkit/ci/real-node-values.yaml",
-            "--set",
-            &values,
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
-        .context("helm install of the umbrella chart")?;
+    evictkit_harness::helm::install_checkout(cluster, &values)?;
     println!(
         "installed: helm install of charts/evictkit in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -291,23 +274,8 @@ async fn idle_gaps(cluster: &Cluster, callers: &Callers, length: Duration) -> Re
 /// The API calls of descheduler-bridge's pods since `since`, by verb (the audit policy records
 /// every request of the chart's service accounts).
 fn bridge_api_calls(since: k8s_openapi::jiff::Timestamp) -> Result<String> {
-    let user = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}-descheduler-bridge");
-    let since = since.to_string();
-    let mut verbs = std::collections::BTreeMap::<String, usize>::new();
-    for event in audit::audit_events(&[&user])? {
-        if event["requestReceivedTimestamp"]
-            .as_str()
-            .unwrap_or_default()
-            >= since.as_str()
-        {
-            let verb = event["verb"].as_str().unwrap_or("?").to_owned();
-            *verbs.entry(verb).or_default() += 1;
-        }
-    }
-    verbs.entry("list".to_owned()).or_default();
-    Ok(verbs
-        .iter()
-        .map(|(verb, count)| format!("{verb}={count}"))
-        .collect::<Vec<_>>()
-        .join(";"))
+    super::floor::api_calls(
+        &format!("system:serviceaccount:{NAMESPACE}:{RELEASE}-descheduler-bridge"),
+        since,
+    )
 }
