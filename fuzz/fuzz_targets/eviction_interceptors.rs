@@ -3,7 +3,7 @@
 //! to the same list.
 #![no_main]
 
-use evictkit_core::eviction_request::PodInterceptors;
+use evictkit_core::eviction_request::crd::PodInterceptors;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

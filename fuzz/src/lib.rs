@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use evictkit_core::descheduler_bridge::OptIn;
-use evictkit_core::eviction_request::admission::ControllerIdentity;
+use evictkit_core::eviction_request::crd::admission::ControllerIdentity;
 use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use evictkit_runtime::clients::eviction_request::requester::{Requester, RequesterNames};
 use evictkit_runtime::process::metrics::Metrics;

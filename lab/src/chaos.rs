@@ -55,7 +55,7 @@ use evictkit_api::keys::{
     DESCHEDULER_BRIDGE_EVACUATION_STARTED, DESCHEDULER_EVICTION_IN_PROGRESS, DESCHEDULER_REQUESTER,
     REQUIRED_DURING_EXECUTION,
 };
-use evictkit_core::eviction_request::State;
+use evictkit_core::eviction_request::crd::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};

@@ -10,7 +10,7 @@ use evictkit_api::keys::{
     AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
 };
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, daemonset_recreates_on};
-use evictkit_core::lifecycle::ROLE_REQUESTER;
+use evictkit_core::eviction_request::upstream::ROLE_REQUESTER;
 use evictkit_runtime::clients::events::EventType;
 use evictkit_runtime::clients::eviction::{EvictionOutcome, STALE_CACHE_RECHECK};
 use evictkit_runtime::clients::eviction_request::apis::ApiMode;

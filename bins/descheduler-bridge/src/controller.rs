@@ -23,7 +23,7 @@ use std::time::Duration;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{DESCHEDULER_REQUESTER, DESCHEDULER_REQUESTER_KEY};
 use evictkit_core::descheduler_bridge::{self as core, Ended, Marks, Plan};
-use evictkit_core::eviction_request::State;
+use evictkit_core::eviction_request::crd::State;
 use evictkit_runtime::caches::watch::{Objects, Watches};
 use evictkit_runtime::clients::events::EventRecorder;
 use evictkit_runtime::clients::eviction_request::crd::withdraw_from;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use evictkit_api::conditions::REASON_VALIDATION_FAILED;
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
-use evictkit_core::eviction_request::{
-    self as core, HandOverCause, Plan, Transition, interceptor_status, message_eviction_failed,
-    retries_in_message,
+use evictkit_core::eviction_request::crd::{
+    self as core, HandOverCause, Plan, Transition, interceptor_status,
 };
+use evictkit_core::eviction_request::{message_eviction_failed, retries_in_message};
 use evictkit_runtime::clients::eviction::EvictionOutcome;
 use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
 use evictkit_runtime::control::backoff::NextAttempt;

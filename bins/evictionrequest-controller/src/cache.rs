@@ -4,9 +4,9 @@
 //! Pods. Labels, owners, the annotations and spec fields the decisions read are one shared copy
 //! per distinct value: a workload's pods hold one.
 //!
-//! The decisions ([`evictkit_core::eviction_request`], [`evictkit_core::lifecycle`]) read a
-//! `Pod`: [`CachedPod::pod`] makes the one they read, of the kept fields only, when a reconcile
-//! looks at its target.
+//! The decisions (both halves of [`evictkit_core::eviction_request`]) read a `Pod`:
+//! [`CachedPod::pod`] makes the one they read, of the kept fields only, when a reconcile looks
+//! at its target.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};

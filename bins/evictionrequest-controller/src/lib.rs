@@ -27,8 +27,8 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_commands::requests;
-use evictkit_core::eviction_request::admission::ControllerIdentity;
-use evictkit_core::eviction_request::{self as core};
+use evictkit_core::eviction_request::crd::admission::ControllerIdentity;
+use evictkit_core::eviction_request::crd as core;
 use evictkit_runtime::caches::watch::Watches;
 use evictkit_runtime::clients::events::EventRecorder;
 pub use evictkit_runtime::clients::eviction_request::apis::ApiMode;
@@ -271,9 +271,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 evictions: manager.evictions(),
                 recorder: manager.recorder(COMPONENT).await?,
                 metrics: lifecycle::LifecycleMetrics::register(manager.metrics())?,
-                config: evictkit_core::lifecycle::Config {
+                config: evictkit_core::eviction_request::upstream::Config {
                     heartbeat_timeout,
-                    ..evictkit_core::lifecycle::Config::default()
+                    ..evictkit_core::eviction_request::upstream::Config::default()
                 },
                 backoff,
                 finished_ttl: (!args.finished_ttl.is_zero())

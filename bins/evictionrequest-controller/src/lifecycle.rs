@@ -12,8 +12,9 @@
 //!   ([`imperative`]) when it is active.
 //!
 //! This module holds what they share: the settings, the context, the watches that feed both
-//! reconcilers, and the errors of their writes. The decisions are in [`evictkit_core::lifecycle`];
-//! every write is a server-side apply, so the responders' own fields stay theirs.
+//! reconcilers, and the errors of their writes. The decisions are in
+//! [`evictkit_core::eviction_request::upstream`]; every write is a server-side apply, so the
+//! responders' own fields stay theirs.
 
 mod evictions;
 mod imperative;
@@ -26,7 +27,7 @@ use std::time::Duration;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
 use evictkit_core::eviction_request::whole_seconds;
-use evictkit_core::lifecycle::{self as core, Target};
+use evictkit_core::eviction_request::upstream::{self as core, Target};
 use evictkit_runtime::caches::watch::{Objects, Watches};
 use evictkit_runtime::clients::events::EventRecorder;
 use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError, STALE_CACHE_RECHECK};

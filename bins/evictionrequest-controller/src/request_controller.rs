@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
 use evictkit_api::keys::IMPERATIVE_EVICTION_INTERCEPTOR;
-use evictkit_core::eviction_request::{
-    self as core, Imperative, Plan, State, controller_status, interceptor_status,
+use evictkit_core::eviction_request::Imperative;
+use evictkit_core::eviction_request::crd::{
+    self as core, Plan, State, controller_status, interceptor_status,
 };
 use evictkit_runtime::caches::watch::{Objects, Watches};
 use evictkit_runtime::clients::events::EventRecorder;

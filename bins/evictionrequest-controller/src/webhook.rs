@@ -1,6 +1,6 @@
 //! The validating webhook for EvictionRequests: KEP-4563's admission rules that the CRD's CEL
 //! rules cannot state. The time rules are decided in
-//! [`evictkit_core::eviction_request::admission`]; the caller's right to delete the target pod
+//! [`evictkit_core::eviction_request::crd::admission`]; the caller's right to delete the target pod
 //! (KEP: "CREATE, UPDATE, DELETE: Principal making the request should be authorized for
 //! deleting pods that match the EvictionRequest's .spec.target.pod") is asked of the
 //! apiserver by SubjectAccessReview on CREATE and UPDATE ([`access`]: one review for a
@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::eviction_request::admission::{
+use evictkit_core::eviction_request::crd::admission::{
     ControllerIdentity, validate_names, validate_pod as validate_pod_annotation, validate_update,
     validate_writer,
 };

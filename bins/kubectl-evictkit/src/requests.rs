@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::eviction_request::State;
-use evictkit_core::lifecycle::{
+use evictkit_core::eviction_request::crd::State;
+use evictkit_core::eviction_request::upstream::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, STATE_ACTIVE,
 };
 use evictkit_core::table::{Table, age};

@@ -16,7 +16,7 @@ use evictkit_api::conditions::{
 };
 use evictkit_api::taint_eviction_policy::TaintEvictionAction;
 use evictkit_core::event_folding::Fold;
-use evictkit_core::requester::Standing;
+use evictkit_core::eviction_request::requester::Standing;
 use evictkit_runtime::clients::events::EventType;
 use evictkit_runtime::clients::eviction::EvictionOutcome;
 use evictkit_runtime::clients::eviction_request::EvictionRequestError;

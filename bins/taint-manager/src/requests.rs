@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
-use evictkit_core::lifecycle::{INTENT_EVICTION, ROLE_REQUESTER};
+use evictkit_core::eviction_request::upstream::{INTENT_EVICTION, ROLE_REQUESTER};
 use evictkit_runtime::caches::listed::Listed;
 use evictkit_runtime::caches::watch::Watches;
 use evictkit_runtime::clients::eviction_request::apis::{self, ApiMode, Apis};

@@ -114,7 +114,7 @@ pub async fn describe(client: &Client, args: &DescribeArgs) -> anyhow::Result<()
             Err(error) => return Err(error),
         };
         if let Some(request) = request {
-            for line in evictkit_core::eviction_request::describe(&request, Timestamp::now()) {
+            for line in evictkit_core::eviction_request::crd::describe(&request, Timestamp::now()) {
                 println!("{line}");
             }
             found = true;

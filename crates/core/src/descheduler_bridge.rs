@@ -32,8 +32,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::eviction_request::State;
-use crate::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION};
+use crate::eviction_request::crd::State;
+use crate::eviction_request::upstream::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION,
+};
 
 #[cfg(test)]
 mod tests;

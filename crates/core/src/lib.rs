@@ -17,10 +17,8 @@
 //! | [`taint_policy`] | KEP-3902: the TaintEvictionPolicy governing a taint of a pod (precedence), the per-pod plan (Delete/Evict/Ignore, upstream's toleration windows recovered after a restart, force-delete of stuck pods) | evictkit's own, on top of [`taints`] |
 //! | [`zone_disruption`] | the zone states and rates the taint-manager's zone guard applies (Normal, PartialDisruption, FullDisruption) | `nodelifecycle` `ComputeZoneState`, `handleDisruption`, `GetZoneKey` |
 //! | [`eviction`] | the eviction subresource's decision for a pod and its PDBs (KEP-3017) | `pkg/registry/core/pod/storage/eviction.go` |
-//! | [`eviction_request`] | KEP-4563: the EvictionRequest state machine (validation, label sync, interceptor hand-over, cancellation, imperative eviction with backoff) | evictkit's own, from the KEP's "Eviction Request Controller" |
-//! | [`lifecycle`] | KEP-4563 as v1.37 serves it (`lifecycle.k8s.io/v1alpha1`): one Eviction per pod aggregating EvictionRequests, requesters, responder selection and progression, conditions | the v1.37 types and `pkg/apis/lifecycle/validation`; upstream's unreleased `pkg/controller/evictionrequest` where they are silent |
+//! | [`eviction_request`] | KEP-4563, both APIs: [`eviction_request::crd`], our `evictkit.io` CRD's state machine (validation, label sync, interceptor hand-over, cancellation, imperative eviction with backoff); [`eviction_request::upstream`], `lifecycle.k8s.io/v1alpha1` as v1.37 serves it (one Eviction per pod aggregating EvictionRequests, requesters, responder selection and progression, conditions); [`eviction_request::requester`], where a requester's request stands on either API | the CRD: evictkit's own, from the KEP's "Eviction Request Controller"; upstream: the v1.37 types and `pkg/apis/lifecycle/validation`, upstream's unreleased `pkg/controller/evictionrequest` where they are silent; the requester: the controller's `observedGeneration` and conditions |
 //! | [`descheduler_bridge`] | KEP-1397 through KEP-4563: which descheduler evictions become EvictionRequests (the 429 "in background" answer), and when the bridge withdraws (request ended, TTL) | the descheduler's `EvictionsInBackground` protocol (`pkg/descheduler/evictions`) |
-//! | [`requester`] | KEP-4563, requester side: whether the controller has taken a request up, refused it, or ended it without the pod going (both APIs) | evictkit's own, from the controller's `observedGeneration` and conditions |
 //! | [`drain`] | KEP-4563's canonical requester, `kubectl evictkit drain`: which pods a drain asks to go, leaves or refuses; where each pod's eviction stands | k8s.io/kubectl `pkg/drain` filters |
 //! | [`table`] | kubectl's tables for people, and its coarse ages | kubectl's printers |
 //! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
@@ -38,10 +36,8 @@ pub mod event_folding;
 pub mod eviction;
 pub mod eviction_request;
 pub mod labels;
-pub mod lifecycle;
 pub mod node_selector;
 pub mod pdb_policy;
-pub mod requester;
 pub mod table;
 pub mod taint_policy;
 pub mod taints;

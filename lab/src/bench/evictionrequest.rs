@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use evictkit_api::EvictionRequest;
 use evictkit_api::keys::{EVICTION_INTERCEPTORS, MAX_INTERCEPTORS_PER_POD};
-use evictkit_core::eviction_request::State;
+use evictkit_core::eviction_request::crd::State;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -495,7 +495,7 @@ async fn wait_all_target_evicted(
                     .and_then(|status| status.conditions.as_ref())
                     .is_some_and(|conditions| {
                         conditions.iter().any(|condition| {
-                            condition.type_ == evictkit_core::lifecycle::CONDITION_TARGET_EVICTED
+                            condition.type_ == evictkit_core::eviction_request::upstream::CONDITION_TARGET_EVICTED
                                 && condition.status == "True"
                         })
                     })

@@ -18,7 +18,7 @@ use evictkit_api::keys::{
     AFFINITY_EVICTOR_REQUESTER, AFFINITY_EVICTOR_REQUESTER_KEY, REQUIRED_DURING_EXECUTION,
 };
 use evictkit_core::affinity_eviction::{CONDITION_TYPE, REASON_OPTED_OUT};
-use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
+use evictkit_core::eviction_request::upstream::{INTENT_EVICTION, INTENT_WITHDRAWN};
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::objects::{self, Budget};
@@ -1063,7 +1063,7 @@ async fn disabled_withdraws_the_requests_made_before_on_the_upstream_api() -> Re
     .await?;
     let own = format!(
         "{AFFINITY_EVICTOR_REQUESTER_KEY}={}",
-        evictkit_core::lifecycle::ROLE_REQUESTER
+        evictkit_core::eviction_request::upstream::ROLE_REQUESTER
     );
     wait::wait_for_list(
         &requests,

@@ -12,7 +12,7 @@ use evictkit_api::keys::{POD_GROUP_LABEL, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
 };
-use evictkit_core::lifecycle::{CONDITION_TARGET_EVICTED, INTENT_EVICTION};
+use evictkit_core::eviction_request::upstream::{CONDITION_TARGET_EVICTED, INTENT_EVICTION};
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget};

@@ -31,8 +31,8 @@ use evictkit_api::keys::{
     DESCHEDULER_EVICTION_IN_PROGRESS, DESCHEDULER_REQUEST_EVICT_ONLY, DESCHEDULER_REQUESTER,
     DESCHEDULER_REQUESTER_KEY, EVICTION_INTERCEPTORS,
 };
-use evictkit_core::eviction_request::State;
-use evictkit_core::lifecycle::{CONDITION_FAILED, INTENT_EVICTION, STATE_ACTIVE};
+use evictkit_core::eviction_request::crd::State;
+use evictkit_core::eviction_request::upstream::{CONDITION_FAILED, INTENT_EVICTION, STATE_ACTIVE};
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::descheduler::{Descheduler, Identity};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::EVICTION_INTERCEPTORS;
-use evictkit_core::eviction_request::State;
+use evictkit_core::eviction_request::crd::State;
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects;

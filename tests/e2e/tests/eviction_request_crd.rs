@@ -18,7 +18,7 @@ use evictkit_api::eviction_request::{
     EvictionRequest, EvictionRequestSpec, EvictionTarget, LocalPodReference, Requester,
 };
 use evictkit_api::keys::{EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
-use evictkit_core::eviction_request::State;
+use evictkit_core::eviction_request::crd::State;
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::objects::{self, Budget};
@@ -695,7 +695,7 @@ async fn walkthrough_multiple_requesters_no_cancellation() -> Result<()> {
     actor_a.complete(&request, "p-1 deleted").await?;
     let request = wait_request(&env, &pod, "Evicted, actor A completed", |r| {
         State::of(r) == State::Evicted
-            && evictkit_core::eviction_request::interceptor_status(r.status.as_ref(), ACTOR_A)
+            && evictkit_core::eviction_request::crd::interceptor_status(r.status.as_ref(), ACTOR_A)
                 .is_some_and(|e| e.completion_time.is_some())
     })
     .await?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER as IMPERATIVE;
 use evictkit_core::eviction_request::retries_in_message;
-use evictkit_core::lifecycle::{
+use evictkit_core::eviction_request::upstream::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, INTENT_WITHDRAWN,
     REASON_CANCELED_NO_REQUESTERS, REASON_NO_FURTHER_RESPONDER, REASON_POD_DELETED,
     REASON_POD_TERMINAL, STATE_ACTIVE, STATE_CANCELED, STATE_COMPLETED, STATE_INACTIVE,

@@ -28,8 +28,8 @@ use evictkit_api::pod_disruption_budget_policy::PodDisruptionBudgetPolicy;
 use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec, TaintSelector,
 };
-use evictkit_core::eviction_request::State;
-use evictkit_core::lifecycle::CONDITION_TARGET_EVICTED;
+use evictkit_core::eviction_request::crd::State;
+use evictkit_core::eviction_request::upstream::CONDITION_TARGET_EVICTED;
 use evictkit_harness::TestEnv;
 use evictkit_harness::descheduler::Identity;
 use evictkit_harness::helm::{

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use evictkit_api::keys::EVICTION_INTERCEPTORS;
-use evictkit_core::lifecycle::INTENT_EVICTION;
+use evictkit_core::eviction_request::upstream::INTENT_EVICTION;
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::{Component, free_port};
 use evictkit_harness::objects;

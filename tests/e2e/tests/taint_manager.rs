@@ -23,7 +23,7 @@ use evictkit_api::keys::{
 use evictkit_api::taint_eviction_policy::{
     TaintEvictionAction, TaintEvictionPolicy, TaintEvictionPolicySpec,
 };
-use evictkit_core::lifecycle::INTENT_EVICTION;
+use evictkit_core::eviction_request::upstream::INTENT_EVICTION;
 use evictkit_harness::TestEnv;
 use evictkit_harness::component::Component;
 use evictkit_harness::objects::{self, Budget};
@@ -1277,7 +1277,7 @@ async fn eviction_request_policy_says_no_disruption_target_of_a_refused_request(
         &bad.uid().unwrap_or_default(),
         DEFAULT_TIMEOUT,
         "refused by validation",
-        |r| evictkit_core::eviction_request::refusal(r).is_some(),
+        |r| evictkit_core::eviction_request::crd::refusal(r).is_some(),
     )
     .await?;
     wait_event(&env, "bad", "TaintManagerEviction", "not retrying").await?;

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams};
 
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::lifecycle::INTENT_EVICTION;
+use evictkit_core::eviction_request::upstream::INTENT_EVICTION;
 use evictkit_harness::TestEnv;
 use evictkit_harness::objects;
 use evictkit_runtime::clients::eviction_request::upstream;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
 use evictkit_core::eviction_request::whole_seconds;
-use evictkit_core::lifecycle::{self as core, Progress, Target, imperative_evictor_active};
+use evictkit_core::eviction_request::upstream::{self as core, Progress, Target, imperative_evictor_active};
 use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
 use jiff::Timestamp;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};

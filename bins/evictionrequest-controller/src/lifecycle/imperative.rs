@@ -10,7 +10,7 @@ use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
 use evictkit_core::eviction_request::{
     Imperative, imperative, message_eviction_failed, retries_in_message, whole_seconds,
 };
-use evictkit_core::lifecycle::{self as core, Target, own_status};
+use evictkit_core::eviction_request::upstream::{self as core, Target, own_status};
 use evictkit_runtime::clients::eviction::{Answer, EvictionOutcome, STALE_CACHE_RECHECK};
 use evictkit_runtime::control::backoff::NextAttempt;
 use jiff::{SignedDuration, Timestamp};

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use evictkit_core::lifecycle as core;
+use evictkit_core::eviction_request::upstream as core;
 use evictkit_runtime::caches::index::Grouped;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::ResourceExt;

@@ -2,7 +2,7 @@
 //! reconcile against the recording fake apiserver ([`evictkit_fake_api`]): the one Eviction
 //! of its pod created, its conditions written, an invalid request refused.
 
-use evictkit_core::lifecycle::{
+use evictkit_core::eviction_request::upstream::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_AWAITING_EVICTION, REASON_EVICTION_INVALID,
     ROLE_REQUESTER,
 };

@@ -88,7 +88,7 @@ pub async fn withdraw_request(
 }
 
 /// Every Eviction of pods named `name` with its responders' timeline, then every
-/// EvictionRequest with its intent ([`evictkit_core::lifecycle::describe_pod`]); whether the pod has any.
+/// EvictionRequest with its intent ([`evictkit_core::eviction_request::upstream::describe_pod`]); whether the pod has any.
 pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyhow::Result<bool> {
     let targets = |pod: Option<&str>| pod == Some(name);
     let evictions: Vec<Eviction> = Api::<Eviction>::namespaced(client.clone(), namespace)
@@ -111,7 +111,11 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyho
     if evictions.is_empty() && requests.is_empty() {
         return Ok(false);
     }
-    for line in evictkit_core::lifecycle::describe_pod(&evictions, &requests, Timestamp::now()) {
+    for line in evictkit_core::eviction_request::upstream::describe_pod(
+        &evictions,
+        &requests,
+        Timestamp::now(),
+    ) {
         println!("{line}");
     }
     Ok(true)

@@ -7,9 +7,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest as LifecycleRequest};
 
-use crate::eviction_request::{self as crd, interceptor_status, refusal};
-use crate::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, STATE_ACTIVE, own_status};
-use crate::requester::{Standing, lifecycle_standing};
+use crate::eviction_request::crd::{self, interceptor_status, refusal};
+use crate::eviction_request::requester::{Standing, upstream_standing};
+use crate::eviction_request::upstream::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, STATE_ACTIVE, own_status,
+};
 use crate::table::{Table, age};
 
 /// Where a pod's eviction stands.
@@ -144,7 +146,7 @@ impl Progress {
         };
         // A request asked again after a withdrawal keeps its cancellation's conditions until
         // the controller takes the new generation up.
-        let standing = request.map(lifecycle_standing);
+        let standing = request.map(upstream_standing);
         let progress = if matches!(standing, None | Some(Standing::Pending)) {
             Self::state(State::Waiting)
         } else if true_condition(CONDITION_TARGET_EVICTED).is_some() {

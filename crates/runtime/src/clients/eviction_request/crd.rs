@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use evictkit_runtime::clients::eviction_request::crd::{request_eviction, withdraw};
-//! use evictkit_core::eviction_request::State;
+//! use evictkit_core::eviction_request::crd::State;
 //! # async fn example(client: kube::Client, pod: k8s_openapi::api::core::v1::Pod)
 //! #     -> Result<(), evictkit_runtime::clients::eviction_request::EvictionRequestError> {
 //! let requester = "taint-manager.evictkit.io";
@@ -51,7 +51,7 @@ use std::future::Future;
 
 use evictkit_api::eviction_request::{EvictionRequest, InterceptorStatus};
 use evictkit_api::keys::API_VERSION;
-use evictkit_core::eviction_request::{
+use evictkit_core::eviction_request::crd::{
     RequesterMetadata, State, interceptor_status, is_active, next_heartbeat, refusal,
     requester_metadata,
 };

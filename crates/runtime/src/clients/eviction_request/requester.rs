@@ -5,14 +5,16 @@
 //! taint-manager, affinity-evictor and descheduler-bridge ask and withdraw through this.
 //!
 //! In `auto` a requester asks through the API the evictionrequest-controller serves, as its
-//! Lease says ([`advertise`], [`evictkit_core::requester::auto_api`]): in an upgrade the
+//! Lease says ([`advertise`], [`evictkit_core::eviction_request::requester::auto_api`]): in an upgrade the
 //! apiserver may serve lifecycle.k8s.io while the controller, not upgraded yet, serves only the
 //! CRD, and a request there would wait for a controller that is not running.
 
 use std::time::Duration;
 
 use evictkit_api::keys::{API_VERSION as CRD_API_VERSION, LIFECYCLE_API_VERSION};
-use evictkit_core::requester::{self as standing, Api, Controller, Standing, Unserved};
+use evictkit_core::eviction_request::requester::{
+    self as standing, Api, Controller, Standing, Unserved,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams};
 use kube::{Client, Resource};
@@ -22,7 +24,7 @@ use super::apis::{self, ApiMode, Apis};
 use super::{EvictionRequestError, TargetPod, crd, upstream};
 use crate::clients::events::EventRecorder;
 use crate::process::shutdown::CancellationToken;
-pub use evictkit_core::lifecycle::cleanup::Done;
+pub use evictkit_core::eviction_request::upstream::cleanup::Done;
 
 /// The evictionrequest-controller's leader-election Lease, on which its holder says which
 /// EvictionRequest APIs it serves.
@@ -130,7 +132,7 @@ pub async fn advertise_in_term(
 
 /// The API of a requester in `auto` where the apiserver serves `served`: the one the
 /// evictionrequest-controller whose Lease is in `controller_namespace` says it serves
-/// ([`evictkit_core::requester::auto_api`]); [`ApiMode::Crd`] or [`ApiMode::Lifecycle`].
+/// ([`evictkit_core::eviction_request::requester::auto_api`]); [`ApiMode::Crd`] or [`ApiMode::Lifecycle`].
 pub async fn auto_api(
     client: &Client,
     served: Apis,
@@ -237,7 +239,7 @@ impl Requester {
 
     /// `api` as the flag says; `auto` is decided now, from discovery and what the
     /// evictionrequest-controller whose Lease is in `controller_namespace` (default: the
-    /// client's) serves ([`evictkit_core::requester::auto_api`]): a requester moves to
+    /// client's) serves ([`evictkit_core::eviction_request::requester::auto_api`]): a requester moves to
     /// lifecycle.k8s.io at its first start after the controller serves it, and refuses to start
     /// when no API is served by both. Moving is safe because the controller in `auto` serves
     /// the CRD too while it is installed.
@@ -312,7 +314,7 @@ impl Requester {
                 let request =
                     upstream::request_eviction(&self.client, &TargetPod::of(pod)?, self.name())
                         .await?;
-                let standing = standing::lifecycle_standing(&request);
+                let standing = standing::upstream_standing(&request);
                 (request.metadata, standing)
             }
             _ => {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
-use evictkit_core::lifecycle::cleanup::{Done, requester_done};
-use evictkit_core::lifecycle::{
+use evictkit_core::eviction_request::upstream::cleanup::{Done, requester_done};
+use evictkit_core::eviction_request::upstream::{
     CONDITION_FAILED, REASON_EVICTION_INVALID, ROLE_REQUESTER, request_settled,
 };
 use futures::{StreamExt, future};
@@ -37,7 +37,7 @@ use crate::clients::events::EventRecorder;
 use crate::process::shutdown::CancellationToken;
 
 /// Intents of `spec.intent`.
-pub use evictkit_core::lifecycle::{INTENT_EVICTION, INTENT_WITHDRAWN};
+pub use evictkit_core::eviction_request::upstream::{INTENT_EVICTION, INTENT_WITHDRAWN};
 /// The longest object name (DNS subdomain).
 const MAX_NAME: usize = 253;
 

@@ -1,11 +1,12 @@
-//! KEP-4563 as Kubernetes v1.37 serves it: `lifecycle.k8s.io/v1alpha1` `EvictionRequest`s
-//! (one per requester, intent `Eviction` or `Withdrawn`) and the one `Eviction` per target pod
-//! that aggregates them and walks the pod's responders. The types' doc comments are the
-//! contract; the v1.37 apiserver's validation (`pkg/apis/lifecycle/validation`) decides which
-//! writes are accepted, so every status computed here is one it accepts: responders progress in
-//! priority order, one Active at a time, a final state is never left, `startTime` is "now" when
-//! set, `TargetEvicted`/`Failed` are never reverted, and the last active responder reaches a
-//! final state in the same write that sets a final condition.
+//! KEP-4563 as Kubernetes v1.37 serves it, upstream's API `lifecycle.k8s.io/v1alpha1`:
+//! `EvictionRequest`s (one per requester, intent `Eviction` or `Withdrawn`) and the one
+//! `Eviction` per target pod that aggregates them and walks the pod's responders. The types'
+//! doc comments are the contract; the v1.37 apiserver's validation
+//! (`pkg/apis/lifecycle/validation`) decides which writes are accepted, so every status
+//! computed here is one it accepts: responders progress in priority order, one Active at a
+//! time, a final state is never left, `startTime` is "now" when set, `TargetEvicted`/`Failed`
+//! are never reverted, and the last active responder reaches a final state in the same write
+//! that sets a final condition.
 //!
 //! Where the doc comments leave a choice open, upstream's unreleased controller
 //! (kubernetes/kubernetes `pkg/controller/evictionrequest`) is followed: Evictions are named
@@ -31,7 +32,7 @@ use k8s_openapi::api::lifecycle::v1alpha1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::eviction_request::is_part_of_workload;
+use super::{is_part_of_workload, true_with_reason};
 
 pub mod cleanup;
 mod describe;
@@ -402,6 +403,14 @@ pub fn request_settled(request: &EvictionRequest) -> bool {
     condition_true(conditions, CONDITION_TARGET_EVICTED)
         || condition(conditions, CONDITION_FAILED)
             .is_some_and(|c| c.status == "True" && c.reason == REASON_EVICTION_INVALID)
+}
+
+/// The controller's refusal of `request` (Failed, reason EvictionInvalid: the target is
+/// missing, another pod, or one of a pod group), its message. Final for the pod, as the CRD's
+/// [`super::crd::refusal`].
+pub fn refusal(request: &EvictionRequest) -> Option<&str> {
+    let conditions = request.status.as_ref()?.conditions.as_deref()?;
+    true_with_reason(conditions, CONDITION_FAILED, REASON_EVICTION_INVALID)
 }
 
 /// Whether a request needs a sync: any not settled, and a settled one whose spec changed since

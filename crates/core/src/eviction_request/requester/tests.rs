@@ -68,7 +68,7 @@ fn lifecycle(
 }
 
 #[test]
-fn lifecycle_standing_table() {
+fn upstream_standing_table() {
     use Standing::*;
     let awaiting = [
         ("TargetEvicted", "False", "AwaitingEviction"),
@@ -96,7 +96,7 @@ fn lifecycle_standing_table() {
         ("asking again after a withdrawal: the old Failed says nothing", lifecycle(2, Some(1), &failed), Pending),
     ];
     for (name, request, want) in cases {
-        assert_eq!(lifecycle_standing(request), *want, "{name}");
+        assert_eq!(upstream_standing(request), *want, "{name}");
     }
 }
 

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use proptest::prelude::*;
 
 use super::*;
+use crate::eviction_request::{message_eviction_failed, retries_in_message};
 use evictkit_api::keys::{
     EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, LABELS_FROM_POD, MIRROR_POD_ANNOTATION,
 };

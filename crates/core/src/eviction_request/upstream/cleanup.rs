@@ -1,4 +1,4 @@
-//! What the lifecycle API leaves behind, and who removes it, so that nothing of ours stays in
+//! What upstream's API leaves behind, and who removes it, so that nothing of ours stays in
 //! etcd after an eviction: a requester deletes its own EvictionRequest once the eviction is over for
 //! it ([`requester_done`], KEP-4563 "EvictionRequest Completion and Deletion"); every live
 //! EvictionRequest of a target owns its Eviction ([`eviction_owners`]), so the garbage

@@ -1,5 +1,6 @@
-//! KEP-4563's EvictionRequest state machine: what the eviction request controller and the
-//! imperative-eviction interceptor should write, given a request, its target pod and the time.
+//! KEP-4563's EvictionRequest state machine on our `evictkit.io/v1alpha1` CRD: what the
+//! eviction request controller and the imperative-eviction interceptor should write, given a
+//! request, its target pod and the time.
 //!
 //! The shell (bins/evictionrequest-controller) reads the request and the pod, calls
 //! [`reconcile`], and turns the [`Plan`] into one status apply, one label apply, an eviction and
@@ -20,6 +21,8 @@ use evictkit_api::keys::IMPERATIVE_EVICTION_INTERCEPTOR;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+
+use super::{Imperative, imperative, is_part_of_workload, true_with_reason, whole_seconds};
 
 pub mod admission;
 mod describe;
@@ -80,17 +83,12 @@ impl State {
 /// report the refusal and stop; a canceled request for any other reason (all requesters
 /// withdrew) is created afresh.
 pub fn refusal(request: &EvictionRequest) -> Option<&str> {
-    request
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| {
-            c.type_ == EVICTION_REQUEST_CANCELED
-                && c.status == STATUS_TRUE
-                && c.reason == REASON_VALIDATION_FAILED
-        })
-        .map(|c| c.message.as_str())
+    let conditions = &request.status.as_ref()?.conditions;
+    true_with_reason(
+        conditions,
+        EVICTION_REQUEST_CANCELED,
+        REASON_VALIDATION_FAILED,
+    )
 }
 
 /// The ownerReference a finished request gets to its pod, so the garbage collector deletes it
@@ -130,15 +128,23 @@ pub fn expires(request: &EvictionRequest, status: &EvictionRequestStatus) -> boo
     let mut current = request.clone();
     current.status = Some(status.clone());
     State::of_status(Some(status)).is_finished()
-        && refusal(&current).is_none_or(|message| {
-            let target = request
-                .spec
-                .target
-                .pod
-                .as_ref()
-                .map_or("", |p| p.name.as_str());
-            message == message_not_found(target)
-        })
+        && refusal(&current)
+            .is_none_or(|message| message == message_not_found(target_name(request)))
+}
+
+/// The name of the request's target pod; empty when it names none.
+pub fn target_name(request: &EvictionRequest) -> &str {
+    request
+        .spec
+        .target
+        .pod
+        .as_ref()
+        .map_or("", |p| p.name.as_str())
+}
+
+/// The names of the requesters listed in the request.
+pub fn requester_names(request: &EvictionRequest) -> impl Iterator<Item = &str> {
+    request.spec.requesters.iter().map(|r| r.name.as_str())
 }
 
 /// Whether `.status.conditions` holds `condition_type` with status `True`.
@@ -180,12 +186,6 @@ pub fn next_heartbeat(previous: Option<Timestamp>, now: Timestamp) -> Timestamp 
     }
 }
 
-/// Times travel through the API with second precision; comparing with the stored value needs
-/// the same precision.
-pub fn whole_seconds(time: Timestamp) -> Timestamp {
-    Timestamp::from_second(time.as_second()).unwrap_or(time)
-}
-
 /// The controller's settings that shape decisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -200,18 +200,6 @@ impl Default for Config {
             heartbeat_timeout: SignedDuration::from_mins(20),
         }
     }
-}
-
-/// What the imperative-eviction interceptor should do when it is active.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Imperative {
-    /// Evict the pod through the Eviction API (PDBs respected), subject to the backoff.
-    Evict,
-    /// KEP: "API-initiated eviction of DaemonSet pods and mirror pods is not supported." The
-    /// message goes into the interceptor's status entry.
-    Unsupported(String),
-    /// KEP: "No attempt will be made to evict pods that are currently terminating."
-    Terminating,
 }
 
 /// Why control passed from one interceptor to the next.
@@ -293,6 +281,43 @@ impl Plan {
             None => status.interceptors.push(entry),
         }
     }
+
+    /// Ends the request as Evicted, for `reason`.
+    fn evicted(&mut self, reason: &'static str, message: String, now: Timestamp) {
+        self.end(EVICTION_REQUEST_EVICTED, reason, message, now);
+    }
+
+    /// Ends the request as Canceled, for `reason`.
+    fn canceled(&mut self, reason: &'static str, message: String, now: Timestamp) {
+        self.end(EVICTION_REQUEST_CANCELED, reason, message, now);
+    }
+
+    /// Ends the request with `condition_type` (Evicted or Canceled) as of `now`, for the
+    /// generation the plan observes, and says so in a transition.
+    fn end(
+        &mut self,
+        condition_type: &'static str,
+        reason: &'static str,
+        message: String,
+        now: Timestamp,
+    ) {
+        let conditions = &mut self.status.conditions;
+        conditions.retain(|c| c.type_ != condition_type);
+        conditions.push(Condition {
+            type_: condition_type.to_owned(),
+            status: STATUS_TRUE.to_owned(),
+            reason: reason.to_owned(),
+            message: message.clone(),
+            last_transition_time: Time(whole_seconds(now)),
+            observed_generation: self.status.observed_generation,
+        });
+        self.transitions
+            .push(if condition_type == EVICTION_REQUEST_EVICTED {
+                Transition::Evicted { reason, message }
+            } else {
+                Transition::Canceled { reason, message }
+            });
+    }
 }
 
 /// The part of a status the controller owns (what it applies with server-side apply: a field
@@ -339,13 +364,7 @@ pub fn reconcile(
     if State::of_status(request.status.as_ref()).is_finished() {
         return plan;
     }
-    let generation = request.metadata.generation;
-    let pod_name = request
-        .spec
-        .target
-        .pod
-        .as_ref()
-        .map_or("", |p| p.name.as_str());
+    let pod_name = target_name(request);
     let target_uid = request.spec.target.pod.as_ref().map(|p| p.uid.as_str());
     let seen_before = !plan.status.target_interceptors.is_empty();
 
@@ -353,24 +372,10 @@ pub fn reconcile(
     let Some(pod) = pod else {
         if seen_before {
             let message = format!("Target Pod {pod_name} was deleted.");
-            finish(
-                &mut plan,
-                EVICTION_REQUEST_EVICTED,
-                REASON_TARGET_DELETED,
-                message,
-                now,
-                generation,
-            );
+            plan.evicted(REASON_TARGET_DELETED, message, now);
         } else {
             let message = message_not_found(pod_name);
-            finish(
-                &mut plan,
-                EVICTION_REQUEST_CANCELED,
-                REASON_VALIDATION_FAILED,
-                message,
-                now,
-                generation,
-            );
+            plan.canceled(REASON_VALIDATION_FAILED, message, now);
         }
         return plan;
     };
@@ -381,39 +386,18 @@ pub fn reconcile(
         .filter(|phase| matches!(*phase, "Succeeded" | "Failed"))
     {
         let message = format!("Target Pod {pod_name} reached phase {phase}.");
-        finish(
-            &mut plan,
-            EVICTION_REQUEST_EVICTED,
-            REASON_TARGET_TERMINATED,
-            message,
-            now,
-            generation,
-        );
+        plan.evicted(REASON_TARGET_TERMINATED, message, now);
         return plan;
     }
     if is_part_of_workload(pod) {
         let message = message_workload(pod_name);
-        finish(
-            &mut plan,
-            EVICTION_REQUEST_CANCELED,
-            REASON_VALIDATION_FAILED,
-            message,
-            now,
-            generation,
-        );
+        plan.canceled(REASON_VALIDATION_FAILED, message, now);
         return plan;
     }
     if request.spec.requesters.is_empty() {
         let message =
             "All requesters have withdrawn; the eviction is no longer requested.".to_owned();
-        finish(
-            &mut plan,
-            EVICTION_REQUEST_CANCELED,
-            REASON_NO_REQUESTERS,
-            message,
-            now,
-            generation,
-        );
+        plan.canceled(REASON_NO_REQUESTERS, message, now);
         plan.status.active_interceptors.clear();
         plan.status.activation_time = None;
         return plan;
@@ -433,14 +417,7 @@ pub fn reconcile(
             Err(error) => {
                 let message =
                     format!("Target Pod {pod_name} has invalid eviction interceptors: {error}.");
-                finish(
-                    &mut plan,
-                    EVICTION_REQUEST_CANCELED,
-                    REASON_VALIDATION_FAILED,
-                    message,
-                    now,
-                    generation,
-                );
+                plan.canceled(REASON_VALIDATION_FAILED, message, now);
                 return plan;
             }
         }
@@ -459,31 +436,6 @@ pub fn reconcile(
         plan.imperative = Some(imperative(pod));
     }
     plan
-}
-
-fn finish(
-    plan: &mut Plan,
-    condition_type: &'static str,
-    reason: &'static str,
-    message: String,
-    now: Timestamp,
-    generation: Option<i64>,
-) {
-    plan.status.conditions.retain(|c| c.type_ != condition_type);
-    plan.status.conditions.push(Condition {
-        type_: condition_type.to_owned(),
-        status: STATUS_TRUE.to_owned(),
-        reason: reason.to_owned(),
-        message: message.clone(),
-        last_transition_time: Time(whole_seconds(now)),
-        observed_generation: generation,
-    });
-    plan.transitions
-        .push(if condition_type == EVICTION_REQUEST_EVICTED {
-            Transition::Evicted { reason, message }
-        } else {
-            Transition::Canceled { reason, message }
-        });
 }
 
 /// KEP (Interceptor Selection): index 0 first; on completionTime or an expired heartbeat, the

@@ -1,5 +1,5 @@
 //! A pod's eviction on `lifecycle.k8s.io` in words (`describe`), shaped as the CRD's
-//! [`crate::eviction_request::describe`]: who asks, the responders in order with each one's
+//! [`crate::eviction_request::crd::describe`]: who asks, the responders in order with each one's
 //! timeline, the outcome; then each EvictionRequest with its intent and age. Requests that no
 //! Eviction has taken up yet say so.
 

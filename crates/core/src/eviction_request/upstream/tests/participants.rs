@@ -1,4 +1,4 @@
-//! The lifecycle module's own rules: which responders an Eviction walks and in what order,
+//! The upstream half's own rules: which responders an Eviction walks and in what order,
 //! the requesters' order and the memory of withdrawals, names and participant labels.
 
 use super::*;

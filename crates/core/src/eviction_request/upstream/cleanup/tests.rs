@@ -6,7 +6,7 @@ use k8s_openapi::api::lifecycle::v1alpha1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::*;
-use crate::lifecycle::{
+use crate::eviction_request::upstream::{
     INTENT_EVICTION, REASON_AWAITING_EVICTION, REASON_CANCELED_NO_REQUESTERS,
     REASON_NO_FURTHER_RESPONDER, REASON_POD_DELETED,
 };

@@ -8,8 +8,10 @@
 use evictkit_api::eviction_request::EvictionRequest;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 
-use crate::eviction_request::{State, refusal};
-use crate::lifecycle::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_EVICTION_INVALID};
+use super::crd::{State, refusal};
+use super::upstream::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_EVICTION_INVALID, condition,
+};
 
 #[cfg(test)]
 mod tests;
@@ -47,16 +49,11 @@ pub fn crd_standing(request: &EvictionRequest) -> Standing {
 /// in it: the controller mirrors its Eviction's conditions onto it, refusing
 /// with `Failed` and reason `EvictionInvalid`; an Eviction that failed otherwise has ended
 /// without taking the pod.
-pub fn lifecycle_standing(request: &LifecycleRequest) -> Standing {
+pub fn upstream_standing(request: &LifecycleRequest) -> Standing {
     let status = request.status.as_ref();
-    let conditions = status
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    let is_true = |kind: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == kind && c.status == "True")
-    };
+    let conditions = status.and_then(|s| s.conditions.as_deref());
+    // Conditions are a map by type: the one of `kind`, if it is True.
+    let is_true = |kind: &str| condition(conditions, kind).filter(|c| c.status == "True");
     if !caught_up(
         request.metadata.generation,
         status.and_then(|s| s.observed_generation),

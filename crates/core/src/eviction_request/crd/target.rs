@@ -1,35 +1,15 @@
-//! What the controller reads of the target pod: whether it is part of a workload the alpha
-//! leaves alone, how the imperative interceptor may evict it, and the labels the request
-//! copies from it (by the controller, or by the requester that creates it).
+//! The labels the request copies from its target pod (by the controller, or by the requester
+//! that creates it). Whether the pod is part of a workload the alpha leaves alone, and how the
+//! imperative interceptor may evict it, are both APIs' rules
+//! ([`crate::eviction_request::is_part_of_workload`], [`crate::eviction_request::imperative()`]).
 
 use std::collections::BTreeMap;
 
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_api::keys::{
     EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, LABELS_FROM_POD,
-    MIRROR_POD_ANNOTATION, POD_GROUP_LABEL,
 };
 use k8s_openapi::api::core::v1::Pod;
-
-use super::Imperative;
-
-/// KEP: in the alpha, pods of a Workload (`.spec.workloadRef`, newer than the Kubernetes we
-/// build against) are not supported. Out of tree a pod shows that by an owner of kind
-/// `Workload` or `PodGroup`, or the coscheduling plugin's pod-group label.
-pub fn is_part_of_workload(pod: &Pod) -> bool {
-    let owned = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| matches!(o.kind.as_str(), "Workload" | "PodGroup"));
-    let labelled = pod
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(POD_GROUP_LABEL));
-    owned || labelled
-}
 
 /// KEP (Label Synchronization): the changes that make the request carry the pod's labels, the
 /// pod winning conflicts (`None`: remove the key). A label the pod dropped goes too when it came
@@ -142,34 +122,4 @@ pub fn requester_metadata(
             request.metadata.annotations.as_ref(),
         ),
     }
-}
-
-/// KEP (Eviction): what the default interceptor does with the pod (the upstream API's
-/// imperative evictor too).
-pub fn imperative(pod: &Pod) -> Imperative {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Imperative::Terminating;
-    }
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
-    if mirror {
-        return Imperative::Unsupported(
-            "API-initiated eviction of mirror pods is not supported: delete the static pod's manifest on its node to terminate it.".to_owned(),
-        );
-    }
-    let daemon_set = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
-    if daemon_set {
-        return Imperative::Unsupported(
-            "API-initiated eviction of DaemonSet pods is not supported: the DaemonSet would recreate the pod; terminate it by other means (e.g. a node taint or the DaemonSet's node selector).".to_owned(),
-        );
-    }
-    Imperative::Evict
 }
