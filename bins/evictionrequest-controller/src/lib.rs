@@ -4,20 +4,24 @@
 //! pod's UID; interceptors (the pod's owners, from its `evictkit.io/eviction-interceptors`
 //! annotation) get the request in order; the last, default interceptor
 //! `imperative-eviction.k8s.io` is this controller, which evicts the pod through the Eviction
-//! API (PDBs respected) with backoff. This file has the flags and the wiring; the controller of
-//! evictionrequests.evictkit.io (its watches and `reconcile` of one request) is in
-//! `request_controller`, the API calls it makes in `actions`, the controller and responder of
-//! Kubernetes' own lifecycle.k8s.io API in [`lifecycle`]. The decisions are in
-//! [`evictkit_core::eviction_request`]; the validating webhook is in [`webhook`]; the commands
-//! for people are [`evictkit_commands::requests`], shared with kubectl-evictkit.
+//! API (PDBs respected) with backoff. This file has the flags and the wiring. The controller
+//! serves either EvictionRequest API, or both (docs/architecture.md, "The two EvictionRequest
+//! APIs"), each in its half: [`crd`] for our evictionrequests.evictkit.io (its watches and
+//! `reconcile` of one request, the API calls it makes, its metrics), [`upstream`] for
+//! Kubernetes' own lifecycle.k8s.io API (the controller and its imperative evictor). Beside
+//! them, what both use: the one pod watch ([`target_pod`], [`cache`]), the workqueue metrics
+//! ([`metrics`]), the memory of its own writes ([`own_writes`]), and the detached drains
+//! ([`node_drain`]). The decisions are in [`evictkit_core::eviction_request`]; the validating
+//! webhook of the CRD is in [`webhook`]; the commands for people are
+//! [`evictkit_commands::requests`], shared with kubectl-evictkit.
 
-mod actions;
 mod cache;
-pub mod lifecycle;
+mod crd;
 mod metrics;
 mod node_drain;
-mod request_controller;
+mod own_writes;
 mod target_pod;
+mod upstream;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -25,36 +29,31 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_commands::requests;
 use evictkit_core::eviction_request::crd::admission::ControllerIdentity;
-use evictkit_core::eviction_request::crd as core;
+use evictkit_core::eviction_request::{crd as crd_core, upstream as upstream_core};
 use evictkit_runtime::caches::watch::Watches;
 use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::EvictionClient;
 pub use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use evictkit_runtime::clients::eviction_request::apis::{self, Apis, REDISCOVERY};
+use evictkit_runtime::control::backoff::Backoff;
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::process::shutdown::CancellationToken;
+use evictkit_runtime::serving::http::Readiness;
 use jiff::SignedDuration;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::controller;
 use kube::{Resource, ResourceExt};
 
-use crate::metrics::RequestMetrics;
-
-use crate::request_controller::{Settings, control};
 use crate::target_pod::PodWatch;
-use evictkit_runtime::control::backoff::Backoff;
 
 /// Reporting component of Events, field manager of the controller's writes, and the
 /// `component` label of shared metrics.
 pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
-/// Requesters look for it by this name ([`evictkit_runtime::clients::eviction_request::requester`]).
+/// Requesters look for it by this name
+/// ([`evictkit_runtime::clients::eviction_request::requester`]).
 const LEASE_NAME: &str = evictkit_runtime::clients::eviction_request::requester::CONTROLLER_LEASE;
-// When an object's cache still predates our own write (or a write decided from it was refused
-// as superseded), look again as soon as after an eviction's conflict; both APIs.
-
-type Key = ObjectRef<EvictionRequest>;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -158,6 +157,54 @@ pub struct Args {
     pub controller: ControllerArgs,
 }
 
+/// What the flags decide for the controller of one API ([`crd::Settings`],
+/// [`upstream::Settings`]: `M` its metrics, `C` its decisions' settings), shared by every term
+/// of leadership.
+pub(crate) struct Settings<M, C> {
+    pub(crate) evictions: EvictionClient,
+    pub(crate) recorder: EventRecorder,
+    pub(crate) metrics: M,
+    pub(crate) config: C,
+    pub(crate) backoff: Backoff,
+    /// `--finished-ttl`; `None` (0s) keeps finished requests.
+    pub(crate) finished_ttl: Option<SignedDuration>,
+    pub(crate) dry_run: bool,
+    pub(crate) namespace: Option<String>,
+    pub(crate) controller: controller::Config,
+    /// Held not ready while a term's caches make their first list; `None`: not held.
+    pub(crate) listing: Option<Readiness>,
+}
+
+impl<M, C> Settings<M, C> {
+    /// One API's settings from the flags, with its own `metrics` and `config`.
+    async fn new(
+        manager: &Manager,
+        args: &Args,
+        metrics: M,
+        config: C,
+        listing: Option<Readiness>,
+    ) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            evictions: manager.evictions(),
+            recorder: manager.recorder(COMPONENT).await?,
+            metrics,
+            config,
+            backoff: Backoff {
+                initial: args.eviction_backoff_initial,
+                max: args.eviction_backoff_max,
+            },
+            finished_ttl: (!args.finished_ttl.is_zero())
+                .then(|| SignedDuration::try_from(args.finished_ttl))
+                .transpose()
+                .context("--finished-ttl is too long")?,
+            dry_run: args.common.dry_run,
+            namespace: args.namespace.clone(),
+            controller: args.controller.config(),
+            listing,
+        }))
+    }
+}
+
 /// Runs a subcommand, or else the controller and webhook.
 pub async fn main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -246,7 +293,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             mode.check_served(discovered)?;
         }
         anyhow::ensure!(
-            args.heartbeat_timeout >= lifecycle::API_HEARTBEAT_DEADLINE
+            args.heartbeat_timeout >= upstream::API_HEARTBEAT_DEADLINE
                 || mode == ApiMode::Crd
                 || (mode == ApiMode::Auto
                     && !apis::served(&client)
@@ -256,51 +303,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.heartbeat_timeout
         );
         let pod_live_reads = metrics::pod_live_reads(manager.metrics())?;
-        let backoff = Backoff {
-            initial: args.eviction_backoff_initial,
-            max: args.eviction_backoff_max,
-        };
         // A controller-only replica is not ready while its term's caches make their first
         // list; one that also serves the webhook stays ready once it serves (its Service must
         // not lose it meanwhile); a standby, which lists nothing, is ready.
         let listing = (!args.roles.runs(Role::Webhook)).then(|| manager.readiness().clone());
-        let lifecycle_settings = if mode == ApiMode::Crd {
+        let upstream_settings = if mode == ApiMode::Crd {
             None
         } else {
-            Some(Arc::new(lifecycle::Settings {
-                evictions: manager.evictions(),
-                recorder: manager.recorder(COMPONENT).await?,
-                metrics: lifecycle::LifecycleMetrics::register(manager.metrics())?,
-                config: evictkit_core::eviction_request::upstream::Config {
-                    heartbeat_timeout,
-                    ..evictkit_core::eviction_request::upstream::Config::default()
-                },
-                backoff,
-                finished_ttl: (!args.finished_ttl.is_zero())
-                    .then(|| SignedDuration::try_from(args.finished_ttl))
-                    .transpose()
-                    .context("--finished-ttl is too long")?,
-                dry_run: args.common.dry_run,
-                namespace: args.namespace.clone(),
-                controller: args.controller.config(),
-                listing: listing.clone(),
-            }))
+            let metrics = upstream::UpstreamMetrics::register(manager.metrics())?;
+            let config = upstream_core::Config {
+                heartbeat_timeout,
+                ..upstream_core::Config::default()
+            };
+            Some(Settings::new(&manager, &args, metrics, config, listing.clone()).await?)
         };
         let crd_settings = if mode == ApiMode::Lifecycle {
             None
         } else {
-            Some(Arc::new(Settings {
-                evictions: manager.evictions(),
-                recorder: manager.recorder(COMPONENT).await?,
-                metrics: RequestMetrics::register(manager.metrics())?,
-                config: core::Config { heartbeat_timeout },
-                backoff,
-                finished_ttl: (!args.finished_ttl.is_zero()).then_some(args.finished_ttl),
-                dry_run: args.common.dry_run,
-                namespace: args.namespace.clone(),
-                controller: args.controller.config(),
-                listing,
-            }))
+            let metrics = crd::CrdMetrics::register(manager.metrics())?;
+            let config = crd_core::Config { heartbeat_timeout };
+            Some(Settings::new(&manager, &args, metrics, config, listing).await?)
         };
         // Requesters in `auto` follow what the holder says it serves on its Lease.
         let lease_namespace = args.common.leader_elect.then(|| {
@@ -323,7 +345,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 client.clone(),
                 mode,
                 crd_settings.clone(),
-                lifecycle_settings.clone(),
+                upstream_settings.clone(),
                 args.namespace.clone(),
                 pod_live_reads.clone(),
                 lease_namespace.clone(),
@@ -349,13 +371,14 @@ fn backoff_within_heartbeat(backoff_max: Duration, heartbeat_timeout: Duration) 
 /// ends; `auto` looks at discovery again every [`REDISCOVERY`] until it serves both, so an API
 /// turned on later is served without a restart, and one served is never dropped while its
 /// requests may be in flight. Both read the pods of `namespace` from one watch. What it serves
-/// is said on the Lease in `lease_namespace` ([`evictkit_runtime::clients::eviction_request::requester::advertise`]).
+/// is said on the Lease in `lease_namespace`
+/// ([`evictkit_runtime::clients::eviction_request::requester::advertise`]).
 #[allow(clippy::too_many_arguments)]
 async fn serve_apis(
     client: kube::Client,
     mode: ApiMode,
-    crd: Option<Arc<Settings>>,
-    lifecycle: Option<Arc<lifecycle::Settings>>,
+    crd: Option<Arc<crd::Settings>>,
+    upstream: Option<Arc<upstream::Settings>>,
     namespace: Option<String>,
     live_reads: prometheus::IntCounterVec,
     lease_namespace: Option<String>,
@@ -391,13 +414,13 @@ async fn serve_apis(
         if let (true, false, Some(settings)) = (wanted.crd, serving.crd, &crd) {
             tracing::info!(requested = ?mode, "serving evictionrequests.evictkit.io");
             serving.crd = true;
-            let run = control(client.clone(), settings.clone(), pods(), term.clone());
+            let run = crd::control(client.clone(), settings.clone(), pods(), term.clone());
             controllers.push(tokio::spawn(run));
         }
-        if let (true, false, Some(settings)) = (wanted.lifecycle, serving.lifecycle, &lifecycle) {
+        if let (true, false, Some(settings)) = (wanted.lifecycle, serving.lifecycle, &upstream) {
             tracing::info!(requested = ?mode, "serving lifecycle.k8s.io/v1alpha1 EvictionRequests and Evictions");
             serving.lifecycle = true;
-            let run = lifecycle::control(client.clone(), settings.clone(), pods(), term.clone());
+            let run = upstream::control(client.clone(), settings.clone(), pods(), term.clone());
             controllers.push(tokio::spawn(run));
         }
         if let Some(lease_namespace) = &lease_namespace

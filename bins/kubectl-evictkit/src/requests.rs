@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, Result};
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_core::eviction_request::crd::State;
+use evictkit_core::eviction_request::crd::{State, requester_names, target_name};
 use evictkit_core::eviction_request::upstream::{
     CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, STATE_ACTIVE,
 };
@@ -198,20 +198,9 @@ impl Row {
         };
         Self {
             namespace: request.metadata.namespace.clone().unwrap_or_default(),
-            pod: request
-                .spec
-                .target
-                .pod
-                .as_ref()
-                .map(|p| p.name.clone())
-                .unwrap_or_default(),
+            pod: target_name(request).to_owned(),
             api: API_CRD,
-            requesters: request
-                .spec
-                .requesters
-                .iter()
-                .map(|r| r.name.clone())
-                .collect(),
+            requesters: requester_names(request).map(str::to_owned).collect(),
             // A finished request keeps its last interceptor in activeInterceptors: none acts.
             active_interceptor: status
                 .and_then(|s| s.active_interceptors.first().cloned())

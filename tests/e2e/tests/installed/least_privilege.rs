@@ -71,7 +71,7 @@ const UNREACHED: &[Unreached] = &[
         group: "evictkit.io",
         resources: &["evictionrequests"],
         verbs: &["patch"],
-        why: "bins/evictionrequest-controller/src/actions.rs patch_labels (a label the pod dropped while its request is open: the requester copies the rest at creation since 87b2178) and add_owner (a finished request whose pod is still there, e.g. terminating)",
+        why: "bins/evictionrequest-controller/src/crd/actions.rs patch_labels (a label the pod dropped while its request is open: the requester copies the rest at creation since 87b2178) and add_owner (a finished request whose pod is still there, e.g. terminating)",
     },
     Unreached {
         components: &["descheduler-bridge"],
@@ -113,28 +113,28 @@ const UNREACHED: &[Unreached] = &[
         group: "evictkit.io",
         resources: &["evictionrequests"],
         verbs: &["delete"],
-        why: "bins/evictionrequest-controller/src/lib.rs expire: a finished request is deleted after finishedTtl (5m in the chart)",
+        why: "bins/evictionrequest-controller/src/crd/actions.rs expire: a finished request is deleted after finishedTtl (5m in the chart)",
     },
     Unreached {
         components: &["evictionrequest-controller"],
         group: "lifecycle.k8s.io",
         resources: &["evictionrequests"],
         verbs: &["delete"],
-        why: "bins/evictionrequest-controller/src/lifecycle.rs expire: a finished request no requester came back for is deleted after finishedTtl (5m in the chart); the suite's requesters delete their own first",
+        why: "bins/evictionrequest-controller/src/upstream/requests.rs expire: a finished request no requester came back for is deleted after finishedTtl (5m in the chart); the suite's requesters delete their own first",
     },
     Unreached {
         components: &["evictionrequest-controller"],
         group: "lifecycle.k8s.io",
         resources: &["evictions"],
         verbs: &["delete"],
-        why: "bins/evictionrequest-controller/src/lifecycle.rs expire_orphan: a finished Eviction no EvictionRequest owns or asks for (one made by hand) is deleted after finishedTtl (5m in the chart); tests/e2e/tests/cleanup.rs finished_ttl_removes_what_no_requester_comes_back_for reaches it under the chart's RBAC",
+        why: "bins/evictionrequest-controller/src/upstream/evictions.rs expire_orphan: a finished Eviction no EvictionRequest owns or asks for (one made by hand) is deleted after finishedTtl (5m in the chart); tests/e2e/tests/cleanup.rs finished_ttl_removes_what_no_requester_comes_back_for reaches it under the chart's RBAC",
     },
     Unreached {
         components: &["evictionrequest-controller"],
         group: "lifecycle.k8s.io",
         resources: &["evictions"],
         verbs: &["patch"],
-        why: "bins/evictionrequest-controller/src/lifecycle.rs refresh_metadata: an Eviction's participant labels and owners follow its EvictionRequests (a second requester joins, one withdraws)",
+        why: "bins/evictionrequest-controller/src/upstream/evictions.rs refresh_metadata: an Eviction's participant labels and owners follow its EvictionRequests (a second requester joins, one withdraws)",
     },
 ];
 

@@ -1,4 +1,4 @@
-//! The request controller's own bookkeeping, and one EvictionRequest's reconcile against the
+//! The CRD controller's own bookkeeping, and one EvictionRequest's reconcile against the
 //! recording fake apiserver ([`evictkit_fake_api`]): the status it writes and the eviction it
 //! makes as the default interceptor, KEP-4563's `imperative-eviction.k8s.io`.
 
@@ -6,6 +6,9 @@ use evictkit_api::conditions::{EVICTION_REQUEST_CANCELED, REASON_VALIDATION_FAIL
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS};
 use evictkit_core::eviction_request::message_eviction_failed;
 use evictkit_fake_api::{Answer, Call, FakeApi};
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::EvictionClient;
+use evictkit_runtime::control::backoff::Backoff;
 use evictkit_runtime::process::cli::ControllerArgs;
 use evictkit_runtime::process::metrics::Metrics;
 use jiff::SignedDuration;
@@ -120,12 +123,12 @@ fn context(api: &FakeApi, pods: Vec<Pod>) -> Arc<Context> {
         settings: Arc::new(Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone()),
             recorder: EventRecorder::from_client(client.clone(), COMPONENT),
-            metrics: RequestMetrics::register(&metrics).unwrap(),
+            metrics: CrdMetrics::register(&metrics).unwrap(),
             config: core::Config {
                 heartbeat_timeout: SignedDuration::from_mins(20),
             },
             backoff,
-            finished_ttl: Some(Duration::from_secs(300)),
+            finished_ttl: Some(SignedDuration::from_mins(5)),
             dry_run: false,
             namespace: None,
             controller: ControllerArgs {

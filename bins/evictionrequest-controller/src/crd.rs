@@ -1,10 +1,15 @@
-//! The controller of evictionrequests.evictkit.io: the watches (EvictionRequests, and Pods
-//! mapped to their request), `reconcile` of one request with the KEP's state machine from
-//! [`evictkit_core::eviction_request`], and what it remembers between reconciles (its own
-//! writes, so a stale cache never acts twice). The API calls it makes are in `actions`.
+//! The controller of our `evictkit.io/v1alpha1` CRD, evictionrequests.evictkit.io: the watches
+//! (EvictionRequests, and Pods mapped to their request), `reconcile` of one request with the
+//! KEP's state machine from [`evictkit_core::eviction_request::crd`], and what it remembers
+//! between reconciles (its own writes, so a stale cache never acts twice). The API calls it
+//! makes are in [`actions`], its metrics in [`metrics`].
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+mod actions;
+mod metrics;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
@@ -14,39 +19,28 @@ use evictkit_core::eviction_request::crd::{
     self as core, Plan, State, controller_status, interceptor_status,
 };
 use evictkit_runtime::caches::watch::{Objects, Watches};
-use evictkit_runtime::clients::events::EventRecorder;
-use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
-use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError};
-use evictkit_runtime::control::backoff::{Backoff, PerObject};
+use evictkit_runtime::clients::eviction::{EvictionError, STALE_CACHE_RECHECK};
+use evictkit_runtime::control::backoff::PerObject;
 use evictkit_runtime::process::shutdown::CancellationToken;
-use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
-use crate::actions::{add_owner, apply_status, expire, imperative_eviction, patch_labels, record};
-use crate::metrics::RequestMetrics;
+use self::actions::{add_owner, apply_status, expire, imperative_eviction, patch_labels, record};
+pub(crate) use self::metrics::CrdMetrics;
+use crate::own_writes::OwnWrites;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use crate::{Key, id, warn};
+use crate::{id, warn};
 
-/// What the flags decide, shared by every term of leadership.
-pub(crate) struct Settings {
-    pub(crate) evictions: EvictionClient,
-    pub(crate) recorder: EventRecorder,
-    pub(crate) metrics: RequestMetrics,
-    pub(crate) config: core::Config,
-    pub(crate) backoff: Backoff,
-    pub(crate) finished_ttl: Option<Duration>,
-    pub(crate) dry_run: bool,
-    pub(crate) namespace: Option<String>,
-    pub(crate) controller: controller::Config,
-    /// Held not ready while a term's caches make their first list; `None`: not held.
-    pub(crate) listing: Option<Readiness>,
-}
+/// A request's key in the controller's queue, back-off and memory of its own writes.
+pub(crate) type Key = ObjectRef<EvictionRequest>;
+
+/// What the flags decide for the CRD's controller.
+pub(crate) type Settings = crate::Settings<CrdMetrics, core::Config>;
 
 /// What reconcile needs, with the per-request eviction back-off.
 pub(crate) struct Context {
@@ -54,53 +48,7 @@ pub(crate) struct Context {
     pub(crate) settings: Arc<Settings>,
     pub(crate) pods: TargetPods,
     pub(crate) retries: PerObject<Key>,
-    pub(crate) written: OwnWrites,
-}
-
-/// Per object, the resourceVersions this controller's own writes have replaced. While the
-/// cache still shows one of them, a reconcile (e.g. woken by the evicted pod's deletion, or by
-/// the label write just before the status write) would decide from a state older than its own
-/// write, such as a pod gone but no targetInterceptors yet, and cancel a request it has just
-/// carried out; on lifecycle.k8s.io its write would be refused (409) as superseded, a write
-/// wasted. (Versions are compared for equality only: the API makes no promise of order.) Keyed
-/// by the request's `ObjectRef` here, by the object's UID in the lifecycle.k8s.io mode.
-pub(crate) struct OwnWrites<K = Key>(Mutex<HashMap<K, HashSet<String>>>);
-
-impl<K> Default for OwnWrites<K> {
-    fn default() -> Self {
-        Self(Mutex::default())
-    }
-}
-
-impl<K: std::hash::Hash + Eq + Clone> OwnWrites<K> {
-    /// Whether the cached object at `version` predates this controller's last write of it.
-    pub(crate) fn predate(&self, key: &K, version: Option<&String>) -> bool {
-        let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(replaced) = written.get(key) else {
-            return false;
-        };
-        if version.is_some_and(|version| replaced.contains(version)) {
-            return true;
-        }
-        written.remove(key);
-        false
-    }
-
-    /// Notes that a write of ours replaced `version` of the object.
-    pub(crate) fn replaced(&self, key: &K, version: Option<String>) {
-        if let Some(version) = version {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(key.clone())
-                .or_default()
-                .insert(version);
-        }
-    }
-
-    pub(crate) fn forget(&self, key: &K) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-    }
+    pub(crate) written: OwnWrites<Key>,
 }
 
 impl std::ops::Deref for Context {
@@ -392,6 +340,3 @@ pub(crate) fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Durat
         (a, b) => a.or(b),
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
-use evictkit_core::eviction_request::whole_seconds;
 use evictkit_core::eviction_request::upstream::{self as core, Target};
+use evictkit_core::eviction_request::whole_seconds;
 use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
 use jiff::Timestamp;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};

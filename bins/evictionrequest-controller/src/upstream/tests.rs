@@ -1,4 +1,4 @@
-//! What the lifecycle.k8s.io controller shares (its writes' errors), and one EvictionRequest's
+//! What upstream's controller shares (its writes' errors), and one EvictionRequest's
 //! reconcile against the recording fake apiserver ([`evictkit_fake_api`]): the one Eviction
 //! of its pod created, its conditions written, an invalid request refused.
 
@@ -7,6 +7,9 @@ use evictkit_core::eviction_request::upstream::{
     ROLE_REQUESTER,
 };
 use evictkit_fake_api::{Answer, Call, FakeApi};
+use evictkit_runtime::clients::events::EventRecorder;
+use evictkit_runtime::clients::eviction::EvictionClient;
+use evictkit_runtime::control::backoff::Backoff;
 use evictkit_runtime::process::cli::ControllerArgs;
 use evictkit_runtime::process::metrics::Metrics;
 use serde_json::Value;
@@ -108,7 +111,7 @@ fn context(api: &FakeApi, pods: Vec<Pod>, requests: Vec<Value>) -> Arc<Context> 
         settings: Arc::new(Settings {
             evictions: EvictionClient::new(client.clone(), metrics.clone()),
             recorder: EventRecorder::from_client(client.clone(), COMPONENT),
-            metrics: LifecycleMetrics::register(&metrics).unwrap(),
+            metrics: UpstreamMetrics::register(&metrics).unwrap(),
             config: core::Config::default(),
             backoff,
             finished_ttl: None,

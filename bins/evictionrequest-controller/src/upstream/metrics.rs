@@ -1,4 +1,4 @@
-//! The metrics KEP-4563 names for beta, for the `lifecycle.k8s.io` mode, and the workqueue
+//! The metrics KEP-4563 names for beta, on upstream's `lifecycle.k8s.io` API, and the workqueue
 //! metrics of its two queues. Upstream's controller at the revision
 //! docs/evictionrequest-upstream-parity.md pins exports none of these gauges; their labels are
 //! those of its last revision that did, but for an Eviction's name, labelled `eviction` where
@@ -17,9 +17,10 @@ use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use prometheus::{IntCounter, IntGaugeVec, Opts};
+use prometheus::{IntCounter, IntGaugeVec};
 
-use crate::metrics::QueueMetrics;
+use super::index::Targeting;
+use crate::metrics::{QueueMetrics, gauges};
 
 /// Label value of `target_type`: only pods can be targets.
 const TARGET_POD: &str = "pod";
@@ -34,7 +35,7 @@ type SeriesOwner = (String, String);
 type LabelValues = Vec<String>;
 
 #[derive(Clone)]
-pub struct LifecycleMetrics {
+pub struct UpstreamMetrics {
     /// `evictionrequest_controller_responder_state{target_namespace, eviction, target_name,
     /// target_type, responder, state}` = 1.
     responder_state: IntGaugeVec,
@@ -60,15 +61,14 @@ pub struct LifecycleMetrics {
     published: Arc<Mutex<HashMap<SeriesOwner, Vec<LabelValues>>>>,
 }
 
-impl LifecycleMetrics {
+impl UpstreamMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
         Ok(Self {
-            responder_state: metrics.add(IntGaugeVec::new(
-                    Opts::new(
-                        "evictionrequest_controller_responder_state",
-                        "1 for the state of each responder of each Eviction (KEP-4563).",
-                    ),
-                    &[
+            responder_state: gauges(
+                metrics,
+                "evictionrequest_controller_responder_state",
+                "1 for the state of each responder of each Eviction (KEP-4563).",
+                &[
                         "target_namespace",
                         "eviction",
                         "target_name",
@@ -76,14 +76,12 @@ impl LifecycleMetrics {
                         "responder",
                         "state",
                     ],
-                ),
             )?,
-            requester_intent: metrics.add(IntGaugeVec::new(
-                    Opts::new(
-                        "evictionrequest_controller_requester_intent",
-                        "1 for the intent of each EvictionRequest's requester (KEP-4563).",
-                    ),
-                    &[
+            requester_intent: gauges(
+                metrics,
+                "evictionrequest_controller_requester_intent",
+                "1 for the intent of each EvictionRequest's requester (KEP-4563).",
+                &[
                         "target_namespace",
                         "evictionrequest",
                         "target_name",
@@ -91,15 +89,12 @@ impl LifecycleMetrics {
                         "requester",
                         "intent",
                     ],
-                ),
             )?,
-            target_responders: metrics.add(IntGaugeVec::new(
-                    Opts::new(
-                        "evictionrequest_controller_target_responders",
-                        "Responders of each Eviction, the default one included (KEP-4563).",
-                    ),
-                    &["target_namespace", "eviction", "target_name", "target_type"],
-                ),
+            target_responders: gauges(
+                metrics,
+                "evictionrequest_controller_target_responders",
+                "Responders of each Eviction, the default one included (KEP-4563).",
+                &["target_namespace", "eviction", "target_name", "target_type"],
             )?,
             failed_evictions: metrics.add(IntCounter::new(
                     "imperative_eviction_responder_controller_failed_evictions",
@@ -138,13 +133,7 @@ impl LifecycleMetrics {
 
     pub fn observe_request(&self, request: &EvictionRequest) {
         let (namespace, name) = Self::key(request);
-        let target = request
-            .spec
-            .target
-            .pod
-            .as_ref()
-            .map(|p| p.name.clone())
-            .unwrap_or_default();
+        let target = target_name(request);
         let labels = vec![
             namespace.clone(),
             name.clone(),
@@ -172,13 +161,7 @@ impl LifecycleMetrics {
 
     pub fn observe_eviction(&self, eviction: &Eviction) {
         let (namespace, name) = Self::key(eviction);
-        let target = eviction
-            .spec
-            .target
-            .pod
-            .as_ref()
-            .map(|p| p.name.clone())
-            .unwrap_or_default();
+        let target = target_name(eviction);
         let responders = eviction
             .status
             .as_ref()
@@ -235,6 +218,13 @@ impl LifecycleMetrics {
     }
 }
 
+/// The `target_name` label: the target pod's name, empty for an object that names none.
+fn target_name<K: Targeting>(object: &K) -> String {
+    object
+        .target()
+        .map_or_else(String::new, |(name, _)| name.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::lifecycle::v1alpha1::{
@@ -247,7 +237,7 @@ mod tests {
     #[test]
     fn a_request_is_published_with_upstreams_labels_and_goes_with_it() {
         let registry = Arc::new(Metrics::new("test").unwrap());
-        let metrics = LifecycleMetrics::register(&registry).unwrap();
+        let metrics = UpstreamMetrics::register(&registry).unwrap();
         let request = EvictionRequest {
             metadata: ObjectMeta {
                 name: Some("drain-web-0".into()),

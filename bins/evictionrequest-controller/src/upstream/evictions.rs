@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
+use evictkit_core::eviction_request::upstream::{
+    self as core, Progress, Target, imperative_evictor_active,
+};
 use evictkit_core::eviction_request::whole_seconds;
-use evictkit_core::eviction_request::upstream::{self as core, Progress, Target, imperative_evictor_active};
 use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
 use jiff::Timestamp;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
@@ -20,7 +22,8 @@ use serde_json::json;
 
 use super::imperative::imperative_evictor;
 use super::{
-    Context, Error, Expiry, decided_from, delete_when_due, predates_own_write, write_error, wrote,
+    Context, Error, Expiry, apply_eviction_status, decided_from, delete_when_due,
+    predates_own_write, write_error, wrote,
 };
 use crate::{COMPONENT, normal, warn};
 
@@ -74,7 +77,7 @@ pub(super) async fn reconcile_eviction(
             &message,
         )
         .await;
-        current = apply_eviction_status(&context, &current, &step).await?;
+        current = apply_step(&context, &current, &step).await?;
     }
     if !core::is_finished(&current) {
         if imperative_evictor_active(&current) {
@@ -120,7 +123,7 @@ pub(super) async fn reconcile_eviction(
             .await;
         }
         if controller_view(current.status.as_ref()) != controller_view(Some(&step.status)) {
-            current = apply_eviction_status(&context, &current, &step).await?;
+            current = apply_step(&context, &current, &step).await?;
         }
         requeue = min_some(requeue, step.requeue_after.map(|d| d.unsigned_abs()));
     }
@@ -183,7 +186,7 @@ fn controller_view(status: Option<&EvictionStatus>) -> EvictionStatus {
     }
 }
 
-async fn apply_eviction_status(
+async fn apply_step(
     context: &Context,
     eviction: &Eviction,
     step: &Progress,
@@ -191,26 +194,8 @@ async fn apply_eviction_status(
     if context.dry_run {
         return Ok(eviction.clone());
     }
-    let api: Api<Eviction> = Api::namespaced(
-        context.client.clone(),
-        &eviction.namespace().unwrap_or_default(),
-    );
-    let body = json!({
-        "apiVersion": LIFECYCLE_API_VERSION,
-        "kind": "Eviction",
-        "metadata": decided_from(eviction),
-        "status": step.status,
-    });
-    let written = api
-        .patch_status(
-            &eviction.name_any(),
-            &PatchParams::apply(COMPONENT).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(write_error("update the status of", eviction))?;
-    wrote(context, eviction);
-    Ok(written)
+    let status = json!(step.status);
+    apply_eviction_status(context, eviction, COMPONENT, status, "update the status of").await
 }
 
 /// The participant labels and an ownerReference to every live EvictionRequest of the target,

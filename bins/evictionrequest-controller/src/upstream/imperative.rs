@@ -6,22 +6,21 @@
 
 use std::time::Duration;
 
-use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
+use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
+use evictkit_core::eviction_request::upstream::{self as core, Target, own_status};
 use evictkit_core::eviction_request::{
     Imperative, imperative, message_eviction_failed, retries_in_message, whole_seconds,
 };
-use evictkit_core::eviction_request::upstream::{self as core, Target, own_status};
 use evictkit_runtime::clients::eviction::{Answer, EvictionOutcome, STALE_CACHE_RECHECK};
 use evictkit_runtime::control::backoff::NextAttempt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde_json::json;
 
-use super::{Context, Error, decided_from, write_error, wrote};
+use super::{Context, Error, apply_eviction_status};
 use crate::{id, normal, warn};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
@@ -243,27 +242,9 @@ async fn write_own_status(
         entry["expectedCompletionTime"] = json!(Time(now));
         entry["completionTime"] = json!(Time(now));
     }
-    let api: Api<Eviction> = Api::namespaced(
-        context.client.clone(),
-        &eviction.namespace().unwrap_or_default(),
-    );
-    let body = json!({
-        "apiVersion": LIFECYCLE_API_VERSION,
-        "kind": "Eviction",
-        "metadata": decided_from(eviction),
-        "status": { "responders": [entry] },
-    });
-    let written = api
-        .patch_status(
-            &eviction.name_any(),
-            &PatchParams::apply(IMPERATIVE_FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(write_error(
-            "write the imperative evictor's status of",
-            eviction,
-        ))?;
-    wrote(context, eviction);
+    let status = json!({ "responders": [entry] });
+    let action = "write the imperative evictor's status of";
+    let written =
+        apply_eviction_status(context, eviction, IMPERATIVE_FIELD_MANAGER, status, action).await?;
     Ok(Some(written))
 }

@@ -1,6 +1,7 @@
-//! The controller of Kubernetes v1.37's own EvictionRequest API (`lifecycle.k8s.io/v1alpha1`,
-//! feature gate `EvictionRequestAPI`), which v1.37's kube-controller-manager does not ship, and
-//! its default responder `imperative-eviction.k8s.io/evictor`.
+//! The controller of upstream's EvictionRequest API, Kubernetes v1.37's own
+//! (`lifecycle.k8s.io/v1alpha1`, feature gate `EvictionRequestAPI`), which v1.37's
+//! kube-controller-manager does not ship, and its default responder
+//! `imperative-eviction.k8s.io/evictor`.
 //!
 //! Two reconcilers share three caches (EvictionRequests and Evictions, each indexed by target
 //! pod ([`index`]), and Pods):
@@ -11,8 +12,8 @@
 //!   conditions, participant labels and ownerReferences, and the imperative evictor
 //!   ([`imperative`]) when it is active.
 //!
-//! This module holds what they share: the settings, the context, the watches that feed both
-//! reconcilers, and the errors of their writes. The decisions are in
+//! This module holds what they share: the context, the watches that feed both reconcilers, and
+//! the errors of their writes. The decisions are in
 //! [`evictkit_core::eviction_request::upstream`]; every write is a server-side apply, so the
 //! responders' own fields stay theirs.
 
@@ -26,20 +27,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
-use evictkit_core::eviction_request::whole_seconds;
 use evictkit_core::eviction_request::upstream::{self as core, Target};
+use evictkit_core::eviction_request::whole_seconds;
 use evictkit_runtime::caches::watch::{Objects, Watches};
-use evictkit_runtime::clients::events::EventRecorder;
-use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError, STALE_CACHE_RECHECK};
+use evictkit_runtime::clients::eviction::{EvictionError, STALE_CACHE_RECHECK};
+use evictkit_runtime::control::backoff::PerObject;
 use evictkit_runtime::process::shutdown::CancellationToken;
-use evictkit_runtime::serving::http::Readiness;
 use futures::channel::mpsc;
 use futures::{StreamExt, future, stream};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
-use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -47,32 +47,19 @@ use serde_json::json;
 
 use self::evictions::reconcile_eviction;
 use self::index::{ByTarget, Targeting};
-pub use self::metrics::LifecycleMetrics;
+pub(crate) use self::metrics::UpstreamMetrics;
 use self::requests::reconcile_request;
 use crate::id;
-use crate::request_controller::OwnWrites;
+use crate::own_writes::OwnWrites;
 use crate::target_pod::{PodWatch, ReadError, TargetPods};
-use evictkit_runtime::control::backoff::{Backoff, PerObject};
 
 /// The API's heartbeat deadline: the v1.37 apiserver refuses to let a responder go earlier.
 pub const API_HEARTBEAT_DEADLINE: Duration = Duration::from_secs(20 * 60);
 
-/// What the flags decide, shared by every term of leadership.
-pub struct Settings {
-    pub evictions: EvictionClient,
-    pub recorder: EventRecorder,
-    pub metrics: LifecycleMetrics,
-    pub config: core::Config,
-    pub backoff: Backoff,
-    /// `--finished-ttl`: finished requests no requester came back for are deleted this long
-    /// after they finished ([`core::cleanup::expires_at`]); `None` keeps them.
-    pub finished_ttl: Option<SignedDuration>,
-    pub dry_run: bool,
-    pub namespace: Option<String>,
-    pub controller: controller::Config,
-    /// Held not ready while a term's caches make their first list; `None`: not held.
-    pub listing: Option<Readiness>,
-}
+/// What the flags decide for upstream's controller; `--finished-ttl`: finished requests no
+/// requester came back for are deleted this long after they finished
+/// ([`core::cleanup::expires_at`]).
+pub(crate) type Settings = crate::Settings<UpstreamMetrics, core::Config>;
 
 struct Context {
     client: Client,
@@ -362,6 +349,38 @@ fn decided_from<K: kube::Resource>(object: &K) -> serde_json::Value {
         "name": object.name_any(),
         "resourceVersion": object.meta().resource_version,
     })
+}
+
+/// Applies `status` to `eviction`'s status as `field_manager` (the controller, or the
+/// imperative evictor for its own entry), decided from it as cached ([`decided_from`]);
+/// `action` names the write in its error.
+async fn apply_eviction_status(
+    context: &Context,
+    eviction: &Eviction,
+    field_manager: &str,
+    status: serde_json::Value,
+    action: &'static str,
+) -> Result<Eviction, Error> {
+    let api: Api<Eviction> = Api::namespaced(
+        context.client.clone(),
+        &eviction.namespace().unwrap_or_default(),
+    );
+    let body = json!({
+        "apiVersion": LIFECYCLE_API_VERSION,
+        "kind": "Eviction",
+        "metadata": decided_from(eviction),
+        "status": status,
+    });
+    let written = api
+        .patch_status(
+            &eviction.name_any(),
+            &PatchParams::apply(field_manager).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(write_error(action, eviction))?;
+    wrote(context, eviction);
+    Ok(written)
 }
 
 fn write_error<K: kube::Resource<DynamicType = ()>>(

@@ -23,8 +23,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::request_controller::{Context, Error, LastWrite};
-use crate::{COMPONENT, Key, id, metrics, normal, warn};
+use super::{Context, Error, Key, LastWrite, metrics};
+use crate::{COMPONENT, id, normal, warn};
 
 /// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
 /// its status message and the next attempt waits (exponential backoff, capped). Returns the
@@ -135,7 +135,7 @@ pub(crate) async fn expire(
     now: Timestamp,
     context: &Context,
 ) -> Result<Option<Duration>, Error> {
-    let Some(ttl) = context.finished_ttl else {
+    let Some(ttl) = context.finished_ttl.map(|ttl| ttl.unsigned_abs()) else {
         return Ok(None);
     };
     if !core::expires(request, &plan.status) {

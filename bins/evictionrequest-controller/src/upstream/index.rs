@@ -142,6 +142,13 @@ mod tests {
             self.by_target.follow(&event, &self.store);
         }
 
+        /// The watch's event of the Eviction `name` of pod `pod` (UID `uid`) written.
+        fn apply(&mut self, namespace: &str, name: &str, pod: &str, uid: &str) {
+            self.event(watcher::Event::Apply(eviction_of(
+                namespace, name, pod, uid,
+            )));
+        }
+
         fn names(evictions: Vec<Arc<Eviction>>) -> Vec<String> {
             evictions.iter().map(|e| e.name_any()).collect()
         }
@@ -166,7 +173,7 @@ mod tests {
             ("other", "pod-1-web", "web", "u3"),
             ("ns", "pod-1-db", "db", "u4"),
         ] {
-            evictions.event(watcher::Event::Apply(eviction_of(ns, name, pod, uid)));
+            evictions.apply(ns, name, pod, uid);
         }
         assert_eq!(evictions.of("ns", "web", "u1"), ["pod-1-web"]);
         assert_eq!(evictions.of("ns", "web", "u2"), ["pod-2-web", "pod-3-web"]);
@@ -203,8 +210,7 @@ mod tests {
             let mut evictions = Evictions::new();
             for i in 0..n {
                 let pod = format!("pod-{i}");
-                let eviction = eviction_of("bench", &format!("pod-1-{pod}"), &pod, &i.to_string());
-                evictions.event(watcher::Event::Apply(eviction));
+                evictions.apply("bench", &format!("pod-1-{pod}"), &pod, &i.to_string());
             }
             let lookups = 2_000;
             let start = std::time::Instant::now();
@@ -238,12 +244,7 @@ mod tests {
     fn a_new_eviction_is_named_after_those_of_its_pods_name_and_never_one_taken() {
         let mut evictions = Evictions::new();
         assert_eq!(evictions.new_name("ns", "web"), "pod-1-web");
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns",
-            "pod-1-web",
-            "web",
-            "u1",
-        )));
+        evictions.apply("ns", "pod-1-web", "web", "u1");
         assert_eq!(
             evictions.new_name("ns", "web"),
             "pod-2-web",
@@ -251,26 +252,14 @@ mod tests {
         );
         assert_eq!(evictions.new_name("other", "web"), "pod-1-web");
         // Someone else's Eviction named as ours would be, of another pod.
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns",
-            "pod-2-web",
-            "db",
-            "u9",
-        )));
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns",
-            "pod-3-web",
-            "db",
-            "u9",
-        )));
+        evictions.apply("ns", "pod-2-web", "db", "u9");
+        evictions.apply("ns", "pod-3-web", "db", "u9");
         assert_eq!(evictions.new_name("ns", "web"), "pod-4-web");
         // Names cut to the API's limit: pods of one long prefix share the cut names' counters.
         let long = "a".repeat(300);
         let first = evictions.new_name("ns", &long);
         assert_eq!(first.len(), 253);
-        evictions.event(watcher::Event::Apply(eviction_of(
-            "ns", &first, &long, "u5",
-        )));
+        evictions.apply("ns", &first, &long, "u5");
         let second = evictions.new_name("ns", &format!("{long}b"));
         assert!(second.starts_with("pod-2-a"), "{second}");
     }
