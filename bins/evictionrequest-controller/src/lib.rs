@@ -286,7 +286,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.roles.runs(Role::Controller) {
         let mode = args.api;
-        if mode != ApiMode::Auto {
+        if !mode.follows_discovery() {
             let discovered = apis::discover(&client)
                 .await
                 .context("discovery of the EvictionRequest APIs")?;
@@ -294,8 +294,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         anyhow::ensure!(
             args.heartbeat_timeout >= upstream::API_HEARTBEAT_DEADLINE
-                || mode == ApiMode::Crd
-                || (mode == ApiMode::Auto
+                || !mode.may_serve().lifecycle
+                || (mode.follows_discovery()
                     && !apis::served(&client)
                         .await
                         .context("discovery of lifecycle.k8s.io/v1alpha1")?),
@@ -307,22 +307,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // list; one that also serves the webhook stays ready once it serves (its Service must
         // not lose it meanwhile); a standby, which lists nothing, is ready.
         let listing = (!args.roles.runs(Role::Webhook)).then(|| manager.readiness().clone());
-        let upstream_settings = if mode == ApiMode::Crd {
-            None
-        } else {
+        let may_serve = mode.may_serve();
+        let upstream_settings = if may_serve.lifecycle {
             let metrics = upstream::UpstreamMetrics::register(manager.metrics())?;
             let config = upstream_core::Config {
                 heartbeat_timeout,
                 ..upstream_core::Config::default()
             };
             Some(Settings::new(&manager, &args, metrics, config, listing.clone()).await?)
-        };
-        let crd_settings = if mode == ApiMode::Lifecycle {
-            None
         } else {
+            None
+        };
+        let crd_settings = if may_serve.crd {
             let metrics = crd::CrdMetrics::register(manager.metrics())?;
             let config = crd_core::Config { heartbeat_timeout };
             Some(Settings::new(&manager, &args, metrics, config, listing).await?)
+        } else {
+            None
         };
         // Requesters in `auto` follow what the holder says it serves on its Lease.
         let lease_namespace = args.common.leader_elect.then(|| {
@@ -399,7 +400,7 @@ async fn serve_apis(
             .clone()
     };
     loop {
-        let discovered = if mode == ApiMode::Auto {
+        let discovered = if mode.follows_discovery() {
             match apis::discover(&client).await {
                 Ok(discovered) => discovered,
                 Err(error) => {
@@ -441,7 +442,7 @@ async fn serve_apis(
             ));
             advertised = Some(serving);
         }
-        if mode != ApiMode::Auto || (serving.crd && serving.lifecycle) {
+        if !mode.follows_discovery() || serving == mode.may_serve() {
             break;
         }
         tokio::select! {

@@ -71,6 +71,21 @@ impl ApiMode {
             },
         }
     }
+
+    /// Whether what the evictionrequest-controller serves follows discovery, looked at again
+    /// every [`REDISCOVERY`] (`auto`); `crd` and `lifecycle` serve theirs from the start.
+    pub fn follows_discovery(self) -> bool {
+        self == Self::Auto
+    }
+
+    /// Every API the evictionrequest-controller may come to serve in this mode, whatever
+    /// discovery shows: both in `auto`, the one named otherwise.
+    pub fn may_serve(self) -> Apis {
+        self.controlled(Apis {
+            crd: true,
+            lifecycle: true,
+        })
+    }
 }
 
 /// The API `--api` names is not served by the cluster ([`ApiMode::check_served`]).
@@ -142,6 +157,15 @@ mod tests {
                 controlled,
                 "{mode:?} {discovered:?}"
             );
+        }
+        // (mode, follows discovery, may serve)
+        for (mode, follows, may_serve) in [
+            (ApiMode::Auto, true, apis(true, true)),
+            (ApiMode::Crd, false, apis(true, false)),
+            (ApiMode::Lifecycle, false, apis(false, true)),
+        ] {
+            assert_eq!(mode.follows_discovery(), follows, "{mode:?}");
+            assert_eq!(mode.may_serve(), may_serve, "{mode:?}");
         }
     }
 
