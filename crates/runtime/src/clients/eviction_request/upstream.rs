@@ -18,9 +18,7 @@ use std::time::Duration;
 
 use evictkit_api::keys::LIFECYCLE_API_VERSION;
 use evictkit_core::eviction_request::upstream::cleanup::{Done, requester_done};
-use evictkit_core::eviction_request::upstream::{
-    CONDITION_FAILED, REASON_EVICTION_INVALID, ROLE_REQUESTER, request_settled,
-};
+use evictkit_core::eviction_request::upstream::{ROLE_REQUESTER, refusal, request_settled};
 use futures::{StreamExt, future};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -118,21 +116,6 @@ fn intent_error(
         actor,
         source: Box::new(source),
     }
-}
-
-/// The controller's refusal of `request` (Failed, reason EvictionInvalid: the target is
-/// missing, another pod, or one of a pod group). Final for the pod, as in the CRD mode.
-pub fn refusal(request: &EvictionRequest) -> Option<&str> {
-    request
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| {
-            c.type_ == CONDITION_FAILED && c.status == "True" && c.reason == REASON_EVICTION_INVALID
-        })
-        .map(|c| c.message.as_str())
 }
 
 /// Asks for the eviction of `target` as `requester` (intent `Eviction`). Idempotent; after a
