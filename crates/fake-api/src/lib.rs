@@ -5,7 +5,10 @@
 //! Every call is answered at once, in the order the component makes them, so a test replays
 //! exactly an interleaving a watch delivers under load. Answers are scripted per method and
 //! path ([`FakeApi::on`]); a call no route matches is answered as an apiserver with no such
-//! object would: a create gets the object sent back (201), anything else 404.
+//! object would: a create gets the object sent back (201), anything else 404. An answer may be
+//! computed from the call ([`Answer::computed`], e.g. a SubjectAccessReview's verdict from the
+//! user it names) and may come late ([`Answer::after`]), so that concurrent calls overlap as
+//! they do against a busy apiserver.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -32,6 +35,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -94,7 +98,22 @@ impl fmt::Display for Call {
 
 /// What the fake answers a call with.
 #[derive(Debug, Clone)]
-pub struct Answer(Reply);
+pub struct Answer {
+    reply: Reply,
+    /// How long the answer takes, from the call's arrival (recorded then).
+    delay: Duration,
+}
+
+/// An answer made from the call it answers.
+#[derive(Clone)]
+struct Compute(Arc<dyn Fn(&Call) -> Answer + Send + Sync>);
+
+// A function has no Debug of its own.
+impl fmt::Debug for Compute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Compute(..)")
+    }
+}
 
 #[derive(Debug, Clone)]
 enum Reply {
@@ -112,24 +131,33 @@ enum Reply {
         code: u16,
         body: Value,
     },
+    Computed(Compute),
 }
 
+
 impl Answer {
+    fn at_once(reply: Reply) -> Self {
+        Answer {
+            reply,
+            delay: Duration::ZERO,
+        }
+    }
+
     /// 200 with `object`.
     pub fn object(object: Value) -> Self {
-        Self(Reply::Object(object))
+        Self::at_once(Reply::Object(object))
     }
 
     /// 200 with `object` after the call's body is merged into it, as the apiserver answers a
     /// merge patch or an apply of some fields of an object it has: the written object, of
     /// which the decisions read more than the fields sent.
     pub fn patched(object: Value) -> Self {
-        Self(Reply::Patched(object))
+        Self::at_once(Reply::Patched(object))
     }
 
     /// 201 with the call's body, as the apiserver answers a create.
     pub fn echo() -> Self {
-        Self(Reply::Echo)
+        Self::at_once(Reply::Echo)
     }
 
     /// A list of `items` (the `kind` e.g. `PodList`).
@@ -143,7 +171,7 @@ impl Answer {
 
     /// A failure `Status` with `code`, `reason` (e.g. `TooManyRequests`) and `message`.
     pub fn status(code: u16, reason: &str, message: &str) -> Self {
-        Self(Reply::Status {
+        Self::at_once(Reply::Status {
             code,
             reason: reason.to_owned(),
             message: message.to_owned(),
@@ -152,7 +180,7 @@ impl Answer {
 
     /// 201 with a `Status` of success, as the Eviction API answers an eviction it carried out.
     pub fn evicted() -> Self {
-        Self(Reply::Raw {
+        Self::at_once(Reply::Raw {
             code: 201,
             body: json!({"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201}),
         })
@@ -161,7 +189,7 @@ impl Answer {
     /// 429 with a `DisruptionBudget` cause, as the Eviction API refuses an eviction a
     /// PodDisruptionBudget blocks; `message` is the cause's.
     pub fn blocked_by_budget(message: &str) -> Self {
-        Self(Reply::Raw {
+        Self::at_once(Reply::Raw {
             code: 429,
             body: json!({
                 "apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 429,
@@ -177,8 +205,32 @@ impl Answer {
         Self::status(404, "NotFound", "not found")
     }
 
-    fn respond(&self, method: &Method, body: Option<&Value>) -> Response<Body> {
-        let (code, value) = match &self.0 {
+    /// The answer `compute` makes of the call, e.g. a review's verdict from what it asks.
+    pub fn computed(compute: impl Fn(&Call) -> Answer + Send + Sync + 'static) -> Self {
+        Self::at_once(Reply::Computed(Compute(Arc::new(compute))))
+    }
+
+    /// This answer, given `delay` after the call arrives (on tokio's clock, which a test may
+    /// pause): calls made meanwhile overlap it, as against a busy apiserver.
+    pub fn after(self, delay: Duration) -> Self {
+        Answer { delay, ..self }
+    }
+
+    /// The answer to `call`, computed if it is to be, with the delays of both.
+    fn resolve(self, call: &Call) -> Self {
+        let Reply::Computed(compute) = &self.reply else {
+            return self;
+        };
+        let answer = (compute.0)(call).resolve(call);
+        Answer {
+            reply: answer.reply,
+            delay: self.delay + answer.delay,
+        }
+    }
+
+    fn respond(&self, call: &Call) -> Response<Body> {
+        let (method, body) = (&call.method, call.body.as_ref());
+        let (code, value) = match &self.reply {
             Reply::Object(object) => (200, object.clone()),
             Reply::Patched(object) => {
                 let mut object = object.clone();
@@ -192,6 +244,7 @@ impl Answer {
                 (code, body.cloned().unwrap_or(Value::Null))
             }
             Reply::Raw { code, body } => (*code, body.clone()),
+            Reply::Computed(compute) => return (compute.0)(call).respond(call),
             Reply::Status {
                 code,
                 reason,
@@ -350,20 +403,27 @@ impl FakeApi {
             query: parts.uri.query().unwrap_or_default().to_owned(),
             body,
         };
-        let mut state = self.state();
-        let answer = state
-            .routes
-            .iter_mut()
-            .rev()
-            .find(|route| route.matches(&call.method, &call.path))
-            .map(Route::take)
-            .unwrap_or_else(|| match call.method {
-                Method::POST => Answer::echo(),
-                _ => Answer::not_found(),
-            });
-        let response = answer.respond(&call.method, call.body.as_ref());
-        state.calls.push(call);
-        response
+        let answer = {
+            let mut state = self.state();
+            let answer = state
+                .routes
+                .iter_mut()
+                .rev()
+                .find(|route| route.matches(&call.method, &call.path))
+                .map(Route::take)
+                .unwrap_or_else(|| match call.method {
+                    Method::POST => Answer::echo(),
+                    _ => Answer::not_found(),
+                });
+            state.calls.push(call.clone());
+            answer
+        };
+        // Computed and waited for outside the lock: other calls arrive meanwhile.
+        let answer = answer.resolve(&call);
+        if !answer.delay.is_zero() {
+            tokio::time::sleep(answer.delay).await;
+        }
+        answer.respond(&call)
     }
 
     /// Every call so far, in order.

@@ -103,3 +103,39 @@ async fn the_query_is_recorded_beside_the_path() {
     );
     assert!(!call.is_event());
 }
+
+#[tokio::test]
+async fn a_computed_answer_is_made_from_the_call() {
+    let api = FakeApi::new().on(
+        "POST",
+        "/api/v1/namespaces/ns/pods",
+        Answer::computed(|call| match call.field("/metadata/name").as_str() {
+            Some("web-0") => Answer::echo(),
+            _ => Answer::status(409, "AlreadyExists", "taken"),
+        }),
+    );
+    let pods: Api<Pod> = Api::namespaced(api.client(), "ns");
+    let create = |name: &str| {
+        let pod: Pod = serde_json::from_value(pod(name)).unwrap();
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &pod).await }
+    };
+    let created = create("web-0").await.unwrap();
+    assert_eq!(created.metadata.name.as_deref(), Some("web-0"));
+    let refused = create("web-1").await.unwrap_err();
+    assert!(matches!(refused, kube::Error::Api(status) if status.code == 409));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_answer_comes_after_its_delay_and_calls_made_meanwhile_overlap_it() {
+    let delay = std::time::Duration::from_millis(50);
+    let api = FakeApi::new().on("GET", "*", Answer::object(pod("web-0")).after(delay));
+    let pods: Api<Pod> = Api::namespaced(api.client(), "ns");
+    let start = tokio::time::Instant::now();
+    let (a, b) = tokio::join!(pods.get("web-0"), pods.get("web-1"));
+    assert!(a.is_ok() && b.is_ok());
+    assert_eq!(api.lines().len(), 2);
+    // Both waited out one delay together, not one after the other.
+    let waited = start.elapsed();
+    assert!(waited >= delay && waited < 2 * delay, "{waited:?}");
+}

@@ -1,11 +1,8 @@
 //! SubjectAccessReviews against a recording fake apiserver: how many a burst costs, and which
 //! answers are remembered.
 
-use std::sync::Mutex;
-
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
-use serde_json::{Value, json};
+use evictkit_fake_api::{Answer, Call, FakeApi};
+use serde_json::json;
 
 use super::*;
 
@@ -14,61 +11,53 @@ const TTL: Ttl = Ttl {
     unauthorized: Duration::from_secs(10),
 };
 
-/// The questions the fake apiserver was asked: `user namespace/name` (`*` for every pod).
-type Asked = Arc<Mutex<Vec<String>>>;
+const REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 
-/// A fake apiserver that answers each SubjectAccessReview after 50 ms (so that a burst's
-/// reviews overlap) with `allowed(user, name)`, or 500 while `failing` says so.
-fn apiserver(
-    allowed: impl Fn(&str, Option<&str>) -> bool + Send + Sync + 'static,
-    failing: Arc<Mutex<bool>>,
-) -> (PodDeleteAccess, Asked) {
-    let asked = Asked::default();
-    let seen = asked.clone();
-    let allowed = Arc::new(allowed);
-    let service = tower::service_fn(move |call: Request<Body>| {
-        let (seen, allowed, failing) = (seen.clone(), allowed.clone(), failing.clone());
-        async move {
+/// How long the apiserver takes to answer a review: a burst's reviews overlap.
+const LATENCY: Duration = Duration::from_millis(50);
+
+/// The SubjectAccessReview's verdict on `call`, `allowed(user, name)`, after [`LATENCY`].
+fn verdict(allowed: impl Fn(&str, Option<&str>) -> bool + Send + Sync + 'static) -> Answer {
+    Answer::computed(move |call: &Call| {
+        let spec = call.field("/spec");
+        let allowed = allowed(
+            spec["user"].as_str().unwrap_or_default(),
+            spec["resourceAttributes"]["name"].as_str(),
+        );
+        Answer::object(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": spec, "status": {"allowed": allowed},
+        }))
+    })
+    .after(LATENCY)
+}
+
+/// A fake apiserver answering SubjectAccessReviews with `answers` in turn, and the access
+/// asking it.
+fn apiserver(answers: impl IntoIterator<Item = Answer>) -> (PodDeleteAccess, FakeApi) {
+    let api = FakeApi::new().on_each("POST", REVIEWS, answers);
+    (PodDeleteAccess::new(api.client(), TTL), api)
+}
+
+/// The questions the apiserver was asked: `user namespace/name` (`*` for every pod).
+fn asked(api: &FakeApi) -> Vec<String> {
+    api.calls()
+        .iter()
+        .map(|call| {
+            assert_eq!(call.line(), format!("POST {REVIEWS}"));
+            let attributes = call.field("/spec/resourceAttributes");
             assert_eq!(
-                call.uri().path(),
-                "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+                (&attributes["verb"], &attributes["resource"]),
+                (&json!("delete"), &json!("pods"))
             );
-            let review: Value =
-                serde_json::from_slice(&call.into_body().collect_bytes().await.unwrap()).unwrap();
-            let spec = &review["spec"];
-            let user = spec["user"].as_str().unwrap().to_owned();
-            let attributes = &spec["resourceAttributes"];
-            assert_eq!(attributes["verb"], "delete");
-            assert_eq!(attributes["resource"], "pods");
-            let name = attributes["name"].as_str().map(str::to_owned);
-            seen.lock().unwrap().push(format!(
-                "{user} {}/{}",
-                attributes["namespace"].as_str().unwrap(),
-                name.as_deref().unwrap_or("*")
-            ));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            if *failing.lock().unwrap() {
-                let mut answer = Response::new(Body::from(
-                    serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1",
-                        "status": "Failure", "code": 500, "reason": "InternalError",
-                        "message": "etcd is down"}))
-                    .unwrap(),
-                ));
-                *answer.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                return Ok::<_, std::convert::Infallible>(answer);
-            }
-            let allowed = allowed(&user, name.as_deref());
-            let answer = json!({
-                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                "spec": spec, "status": {"allowed": allowed},
-            });
-            Ok(Response::new(Body::from(
-                serde_json::to_vec(&answer).unwrap(),
-            )))
-        }
-    });
-    let access = PodDeleteAccess::new(Client::new(service, "default"), TTL);
-    (access, asked)
+            format!(
+                "{} {}/{}",
+                call.field("/spec/user").as_str().unwrap_or_default(),
+                attributes["namespace"].as_str().unwrap_or_default(),
+                attributes["name"].as_str().unwrap_or("*")
+            )
+        })
+        .collect()
 }
 
 fn caller(user: &str) -> Caller {
@@ -80,13 +69,9 @@ fn caller(user: &str) -> Caller {
     }
 }
 
-fn asked(asked: &Asked) -> Vec<String> {
-    asked.lock().unwrap().clone()
-}
-
 #[tokio::test]
 async fn a_burst_by_one_requester_in_one_namespace_costs_one_review() {
-    let (access, questions) = apiserver(|_, _| true, Arc::default());
+    let (access, api) = apiserver([verdict(|_, _| true)]);
     let requester = caller("descheduler");
     let pods: Vec<String> = (0..20).map(|i| format!("web-{i}")).collect();
     let answers = futures::future::join_all(
@@ -98,12 +83,12 @@ async fn a_burst_by_one_requester_in_one_namespace_costs_one_review() {
         answers.iter().all(|answer| answer == &Ok(true)),
         "{answers:?}"
     );
-    assert_eq!(asked(&questions), ["descheduler ns/*"]);
+    assert_eq!(asked(&api), ["descheduler ns/*"]);
 }
 
 #[tokio::test]
 async fn a_right_to_some_pods_only_is_asked_per_pod() {
-    let (access, questions) = apiserver(|_, name| name == Some("web-1"), Arc::default());
+    let (access, api) = apiserver([verdict(|_, name| name == Some("web-1"))]);
     let requester = caller("alice");
     assert_eq!(access.may_delete(&requester, "ns", "web-1").await, Ok(true));
     assert_eq!(
@@ -112,56 +97,59 @@ async fn a_right_to_some_pods_only_is_asked_per_pod() {
     );
     assert_eq!(access.may_delete(&requester, "ns", "web-1").await, Ok(true));
     assert_eq!(
-        asked(&questions),
+        asked(&api),
         ["alice ns/*", "alice ns/web-1", "alice ns/web-2"]
     );
 }
 
 #[tokio::test]
 async fn each_user_and_namespace_is_asked_on_its_own() {
-    let (access, questions) = apiserver(|user, _| user == "alice", Arc::default());
+    let (access, api) = apiserver([verdict(|user, _| user == "alice")]);
+    // The last two are remembered as each one's own.
+    let reviews = [
+        ("alice", "a", "web-0", true),
+        ("alice", "b", "web-0", true),
+        ("bob", "a", "web-0", false),
+        ("alice", "a", "web-1", true),
+        ("bob", "a", "web-0", false),
+    ];
+    for (user, namespace, pod, allowed) in reviews {
+        let answer = access.may_delete(&caller(user), namespace, pod).await;
+        assert_eq!(answer, Ok(allowed), "{user} {namespace}/{pod}");
+    }
     assert_eq!(
-        access.may_delete(&caller("alice"), "a", "web-0").await,
-        Ok(true)
-    );
-    assert_eq!(
-        access.may_delete(&caller("alice"), "b", "web-0").await,
-        Ok(true)
-    );
-    assert_eq!(
-        access.may_delete(&caller("bob"), "a", "web-0").await,
-        Ok(false)
-    );
-    assert_eq!(
-        asked(&questions),
+        asked(&api),
         ["alice a/*", "alice b/*", "bob a/*", "bob a/web-0"]
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn answers_are_asked_again_once_their_ttl_has_passed() {
-    let (access, questions) = apiserver(|_, _| true, Arc::default());
+    let (access, api) = apiserver([verdict(|_, _| true)]);
     let requester = caller("alice");
     assert_eq!(access.may_delete(&requester, "ns", "web-0").await, Ok(true));
     tokio::time::advance(Duration::from_secs(9)).await;
     assert_eq!(access.may_delete(&requester, "ns", "web-1").await, Ok(true));
-    assert_eq!(asked(&questions).len(), 1, "within the TTL");
+    assert_eq!(asked(&api).len(), 1, "within the TTL");
     tokio::time::advance(Duration::from_secs(2)).await;
     assert_eq!(access.may_delete(&requester, "ns", "web-2").await, Ok(true));
-    assert_eq!(asked(&questions), ["alice ns/*", "alice ns/*"]);
+    assert_eq!(asked(&api), ["alice ns/*", "alice ns/*"]);
 }
 
 #[tokio::test]
 async fn a_review_the_apiserver_failed_is_asked_again() {
-    let failing = Arc::new(Mutex::new(true));
-    let (access, questions) = apiserver(|_, _| true, failing.clone());
+    let (access, api) = apiserver([
+        Answer::status(500, "InternalError", "etcd is down").after(LATENCY),
+        verdict(|_, _| true),
+    ]);
     let requester = caller("alice");
     let error = access
         .may_delete(&requester, "ns", "web-0")
         .await
         .unwrap_err();
     assert!(error.contains("etcd is down"), "{error}");
-    *failing.lock().unwrap() = false;
     assert_eq!(access.may_delete(&requester, "ns", "web-0").await, Ok(true));
-    assert_eq!(asked(&questions), ["alice ns/*", "alice ns/*"]);
+    // The answer had after the failure is remembered.
+    assert_eq!(access.may_delete(&requester, "ns", "web-1").await, Ok(true));
+    assert_eq!(asked(&api), ["alice ns/*", "alice ns/*"]);
 }
