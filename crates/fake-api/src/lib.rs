@@ -68,6 +68,22 @@ impl Call {
             .any(|pair| percent_decoded(pair) == key_value)
     }
 
+    /// `object` as this call's body leaves it: a JSON patch (RFC 6902, a list of operations,
+    /// as a write at a resourceVersion sends) applied, anything else (a merge patch, an apply)
+    /// merged in (RFC 7386); `None` where the JSON patch does not apply (a path not there).
+    pub fn patched(&self, object: &Value) -> Option<Value> {
+        let mut object = object.clone();
+        match &self.body {
+            Some(operations @ Value::Array(_)) => {
+                let patch: json_patch::Patch = serde_json::from_value(operations.clone()).ok()?;
+                json_patch::patch(&mut object, &patch.0).ok()?;
+            }
+            Some(body) => merge(&mut object, body),
+            None => {}
+        }
+        Some(object)
+    }
+
     /// The body's value at `pointer` (RFC 6901, e.g. `/status/conditions/0/type`), `Null` if
     /// absent.
     pub fn field(&self, pointer: &str) -> &Value {
@@ -134,7 +150,6 @@ enum Reply {
     Computed(Compute),
 }
 
-
 impl Answer {
     fn at_once(reply: Reply) -> Self {
         Answer {
@@ -148,9 +163,10 @@ impl Answer {
         Self::at_once(Reply::Object(object))
     }
 
-    /// 200 with `object` after the call's body is merged into it, as the apiserver answers a
-    /// merge patch or an apply of some fields of an object it has: the written object, of
-    /// which the decisions read more than the fields sent.
+    /// 200 with `object` as the call's patch leaves it ([`Call::patched`]), as the apiserver
+    /// answers a patch or an apply of some fields of an object it has: the written object, of
+    /// which the decisions read more than the fields sent; 422 where a JSON patch does not
+    /// apply.
     pub fn patched(object: Value) -> Self {
         Self::at_once(Reply::Patched(object))
     }
@@ -232,13 +248,13 @@ impl Answer {
         let (method, body) = (&call.method, call.body.as_ref());
         let (code, value) = match &self.reply {
             Reply::Object(object) => (200, object.clone()),
-            Reply::Patched(object) => {
-                let mut object = object.clone();
-                if let Some(body) = body {
-                    merge(&mut object, body);
+            Reply::Patched(object) => match call.patched(object) {
+                Some(patched) => (200, patched),
+                None => {
+                    let refused = Answer::status(422, "Invalid", "the JSON patch does not apply");
+                    return refused.respond(call);
                 }
-                (200, object)
-            }
+            },
             Reply::Echo => {
                 let code = if method == Method::POST { 201 } else { 200 };
                 (code, body.cloned().unwrap_or(Value::Null))

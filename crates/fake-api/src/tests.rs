@@ -139,3 +139,29 @@ async fn a_late_answer_comes_after_its_delay_and_calls_made_meanwhile_overlap_it
     let waited = start.elapsed();
     assert!(waited >= delay && waited < 2 * delay, "{waited:?}");
 }
+
+#[tokio::test]
+async fn a_patched_answer_applies_a_json_patch_and_refuses_one_that_does_not_apply() {
+    let mut base = pod("web-0");
+    base["metadata"]["labels"] = json!({"app": "web"});
+    let api = FakeApi::new().on("PATCH", POD, Answer::patched(base.clone()));
+    let pods: Api<Pod> = Api::namespaced(api.client(), "ns");
+    let json_patch =
+        |operations: Value| Patch::<()>::Json(serde_json::from_value(operations).unwrap());
+    let removed = json_patch(json!([{"op": "remove", "path": "/metadata/labels/app"}]));
+    let written = pods
+        .patch("web-0", &PatchParams::default(), &removed)
+        .await
+        .unwrap();
+    assert_eq!(written.metadata.labels, Some(Default::default()));
+    assert_eq!(
+        api.calls()[0].patched(&base).unwrap()["metadata"]["labels"],
+        json!({})
+    );
+    let missing = json_patch(json!([{"op": "remove", "path": "/metadata/labels/gone"}]));
+    let refused = pods
+        .patch("web-0", &PatchParams::default(), &missing)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, kube::Error::Api(status) if status.code == 422));
+}

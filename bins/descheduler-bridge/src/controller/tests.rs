@@ -78,11 +78,11 @@ fn pod(started: Option<SignedDuration>) -> Value {
 }
 
 /// A fake apiserver holding `request` at `path` and `pod` (`None`: gone); a withdrawal is
-/// answered with the object applied, a pod patch with the pod patched.
+/// answered with the request patched, a pod patch with the pod patched.
 fn apiserver(path: &str, request: &Value, pod: Option<Value>) -> FakeApi {
     let api = FakeApi::new()
         .on("GET", path, Answer::object(request.clone()))
-        .on("PATCH", path, Answer::echo());
+        .on("PATCH", path, Answer::patched(request.clone()));
     match pod {
         Some(pod) => {
             api.on("GET", POD, Answer::object(pod.clone()))
@@ -168,8 +168,13 @@ async fn a_canceled_request_is_withdrawn_from_and_the_pods_marks_cleared() {
     let calls = api.object_calls();
     let withdrawal = &calls[2];
     assert!(withdrawal.has_query(&format!("fieldManager={DESCHEDULER_REQUESTER}")));
-    assert_eq!(withdrawal.field("/spec/requesters"), &json!([]));
-    assert_eq!(withdrawal.field("/metadata/resourceVersion"), "5");
+    let withdrawn = withdrawal.patched(&request).unwrap();
+    assert_eq!(withdrawn["spec"]["requesters"], json!([]));
+    // Written at the resourceVersion read: a request written meanwhile is a 409.
+    assert_eq!(
+        withdrawal.field("/0"),
+        &json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "5"})
+    );
     assert_marks_cleared(&calls[3]);
     assert_eq!(api.event_reasons(), ["EvacuationEnded"]);
     assert_eq!(
@@ -300,11 +305,9 @@ async fn an_upstream_request_whose_pod_was_evicted_is_withdrawn_by_intent() {
     );
     let withdrawal = &api.object_calls()[2];
     assert!(withdrawal.has_query(&format!("fieldManager={DESCHEDULER_REQUESTER_KEY}")));
-    assert_eq!(withdrawal.field("/spec/intent"), "Withdrawn");
-    assert_eq!(
-        withdrawal.field("/spec/requester"),
-        DESCHEDULER_REQUESTER_KEY
-    );
+    let withdrawn = withdrawal.patched(&request).unwrap();
+    assert_eq!(withdrawn["spec"]["intent"], "Withdrawn");
+    assert_eq!(withdrawn["spec"]["requester"], DESCHEDULER_REQUESTER_KEY);
     assert_eq!(api.event_reasons(), ["EvacuationEnded"]);
 }
 
