@@ -220,10 +220,11 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
     )
     .await?;
     match command {
-        Command::Request(args) => requests::request(&client, &args).await,
-        Command::Withdraw(args) => requests::withdraw(&client, &args).await,
-        Command::Describe(args) => requests::describe(&client, &args).await,
+        Command::Request(args) => requests::request(&client, &args).await?,
+        Command::Withdraw(args) => requests::withdraw(&client, &args).await?,
+        Command::Describe(args) => requests::describe(&client, &args).await?,
     }
+    Ok(())
 }
 
 /// Starts the health server, the webhook (all replicas) and the controller (the Lease

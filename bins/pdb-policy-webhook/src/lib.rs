@@ -80,7 +80,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<()> {
             )
             .await
             .context("connecting to the Kubernetes API")?;
-            explain::run(client, &args).await
+            Ok(explain::run(client, &args).await?)
         }
     }
 }

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use anyhow::{Context as _, Result, bail};
 use clap::{Args, ValueEnum};
 use evictkit_api::PodDisruptionBudgetPolicy;
 use evictkit_core::pdb_policy::{self, Explanation};
@@ -15,6 +14,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client};
+
+use crate::ApiError;
 
 /// `explain`'s flags.
 #[derive(Debug, Clone, Args)]
@@ -51,7 +52,25 @@ pub enum Output {
     Json,
 }
 
-pub async fn run(client: Client, args: &ExplainArgs) -> Result<()> {
+/// Why the pods could not be explained: what was named, or what could not be read or printed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("{0:?} is not NAMESPACE/POD, e.g. default/web-0")]
+    NotNamespacedPod(String),
+    #[error("name a pod (NAMESPACE/POD) or a node (--node NODE)")]
+    NothingNamed,
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// What the stricter rules read of a pod's volumes.
+    #[error(transparent)]
+    Circumstances(#[from] live::ReadError),
+    #[error("printing the explanations")]
+    Print(#[from] std::io::Error),
+    #[error("printing the explanations as JSON")]
+    Json(#[from] serde_json::Error),
+}
+
+pub async fn run(client: Client, args: &ExplainArgs) -> Result<(), ExplainError> {
     let explanations = explain(client, args).await?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -63,17 +82,17 @@ pub async fn run(client: Client, args: &ExplainArgs) -> Result<()> {
 }
 
 /// The explanations of the pods `args` names, in namespace and name order.
-pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanation>> {
+pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanation>, ExplainError> {
     let targets: Vec<Pod> = match (&args.pod, &args.node) {
         (Some(pod), _) => {
             let Some((namespace, name)) = pod.split_once('/') else {
-                bail!("{pod:?} is not NAMESPACE/POD, e.g. default/web-0");
+                return Err(ExplainError::NotNamespacedPod(pod.clone()));
             };
             let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
             vec![
                 pods.get(name)
                     .await
-                    .with_context(|| format!("reading pod {namespace}/{name}"))?,
+                    .map_err(ApiError::of("reading", format!("pod {namespace}/{name}")))?,
             ]
         }
         (None, Some(node)) => {
@@ -81,10 +100,10 @@ pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanati
             let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
             pods.list(&on_node)
                 .await
-                .with_context(|| format!("listing the pods on node {node}"))?
+                .map_err(ApiError::of("listing", format!("the pods on node {node}")))?
                 .items
         }
-        (None, None) => bail!("name a pod (NAMESPACE/POD) or a node (--node NODE)"),
+        (None, None) => return Err(ExplainError::NothingNamed),
     };
     let policies = policies(&client).await?;
     let mut by_namespace: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
@@ -99,12 +118,15 @@ pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanati
         let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &namespace)
             .list(&ListParams::default())
             .await
-            .with_context(|| format!("listing the PodDisruptionBudgets of namespace {namespace}"))?
+            .map_err(ApiError::of(
+                "listing",
+                format!("the PodDisruptionBudgets of namespace {namespace}"),
+            ))?
             .items;
         let labels = Api::<Namespace>::all(client.clone())
             .get(&namespace)
             .await
-            .with_context(|| format!("reading namespace {namespace}"))?
+            .map_err(ApiError::of("reading", format!("namespace {namespace}")))?
             .metadata
             .labels
             .unwrap_or_default();
@@ -114,7 +136,10 @@ pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanati
             Api::<Pod>::namespaced(client.clone(), &namespace)
                 .list(&ListParams::default())
                 .await
-                .with_context(|| format!("listing the pods of namespace {namespace}"))?
+                .map_err(ApiError::of(
+                    "listing",
+                    format!("the pods of namespace {namespace}"),
+                ))?
                 .items
         } else {
             targets.clone()
@@ -135,14 +160,18 @@ pub async fn explain(client: Client, args: &ExplainArgs) -> Result<Vec<Explanati
 
 /// The policies of the cluster; none when the CRD is not installed (the apiserver's decision
 /// is then the whole story).
-async fn policies(client: &Client) -> Result<Vec<PodDisruptionBudgetPolicy>> {
-    match Api::<PodDisruptionBudgetPolicy>::all(client.clone())
+async fn policies(client: &Client) -> Result<Vec<PodDisruptionBudgetPolicy>, ApiError> {
+    let listed = Api::<PodDisruptionBudgetPolicy>::all(client.clone())
         .list(&ListParams::default())
         .await
-    {
+        .map_err(ApiError::of(
+            "listing",
+            "PodDisruptionBudgetPolicies".to_owned(),
+        ));
+    match listed {
         Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-        Err(error) => Err(error).context("listing PodDisruptionBudgetPolicies"),
+        Err(error) if error.not_found() => Ok(Vec::new()),
+        Err(error) => Err(error),
     }
 }
 

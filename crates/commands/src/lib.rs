@@ -7,7 +7,36 @@
 //!   kubectl-evictkit's `describe`).
 //!
 //! They read and write through `evictkit-runtime`'s clients; the decisions are
-//! `evictkit-core`'s.
+//! `evictkit-core`'s. Their errors say what they were doing to which object; the binaries that
+//! run them print them.
 
 pub mod explain;
 pub mod requests;
+
+/// A call to the apiserver that failed, saying what the command was doing to which object
+/// (`reading pod shop/web-0`). The apiserver's answer is its source and not in its message:
+/// kubectl-evictkit prints the answer's own message after it, not kube's whole Status.
+#[derive(Debug, thiserror::Error)]
+#[error("{doing} {object}")]
+pub struct ApiError {
+    pub doing: &'static str,
+    pub object: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ApiError {
+    /// For `map_err`: the failure of `doing` to `object`.
+    fn of(doing: &'static str, object: String) -> impl FnOnce(kube::Error) -> Self {
+        move |source| ApiError {
+            doing,
+            object,
+            source,
+        }
+    }
+
+    /// Whether the apiserver answered 404: the object, or the kind's API, does not exist.
+    fn not_found(&self) -> bool {
+        matches!(&self.source, kube::Error::Api(status) if status.code == 404)
+    }
+}

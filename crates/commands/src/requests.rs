@@ -4,15 +4,16 @@
 
 mod lifecycle;
 
-use anyhow::Context as _;
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_runtime::clients::eviction_request::TargetPod;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::clients::eviction_request::apis::{ApiMode, served};
 use evictkit_runtime::clients::eviction_request::crd::{request_eviction, withdraw_target};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
+
+use crate::ApiError;
 
 #[derive(Debug, clap::Args)]
 pub struct RequestArgs {
@@ -40,6 +41,25 @@ pub struct DescribeArgs {
     pub api: ApiMode,
 }
 
+/// Why a request command failed: the apiserver's answer to one of its calls, or the request
+/// library's error, each naming the object.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestCommandError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("asking the cluster whether it serves lifecycle.k8s.io")]
+    Discovery(#[source] kube::Error),
+    #[error(transparent)]
+    Request(#[from] EvictionRequestError),
+}
+
+/// The API `mode` names, discovered for `auto`.
+async fn resolve(mode: ApiMode, client: &Client) -> Result<ApiMode, RequestCommandError> {
+    mode.resolve(client)
+        .await
+        .map_err(RequestCommandError::Discovery)
+}
+
 fn parse_pod(value: &str) -> Result<(String, String), String> {
     match value.split_once('/') {
         Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => {
@@ -50,15 +70,18 @@ fn parse_pod(value: &str) -> Result<(String, String), String> {
 }
 
 /// Asks for the eviction of the pod as `args.requester` (creates or joins its EvictionRequest).
-pub async fn request(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
+pub async fn request(client: &Client, args: &RequestArgs) -> Result<(), RequestCommandError> {
     let (namespace, name) = &args.pod;
-    if args.api.resolve(client).await? == ApiMode::Lifecycle {
+    if resolve(args.api, client).await? == ApiMode::Lifecycle {
         return lifecycle::request(client, namespace, name, &args.requester).await;
     }
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+        .map_err(ApiError::of(
+            "cannot read",
+            format!("pod {namespace}/{name}"),
+        ))?;
     let request = request_eviction(client, &pod, &args.requester).await?;
     println!(
         "EvictionRequest {namespace}/{} requests the eviction of pod {namespace}/{name} as {}.",
@@ -70,9 +93,9 @@ pub async fn request(client: &Client, args: &RequestArgs) -> anyhow::Result<()> 
 
 /// Withdraws `args.requester` from the pod's EvictionRequest; with no requester left it is
 /// canceled.
-pub async fn withdraw(client: &Client, args: &RequestArgs) -> anyhow::Result<()> {
+pub async fn withdraw(client: &Client, args: &RequestArgs) -> Result<(), RequestCommandError> {
     let (namespace, name) = &args.pod;
-    if args.api.resolve(client).await? == ApiMode::Lifecycle {
+    if resolve(args.api, client).await? == ApiMode::Lifecycle {
         return lifecycle::withdraw_request(client, namespace, name, &args.requester).await;
     }
     let Some(request) = find(client, namespace, name).await? else {
@@ -98,20 +121,22 @@ pub async fn withdraw(client: &Client, args: &RequestArgs) -> anyhow::Result<()>
 /// Prints a pod's request in words (also the text of `kubectl evictkit describe`). `auto` reads
 /// both APIs a cluster may hold requests in: lifecycle.k8s.io where it is served, and
 /// evictkit.io's CRD where it is installed (a v1.37 cluster may have both).
-pub async fn describe(client: &Client, args: &DescribeArgs) -> anyhow::Result<()> {
+pub async fn describe(client: &Client, args: &DescribeArgs) -> Result<(), RequestCommandError> {
     let (namespace, name) = &args.pod;
     let lifecycle = match args.api {
         ApiMode::Lifecycle => true,
         ApiMode::Crd => false,
-        ApiMode::Auto => served(client).await?,
+        ApiMode::Auto => served(client)
+            .await
+            .map_err(RequestCommandError::Discovery)?,
     };
     let mut found = lifecycle && lifecycle::describe_pod(client, namespace, name).await?;
     if args.api != ApiMode::Lifecycle {
         let request = match find(client, namespace, name).await {
             Ok(request) => request,
             // auto: a cluster without the CRD simply has no such requests.
-            Err(error) if args.api == ApiMode::Auto && crd_missing(&error) => None,
-            Err(error) => return Err(error),
+            Err(error) if args.api == ApiMode::Auto && error.not_found() => None,
+            Err(error) => return Err(error.into()),
         };
         if let Some(request) = request {
             for line in evictkit_core::eviction_request::crd::describe(&request, Timestamp::now()) {
@@ -126,35 +151,35 @@ pub async fn describe(client: &Client, args: &DescribeArgs) -> anyhow::Result<()
     Ok(())
 }
 
-/// Whether reading EvictionRequests failed because evictkit.io's CRD is not installed.
-fn crd_missing(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        matches!(cause.downcast_ref::<kube::Error>(), Some(kube::Error::Api(status)) if status.code == 404)
-    })
-}
-
 /// The request of the pod named `name`: the one named after the current pod's UID, or else
-/// (the pod is gone) the newest one that targets a pod of that name.
+/// (the pod is gone) the newest one that targets a pod of that name. A 404 says that
+/// evictkit.io's CRD is not installed (a pod or request that does not exist is `None`).
 pub async fn find(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> anyhow::Result<Option<EvictionRequest>> {
+) -> Result<Option<EvictionRequest>, ApiError> {
     let requests = Api::<EvictionRequest>::namespaced(client.clone(), namespace);
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
-        .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+        .map_err(ApiError::of(
+            "cannot read",
+            format!("pod {namespace}/{name}"),
+        ))?;
     if let Some(uid) = pod.and_then(|p| p.metadata.uid) {
-        return requests
-            .get_opt(&uid)
-            .await
-            .with_context(|| format!("cannot read EvictionRequest {namespace}/{uid}"));
+        return requests.get_opt(&uid).await.map_err(ApiError::of(
+            "cannot read",
+            format!("EvictionRequest {namespace}/{uid}"),
+        ));
     }
     let list = requests
         .list(&ListParams::default())
         .await
-        .with_context(|| format!("cannot list EvictionRequests in {namespace}"))?;
+        .map_err(ApiError::of(
+            "cannot list",
+            format!("EvictionRequests in {namespace}"),
+        ))?;
     Ok(list
         .items
         .into_iter()

@@ -1,6 +1,5 @@
 //! `request`, `withdraw` and `describe` on Kubernetes' own `lifecycle.k8s.io` API.
 
-use anyhow::Context as _;
 use evictkit_runtime::clients::eviction_request::TargetPod;
 use evictkit_runtime::clients::eviction_request::upstream::{
     request_eviction, request_name, withdraw,
@@ -11,16 +10,22 @@ use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
+use super::RequestCommandError;
+use crate::ApiError;
+
 pub async fn request(
     client: &Client,
     namespace: &str,
     name: &str,
     requester: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), RequestCommandError> {
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .with_context(|| format!("cannot read pod {namespace}/{name}"))?;
+        .map_err(ApiError::of(
+            "cannot read",
+            format!("pod {namespace}/{name}"),
+        ))?;
     let request = request_eviction(client, &TargetPod::of(&pod)?, requester).await?;
     println!(
         "EvictionRequest {namespace}/{} asks for the eviction of pod {namespace}/{name} as {requester}.",
@@ -34,13 +39,13 @@ pub async fn withdraw_request(
     namespace: &str,
     name: &str,
     requester: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), RequestCommandError> {
     let api = Api::<EvictionRequest>::namespaced(client.clone(), namespace);
     let request_name = request_name(name, requester);
-    let Some(existing) = api
-        .get_opt(&request_name)
-        .await
-        .with_context(|| format!("cannot read EvictionRequest {namespace}/{request_name}"))?
+    let Some(existing) = api.get_opt(&request_name).await.map_err(ApiError::of(
+        "cannot read",
+        format!("EvictionRequest {namespace}/{request_name}"),
+    ))?
     else {
         println!("{requester} has no EvictionRequest for pod {namespace}/{name}.");
         return Ok(());
@@ -61,7 +66,10 @@ pub async fn withdraw_request(
     let others = Api::<EvictionRequest>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .with_context(|| format!("cannot list EvictionRequests in {namespace}"))?
+        .map_err(ApiError::of(
+            "cannot list",
+            format!("EvictionRequests in {namespace}"),
+        ))?
         .items
         .into_iter()
         .filter(|r| {
@@ -89,12 +97,15 @@ pub async fn withdraw_request(
 
 /// Every Eviction of pods named `name` with its responders' timeline, then every
 /// EvictionRequest with its intent ([`evictkit_core::eviction_request::upstream::describe_pod`]); whether the pod has any.
-pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyhow::Result<bool> {
+pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> Result<bool, ApiError> {
     let targets = |pod: Option<&str>| pod == Some(name);
     let evictions: Vec<Eviction> = Api::<Eviction>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .with_context(|| format!("cannot list Evictions in {namespace}"))?
+        .map_err(ApiError::of(
+            "cannot list",
+            format!("Evictions in {namespace}"),
+        ))?
         .items
         .into_iter()
         .filter(|e| targets(e.spec.target.pod.as_ref().map(|p| p.name.as_str())))
@@ -103,7 +114,10 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> anyho
         Api::<EvictionRequest>::namespaced(client.clone(), namespace)
             .list(&ListParams::default())
             .await
-            .with_context(|| format!("cannot list EvictionRequests in {namespace}"))?
+            .map_err(ApiError::of(
+                "cannot list",
+                format!("EvictionRequests in {namespace}"),
+            ))?
             .items
             .into_iter()
             .filter(|r| targets(r.spec.target.pod.as_ref().map(|p| p.name.as_str())))
