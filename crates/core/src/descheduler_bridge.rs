@@ -33,9 +33,8 @@ use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::eviction_request::crd::State;
-use crate::eviction_request::upstream::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION,
-};
+use crate::eviction_request::requester::{UpstreamReport, upstream_report};
+use crate::eviction_request::upstream::INTENT_EVICTION;
 
 #[cfg(test)]
 mod tests;
@@ -367,29 +366,10 @@ pub const DESCHEDULER_ASSUMED_TTL: SignedDuration = SignedDuration::from_secs(60
 /// say nothing yet: after a withdrawal, the request asking again still carries the `Failed`
 /// of its cancellation until the controller starts over.
 pub fn lifecycle_state(request: &LifecycleRequest) -> State {
-    let status = request.status.as_ref();
-    let observed = status.and_then(|s| s.observed_generation);
-    if request
-        .metadata
-        .generation
-        .is_some_and(|generation| observed.is_none_or(|observed| observed < generation))
-    {
-        return State::InProgress;
-    }
-    let conditions = status
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    let is_true = |kind: &str| {
-        conditions
-            .iter()
-            .any(|c| c.type_ == kind && c.status == "True")
-    };
-    if is_true(CONDITION_TARGET_EVICTED) {
-        State::Evicted
-    } else if is_true(CONDITION_FAILED) {
-        State::Canceled
-    } else {
-        State::InProgress
+    match upstream_report(request) {
+        UpstreamReport::Behind | UpstreamReport::Open => State::InProgress,
+        UpstreamReport::Evicted => State::Evicted,
+        UpstreamReport::Failed(_) => State::Canceled,
     }
 }
 

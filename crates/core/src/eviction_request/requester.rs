@@ -7,6 +7,7 @@
 
 use evictkit_api::eviction_request::EvictionRequest;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::crd::{State, refusal};
 use super::upstream::{
@@ -50,24 +51,47 @@ pub fn crd_standing(request: &EvictionRequest) -> Standing {
 /// with `Failed` and reason `EvictionInvalid`; an Eviction that failed otherwise has ended
 /// without taking the pod.
 pub fn upstream_standing(request: &LifecycleRequest) -> Standing {
+    match upstream_report(request) {
+        UpstreamReport::Behind => Standing::Pending,
+        UpstreamReport::Open | UpstreamReport::Evicted => Standing::Accepted,
+        UpstreamReport::Failed(failed) if failed.reason == REASON_EVICTION_INVALID => {
+            Standing::Refused
+        }
+        UpstreamReport::Failed(_) => Standing::Ended,
+    }
+}
+
+/// What the eviction request controller last said of a `lifecycle.k8s.io` EvictionRequest, in
+/// the conditions it mirrors from the pod's Eviction; what each requester makes of it is its own
+/// ([`upstream_standing`], [`crate::descheduler_bridge::lifecycle_state`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum UpstreamReport<'a> {
+    /// The controller has not observed the request's current generation: its conditions are
+    /// an older generation's (after a withdrawal, the `Failed` of the cancellation).
+    Behind,
+    /// Neither `TargetEvicted` nor `Failed` is True.
+    Open,
+    /// `TargetEvicted=True`.
+    Evicted,
+    /// `Failed=True`.
+    Failed(&'a Condition),
+}
+
+pub(crate) fn upstream_report(request: &LifecycleRequest) -> UpstreamReport<'_> {
     let status = request.status.as_ref();
-    let conditions = status.and_then(|s| s.conditions.as_deref());
-    // Conditions are a map by type: the one of `kind`, if it is True.
-    let is_true = |kind: &str| condition(conditions, kind).filter(|c| c.status == "True");
     if !caught_up(
         request.metadata.generation,
         status.and_then(|s| s.observed_generation),
     ) {
-        return Standing::Pending;
+        return UpstreamReport::Behind;
     }
+    let conditions = status.and_then(|s| s.conditions.as_deref());
+    // Conditions are a map by type: the one of `kind`, if it is True.
+    let is_true = |kind: &str| condition(conditions, kind).filter(|c| c.status == "True");
     if is_true(CONDITION_TARGET_EVICTED).is_some() {
-        return Standing::Accepted;
+        return UpstreamReport::Evicted;
     }
-    match is_true(CONDITION_FAILED) {
-        Some(failed) if failed.reason == REASON_EVICTION_INVALID => Standing::Refused,
-        Some(_) => Standing::Ended,
-        None => Standing::Accepted,
-    }
+    is_true(CONDITION_FAILED).map_or(UpstreamReport::Open, UpstreamReport::Failed)
 }
 
 /// Whether the controller observed `generation` (an object without one is taken as seen).
