@@ -66,7 +66,17 @@ pub trait Request:
     /// requests of the same pod are theirs alone).
     fn concerns_bridge(&self) -> bool;
 
-    fn target(&self) -> Option<TargetPod>;
+    /// The name and UID of the pod the request targets, as its `.spec.target.pod` says.
+    fn target_pod(&self) -> Option<(&str, &str)>;
+
+    /// The pod the request targets, in the request's namespace.
+    fn target(&self) -> Option<TargetPod> {
+        self.target_pod().map(|(name, uid)| TargetPod {
+            namespace: self.namespace().unwrap_or_default(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+        })
+    }
 
     fn state(&self) -> State;
 
@@ -92,12 +102,9 @@ impl Request for EvictionRequest {
         true
     }
 
-    fn target(&self) -> Option<TargetPod> {
-        self.spec.target.pod.as_ref().map(|pod| TargetPod {
-            namespace: self.namespace().unwrap_or_default(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-        })
+    fn target_pod(&self) -> Option<(&str, &str)> {
+        let pod = self.spec.target.pod.as_ref()?;
+        Some((&pod.name, &pod.uid))
     }
 
     fn state(&self) -> State {
@@ -129,12 +136,9 @@ impl Request for LifecycleRequest {
         self.spec.requester == DESCHEDULER_REQUESTER_KEY
     }
 
-    fn target(&self) -> Option<TargetPod> {
-        self.spec.target.pod.as_ref().map(|pod| TargetPod {
-            namespace: self.namespace().unwrap_or_default(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-        })
+    fn target_pod(&self) -> Option<(&str, &str)> {
+        let pod = self.spec.target.pod.as_ref()?;
+        Some((&pod.name, &pod.uid))
     }
 
     fn state(&self) -> State {
