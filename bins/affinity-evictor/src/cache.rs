@@ -14,6 +14,7 @@ use evictkit_core::affinity_eviction::{
     AffinitySource, CONDITION_TYPE, Execution, ExecutionAffinity, PodFacts, changed_label_keys,
     skip,
 };
+use evictkit_core::objects::pod_conditions;
 use evictkit_runtime::caches::index::Grouped;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -49,13 +50,8 @@ impl From<Pod> for CachedPod {
             skip: skip(&pod),
             execution: SHARED_AFFINITIES.execution(&pod),
         };
-        let marked = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == CONDITION_TYPE && c.status == STATUS_TRUE);
+        let marked =
+            pod_conditions(&pod).any(|c| c.type_ == CONDITION_TYPE && c.status == STATUS_TRUE);
         let node_name = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
         let mut metadata = pod.metadata;
         let daemonset = metadata

@@ -11,6 +11,7 @@ use std::sync::{Arc, LazyLock};
 use evictkit_api::conditions::{
     POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER, STATUS_TRUE,
 };
+use evictkit_core::objects::{node_conditions, node_taints, pod_conditions};
 use evictkit_core::taints::no_execute_taints;
 use evictkit_runtime::caches::index::Grouped;
 use jiff::Timestamp;
@@ -82,16 +83,11 @@ impl std::hash::Hash for Tolerations {
 impl From<Pod> for CachedPod {
     fn from(pod: Pod) -> Self {
         let bound_at = bound_at(&pod);
-        let marked_for_deletion = pod
-            .status
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                c.type_ == POD_DISRUPTION_TARGET
-                    && c.status == STATUS_TRUE
-                    && c.reason.as_deref() == Some(REASON_DELETION_BY_TAINT_MANAGER)
-            });
+        let marked_for_deletion = pod_conditions(&pod).any(|c| {
+            c.type_ == POD_DISRUPTION_TARGET
+                && c.status == STATUS_TRUE
+                && c.reason.as_deref() == Some(REASON_DELETION_BY_TAINT_MANAGER)
+        });
         let spec = pod.spec.unwrap_or_default();
         let mut metadata = pod.metadata;
         CachedPod {
@@ -130,12 +126,7 @@ impl CachedPod {
 /// When the pod was bound to its node: its PodScheduled condition, else its creation (a pod
 /// created with spec.nodeName set never passes the scheduler).
 fn bound_at(pod: &Pod) -> Timestamp {
-    let scheduled = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
+    let scheduled = pod_conditions(pod)
         .find(|c| c.type_ == POD_SCHEDULED && c.status == "True")
         .and_then(|c| c.last_transition_time.as_ref());
     scheduled
@@ -146,12 +137,7 @@ fn bound_at(pod: &Pod) -> Timestamp {
 /// Whether the node's Ready condition is True; a node without one is not ready (upstream's
 /// `ComputeZoneState`).
 pub fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == NODE_READY && c.status == "True")
+    node_conditions(node).any(|c| c.type_ == NODE_READY && c.status == "True")
 }
 
 pub fn strip_namespace(namespace: &mut Namespace) {
@@ -181,37 +167,27 @@ impl FirstSeen {
         let name = node.metadata.name.clone().unwrap_or_default();
         let seen = self.nodes.entry(name).or_default();
         let now = Timestamp::now();
-        let taints: Vec<Taint> = no_execute_taints(
-            node.spec
-                .as_ref()
-                .and_then(|s| s.taints.as_deref())
-                .unwrap_or_default(),
-        )
-        .map(|taint| {
-            if taint.time_added.is_some() {
-                return taint.clone();
-            }
-            let same = |t: &Taint| t.key == taint.key && t.value == taint.value;
-            let first = seen
-                .iter()
-                .find(|(t, _)| same(t))
-                .map_or(now, |(_, at)| *at);
-            Taint {
-                time_added: Some(Time(first)),
-                ..taint.clone()
-            }
-        })
-        .collect();
+        let taints: Vec<Taint> = no_execute_taints(node_taints(node))
+            .map(|taint| {
+                if taint.time_added.is_some() {
+                    return taint.clone();
+                }
+                let same = |t: &Taint| t.key == taint.key && t.value == taint.value;
+                let first = seen
+                    .iter()
+                    .find(|(t, _)| same(t))
+                    .map_or(now, |(_, at)| *at);
+                Taint {
+                    time_added: Some(Time(first)),
+                    ..taint.clone()
+                }
+            })
+            .collect();
         *seen = taints
             .iter()
             .filter_map(|t| Some((t.clone(), t.time_added.as_ref()?.0)))
             .collect();
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
+        let ready = node_conditions(node)
             .find(|c| c.type_ == NODE_READY)
             .map(|c| NodeCondition {
                 type_: NODE_READY.to_owned(),

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use evictkit_api::keys::{MERGED_NODE_AFFINITY, MIRROR_POD_ANNOTATION, REQUIRED_DURING_EXECUTION};
+use evictkit_api::keys::{MERGED_NODE_AFFINITY, REQUIRED_DURING_EXECUTION};
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
 };
@@ -22,6 +22,7 @@ use crate::node_selector::{
     AnnotationError, NodeSelectorMatcher, RequiredDuringExecution, RequiredNodeAffinity,
     SCHEDULING, SelectorErrors, parse_required_during_execution,
 };
+use crate::objects::is_mirror;
 
 /// Pod condition type the affinity-evictor sets, `True` with reason
 /// `RequiredNodeAffinityViolation` while the pod violates its execution-time node affinity.
@@ -50,8 +51,7 @@ pub enum Skip {
 
 /// Whether the pod is outside the controller's reach, and why.
 pub fn skip(pod: &Pod) -> Option<Skip> {
-    let annotations = pod.metadata.annotations.as_ref();
-    if annotations.is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION)) {
+    if is_mirror(&pod.metadata) {
         return Some(Skip::Mirror);
     }
     if pod.metadata.deletion_timestamp.is_some() {

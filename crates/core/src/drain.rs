@@ -12,7 +12,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use evictkit_api::keys::MIRROR_POD_ANNOTATION;
+use crate::objects::is_mirror;
 
 pub mod blocker;
 pub mod progress;
@@ -118,12 +118,7 @@ pub fn verdict(pod: &Pod, options: Options) -> Verdict {
             Verdict::Refuse(Refusal::DaemonSet)
         };
     }
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
-    if mirror {
+    if is_mirror(&pod.metadata) {
         return Verdict::Skip(Skip::Mirror);
     }
     let mut warnings = Vec::new();

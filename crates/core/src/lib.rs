@@ -21,6 +21,7 @@
 //! | [`descheduler_bridge`] | KEP-1397 through KEP-4563: which descheduler evictions become EvictionRequests (the 429 "in background" answer), and when the bridge withdraws (request ended, TTL) | the descheduler's `EvictionsInBackground` protocol (`pkg/descheduler/evictions`) |
 //! | [`drain`] | KEP-4563's canonical requester, `kubectl evictkit drain`: which pods a drain asks to go, leaves or refuses; where each pod's eviction stands | k8s.io/kubectl `pkg/drain` filters |
 //! | [`table`] | kubectl's tables for people, and its coarse ages | kubectl's printers |
+//! | [`objects`] | what several decisions read of a Pod or a Node: conditions, taints, a mirror pod | the kubelet's `kubernetes.io/config.mirror` |
 //! | [`pdb_policy`] | the PodDisruptionBudgetPolicy in force in a namespace, PDB defaulting and checks, stricter eviction rules, `explain` (KEP-3017) | evictkit's own, on top of [`eviction`] |
 //!
 //! Invalid user input is a typed error, never a panic; where upstream tolerates invalid input
@@ -37,6 +38,7 @@ pub mod eviction;
 pub mod eviction_request;
 pub mod labels;
 pub mod node_selector;
+pub mod objects;
 pub mod pdb_policy;
 pub mod table;
 pub mod taint_policy;

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::progress::{EVICTION_API, Progress};
+use crate::objects::{node_conditions, node_taints};
 use crate::pdb_policy::{self, Circumstances};
 use crate::table::age;
 use evictkit_api::keys::{
@@ -41,23 +42,13 @@ pub enum Blocker {
 /// Whether `node` is unreachable, and why: its Ready condition not True, or the node
 /// lifecycle controller's unreachable or not-ready taint.
 pub fn unreachable(node: &Node) -> Option<String> {
-    let taint = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
+    let taint = node_taints(node)
+        .iter()
         .find(|t| UNREACHABLE_TAINTS.contains(&t.key.as_str()));
     if let Some(taint) = taint {
         return Some(format!("taint {}:{}", taint.key, taint.effect));
     }
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Ready");
+    let ready = node_conditions(node).find(|c| c.type_ == "Ready");
     match ready {
         Some(ready) if ready.status != "True" => Some(match ready.message.as_deref() {
             Some(message) if !message.is_empty() => format!("Ready={}: {message}", ready.status),

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::objects::pod_conditions;
+
 /// The facts of a pod the eviction subresource and the stricter rules decide on: identity,
 /// labels (PDB selectors), deletionTimestamp, phase, which conditions are True, and the
 /// volumes that may keep data on the node.
@@ -138,11 +140,7 @@ impl PodFacts for Pod {
     }
 
     fn condition_true(&self, type_: &str) -> bool {
-        let conditions = self.status.as_ref().and_then(|s| s.conditions.as_ref());
-        conditions
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == type_ && c.status == "True")
+        pod_conditions(self).any(|c| c.type_ == type_ && c.status == "True")
     }
 
     fn volumes(&self) -> impl Iterator<Item = PodVolume<&str>> {

@@ -1,4 +1,5 @@
 use super::*;
+use evictkit_api::keys::MIRROR_POD_ANNOTATION;
 use k8s_openapi::api::core::v1::{Affinity, NodeAffinity, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
