@@ -3,8 +3,9 @@
 //! Eviction API, and the retry count it writes into its message and reads back from it, so a
 //! restart keeps its back-off.
 
-use evictkit_api::keys::MIRROR_POD_ANNOTATION;
 use k8s_openapi::api::core::v1::Pod;
+
+use crate::objects::is_mirror;
 
 /// What the imperative eviction should do when it is active.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,12 +25,7 @@ pub fn imperative(pod: &Pod) -> Imperative {
     if pod.metadata.deletion_timestamp.is_some() {
         return Imperative::Terminating;
     }
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION));
-    if mirror {
+    if is_mirror(&pod.metadata) {
         return Imperative::Unsupported(
             "API-initiated eviction of mirror pods is not supported: delete the static pod's manifest on its node to terminate it.".to_owned(),
         );
