@@ -317,6 +317,7 @@ async fn decide(
         } = facts;
         let pods = with_subject(&others, &pod);
         let decision = eviction::decide(&pod, &pdbs);
+        let strict = pdb_policy::StrictCase::new(&pod, &decision, &pdbs, &pods, policy);
         let mut allowed = ctx.allowed();
         let not_seen = not_seen(
             ctx,
@@ -330,24 +331,13 @@ async fn decide(
             // Another review was allowed since these facts were gathered: at a boundary it
             // now reached, the facts are gathered again with the reads it needs.
             circumstances.allowed_not_seen = not_seen;
-            let reads =
-                pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
+            let reads = pdb_policy::fresh_reads(&strict, &circumstances);
             if reads.iter().any(|read| !fresh.contains(read)) {
                 continue;
             }
         }
-        let denial =
-            pdb_policy::stricter_eviction(&pod, &decision, &pdbs, &pods, policy, &circumstances);
-        if denial.is_none()
-            && !dry_run
-            && pdb_policy::takes_a_strict_place(
-                &pod,
-                &decision,
-                &pdbs,
-                &pods,
-                policy,
-                &circumstances,
-            )
+        let denial = pdb_policy::stricter_eviction(&strict, &circumstances);
+        if denial.is_none() && !dry_run && pdb_policy::takes_a_strict_place(&strict, &circumstances)
         {
             allowed.allowed(&pod, circumstances.now);
         }
@@ -463,7 +453,8 @@ async fn facts(
             &pdbs,
             circumstances.now,
         );
-        let reads = pdb_policy::fresh_reads(&pod, &decision, &pdbs, &pods, policy, &circumstances);
+        let strict = pdb_policy::StrictCase::new(&pod, &decision, &pdbs, &pods, policy);
+        let reads = pdb_policy::fresh_reads(&strict, &circumstances);
         let reads: Vec<_> = reads
             .into_iter()
             .filter(|read| !fresh.contains(read))

@@ -8,7 +8,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
-use super::stricter::{Circumstances, StricterDenial, stricter_eviction};
+use super::stricter::{Circumstances, StrictCase, StricterDenial, stricter_eviction};
 use super::{Rule, name_of, pod_id, unhealthy_pod_eviction_policy_to_set};
 
 /// A PDB as `explain` shows it.
@@ -119,8 +119,10 @@ pub fn explain(
     let decision = eviction::decide(pod, pdbs);
     let selecting: Vec<&PodDisruptionBudget> = eviction::selecting_pdbs(pod, pdbs);
     let pods: Vec<&Pod> = pods.iter().collect();
-    let stricter =
-        policy.and_then(|p| stricter_eviction(pod, &decision, pdbs, &pods, p, circumstances));
+    let stricter = policy.and_then(|policy| {
+        let strict = StrictCase::new(pod, &decision, pdbs, &pods, policy);
+        stricter_eviction(&strict, circumstances)
+    });
     let prediction = match &stricter {
         Some(denial) => Prediction {
             code: 429,

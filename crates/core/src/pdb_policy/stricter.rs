@@ -47,22 +47,47 @@ impl Circumstances {
     }
 }
 
-/// The stricter rules of `policy` for evicting `pod` (KEP-3017 Future Work): `None` when they
-/// add nothing to `decision` (which must be `eviction::decide(pod, pdbs)`), also where the
-/// budget's counters refuse it; `pods` are the pods of the pod's namespace, `pod` among them.
+/// An eviction the stricter rules judge: `pod`, the apiserver's `decision` on it (which must be
+/// `eviction::decide(pod, pdbs)`), the PDBs and the pods of its namespace (`pod` among them),
+/// and the `policy` in force there.
+#[derive(Debug)]
+pub struct StrictCase<'a, P> {
+    pod: &'a P,
+    decision: &'a EvictionDecision,
+    pdbs: &'a [PodDisruptionBudget],
+    pods: &'a [&'a P],
+    policy: &'a PodDisruptionBudgetPolicy,
+}
+
+impl<'a, P> StrictCase<'a, P> {
+    pub fn new(
+        pod: &'a P,
+        decision: &'a EvictionDecision,
+        pdbs: &'a [PodDisruptionBudget],
+        pods: &'a [&'a P],
+        policy: &'a PodDisruptionBudgetPolicy,
+    ) -> Self {
+        StrictCase {
+            pod,
+            decision,
+            pdbs,
+            pods,
+            policy,
+        }
+    }
+}
+
+/// The stricter rules of the policy for the eviction (KEP-3017 Future Work): `None` when they
+/// add nothing to the apiserver's decision, also where the budget's counters refuse it.
 pub fn stricter_eviction<P: PodFacts>(
-    pod: &P,
-    decision: &EvictionDecision,
-    pdbs: &[PodDisruptionBudget],
-    pods: &[&P],
-    policy: &PodDisruptionBudgetPolicy,
+    case: &StrictCase<'_, P>,
     circumstances: &Circumstances,
 ) -> Option<StricterDenial> {
-    let rules = policy.spec.eviction.as_ref()?;
-    let policy_name = name_of(&policy.metadata.name);
-    let pdb = decided_pdb(decision, pdbs)?;
+    let rules = case.policy.spec.eviction.as_ref()?;
+    let policy_name = name_of(&case.policy.metadata.name);
+    let pdb = decided_pdb(case.decision, case.pdbs)?;
     let pdb_name = &name_of(&pdb.metadata.name);
-    let unhealthy_path = UnhealthyPath::of(pod, pdb);
+    let unhealthy_path = UnhealthyPath::of(case.pod, pdb);
     let deny = |rule: Rule, why: String| StricterDenial {
         rule,
         pdb: pdb_name.clone(),
@@ -73,26 +98,20 @@ pub fn stricter_eviction<P: PodFacts>(
     };
     if rules.protect_unhealthy_pods_with_local_storage
         && unhealthy_path != UnhealthyPath::No
-        && let Some(volume) = local_storage_volume(pod, &circumstances.node_local_claims)
+        && let Some(volume) = local_storage_volume(case.pod, &circumstances.node_local_claims)
     {
         return Some(deny(
             Rule::ProtectUnhealthyPodsWithLocalStorage,
             format!(
                 "pod {} is not Ready and keeps data in local volume {volume:?}; the disruption budget {pdb_name} would let it go unhealthy, this policy does not",
-                pod_id(pod)
+                pod_id(case.pod)
             ),
         ));
     }
     if rules.required_pod_conditions.is_empty() || unhealthy_path == UnhealthyPath::AlwaysAllow {
         return None;
     }
-    let count = strict_count(
-        pod,
-        pdb,
-        pods,
-        &rules.required_pod_conditions,
-        circumstances,
-    );
+    let count = strict_count(case, pdb, &rules.required_pod_conditions, circumstances);
     (count.after < count.desired).then(|| {
         deny(
             Rule::RequiredPodConditions,
@@ -108,31 +127,20 @@ pub fn stricter_eviction<P: PodFacts>(
 
 /// Whether allowing the eviction of `pod` takes a place of a strict count (the pod counts in
 /// one): the webhook then holds the allow until its caches see the pod go
-/// ([`super::AllowedEvictions`]). Same arguments as [`stricter_eviction`], which allows it.
+/// ([`super::AllowedEvictions`]). Of an eviction [`stricter_eviction`] allows.
 pub fn takes_a_strict_place<P: PodFacts>(
-    pod: &P,
-    decision: &EvictionDecision,
-    pdbs: &[PodDisruptionBudget],
-    pods: &[&P],
-    policy: &PodDisruptionBudgetPolicy,
+    case: &StrictCase<'_, P>,
     circumstances: &Circumstances,
 ) -> bool {
-    let Some(rules) = policy.spec.eviction.as_ref() else {
+    let Some(rules) = case.policy.spec.eviction.as_ref() else {
         return false;
     };
-    let Some(pdb) = decided_pdb(decision, pdbs) else {
+    let Some(pdb) = decided_pdb(case.decision, case.pdbs) else {
         return false;
     };
     !rules.required_pod_conditions.is_empty()
-        && UnhealthyPath::of(pod, pdb) != UnhealthyPath::AlwaysAllow
-        && strict_count(
-            pod,
-            pdb,
-            pods,
-            &rules.required_pod_conditions,
-            circumstances,
-        )
-        .subject_counted
+        && UnhealthyPath::of(case.pod, pdb) != UnhealthyPath::AlwaysAllow
+        && strict_count(case, pdb, &rules.required_pod_conditions, circumstances).subject_counted
 }
 
 /// The PDB `decision` decided on, also where its counters refuse: the apiserver decides after
@@ -167,12 +175,12 @@ struct StrictCount {
 }
 
 fn strict_count<P: PodFacts>(
-    pod: &P,
+    case: &StrictCase<'_, P>,
     pdb: &PodDisruptionBudget,
-    pods: &[&P],
     required_pod_conditions: &[String],
     circumstances: &Circumstances,
 ) -> StrictCount {
+    let (pod, pods) = (case.pod, case.pods);
     let desired = pdb
         .status
         .as_ref()
@@ -228,51 +236,41 @@ pub enum FreshRead {
 }
 
 /// What a cache a watch delay behind could have wrong in a way that turns the stricter rules'
-/// allow into a denial, given the same arguments as [`stricter_eviction`] (which allows them):
+/// allow into a denial, of an eviction [`stricter_eviction`] allows:
 /// a pod cached Pending (its PDBs are ignored; it may run by now), a Ready pod with local
 /// storage under a policy protecting it (it may have turned not Ready), and a strict count
 /// with no pod to spare but some counted (one eviction not seen yet in `disruptedPods` flips
 /// it). A denial is never re-read: a stale one costs the evictor a retry, not an eviction.
 pub fn fresh_reads<P: PodFacts>(
-    pod: &P,
-    decision: &EvictionDecision,
-    pdbs: &[PodDisruptionBudget],
-    pods: &[&P],
-    policy: &PodDisruptionBudgetPolicy,
+    case: &StrictCase<'_, P>,
     circumstances: &Circumstances,
 ) -> Vec<FreshRead> {
-    let Some(rules) = policy.spec.eviction.as_ref() else {
+    let Some(rules) = case.policy.spec.eviction.as_ref() else {
         return Vec::new();
     };
-    if decision.outcome == Outcome::PdbsIgnored(eviction::PdbsIgnoredBecause::Pending) {
+    if case.decision.outcome == Outcome::PdbsIgnored(eviction::PdbsIgnoredBecause::Pending) {
         return vec![FreshRead::Pod];
     }
-    if stricter_eviction(pod, decision, pdbs, pods, policy, circumstances).is_some() {
+    if stricter_eviction(case, circumstances).is_some() {
         return Vec::new();
     }
-    let pdb = match eviction::selecting_pdbs(pod, pdbs).as_slice() {
+    let pdb = match eviction::selecting_pdbs(case.pod, case.pdbs).as_slice() {
         [pdb] => *pdb,
         _ => return Vec::new(),
     };
     let mut reads = Vec::new();
-    let has_local_storage =
-        local_storage_volume(pod, &BTreeSet::new()).is_some() || !claim_volumes(pod).is_empty();
+    let has_local_storage = local_storage_volume(case.pod, &BTreeSet::new()).is_some()
+        || !claim_volumes(case.pod).is_empty();
     if rules.protect_unhealthy_pods_with_local_storage
         && has_local_storage
-        && eviction::is_pod_ready(pod)
+        && eviction::is_pod_ready(case.pod)
     {
         reads.push(FreshRead::Pod);
     }
     let strict = !rules.required_pod_conditions.is_empty()
-        && UnhealthyPath::of(pod, pdb) != UnhealthyPath::AlwaysAllow;
+        && UnhealthyPath::of(case.pod, pdb) != UnhealthyPath::AlwaysAllow;
     if strict {
-        let count = strict_count(
-            pod,
-            pdb,
-            pods,
-            &rules.required_pod_conditions,
-            circumstances,
-        );
+        let count = strict_count(case, pdb, &rules.required_pod_conditions, circumstances);
         // Only the eviction of another pod counted here, not in the cache's disruptedPods yet,
         // lowers the count; with no other pod counted, none can. The pod's own health never
         // changes it: counted, it also leaves.

@@ -128,6 +128,20 @@ fn at_now() -> Circumstances {
     Circumstances::at(Timestamp::now())
 }
 
+/// The stricter rules of `policy` for evicting `subject`, one of `pods`.
+fn stricter(
+    subject: &Pod,
+    pdbs: &[PodDisruptionBudget],
+    pods: &[Pod],
+    policy: &PodDisruptionBudgetPolicy,
+    circumstances: &Circumstances,
+) -> Option<StricterDenial> {
+    let decision = eviction::decide(subject, pdbs);
+    let pods: Vec<&Pod> = pods.iter().collect();
+    let strict = StrictCase::new(subject, &decision, pdbs, &pods, policy);
+    stricter_eviction(&strict, circumstances)
+}
+
 /// `pdb` with `status.disruptedPods` naming `pods`, each evicted `ago` before now.
 fn with_disrupted(
     mut pdb: PodDisruptionBudget,

@@ -99,7 +99,8 @@ fn fresh_reads_only_where_a_stale_cache_could_allow() {
         let pdbs = [budget(desired)];
         let decision = eviction::decide(&subject, &pdbs);
         let refs: Vec<&Pod> = pods.iter().collect();
-        let got = fresh_reads(&subject, &decision, &pdbs, &refs, &p, &at_now());
+        let strict = StrictCase::new(&subject, &decision, &pdbs, &refs, &p);
+        let got = fresh_reads(&strict, &at_now());
         assert_eq!(got, want, "{case}");
     }
 }
@@ -209,10 +210,9 @@ fn the_strict_count_takes_held_allows_as_gone() {
             let decision = eviction::decide(subject, &pdbs);
             let mut circumstances = Circumstances::at(now);
             circumstances.allowed_not_seen = allowed.not_seen("ns", &refs, &pdbs, now);
-            let denial =
-                stricter_eviction(subject, &decision, &pdbs, &refs, &policy, &circumstances);
-            let takes =
-                takes_a_strict_place(subject, &decision, &pdbs, &refs, &policy, &circumstances);
+            let strict = StrictCase::new(subject, &decision, &pdbs, &refs, &policy);
+            let denial = stricter_eviction(&strict, &circumstances);
+            let takes = takes_a_strict_place(&strict, &circumstances);
             if denial.is_none() && takes {
                 allowed.allowed(subject, now);
             }

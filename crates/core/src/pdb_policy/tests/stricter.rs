@@ -143,9 +143,7 @@ fn stricter_eviction_rules() {
     for (case, subject, mut pods, budget, p, want) in cases {
         pods.push(subject.clone());
         let pdbs = [budget];
-        let decision = eviction::decide(&subject, &pdbs);
-        let refs: Vec<&Pod> = pods.iter().collect();
-        let got = stricter_eviction(&subject, &decision, &pdbs, &refs, &p, &at_now());
+        let got = stricter(&subject, &pdbs, &pods, &p, &at_now());
         assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
         if let Some(denial) = got {
             assert!(
@@ -240,13 +238,11 @@ fn stricter_eviction_counts_disrupted_pods_and_follows_claims() {
     for (case, subject, mut pods, budget, p, local, want) in cases {
         pods.push(subject.clone());
         let pdbs = [budget];
-        let decision = eviction::decide(&subject, &pdbs);
         let circumstances = Circumstances {
             node_local_claims: local.iter().map(|v| v.to_string()).collect(),
             ..Circumstances::at(now)
         };
-        let refs: Vec<&Pod> = pods.iter().collect();
-        let got = stricter_eviction(&subject, &decision, &pdbs, &refs, &p, &circumstances);
+        let got = stricter(&subject, &pdbs, &pods, &p, &circumstances);
         assert_eq!(got.as_ref().map(|d| d.rule), want, "{case}: {got:?}");
         if let Some(denial) = got
             && denial.rule == Rule::ProtectUnhealthyPodsWithLocalStorage
