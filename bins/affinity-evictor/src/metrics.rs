@@ -33,41 +33,32 @@ pub struct AffinityMetrics {
 
 impl AffinityMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
-        fn new<T>(result: Result<T, prometheus::Error>) -> Result<T, MetricsError> {
-            result.map_err(MetricsError::Register)
-        }
-        let own = Self {
-            evictions: new(IntCounter::new(
+        Ok(Self {
+            evictions: metrics.add(IntCounter::new(
                 "evictions_node_affinity_total",
                 "Pods evicted because their required-during-execution node affinity no longer matches their node (KEP-4328).",
             ))?,
-            failed: new(IntCounterVec::new(
+            failed: metrics.add(IntCounterVec::new(
                 Opts::new(
                     "pod_failed_eviction_node_affinity_total",
                     "Eviction rounds that failed to evict a pod violating its required-during-execution node affinity, once per pod per round (KEP-4328); the pod carries condition evictkit.io/AffinityEvictionTarget=True.",
                 ),
                 &["pod_namespace", "pod_name"],
             ))?,
-            malformed: new(IntCounter::new(
+            malformed: metrics.add(IntCounter::new(
                 "evictkit_affinity_evictor_malformed_annotations_total",
                 "Pods seen with an evictkit.io/required-during-execution annotation that cannot be parsed; they are left alone.",
             ))?,
-            daemonset_pods_not_evicted: new(IntCounter::new(
+            daemonset_pods_not_evicted: metrics.add(IntCounter::new(
                 METRIC_DAEMONSET_PODS_NOT_EVICTED,
                 "Violating DaemonSet pods not evicted because their DaemonSet's pod template would recreate them on the same node (once per violation; a Warning Event names the DaemonSet).",
             ))?,
-            violating: new(IntGauge::new(
+            violating: metrics.add(IntGauge::new(
                 "evictkit_affinity_evictor_violating_pods",
                 "Running pods whose node no longer matches their required-during-execution node affinity.",
             ))?,
             reconciles: Reconciles::new(metrics, "pod"),
-        };
-        metrics.register(own.evictions.clone())?;
-        metrics.register(own.failed.clone())?;
-        metrics.register(own.malformed.clone())?;
-        metrics.register(own.daemonset_pods_not_evicted.clone())?;
-        metrics.register(own.violating.clone())?;
-        Ok(own)
+        })
     }
 
     /// Drops the per-pod series of a pod that is gone.

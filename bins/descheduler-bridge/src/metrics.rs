@@ -67,14 +67,13 @@ impl Collector for InProgress {
 
 impl BridgeMetrics {
     pub fn register(metrics: &Metrics) -> Result<Self, MetricsError> {
-        let evacuations = IntCounterVec::new(
+        let evacuations = metrics.add(IntCounterVec::new(
             Opts::new(
                 "pod_evacuations",
                 "Descheduler evictions turned into EvictionRequests (requested, repeated, failed, refused, already_evacuating: another requester's request is evicting the pod) and how the evacuations ended (evicted, canceled, expired, withdrawn) (KEP-1397).",
             ),
             &["result"],
-        )
-        .map_err(MetricsError::Register)?;
+        ))?;
         let in_progress = InProgress {
             gauge: IntGauge::new(
                 "pod_evacuations_in_progress",
@@ -83,7 +82,6 @@ impl BridgeMetrics {
             .map_err(MetricsError::Register)?,
             counted: Arc::default(),
         };
-        metrics.register(evacuations.clone())?;
         metrics.register(in_progress.clone())?;
         // Every result's series from the start, so alerts on rate() see 0 rather than nothing.
         let ended = [

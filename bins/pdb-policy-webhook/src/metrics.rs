@@ -43,7 +43,7 @@ pub struct WebhookMetrics {
 impl WebhookMetrics {
     pub fn register(metrics: &Metrics) -> Result<Arc<Self>, MetricsError> {
         let counter = |name: &str, help: &str, labels: &[&str]| {
-            IntCounterVec::new(Opts::new(name, help), labels).map_err(MetricsError::Register)
+            metrics.add(IntCounterVec::new(Opts::new(name, help), labels))
         };
         let own = Self {
             requests: counter(
@@ -51,7 +51,7 @@ impl WebhookMetrics {
                 "AdmissionReviews answered, by webhook (mutate-pdb, validate-pdb, validate-eviction) and result (allowed, warned, mutated, denied, error).",
                 &["webhook", "result"],
             )?,
-            duration: HistogramVec::new(
+            duration: metrics.add(HistogramVec::new(
                 HistogramOpts::new(
                     "evictkit_pdb_policy_webhook_admission_duration_seconds",
                     "Time to decide one AdmissionReview, by webhook.",
@@ -60,8 +60,7 @@ impl WebhookMetrics {
                     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                 ]),
                 &["webhook"],
-            )
-            .map_err(MetricsError::Register)?,
+            ))?,
             defaulted: counter(
                 "evictkit_pdb_policy_webhook_pdbs_defaulted_total",
                 "PodDisruptionBudgets whose unhealthyPodEvictionPolicy was set, by policy mode (Default, Enforce).",
@@ -77,34 +76,23 @@ impl WebhookMetrics {
                 "Requests denied, by rule.",
                 &["rule"],
             )?,
-            nonconforming: IntGaugeVec::new(
+            nonconforming: metrics.add(IntGaugeVec::new(
                 Opts::new(
                     "evictkit_pdb_policy_webhook_nonconforming_budgets",
                     "PodDisruptionBudgets where the policy is in force whose unhealthyPodEvictionPolicy differs from what it sets, by policy.",
                 ),
                 &["policy"],
-            )
-            .map_err(MetricsError::Register)?,
-            enforced: IntCounter::new(
+            ))?,
+            enforced: metrics.add(IntCounter::new(
                 "evictkit_pdb_policy_webhook_budgets_enforced_total",
                 "Existing PodDisruptionBudgets whose unhealthyPodEvictionPolicy the controller set for an Enforce policy.",
-            )
-            .map_err(MetricsError::Register)?,
-            restored: IntCounter::new(
+            ))?,
+            restored: metrics.add(IntCounter::new(
                 "evictkit_pdb_policy_webhook_budgets_restored_total",
                 "PodDisruptionBudgets whose unhealthyPodEvictionPolicy the controller restored to its value before enforcement, once no Enforce policy was in force.",
-            )
-            .map_err(MetricsError::Register)?,
+            ))?,
             reconciles: Reconciles::new(metrics, "poddisruptionbudgetpolicy"),
         };
-        metrics.register(own.requests.clone())?;
-        metrics.register(own.duration.clone())?;
-        metrics.register(own.defaulted.clone())?;
-        metrics.register(own.warnings.clone())?;
-        metrics.register(own.denials.clone())?;
-        metrics.register(own.nonconforming.clone())?;
-        metrics.register(own.enforced.clone())?;
-        metrics.register(own.restored.clone())?;
         // Each webhook's duration and error series from the start, so alerts on rate() see 0
         // rather than nothing.
         for webhook in WEBHOOKS {

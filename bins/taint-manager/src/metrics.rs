@@ -54,33 +54,30 @@ pub struct TaintMetrics {
 
 impl TaintMetrics {
     pub fn register(metrics: &Arc<Metrics>) -> Result<Self, MetricsError> {
-        fn new<T>(result: Result<T, prometheus::Error>) -> Result<T, MetricsError> {
-            result.map_err(MetricsError::Register)
-        }
         let own = Self {
-            deletions: new(IntCounter::new(
+            deletions: metrics.add(IntCounter::new(
                 "taint_eviction_controller_pod_deletions_total",
                 "Number of Pods deleted by the taint manager since its start.",
             ))?,
-            deletion_duration: new(Histogram::with_opts(
+            deletion_duration: metrics.add(Histogram::with_opts(
                 HistogramOpts::new(
                     "taint_eviction_controller_pod_deletion_duration_seconds",
                     "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via the taint manager.",
                 )
                 .buckets(UPSTREAM_BUCKETS.to_vec()),
             ))?,
-            actions: new(IntCounterVec::new(
+            actions: metrics.add(IntCounterVec::new(
                 Opts::new(
                     "evictkit_taint_manager_actions_total",
                     "Pods removed because of NoExecute taints, by action (Delete, Evict, EvictionRequest, ForceDelete); an EvictionRequest counts once per pod.",
                 ),
                 &["action"],
             ))?,
-            withdrawn: new(IntCounter::new(
+            withdrawn: metrics.add(IntCounter::new(
                 "evictkit_taint_manager_eviction_requests_withdrawn_total",
                 "EvictionRequests the taint-manager withdrew from because the pod was no longer due (taint gone, toleration or policy changed).",
             ))?,
-            removal_latency: new(HistogramVec::new(
+            removal_latency: metrics.add(HistogramVec::new(
                 HistogramOpts::new(
                     "evictkit_taint_manager_removal_latency_seconds",
                     "Seconds from the moment a pod became due (its toleration window ended, or an untolerated taint reached it) to the API call that removed it, by action.",
@@ -88,36 +85,27 @@ impl TaintMetrics {
                 .buckets(UPSTREAM_BUCKETS.to_vec()),
                 &["action"],
             ))?,
-            blocked: new(IntCounterVec::new(
+            blocked: metrics.add(IntCounterVec::new(
                 Opts::new(
                     "evictkit_taint_manager_removals_blocked_total",
                     "Attempts to remove a due pod that did not remove it, by reason (PodDisruptionBudget, ZonePaused, ZoneRateLimited, Error); each is retried.",
                 ),
                 &["reason"],
             ))?,
-            paused_zones: new(IntGauge::new(
+            paused_zones: metrics.add(IntGauge::new(
                 "evictkit_taint_manager_paused_zones",
                 "Zones whose removals the zone guard pauses (partial disruption of a small zone, or every zone fully disrupted), as kube-controller-manager's node lifecycle controller.",
             ))?,
-            invalid_policies: new(IntGauge::new(
+            invalid_policies: metrics.add(IntGauge::new(
                 "evictkit_taint_manager_invalid_policies",
                 "TaintEvictionPolicies that cannot be applied (see their Valid condition); they govern nothing.",
             ))?,
-            policy_crd_installed: new(IntGauge::new(
+            policy_crd_installed: metrics.add(IntGauge::new(
                 "evictkit_taint_manager_policy_crd_installed",
                 "1 if the TaintEvictionPolicy CRD is installed; 0: the taint-manager runs without policies, as kube-controller-manager's taint-eviction-controller (install the CRD and restart it).",
             ))?,
             reconciles: Reconciles::new(metrics, "pod"),
         };
-        metrics.register(own.deletions.clone())?;
-        metrics.register(own.policy_crd_installed.clone())?;
-        metrics.register(own.deletion_duration.clone())?;
-        metrics.register(own.actions.clone())?;
-        metrics.register(own.withdrawn.clone())?;
-        metrics.register(own.removal_latency.clone())?;
-        metrics.register(own.blocked.clone())?;
-        metrics.register(own.paused_zones.clone())?;
-        metrics.register(own.invalid_policies.clone())?;
         // Every series from the start, so alerts on rate() see 0 rather than nothing.
         for action in ACTIONS {
             own.actions.with_label_values(&[action]);
