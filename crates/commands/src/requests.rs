@@ -5,9 +5,9 @@
 mod lifecycle;
 
 use evictkit_api::eviction_request::EvictionRequest;
-use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::clients::eviction_request::apis::{ApiMode, served};
 use evictkit_runtime::clients::eviction_request::crd::{request_eviction, withdraw_target};
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
