@@ -6,24 +6,20 @@
 //! projected as it is deserialized, so not even a list page holds whole Pods. Pods of one
 //! workload share one parsed affinity. A Node keeps its name and labels.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use evictkit_api::conditions::STATUS_TRUE;
 use evictkit_core::affinity_eviction::{
-    AffinitySource, CONDITION_TYPE, Execution, ExecutionAffinity, PodFacts, changed_label_keys,
-    skip,
+    AffinitySource, CONDITION_TYPE, Execution, ExecutionAffinity, PodFacts, skip,
 };
 use evictkit_core::objects::pod_conditions;
 use evictkit_runtime::caches::index::Grouped;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
-
-use crate::rounds::Rounds;
 
 /// A watched Pod, projected to what [`crate::reconcile`] and the eviction read.
 #[derive(Clone, Debug, Deserialize, Resource)]
@@ -159,64 +155,6 @@ pub fn affected(
         .collect()
 }
 
-/// KEP-4328's "eviction round": a node label update re-checks the pods on that node, here only
-/// those whose affinity reads a changed key, so irrelevant label changes cost no API call.
-pub struct LabelRounds {
-    previous: HashMap<String, BTreeMap<String, String>>,
-    nodes: Store<Node>,
-    rounds: Arc<Mutex<Rounds>>,
-}
-
-impl LabelRounds {
-    pub fn new(nodes: Store<Node>, rounds: Arc<Mutex<Rounds>>) -> Self {
-        Self {
-            previous: HashMap::new(),
-            nodes,
-            rounds,
-        }
-    }
-
-    /// The pods to re-check after one event of the (stripped) node watch.
-    pub fn on_event(
-        &mut self,
-        event: &watcher::Event<Node>,
-        pods: &PodsByNode,
-    ) -> Vec<ObjectRef<CachedPod>> {
-        match event {
-            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                let labels = node.metadata.labels.clone().unwrap_or_default();
-                let changed = changed_label_keys(self.previous.get(&name), Some(&labels));
-                self.previous.insert(name.clone(), labels);
-                if changed.is_empty() {
-                    return Vec::new();
-                }
-                let affected = affected(pods, &name, &changed);
-                if !affected.is_empty() {
-                    self.rounds
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .start(&name, &affected);
-                    tracing::info!(node = %name, changed = ?changed, pods = affected.len(), "node labels changed; re-checking the pods whose affinity reads them");
-                }
-                affected
-            }
-            watcher::Event::Delete(node) => {
-                self.previous
-                    .remove(node.metadata.name.as_deref().unwrap_or_default());
-                Vec::new()
-            }
-            watcher::Event::InitDone => {
-                let store = &self.nodes;
-                self.previous
-                    .retain(|name, _| store.get(&ObjectRef::new(name)).is_some());
-                Vec::new()
-            }
-            watcher::Event::Init => Vec::new(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,7 +162,8 @@ mod tests {
     use evictkit_api::keys::REQUIRED_DURING_EXECUTION;
     use evictkit_core::affinity_eviction::Skip;
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
-    use kube::runtime::reflector;
+    use kube::runtime::reflector::{self, Store};
+    use kube::runtime::watcher;
 
     const USER_B: &str = r#"{"nodeSelectorTerms":[{"matchExpressions":[{"key":"userB","operator":"In","values":["allow"]}]}]}"#;
 

@@ -45,11 +45,11 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::actions::{settled, violation};
-use crate::cache::{CachedPod, LabelRounds, pods_by_node, strip_node};
+use crate::cache::{CachedPod, pods_by_node, strip_node};
 use crate::metrics::AffinityMetrics;
 pub use crate::metrics::METRIC_DAEMONSET_PODS_NOT_EVICTED;
 use crate::pod_state::PodStates;
-use crate::rounds::{Rounds, Step};
+use crate::rounds::{LabelRounds, Rounds, Step};
 
 /// Reporting component of Events and the `component` label of shared metrics.
 pub const COMPONENT: &str = "affinity-evictor";

@@ -3,10 +3,15 @@
 //! print logs to record the pods that failed to be evicted". A round is the set of pods a label
 //! change made us re-check on one node; it ends when each has been acted on once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
-use crate::cache::CachedPod;
-use kube::runtime::reflector::ObjectRef;
+use evictkit_core::affinity_eviction::changed_label_keys;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+
+use crate::cache::{CachedPod, PodsByNode, affected};
 
 /// What one reconcile did for a pod of a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +74,64 @@ impl Rounds {
             return None;
         }
         self.nodes.remove(&node).map(|round| (node, round))
+    }
+}
+
+/// KEP-4328's "eviction round": a node label update re-checks the pods on that node, here only
+/// those whose affinity reads a changed key, so irrelevant label changes cost no API call.
+pub struct LabelRounds {
+    previous: HashMap<String, BTreeMap<String, String>>,
+    nodes: Store<Node>,
+    rounds: Arc<Mutex<Rounds>>,
+}
+
+impl LabelRounds {
+    pub fn new(nodes: Store<Node>, rounds: Arc<Mutex<Rounds>>) -> Self {
+        Self {
+            previous: HashMap::new(),
+            nodes,
+            rounds,
+        }
+    }
+
+    /// The pods to re-check after one event of the (stripped) node watch.
+    pub fn on_event(
+        &mut self,
+        event: &watcher::Event<Node>,
+        pods: &PodsByNode,
+    ) -> Vec<ObjectRef<CachedPod>> {
+        match event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let labels = node.metadata.labels.clone().unwrap_or_default();
+                let changed = changed_label_keys(self.previous.get(&name), Some(&labels));
+                self.previous.insert(name.clone(), labels);
+                if changed.is_empty() {
+                    return Vec::new();
+                }
+                let affected = affected(pods, &name, &changed);
+                if !affected.is_empty() {
+                    self.rounds
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .start(&name, &affected);
+                    tracing::info!(node = %name, changed = ?changed, pods = affected.len(), "node labels changed; re-checking the pods whose affinity reads them");
+                }
+                affected
+            }
+            watcher::Event::Delete(node) => {
+                self.previous
+                    .remove(node.metadata.name.as_deref().unwrap_or_default());
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let store = &self.nodes;
+                self.previous
+                    .retain(|name, _| store.get(&ObjectRef::new(name)).is_some());
+                Vec::new()
+            }
+            watcher::Event::Init => Vec::new(),
+        }
     }
 }
 
