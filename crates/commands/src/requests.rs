@@ -11,7 +11,8 @@ use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPo
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 
 use crate::ApiError;
 
@@ -75,13 +76,7 @@ pub async fn request(client: &Client, args: &RequestArgs) -> Result<(), RequestC
     if resolve(args.api, client).await? == ApiMode::Lifecycle {
         return lifecycle::request(client, namespace, name, &args.requester).await;
     }
-    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
-        .get(name)
-        .await
-        .map_err(ApiError::of(
-            "cannot read",
-            format!("pod {namespace}/{name}"),
-        ))?;
+    let pod = read_pod(client, namespace, name).await?;
     let request = request_eviction(client, &pod, &args.requester).await?;
     println!(
         "EvictionRequest {namespace}/{} requests the eviction of pod {namespace}/{name} as {}.",
@@ -173,15 +168,8 @@ pub async fn find(
             format!("EvictionRequest {namespace}/{uid}"),
         ));
     }
-    let list = requests
-        .list(&ListParams::default())
-        .await
-        .map_err(ApiError::of(
-            "cannot list",
-            format!("EvictionRequests in {namespace}"),
-        ))?;
-    Ok(list
-        .items
+    Ok(list_requests::<EvictionRequest>(client, namespace)
+        .await?
         .into_iter()
         .filter(|r| r.spec.target.pod.as_ref().is_some_and(|p| p.name == name))
         .max_by(|a, b| {
@@ -189,4 +177,33 @@ pub async fn find(
                 .creation_timestamp
                 .cmp(&b.metadata.creation_timestamp)
         }))
+}
+
+/// The pod `namespace/name`.
+async fn read_pod(client: &Client, namespace: &str, name: &str) -> Result<Pod, ApiError> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(ApiError::of(
+            "cannot read",
+            format!("pod {namespace}/{name}"),
+        ))
+}
+
+/// Every EvictionRequest of `namespace`, on either API (`K`).
+async fn list_requests<K>(client: &Client, namespace: &str) -> Result<Vec<K>, ApiError>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .map_err(ApiError::of(
+            "cannot list",
+            format!("EvictionRequests in {namespace}"),
+        ))
 }

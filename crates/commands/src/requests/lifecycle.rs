@@ -5,12 +5,11 @@ use evictkit_runtime::clients::eviction_request::upstream::{
     request_eviction, request_name, withdraw,
 };
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use super::RequestCommandError;
+use super::{RequestCommandError, list_requests, read_pod};
 use crate::ApiError;
 
 pub async fn request(
@@ -19,13 +18,7 @@ pub async fn request(
     name: &str,
     requester: &str,
 ) -> Result<(), RequestCommandError> {
-    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
-        .get(name)
-        .await
-        .map_err(ApiError::of(
-            "cannot read",
-            format!("pod {namespace}/{name}"),
-        ))?;
+    let pod = read_pod(client, namespace, name).await?;
     let request = request_eviction(client, &TargetPod::of(&pod)?, requester).await?;
     println!(
         "EvictionRequest {namespace}/{} asks for the eviction of pod {namespace}/{name} as {requester}.",
@@ -63,14 +56,8 @@ pub async fn withdraw_request(
         uid,
     };
     withdraw(client, &target, requester).await?;
-    let others = Api::<EvictionRequest>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(ApiError::of(
-            "cannot list",
-            format!("EvictionRequests in {namespace}"),
-        ))?
-        .items
+    let others = list_requests::<EvictionRequest>(client, namespace)
+        .await?
         .into_iter()
         .filter(|r| {
             r.spec
@@ -110,18 +97,11 @@ pub async fn describe_pod(client: &Client, namespace: &str, name: &str) -> Resul
         .into_iter()
         .filter(|e| targets(e.spec.target.pod.as_ref().map(|p| p.name.as_str())))
         .collect();
-    let requests: Vec<EvictionRequest> =
-        Api::<EvictionRequest>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default())
-            .await
-            .map_err(ApiError::of(
-                "cannot list",
-                format!("EvictionRequests in {namespace}"),
-            ))?
-            .items
-            .into_iter()
-            .filter(|r| targets(r.spec.target.pod.as_ref().map(|p| p.name.as_str())))
-            .collect();
+    let requests: Vec<EvictionRequest> = list_requests::<EvictionRequest>(client, namespace)
+        .await?
+        .into_iter()
+        .filter(|r| targets(r.spec.target.pod.as_ref().map(|p| p.name.as_str())))
+        .collect();
     if evictions.is_empty() && requests.is_empty() {
         return Ok(false);
     }
