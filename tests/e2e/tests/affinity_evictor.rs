@@ -9,6 +9,7 @@
 //! its Lease there too, and labels only nodes it created: the label value is the test's
 //! namespace, so no other test's node or pod can match or be evicted.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
@@ -35,6 +36,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const USER_B: &str = "userB";
+/// What `kubectl rollout restart` sets on a pod template.
+const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
 /// The KEP's selector, `userB In [<namespace>]`.
 fn selector(env: &TestEnv) -> String {
@@ -1365,16 +1368,31 @@ async fn rollback_off_evicts_nothing_and_on_again_evicts() -> Result<()> {
     Ok(())
 }
 
-/// The DaemonSet `agent`'s one pod once a rollout has replaced `before`: Ready, not terminating.
-async fn replaced_agent(env: &TestEnv, before: &Pod) -> Result<Pod> {
+/// The DaemonSet `agent`'s one pod once a rollout has replaced `before` with `updated`'s
+/// template: Ready, not terminating. A pod of an earlier update in between (the restart is
+/// repeated until the webhook acts) is itself replaced a moment later, by the DaemonSet
+/// controller, not by the evictor.
+async fn replaced_agent(env: &TestEnv, before: &Pod, updated: &DaemonSet) -> Result<Pod> {
+    let restarted = |annotations: Option<&BTreeMap<String, String>>| {
+        annotations.and_then(|a| a.get(RESTARTED_AT)).cloned()
+    };
+    let wanted = restarted(
+        updated
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref()),
+    );
     let mut pods = wait::wait_for_list(
         &env.api::<Pod>(),
         "app=agent",
         DEFAULT_TIMEOUT,
-        "rolled out",
+        "rolled out to the template as last updated",
         |pods| {
             pods.len() == 1
                 && pods[0].uid() != before.uid()
+                && restarted(pods[0].metadata.annotations.as_ref()) == wanted
                 && pods[0].metadata.deletion_timestamp.is_none()
                 && objects::pod_ready(&pods[0])
         },
@@ -1402,7 +1420,7 @@ async fn rollout_restart_until(
                 "agent",
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
-                    "kubectl.kubernetes.io/restartedAt": format!("{at}-{attempt}")
+                    RESTARTED_AT: format!("{at}-{attempt}")
                 }}}}})),
             )
             .await?;
@@ -1471,7 +1489,7 @@ async fn daemonset_rollback_the_merge_comes_out_while_off_and_back_when_on() -> 
         "the annotation is gone: {:?}",
         updated.spec.template
     );
-    let agent = replaced_agent(&env, &first).await?;
+    let agent = replaced_agent(&env, &first, &updated).await?;
     label_node(&env, &node, json!({USER_B: null})).await?;
     wait_for_metric(&evictor, "evictkit_affinity_evictor_violating_pods", |v| {
         v == Some(1.0)
@@ -1498,7 +1516,7 @@ async fn daemonset_rollback_the_merge_comes_out_while_off_and_back_when_on() -> 
         "not merged again: {:?}",
         updated.spec.template
     );
-    let agent = replaced_agent(&env, &agent).await?;
+    let agent = replaced_agent(&env, &agent, &updated).await?;
     // Only the affinity-evictor may remove it now (not the DaemonSet controller).
     protect_from_deletion(&env).await?;
     label_node(&env, &node, json!({USER_B: null})).await?;
