@@ -12,7 +12,7 @@ pub(super) fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
-/// JSON-patches `seen` only while it is that object (its UID), with the operations `patch`
+/// JSON-patches `seen` as `field_manager` only while it is that object (its UID), with the operations `patch`
 /// computes from the object as it is: written at the resourceVersion read (the patch replaces
 /// it, so the apiserver refuses a write over a newer one), and after a concurrent write read
 /// again and computed anew. No operations: nothing to write, the object as read. `None` when it
@@ -25,7 +25,7 @@ pub(super) fn is_not_found(error: &kube::Error) -> bool {
 pub(super) async fn patch_exactly<K>(
     api: &Api<K>,
     seen: &K,
-    params: &PatchParams,
+    field_manager: &str,
     patch: impl Fn(&K) -> Vec<PatchOperation>,
 ) -> Result<Option<K>, kube::Error>
 where
@@ -34,6 +34,10 @@ where
     const ATTEMPTS: usize = 3;
     let name = seen.meta().name.clone().unwrap_or_default();
     let mut current = seen.clone();
+    let params = PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PatchParams::default()
+    };
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -56,7 +60,7 @@ where
             value: json!(current.meta().resource_version),
         });
         let body = json_patch::Patch([vec![version], operations].concat());
-        match api.patch(&name, params, &Patch::<()>::Json(body)).await {
+        match api.patch(&name, &params, &Patch::<()>::Json(body)).await {
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => {}
             Err(error) if is_not_found(&error) => return Ok(None),
             result => return result.map(Some),

@@ -261,11 +261,7 @@ pub async fn withdraw_from(
             .into_iter()
             .collect()
     };
-    let params = PatchParams {
-        field_manager: Some(requester.to_owned()),
-        ..PatchParams::default()
-    };
-    patch_exactly(&api, request, &params, remove_entry)
+    patch_exactly(&api, request, requester, remove_entry)
         .await
         .map_err(api_error("withdraw from", &namespace, &name, requester))
 }

@@ -270,11 +270,8 @@ pub async fn withdraw_from(
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     };
-    let (api, name, _) = intent_apply(client, &target, requester, INTENT_WITHDRAWN);
-    let params = PatchParams {
-        field_manager: Some(requester.to_owned()),
-        ..PatchParams::default()
-    };
+    let name = request.name_any();
+    let api: Api<EvictionRequest> = Api::namespaced(client.clone(), &target.namespace);
     let withdraw = |current: &EvictionRequest| {
         if current.spec.intent == INTENT_WITHDRAWN {
             return vec![];
@@ -284,7 +281,7 @@ pub async fn withdraw_from(
             value: json!(INTENT_WITHDRAWN),
         })]
     };
-    patch_exactly(&api, request, &params, withdraw)
+    patch_exactly(&api, request, requester, withdraw)
         .await
         .map_err(intent_error(&target, &name, requester, INTENT_WITHDRAWN))
 }
