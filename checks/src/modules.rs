@@ -3,7 +3,8 @@
 //! layers): a reader can learn the crate bottom-up, a group at a time. An import is any path
 //! the module's code names through `crate::`, `super::`, `self::` or one of its child modules,
 //! in `use` or inline, test code included; comments and string literals are not code.
-//! Declaring a child (`mod child;`) imports nothing.
+//! Declaring a child (`mod child;`) imports nothing; a parent that also uses its child while the
+//! child uses the parent is a cycle: what both need goes in a module of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -16,6 +17,50 @@ use anyhow::{Context, Result, bail};
 #[derive(Debug, Default)]
 pub struct Graph {
     pub imports: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Where the workspace's crates keep their sources, from its root (fuzz/ is a workspace of its
+/// own).
+const CRATE_DIRS: [&str; 5] = ["crates", "bins", "xtask", "checks", "lab"];
+
+/// Fails naming every crate of the workspace at `root` whose modules import each other; else
+/// says, per crate, how many modules and imports it read.
+pub fn check_workspace(root: &Path) -> Result<String> {
+    let mut sources = Vec::new();
+    for dir in CRATE_DIRS
+        .iter()
+        .map(|d| root.join(d))
+        .chain([root.join("tests/e2e")])
+    {
+        if dir.join("src").is_dir() {
+            sources.push(dir.join("src"));
+            continue;
+        }
+        let mut members: Vec<_> = fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .map(|entry| entry.map(|e| e.path().join("src")))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("reading {}", dir.display()))?;
+        members.sort();
+        sources.extend(members.into_iter().filter(|src| src.is_dir()));
+    }
+    let (passed, failed): (Vec<_>, Vec<_>) = sources
+        .iter()
+        .map(|src| check(src))
+        .partition(Result::is_ok);
+    if !failed.is_empty() {
+        let failed: Vec<String> = failed
+            .into_iter()
+            .filter_map(|r| r.err())
+            .map(|e| e.to_string())
+            .collect();
+        bail!("{}", failed.join("\n"));
+    }
+    Ok(passed
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 /// Fails when modules of the crate whose sources are in `src` import each other; else says how
@@ -44,11 +89,17 @@ pub fn check(src: &Path) -> Result<String> {
 }
 
 impl Graph {
-    /// The modules of the library crate whose sources are in `src` (`lib.rs` and every `.rs`
-    /// under it; a binary's `main.rs` beside it is another crate).
+    /// The modules of the crate whose sources are in `src`: its library (`lib.rs` and every
+    /// `.rs` under it; a binary's `main.rs` beside it is another crate, one that only calls the
+    /// library), or its binary where it has no library (`main.rs` as the root).
     pub fn of_crate(src: &Path) -> Result<Self> {
+        let root = if src.join("lib.rs").is_file() {
+            "lib"
+        } else {
+            "main"
+        };
         let mut sources = Vec::new();
-        read_modules(src, &mut Vec::new(), &mut sources)?;
+        read_modules(src, root, &mut Vec::new(), &mut sources)?;
         Ok(Self::from_sources(&sources))
     }
 
@@ -109,6 +160,7 @@ fn name(module: &str) -> &str {
 
 fn read_modules(
     dir: &Path,
+    root: &str,
     parents: &mut Vec<String>,
     sources: &mut Vec<(String, String)>,
 ) -> Result<()> {
@@ -122,18 +174,19 @@ fn read_modules(
         let path = entry.path();
         if entry.file_type()?.is_dir() {
             parents.push(file);
-            read_modules(&path, parents, sources)?;
+            read_modules(&path, root, parents, sources)?;
             parents.pop();
             continue;
         }
         let Some(stem) = file.strip_suffix(".rs") else {
             continue;
         };
-        if parents.is_empty() && stem == "main" {
+        let crate_root = matches!(stem, "lib" | "main");
+        if parents.is_empty() && crate_root && stem != root {
             continue;
         }
         let mut module = parents.clone();
-        if !(stem == "mod" || (parents.is_empty() && stem == "lib")) {
+        if !(stem == "mod" || (parents.is_empty() && stem == root)) {
             module.push(stem.to_owned());
         }
         let text =

@@ -31,6 +31,9 @@ enum Command {
     /// Lint the forge's workflows (.github/workflows/) with actionlint and shellcheck: they cannot
     /// run here.
     CheckWorkflows,
+    /// Fail if two modules of a crate of the workspace import each other, directly or through
+    /// others (a parent using its child while the child uses the parent counts).
+    CheckModules,
     /// Build, lint and render every chart, check that each chart's schema refuses bad values
     /// and that its generated README.md and values.schema.json are current, and server-side
     /// dry-run apply the output against the running control plane (start it with
@@ -92,6 +95,13 @@ fn main() -> anyhow::Result<()> {
         Command::CheckCrds => crds::check(),
         Command::CheckLinks => links::check(),
         Command::CheckWorkflows => workflows::check(),
+        Command::CheckModules => {
+            println!(
+                "{}",
+                checks::modules::check_workspace(&evictkit_harness::workspace_root())?
+            );
+            Ok(())
+        }
         Command::CheckCharts => charts::check(&cluster::running()?),
         Command::ChartDocs => chart_docs::generate(),
         Command::CheckAlerts => alerts::check(),
