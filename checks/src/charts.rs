@@ -12,10 +12,14 @@ use anyhow::{Context, Result, bail};
 use evictkit_harness::cluster::Cluster;
 
 mod own_objects;
+mod render;
+mod umbrella;
 mod values;
 
-/// Rendered objects go to this namespace in the dry-run.
-const NAMESPACE: &str = "evictkit-chart-check";
+use render::{NAMESPACE, helm, read_yaml};
+use umbrella::component_blocks;
+pub use umbrella::webhook_blocks;
+
 const UMBRELLA: &str = "evictkit";
 const LIBRARY: &str = "evictkit-lib";
 
@@ -301,50 +305,4 @@ fn enable_all_components(chart: &Path) -> Result<String> {
         .map(|(name, _)| format!("{name}.enabled=true"))
         .collect();
     Ok(keys.join(","))
-}
-
-/// The umbrella's blocks of the components that serve webhooks: each component block (see
-/// [`component_blocks`]) whose subchart has `webhook.certificate` values.
-pub fn webhook_blocks(umbrella: &Path) -> Result<Vec<String>> {
-    let mut blocks = Vec::new();
-    for values::Block { block, chart } in component_blocks(umbrella)? {
-        let values = read_yaml(&umbrella.join("..").join(chart).join("values.yaml"))?;
-        if !values["webhook"]["certificate"].is_null() {
-            blocks.push(block);
-        }
-    }
-    Ok(blocks)
-}
-
-/// The umbrella's component blocks: each subchart dependency's `condition: <block>.enabled`
-/// (other blocks with a switch, such as the dashboard's, are no component).
-fn component_blocks(umbrella: &Path) -> Result<Vec<values::Block>> {
-    let chart = read_yaml(&umbrella.join("Chart.yaml"))?;
-    let mut blocks = Vec::new();
-    for dependency in chart["dependencies"].as_array().into_iter().flatten() {
-        let Some(block) = dependency["condition"]
-            .as_str()
-            .and_then(|condition| condition.strip_suffix(".enabled"))
-        else {
-            continue;
-        };
-        blocks.push(values::Block {
-            block: block.to_owned(),
-            chart: dependency["name"].as_str().unwrap_or_default().to_owned(),
-        });
-    }
-    Ok(blocks)
-}
-
-fn read_yaml(path: &Path) -> Result<serde_json::Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
-fn helm(cluster: &Cluster, args: &[&str], chart: &Path) -> Result<String> {
-    let chart = chart
-        .to_str()
-        .with_context(|| format!("chart path {} is not UTF-8", chart.display()))?;
-    cluster.helm(&[args, &[chart]].concat())
 }

@@ -12,6 +12,9 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 mod citations;
+mod prose;
+
+use prose::prose_lines;
 
 pub fn check() -> Result<()> {
     let root = evictkit_harness::workspace_root();
@@ -227,29 +230,6 @@ fn reference_definition(line: &str) -> Option<&str> {
         return None;
     }
     after.split_whitespace().next()
-}
-
-/// The lines of a Markdown text that are not in a fenced code block, numbered from 1.
-fn prose_lines(markdown: &str) -> impl Iterator<Item = (usize, &str)> {
-    let mut fence: Option<String> = None;
-    markdown.lines().enumerate().filter_map(move |(i, line)| {
-        let trimmed = line.trim_start();
-        let first = trimmed.chars().next().filter(|&c| c == '`' || c == '~');
-        let marker: String = trimmed.chars().take_while(|&c| Some(c) == first).collect();
-        let opens = marker.len() >= 3;
-        match &fence {
-            Some(open) if opens && marker.starts_with(open.as_str()) => {
-                fence = None;
-                None
-            }
-            Some(_) => None,
-            None if opens && line.len() - trimmed.len() <= 3 => {
-                fence = Some(marker);
-                None
-            }
-            None => Some((i + 1, line)),
-        }
-    })
 }
 
 /// The line with its code spans (`` `...` ``, any number of backticks) taken out.

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
-use super::{NAMESPACE, helm};
+use super::render::{NAMESPACE, helm, read_yaml};
+use super::umbrella::Block;
 use evictkit_harness::cluster::Cluster;
 
 /// A digest for `image.digest`: any 64 hex digits render.
@@ -28,12 +29,6 @@ const CRD_RESOURCES: [&str; 3] = [
     "poddisruptionbudgetpolicies",
     "taintevictionpolicies",
 ];
-
-/// The umbrella's component blocks and the charts they hand their values to.
-pub(super) struct Block {
-    pub(super) block: String,
-    pub(super) chart: String,
-}
 
 type Check = fn(&Rendered) -> Result<()>;
 
@@ -205,7 +200,7 @@ fn check_case(
 /// out (a controller has no webhook port, only a CRD's owner has `crds` and `rbac`), so its
 /// schema does not refuse them.
 fn values_for(case: &Case, block: &Block) -> Result<String> {
-    let values = super::read_yaml(
+    let values = read_yaml(
         &evictkit_harness::workspace_root()
             .join("charts")
             .join(&block.chart)

@@ -194,7 +194,7 @@ impl Kind {
     /// The comments and docs of `text`, by line number from 1.
     fn commentary(self, text: &str) -> Vec<(usize, &str)> {
         match self {
-            Self::Markdown => super::prose_lines(text).collect(),
+            Self::Markdown => super::prose::prose_lines(text).collect(),
             Self::Rust => numbered(text)
                 .filter_map(|(line, code)| Some((line, rust_comment(code)?)))
                 .collect(),
