@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 #[derive(clap::Args)]
 pub struct Forwarded {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    pub(crate) args: Vec<String>,
 }
 
 /// Runs the lab's `command` with `forwarded`'s arguments and exits with its exit code.
@@ -29,36 +29,4 @@ pub fn lab(command: &str, args: &[String]) -> Command {
     lab.args(["run", "--quiet", "--package", "lab", "--", command])
         .args(args);
     lab
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use crate::{Cli, Command};
-
-    #[test]
-    fn arguments_pass_untouched() {
-        let cases: [&[&str]; 4] = [
-            &["bench"],
-            &["bench", "--help"],
-            &[
-                "bench",
-                "taint-manager",
-                "--sequences",
-                "--kubernetes",
-                "v1.35.4",
-            ],
-            &["demo", "--scenario", "drain,taint-manager", "--keep"],
-        ];
-        for args in cases {
-            let cli = Cli::try_parse_from(std::iter::once("xtask").chain(args.iter().copied()))
-                .unwrap_or_else(|error| panic!("{args:?}: {error}"));
-            let forwarded = match cli.command {
-                Command::Bench(forwarded) | Command::Demo(forwarded) => forwarded.args,
-                _ => panic!("{args:?}: not forwarded"),
-            };
-            assert_eq!(forwarded, args[1..], "{args:?}");
-        }
-    }
 }

@@ -118,3 +118,35 @@ fn main() -> anyhow::Result<()> {
         Command::Release(args) => release::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn arguments_pass_untouched() {
+        let cases: [&[&str]; 4] = [
+            &["bench"],
+            &["bench", "--help"],
+            &[
+                "bench",
+                "taint-manager",
+                "--sequences",
+                "--kubernetes",
+                "v1.35.4",
+            ],
+            &["demo", "--scenario", "drain,taint-manager", "--keep"],
+        ];
+        for args in cases {
+            let cli = Cli::try_parse_from(std::iter::once("xtask").chain(args.iter().copied()))
+                .unwrap_or_else(|error| panic!("{args:?}: {error}"));
+            let forwarded = match cli.command {
+                Command::Bench(forwarded) | Command::Demo(forwarded) => forwarded.args,
+                _ => panic!("{args:?}: not forwarded"),
+            };
+            assert_eq!(forwarded, args[1..], "{args:?}");
+        }
+    }
+}

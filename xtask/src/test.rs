@@ -12,7 +12,10 @@ use evictkit_harness::Skip;
 use evictkit_harness::cluster::{self, installed_cluster, test_cluster};
 use evictkit_harness::process::run_command;
 
+mod progress;
 mod upgrade;
+
+use progress::{disk_check, step};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -494,45 +497,6 @@ impl Drop for BackgroundBuild {
     }
 }
 
-/// Prints the free space where the builds write; a clean run needs about
-/// [`CLEAN_RUN_DISK_GIB`] GiB (debug and static release targets, images, the cluster's state),
-/// and a full disk shows up late and obscurely (a linker's bus error), so say it first.
-fn disk_check(root: &std::path::Path) {
-    let free_gib = free_gib(root);
-    match free_gib {
-        Some(free) if free < CLEAN_RUN_DISK_GIB => eprintln!(
-            "==> WARNING: {free} GiB free under {}; a clean run needs about {CLEAN_RUN_DISK_GIB} GiB \
-             (less when target/ is warm): expect 'No space left on device'",
-            root.display()
-        ),
-        Some(free) => eprintln!("==> disk: {free} GiB free under {}", root.display()),
-        None => eprintln!("==> disk: free space unknown (df failed)"),
-    }
-}
-
-/// The space left where `path` is, in whole GiB (`df`); none if `df` fails.
-fn free_gib(path: &std::path::Path) -> Option<u64> {
-    let output = Command::new("df")
-        .args(["-Pk", "--"])
-        .arg(path)
-        .output()
-        .ok()?;
-    let text = String::from_utf8(output.stdout).ok()?;
-    let kib: u64 = text
-        .lines()
-        .nth(1)?
-        .split_whitespace()
-        .nth(3)?
-        .parse()
-        .ok()?;
-    Some(kib / (1024 * 1024))
-}
-
-/// A clean clone's `.ci/run` (incremental off) used 6 GiB: target/ at its peak, images and the
-/// cluster; a machine that never built the control plane adds about 9 GiB of Go caches; with
-/// margin. See `disk_check`.
-const CLEAN_RUN_DISK_GIB: u64 = 20;
-
 /// One kube and one k8s-openapi in the build, a `crates/core` that links no client, no async
 /// runtime and no HTTP stack, so its decisions stay pure (docs/architecture.md, layers), no
 /// binary linking another, plotters in the lab alone, and no two modules of a crate importing
@@ -671,20 +635,6 @@ fn cargo_output(args: &[&str]) -> Result<String> {
         );
     }
     Ok(String::from_utf8(output.stdout)?)
-}
-
-/// Prints the stage's outcome with the disk space left after it: a full disk shows up late and
-/// obscurely, and a run's log then says which stage took it.
-fn step(name: &str, result: Result<()>) -> Result<()> {
-    let free = free_gib(&evictkit_harness::workspace_root()).map_or_else(
-        || "free space unknown".to_string(),
-        |gib| format!("{gib} GiB free"),
-    );
-    eprintln!(
-        "==> {name}: {} ({free})",
-        if result.is_ok() { "ok" } else { "FAILED" }
-    );
-    result.with_context(|| format!("{name} failed"))
 }
 
 fn cargo(args: &[&str]) -> Result<()> {

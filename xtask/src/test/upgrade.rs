@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use super::{run_command, step};
+use evictkit_harness::process::run_command;
+
+use super::progress::step;
 
 /// The path `cargo xtask release` pushes under by default, which the upgrade test installs from.
 const RELEASE_PATH: &str = "evictkit";
