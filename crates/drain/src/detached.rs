@@ -8,11 +8,16 @@ use std::time::Duration;
 use evictkit_api::node_drain::{
     DrainBlocker, DrainedPod, NodeDrainEscalation, NodeDrainSpec, NodeDrainStatus,
 };
+use evictkit_core::drain::Options;
+use evictkit_core::drain::blocker::Blocker;
+use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use jiff::Timestamp;
 use tokio::sync::watch;
 
 use crate::escalate::{Action, Escalation};
-use crate::{ApiMode, Blocker, Ending, Observer, Options, Plan, Report, Row, Settings, Withdrawal};
+use crate::observe::{Observer, Plan, Row};
+use crate::report::{Ending, Report, Withdrawal};
+use crate::settings::Settings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DetachedError {

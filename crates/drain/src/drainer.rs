@@ -5,22 +5,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use evictkit_api::keys::DRAIN_REQUESTER_KEY;
-use evictkit_core::drain::blocker;
+use evictkit_core::drain::Channel;
+use evictkit_core::drain::blocker::{self, Blocker};
+use evictkit_core::drain::progress::{Progress, State};
 use evictkit_runtime::clients::eviction::{EvictionClient, EvictionOutcome};
 use evictkit_runtime::clients::eviction_request::requester::Requester;
 use evictkit_runtime::clients::eviction_request::upstream;
+use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use evictkit_runtime::process::metrics::Metrics;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 
+use crate::channel::{requester_for, through};
+use crate::error::{DrainError, error_chain};
 use crate::escalate::Escalator;
+use crate::observe::{Observer, Row};
 use crate::read::Snapshot;
-use crate::{
-    Blocker, Channel, DrainError, EVICTION_RETRY, Ending, EvictionRequestError, Left, Observer,
-    Progress, READ_PATIENCE, ROUND, Row, Settings, State, TargetPod, Withdrawal, error_chain,
-    requester_for, through,
-};
+use crate::report::{Ending, Left, Withdrawal};
+use crate::settings::Settings;
+
+/// How often the drain reads where its pods stand.
+pub const ROUND: Duration = Duration::from_secs(2);
+/// Through the Eviction API, how long after a refusal it calls again (kubectl drain's 5 s).
+const EVICTION_RETRY: Duration = Duration::from_secs(5);
+/// How long reads may fail in a row before the drain gives up, withdraws and says so: long
+/// enough for an apiserver restart, short enough that requests nobody watches do not linger.
+pub const READ_PATIENCE: Duration = Duration::from_secs(15);
 
 /// One pod of the drain and what the drain knows of it.
 struct Drained {

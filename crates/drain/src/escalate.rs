@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use evictkit_core::drain::blocker::Blocker;
 use evictkit_core::eviction::is_pod_ready;
 use evictkit_runtime::clients::events::EventRecorder;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
@@ -14,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, Client};
 
-use crate::{Blocker, DrainError};
+use crate::error::DrainError;
 
 /// What the drain does to a pod its PDB blocks once the wait is over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,24 +15,24 @@
 //! or blocker changing, an escalation) is a `tracing` debug event of this crate, with the pod
 //! in a `pod` field: `kubectl evictkit -v=4` prints them, a component logs them at debug.
 
+mod channel;
 pub mod detached;
 mod drainer;
+mod error;
 pub mod escalate;
+mod observe;
 mod read;
+mod report;
+mod settings;
 
 use std::future::Future;
 use std::time::Duration;
 
-use evictkit_api::keys::{DRAIN_REQUESTER, DRAIN_REQUESTER_KEY};
 use evictkit_core::drain::blocker;
 pub use evictkit_core::drain::blocker::Blocker;
 pub use evictkit_core::drain::progress::{Progress, State};
 pub use evictkit_core::drain::{Channel, Options};
-use evictkit_runtime::clients::eviction_request::apis;
 pub use evictkit_runtime::clients::eviction_request::apis::ApiMode;
-use evictkit_runtime::clients::eviction_request::requester::{
-    self, Requester, RequesterError, RequesterNames,
-};
 pub use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -40,174 +40,14 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::channel::requester_for;
 use crate::drainer::{Drainer, withdrawn_event};
-use crate::escalate::{Escalation, Escalator};
-
-/// How often the drain reads where its pods stand.
-pub const ROUND: Duration = Duration::from_secs(2);
-/// Through the Eviction API, how long after a refusal it calls again (kubectl drain's 5 s).
-const EVICTION_RETRY: Duration = Duration::from_secs(5);
-/// How long reads may fail in a row before the drain gives up, withdraws and says so: long
-/// enough for an apiserver restart, short enough that requests nobody watches do not linger.
-pub const READ_PATIENCE: Duration = Duration::from_secs(15);
-
-/// What to drain and how.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub nodes: Vec<String>,
-    /// Only the pods matching this label selector.
-    pub pod_selector: Option<String>,
-    pub options: Options,
-    /// Zero: wait until every pod is gone, or the interrupt.
-    pub timeout: Duration,
-    /// Say what would happen, change nothing.
-    pub dry_run: bool,
-    pub api: ApiMode,
-    /// Where the evictionrequest-controller's Lease is, which `ApiMode::Auto` follows.
-    pub controller_namespace: String,
-    /// Without an EvictionRequest API, evict through the Eviction API.
-    pub eviction_api_fallback: bool,
-    /// A pod Terminating for longer than this counts as gone (kubectl drain's
-    /// `--skip-wait-for-delete-timeout`, for pods on a dead kubelet); zero: never.
-    pub skip_wait_for_delete_timeout: Duration,
-    /// The way out of a PDB that blocks for longer than the operator waits; none by default.
-    pub escalation: Option<Escalation>,
-    /// Seconds each pod gets to terminate where the drain evicts or deletes it itself (the
-    /// Eviction API, `escalation`'s deletions), overriding its terminationGracePeriodSeconds
-    /// (kubectl drain's `--grace-period`); None: the pod's own. An EvictionRequest has no
-    /// grace period: how a pod it asks for terminates is its interceptors' decision.
-    pub grace_period: Option<u32>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DrainError {
-    #[error("{what}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    Requester(#[from] RequesterError),
-    #[error(transparent)]
-    Request(#[from] EvictionRequestError),
-    #[error(
-        "the cluster {0}; --eviction-api-fallback drains through the Eviction API as kubectl drain does"
-    )]
-    NoApi(&'static str),
-    #[error("the Eviction API client's metrics: {0}")]
-    Metrics(String),
-    #[error("writing the drain's output: {0}")]
-    Output(#[from] std::io::Error),
-}
-
-/// What the drain does with a pod of the plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Planned {
-    pub pod: String,
-    pub node: String,
-    /// What would keep it, before anything is asked.
-    pub blocker: Option<Blocker>,
-}
-
-/// The plan, before anything is asked: what stops the drain, what the operator should know.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    pub channel: Channel,
-    /// Warnings and skipped pods, one line per kind.
-    pub notes: Vec<String>,
-    /// What stops the drain (nothing is asked then), one line per kind.
-    pub refusals: Vec<String>,
-    pub pods: Vec<Planned>,
-    pub dry_run: bool,
-    pub at: Timestamp,
-}
-
-/// One pod of the drain in a round.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Row {
-    pub pod: String,
-    pub node: String,
-    pub progress: Progress,
-    pub blocker: Option<Blocker>,
-    /// Terminating for longer than `skip_wait_for_delete_timeout`: counted as gone.
-    pub skipped: bool,
-}
-
-impl Row {
-    pub fn is_done(&self) -> bool {
-        self.skipped || self.progress.state.is_done()
-    }
-}
-
-/// Told what the drain does as it does it.
-pub trait Observer {
-    fn cordoned(&mut self, node: &str, dry_run: bool) -> std::io::Result<()>;
-    fn planned(&mut self, plan: &Plan) -> std::io::Result<()>;
-    /// Every round: every pod, `started` when the drain asked.
-    fn round(&mut self, rows: &[Row], started: Timestamp, now: Timestamp) -> std::io::Result<()>;
-}
-
-/// How the drain ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Ending {
-    /// Every pod is gone.
-    Drained,
-    /// `--dry-run`: nothing was asked.
-    DryRun,
-    /// Drain's rules stop it (e.g. unmanaged pods without `force`): nothing was asked.
-    Refused,
-    TimedOut(Duration),
-    Interrupted,
-    /// Every pod left is Failed: waiting changes nothing.
-    Stuck,
-    /// Reads failed for [`READ_PATIENCE`]: the last error.
-    Unreadable(String),
-}
-
-impl Ending {
-    /// A word for scripts (`-o json`'s `result`).
-    pub fn word(&self) -> &'static str {
-        match self {
-            Self::Drained => "drained",
-            Self::DryRun => "dry-run",
-            Self::Refused => "refused",
-            Self::TimedOut(_) => "timeout",
-            Self::Interrupted => "interrupted",
-            Self::Stuck => "stuck",
-            Self::Unreadable(_) => "unreadable",
-        }
-    }
-}
-
-/// Whether a request was withdrawn from a pod left on the node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Withdrawal {
-    Withdrawn,
-    /// Not asked through a request (the Eviction API), or none to withdraw.
-    Nothing,
-    Failed(String),
-}
-
-/// A pod the drain left on its node.
-#[derive(Clone, Debug)]
-pub struct Left {
-    pub row: Row,
-    pub withdrawal: Withdrawal,
-}
-
-#[derive(Clone, Debug)]
-pub struct Report {
-    pub ending: Ending,
-    pub nodes: Vec<String>,
-    /// When the drain asked (none: it asked nothing).
-    pub started: Option<Timestamp>,
-    pub ended: Timestamp,
-    /// The pods it asked for, and how many of them are gone.
-    pub pods: usize,
-    pub gone: usize,
-    pub left: Vec<Left>,
-}
+pub use crate::drainer::{READ_PATIENCE, ROUND};
+pub use crate::error::{DrainError, error_chain};
+use crate::escalate::Escalator;
+pub use crate::observe::{Observer, Plan, Planned, Row};
+pub use crate::report::{Ending, Left, Report, Withdrawal, Withdrawn};
+pub use crate::settings::Settings;
 
 /// Drains `settings.nodes` until every pod is gone, the timeout, `interrupt`, or reads fail
 /// for [`READ_PATIENCE`]; withdraws what it asked for of the pods it leaves.
@@ -219,7 +59,7 @@ pub async fn run(
 ) -> Result<Report, DrainError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node_objects = read::read_nodes(client, &settings.nodes).await?;
-    let channel = channel(client, settings).await?;
+    let channel = channel::choose(client, settings).await?;
     for node in &settings.nodes {
         if !settings.dry_run {
             cordon(&nodes, node, true).await?;
@@ -322,47 +162,6 @@ fn node_of(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
-/// The API the drain asks through, from discovery, the API mode and the fallback.
-async fn channel(client: &Client, settings: &Settings) -> Result<Channel, DrainError> {
-    let served = apis::discover(client)
-        .await
-        .map_err(|source| DrainError::Api {
-            what: "discovering the EvictionRequest APIs".to_owned(),
-            source,
-        })?;
-    let mut lifecycle = served.lifecycle && settings.api != ApiMode::Crd;
-    let mut crd = served.crd && settings.api != ApiMode::Lifecycle;
-    if settings.api == ApiMode::Auto && (lifecycle || crd) {
-        // As every requester in auto: through what the controller serves.
-        let api = requester::auto_api(client, served, &settings.controller_namespace).await?;
-        (lifecycle, crd) = (api == ApiMode::Lifecycle, api == ApiMode::Crd);
-    }
-    let chosen = evictkit_core::drain::channel(lifecycle, crd, settings.eviction_api_fallback);
-    if let Some(channel) = chosen {
-        tracing::debug!(through = through(channel), "Channel");
-    }
-    chosen.ok_or(DrainError::NoApi(match settings.api {
-        ApiMode::Auto => {
-            "serves no EvictionRequest API (neither lifecycle.k8s.io/v1alpha1, with the \
-                 EvictionRequestAPI gate, nor evictkit.io's CRD)"
-        }
-        ApiMode::Crd => "does not serve evictkit.io's EvictionRequest CRD (--api crd)",
-        ApiMode::Lifecycle => {
-            "does not serve lifecycle.k8s.io/v1alpha1 EvictionRequests (--api lifecycle; \
-                 the EvictionRequestAPI gate)"
-        }
-    }))
-}
-
-/// The API of `channel`, as the drain's events name it.
-pub(crate) fn through(channel: Channel) -> &'static str {
-    match channel {
-        Channel::Lifecycle => "lifecycle.k8s.io EvictionRequest",
-        Channel::Crd => "evictkit.io EvictionRequest",
-        Channel::Eviction => "Eviction API",
-    }
-}
-
 async fn cordon(nodes: &Api<Node>, node: &str, unschedulable: bool) -> Result<(), DrainError> {
     nodes
         .patch(
@@ -394,10 +193,6 @@ async fn cordon(nodes: &Api<Node>, node: &str, unschedulable: bool) -> Result<()
     Ok(())
 }
 
-/// What [`uncordon`] did of each pod of the node: its name and whether a request of the
-/// drain's was withdrawn.
-pub type Withdrawn = Vec<(String, Withdrawal)>;
-
 /// Takes a drain back: withdraws the drain's EvictionRequests of the pods still on `nodes`
 /// (through the API the drain would ask through), then makes the nodes schedulable.
 pub async fn uncordon(
@@ -420,7 +215,7 @@ pub async fn uncordon(
         escalation: None,
         grace_period: None,
     };
-    let channel = channel(client, &settings).await?;
+    let channel = channel::choose(client, &settings).await?;
     let mut withdrawn = Vec::new();
     if let Some(requester) = requester_for(client, channel).await? {
         for pod in read::list_pods(client, nodes, None).await? {
@@ -440,39 +235,6 @@ pub async fn uncordon(
         cordon(&api, node, false).await?;
     }
     Ok(withdrawn)
-}
-
-pub(crate) async fn requester_for(
-    client: &Client,
-    channel: Channel,
-) -> Result<Option<Requester>, DrainError> {
-    let names = RequesterNames {
-        crd: DRAIN_REQUESTER,
-        lifecycle: DRAIN_REQUESTER_KEY,
-    };
-    Ok(match channel {
-        Channel::Lifecycle => {
-            Some(Requester::new(client.clone(), ApiMode::Lifecycle, names).await?)
-        }
-        Channel::Crd => Some(Requester::new(client.clone(), ApiMode::Crd, names).await?),
-        Channel::Eviction => None,
-    })
-}
-
-/// The error and its causes, ending at the apiserver's own message where there is one (kube's
-/// display of an API error repeats the whole Status object).
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = Vec::new();
-    let mut cause = Some(error);
-    while let Some(current) = cause {
-        if let Some(kube::Error::Api(status)) = current.downcast_ref::<kube::Error>() {
-            parts.push(status.message.clone());
-            break;
-        }
-        parts.push(current.to_string());
-        cause = current.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

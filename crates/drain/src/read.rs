@@ -12,7 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::DrainError;
+use crate::error::DrainError;
 
 /// The state of the cluster as one round reads it.
 #[derive(Default)]

@@ -4,7 +4,7 @@ use evictkit_api::node_drain::NodeDrainEscalation;
 use evictkit_core::drain::progress::{Progress, State};
 
 use super::*;
-use crate::Left;
+use crate::report::Left;
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
