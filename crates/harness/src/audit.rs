@@ -14,8 +14,8 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
-use crate::TestEnv;
 use crate::cluster;
+use crate::test_env::TestEnv;
 
 #[derive(Deserialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]

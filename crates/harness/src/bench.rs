@@ -40,7 +40,9 @@ fn binaries(packages: &[&str], release: bool) -> Result<Vec<PathBuf>> {
     if release {
         command.arg("--release");
     }
-    let status = command.current_dir(crate::workspace_root()).status()?;
+    let status = command
+        .current_dir(crate::workspace::workspace_root())
+        .status()?;
     if !status.success() {
         bail!(
             "cargo build -p {} (release: {release}) failed",
@@ -48,7 +50,7 @@ fn binaries(packages: &[&str], release: bool) -> Result<Vec<PathBuf>> {
         );
     }
     let profile = if release { "release" } else { "debug" };
-    let dir = crate::target_dir().join(profile);
+    let dir = crate::workspace::target_dir().join(profile);
     Ok(packages.iter().map(|package| dir.join(package)).collect())
 }
 
@@ -341,7 +343,7 @@ pub async fn post_reviews(
 
 /// Applies `crds/<name>.yaml` (server-side) and waits until the CRD is Established.
 pub fn install_crd(cluster: &Cluster, name: &str) -> Result<()> {
-    let crd = crate::workspace_root().join(format!("crds/{name}.yaml"));
+    let crd = crate::workspace::workspace_root().join(format!("crds/{name}.yaml"));
     cluster.kubectl_stdin(
         &["apply", "--server-side", "-f", "-"],
         &std::fs::read_to_string(&crd).with_context(|| format!("reading {}", crd.display()))?,

@@ -8,41 +8,34 @@
 //! `EVICTKIT_CLUSTER_DIR=<dir>` puts a second, independent cluster there (every
 //! command, the tests and the benches follow it).
 
+mod control_plane;
+mod flags;
+mod kwok;
 mod manifests;
+mod node_packages;
 mod pki;
 mod real_node;
+mod state;
 mod versions;
 
 use std::fs;
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
+use anyhow::{Context, Result};
 
+use self::control_plane::strings;
+pub use self::control_plane::{Cluster, running};
+pub use self::flags::{UpArgs, installed_cluster, test_cluster};
+pub use self::kwok::{KWOK_NODE_ANNOTATION, ZONES};
+use self::kwok::{KWOK_STAGES, KWOK_STATUS_ANNOTATION};
 use self::manifests::{AUDIT_POLICY, node_manifests};
 use self::pki::{Pki, write_kubeconfig};
+pub use self::state::state_dir;
+use self::state::{RealNode, State};
 use self::versions::{feature_gates, runtime_config, serves_lifecycle_api};
-use crate::process::{free_ports, process_runs, rss_kib, stdout_of, stop, tail};
-
-/// Zones the kwok nodes are spread over, round robin.
-pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
-/// The annotation kwok selects the nodes it simulates by.
-pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
-/// Pods (and nodes) annotated `kwok.x-k8s.io/status: custom` keep the status a test writes.
-const KWOK_STATUS_ANNOTATION: &str = "kwok.x-k8s.io/status";
-/// kwok's stages: how simulated nodes and pods move through their lives.
-const KWOK_STAGES: [&str; 5] = [
-    "node/fast/node-initialize.yaml",
-    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    "pod/fast/pod-ready.yaml",
-    "pod/fast/pod-complete.yaml",
-    "pod/fast/pod-delete.yaml",
-];
+use crate::process::{free_ports, process_runs, rss_kib, stop};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -62,56 +55,6 @@ enum Action {
     Env,
 }
 
-#[derive(clap::Args, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UpArgs {
-    /// Number of kwok (simulated) nodes, labelled topology.kubernetes.io/zone over zone-a, zone-b, zone-c.
-    #[arg(long, default_value_t = 3)]
-    pub nodes: usize,
-    /// kube-controller-manager's --controllers, e.g. '*,-taint-eviction-controller' when evictkit's
-    /// taint-manager replaces the upstream one.
-    #[arg(long, default_value = "*")]
-    pub kcm_controllers: String,
-    /// More --feature-gates for kube-apiserver, kube-controller-manager and kube-scheduler, e.g.
-    /// 'A=true,B=false'. EvictionRequestAPI=true (with lifecycle.k8s.io/v1alpha1 served) is always
-    /// on unless named here, e.g. 'EvictionRequestAPI=false' for a cluster without upstream's API.
-    #[arg(long, default_value = "")]
-    pub feature_gates: String,
-    /// Add one node that runs containers (containerd, kubelet, kube-proxy, CNI bridge) with the
-    /// images of `cargo xtask image` imported, for installing the charts for real. Needs root;
-    /// installs Debian's containerd, runc, CNI plugins, iptables and conntrack when missing.
-    #[arg(long)]
-    #[serde(default)]
-    pub real_node: bool,
-    /// The Kubernetes release of the control plane, e.g. v1.35.4 (default: the one
-    /// tests/controlplane/go.mod pins), built from its Go module into
-    /// ~/.cache/evictkit/k8s-<version>. Releases before v1.37 have no EvictionRequestAPI gate and
-    /// serve no lifecycle.k8s.io: the gate is left out for them.
-    #[arg(long, value_name = "VERSION")]
-    #[serde(default)]
-    pub kubernetes: Option<String>,
-}
-
-impl UpArgs {
-    /// Whether a cluster started with these flags serves lifecycle.k8s.io/v1alpha1: a release
-    /// with the EvictionRequestAPI gate, and the gate not turned off.
-    pub fn serves_lifecycle_api(&self) -> Result<bool> {
-        let lifecycle_api = serves_lifecycle_api(self.kubernetes.as_deref())?;
-        Ok(runtime_config(&self.feature_gates, lifecycle_api).ends_with("=true"))
-    }
-}
-
-impl Default for UpArgs {
-    fn default() -> Self {
-        Self {
-            nodes: 3,
-            kcm_controllers: "*".into(),
-            feature_gates: String::new(),
-            real_node: false,
-            kubernetes: None,
-        }
-    }
-}
-
 pub fn run(args: Args) -> Result<()> {
     match args.action {
         Action::Up(up_args) => {
@@ -128,204 +71,6 @@ pub fn run(args: Args) -> Result<()> {
             println!("export PATH={}:$PATH", cluster.state.bin_dir.display());
             Ok(())
         }
-    }
-}
-
-/// The cluster `up` started and recorded.
-pub fn running() -> Result<Cluster> {
-    Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")
-}
-
-/// Where the cluster keeps its PKI, kubeconfig, logs and state: `$EVICTKIT_CLUSTER_DIR` if set,
-/// so a second cluster (a benchmark's, with other controllers) can run beside the test cluster.
-pub fn state_dir() -> PathBuf {
-    std::env::var_os("EVICTKIT_CLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target/evictkit-cluster"))
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone)]
-struct State {
-    config: UpArgs,
-    bin_dir: PathBuf,
-    etcd_data_dir: PathBuf,
-    apiserver_port: u16,
-    /// name -> PID, in start order.
-    processes: Vec<(String, u32)>,
-    /// The node that runs containers, with `--real-node`.
-    #[serde(default)]
-    real_node: Option<real_node::RealNode>,
-}
-
-/// A started (or found) control plane.
-pub struct Cluster {
-    dir: PathBuf,
-    state: State,
-}
-
-impl Cluster {
-    fn load() -> Result<Option<Self>> {
-        let dir = state_dir();
-        let path = dir.join("state.json");
-        if !path.exists() {
-            return Ok(None);
-        }
-        let state = serde_json::from_slice(&fs::read(&path)?)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Ok(Some(Self { dir, state }))
-    }
-
-    fn save(&self) -> Result<()> {
-        fs::write(
-            self.dir.join("state.json"),
-            serde_json::to_vec_pretty(&self.state)?,
-        )?;
-        Ok(())
-    }
-
-    pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("kubeconfig")
-    }
-
-    pub fn bin(&self, name: &str) -> PathBuf {
-        if name == "containerd" {
-            return PathBuf::from(real_node::CONTAINERD);
-        }
-        self.state.bin_dir.join(name)
-    }
-
-    /// Runs kubectl against the cluster; the error carries kubectl's stderr.
-    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
-        self.kubectl_with_input(args, None)
-    }
-
-    /// kubectl with a manifest on stdin.
-    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Result<String> {
-        self.kubectl_with_input(args, Some(input))
-    }
-
-    fn kubectl_with_input(&self, args: &[&str], input: Option<&str>) -> Result<String> {
-        stdout_of(
-            &format!("kubectl {}", args.join(" ")),
-            Command::new(self.bin("kubectl"))
-                .arg("--kubeconfig")
-                .arg(self.kubeconfig())
-                .args(args),
-            input,
-        )
-    }
-
-    /// helm against this cluster, run from the workspace root (so `charts/...` paths work);
-    /// its stdout, or an error with everything it printed.
-    pub fn helm(&self, args: &[&str]) -> Result<String> {
-        stdout_of(
-            &format!("helm {}", args.join(" ")),
-            Command::new(self.bin("helm"))
-                .args(args)
-                .env("KUBECONFIG", self.kubeconfig())
-                .current_dir(crate::workspace_root()),
-            None,
-        )
-    }
-
-    fn log_path(&self, name: &str) -> PathBuf {
-        self.dir.join("logs").join(format!("{name}.log"))
-    }
-
-    /// Every recorded process still runs (and is ours: its command line names our binary).
-    fn all_running(&self) -> bool {
-        self.state
-            .processes
-            .iter()
-            .all(|(name, pid)| process_runs(*pid, &self.bin(name)))
-    }
-
-    fn healthy(&self) -> bool {
-        self.all_running() && self.kubectl(&["get", "--raw", "/readyz"]).is_ok()
-    }
-
-    /// Starts one control-plane process in its own process group (so a Ctrl-C of the
-    /// caller does not take the cluster down), logging to logs/<name>.log.
-    fn start(&mut self, name: &str, args: &[String]) -> Result<()> {
-        let log = fs::File::create(self.log_path(name))?;
-        let child = Command::new(self.bin(name))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {name}"))?;
-        self.state.processes.push((name.to_string(), child.id()));
-        self.save()
-    }
-
-    /// Stops control-plane process `name` (e.g. kube-apiserver, or etcd: its data directory
-    /// is kept) and starts it again with the same command line, as a node's restart of a static
-    /// pod would; returns once the apiserver answers `/readyz` again. The previous log is kept
-    /// as `logs/<name>.log.1`.
-    pub fn restart(&mut self, name: &str) -> Result<()> {
-        let index = self
-            .state
-            .processes
-            .iter()
-            .position(|(process, _)| process == name)
-            .with_context(|| format!("the cluster runs no {name}"))?;
-        let pid = self.state.processes[index].1;
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
-            .with_context(|| format!("reading the command line of {name} (pid {pid})"))?;
-        let args: Vec<String> = cmdline
-            .split(|byte| *byte == 0)
-            .skip(1)
-            .filter(|arg| !arg.is_empty())
-            .map(|arg| String::from_utf8_lossy(arg).into_owned())
-            .collect();
-        stop(pid, &self.bin(name));
-        let log = self.log_path(name);
-        fs::rename(&log, log.with_extension("log.1"))
-            .with_context(|| format!("keeping {}", log.display()))?;
-        self.start(name, &args)?;
-        let (_, new_pid) = self.state.processes.pop().expect("start recorded it");
-        self.state.processes[index].1 = new_pid;
-        self.save()?;
-        self.wait_for("kube-apiserver /readyz", Duration::from_secs(90), || {
-            Ok(self.kubectl(&["get", "--raw", "/readyz"]).is_ok())
-        })
-    }
-
-    /// Fails with the tail of the log of any process that has died.
-    fn check_alive(&self) -> Result<()> {
-        for (name, pid) in &self.state.processes {
-            if !process_runs(*pid, &self.bin(name)) {
-                bail!(
-                    "{name} (pid {pid}) died during start; last lines of {}:\n{}",
-                    self.log_path(name).display(),
-                    tail(&self.log_path(name), 30)
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Polls `probe` until it succeeds, failing early if a process dies.
-    fn wait_for(
-        &self,
-        what: &str,
-        timeout: Duration,
-        mut probe: impl FnMut() -> Result<bool>,
-    ) -> Result<()> {
-        let start = Instant::now();
-        let mut last_error = String::new();
-        while start.elapsed() < timeout {
-            self.check_alive()?;
-            match probe() {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(error) => last_error = format!("{error:#}"),
-            }
-            sleep(Duration::from_millis(500));
-        }
-        bail!("timed out after {timeout:?} waiting for {what}; last error: {last_error}")
     }
 }
 
@@ -349,7 +94,7 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
 
     let bin_dir = build_control_plane(args.kubernetes.as_deref())?;
     let node_ip = if args.real_node {
-        real_node::ensure_packages()?;
+        node_packages::ensure()?;
         // Always through cargo (seconds when nothing changed): archives left from an older
         // checkout would run binaries that reject the charts' newer flags and crash-loop.
         eprintln!("==> building the images (cargo rebuilds what changed since the last build)");
@@ -386,7 +131,7 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
             etcd_data_dir: etcd_data_dir.clone(),
             apiserver_port,
             processes: Vec::new(),
-            real_node: node_ip.as_ref().map(|ip| real_node::RealNode {
+            real_node: node_ip.as_ref().map(|ip| RealNode {
                 node_ip: ip.clone(),
                 dir: dir.join("real-node"),
             }),
@@ -639,31 +384,7 @@ pub fn build_control_plane(version: Option<&str>) -> Result<PathBuf> {
         Some(version) => vec!["--kubernetes", version],
         None => vec![],
     };
-    crate::cached_build("tests/controlplane/build.sh", &args)
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter()
-        .filter(|arg| !arg.ends_with('='))
-        .map(|arg| arg.to_string())
-        .collect()
-}
-
-/// The cluster the end-to-end tests run on: evictkit's taint-manager replaces
-/// kube-controller-manager's taint-eviction-controller there, as in production.
-pub fn test_cluster() -> UpArgs {
-    UpArgs {
-        kcm_controllers: "*,-taint-eviction-controller".into(),
-        ..Default::default()
-    }
-}
-
-/// The test cluster plus the real node the installed suite runs the charts on.
-pub fn installed_cluster() -> UpArgs {
-    UpArgs {
-        real_node: true,
-        ..test_cluster()
-    }
+    crate::workspace::cached_build("tests/controlplane/build.sh", &args)
 }
 
 #[cfg(test)]

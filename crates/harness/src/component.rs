@@ -19,12 +19,14 @@ use kube::api::PostParams;
 use kube::config::Kubeconfig;
 
 use crate::cluster::{self, Cluster};
+pub use crate::components::COMPONENTS;
 use crate::descheduler::Identity;
 use crate::metrics;
+use crate::objects;
 use crate::process;
 /// Where tests find it beside [`Component`]: a component's metrics or webhook port.
 pub use crate::process::free_port;
-use crate::{TestEnv, objects};
+use crate::test_env::TestEnv;
 
 /// A running component process.
 pub struct Component {
@@ -35,16 +37,6 @@ pub struct Component {
     /// from a command until [`Component::wait_ready_on`] names the port.
     metrics_addr: Option<SocketAddr>,
 }
-
-/// The components, each with the chart of the same name under charts/: a test runs each under
-/// the RBAC its chart renders, so a verb the chart forgot fails a test rather than a cluster.
-pub const COMPONENTS: [&str; 5] = [
-    "affinity-evictor",
-    "taint-manager",
-    "pdb-policy-webhook",
-    "evictionrequest-controller",
-    "descheduler-bridge",
-];
 
 /// The chart identities applied by this process, by chart, namespace and `--set` values: a
 /// component started again in the same test reuses its ServiceAccount and token.
@@ -87,7 +79,7 @@ impl TestEnv {
         kubeconfig: &std::path::Path,
         env: &[(&str, &str)],
     ) -> Result<Component> {
-        let path = crate::debug_dir().join(binary);
+        let path = crate::workspace::debug_dir().join(binary);
         if !path.exists() {
             bail!(
                 "{} does not exist: run `cargo build --bins` first (cargo xtask test does)",
@@ -169,11 +161,15 @@ impl TestEnv {
         let chart_path = format!("charts/{chart}");
         // The library chart, packaged as `cargo xtask test` does before the tests (a fresh
         // checkout has none; helm template refuses the chart without it).
-        let packaged = std::fs::read_dir(crate::workspace_root().join(&chart_path).join("charts"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|entry| entry.file_name().to_string_lossy().ends_with(".tgz"));
+        let packaged = std::fs::read_dir(
+            crate::workspace::workspace_root()
+                .join(&chart_path)
+                .join("charts"),
+        )
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| entry.file_name().to_string_lossy().ends_with(".tgz"));
         if !packaged {
             self.control_plane_tool(
                 "helm",

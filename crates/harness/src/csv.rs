@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail, ensure};
 
 /// `target/bench/<name>`, its directory created.
 pub fn path(name: &str) -> Result<PathBuf> {
-    let dir = crate::workspace_root().join("target/bench");
+    let dir = crate::workspace::workspace_root().join("target/bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir.join(name))
 }
@@ -56,7 +56,7 @@ pub fn commit() -> Result<String> {
     let git = |args: &[&str]| -> Result<String> {
         let out = std::process::Command::new("git")
             .args(args)
-            .current_dir(crate::workspace_root())
+            .current_dir(crate::workspace::workspace_root())
             .output()
             .with_context(|| format!("running git {}", args.join(" ")))?;
         ensure!(

@@ -3,8 +3,10 @@
 //! ServiceAccount of the test's namespace, so webhooks can tell its evictions from everyone
 //! else's by `request.userInfo.username`.
 
+mod build;
 mod pod_life_time;
 
+pub use build::binary;
 pub use pod_life_time::{PodLifeTime, command};
 
 use std::path::PathBuf;
@@ -19,14 +21,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::TestEnv;
 use crate::process::free_port;
-
-/// The descheduler binary: runs `tests/descheduler/build.sh` (milliseconds once cached; a cold
-/// build takes minutes).
-pub fn binary() -> Result<PathBuf> {
-    Ok(crate::cached_build("tests/descheduler/build.sh", &[])?.join("descheduler"))
-}
+use crate::test_env::TestEnv;
 
 /// An identity of its own: a ServiceAccount of the test's namespace.
 #[derive(Clone)]

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::TestEnv;
 use crate::cluster::Cluster;
+use crate::test_env::TestEnv;
 
 /// The helm release the installed stage installs.
 pub const RELEASE: &str = "evictkit";
@@ -18,7 +18,7 @@ pub const NAMESPACE: &str = "evictkit-system";
 pub const REAL_NODE_LABEL: &str = "evictkit.io/real-node=true";
 /// The umbrella chart's components, by their `app.kubernetes.io/name`: each chart is named after
 /// its component.
-pub use crate::component::COMPONENTS;
+pub use crate::components::COMPONENTS;
 
 /// The real node's placement and replicas (two of each component), on top of the chart's
 /// defaults as a user adds their cluster's values.

@@ -22,7 +22,7 @@ use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 
 /// The five components, each a binary of the package of the same name.
-pub use crate::component::COMPONENTS;
+pub use crate::components::COMPONENTS;
 /// The pod sandbox image of the test cluster's real node (package `evictkit-pause`).
 pub const PAUSE: &str = "pause";
 /// Every image: the five components and the sandbox.
@@ -121,7 +121,7 @@ pub fn build(names: &[&str], compile: bool) -> Result<Vec<Image>> {
             );
         }
     }
-    let root = crate::workspace_root();
+    let root = crate::workspace::workspace_root();
     if compile {
         // Always every binary: cargo picks dependency features from the packages it builds, so
         // a build of one package would compile its own variant of the dependencies, apart from
@@ -147,7 +147,7 @@ pub fn reference(name: &str) -> String {
 
 /// The archive `build` writes for `name`.
 pub fn archive_path(name: &str) -> PathBuf {
-    crate::workspace_root()
+    crate::workspace::workspace_root()
         .join("target/images")
         .join(format!("{name}.oci.tar"))
 }
@@ -369,7 +369,8 @@ mod tests {
     /// The Dockerfile is for users with Docker; both must give the same binary and image.
     #[test]
     fn the_dockerfile_builds_what_xtask_image_builds() {
-        let dockerfile = fs::read_to_string(crate::workspace_root().join("Dockerfile")).unwrap();
+        let dockerfile =
+            fs::read_to_string(crate::workspace::workspace_root().join("Dockerfile")).unwrap();
         let joined = dockerfile.replace("\\\n", " ");
         let build_line = joined
             .lines()
@@ -412,7 +413,8 @@ mod tests {
     #[test]
     fn references_match_the_charts_default_image() {
         for name in COMPONENTS {
-            let path = crate::workspace_root().join(format!("charts/{name}/values.yaml"));
+            let path =
+                crate::workspace::workspace_root().join(format!("charts/{name}/values.yaml"));
             let values: Value =
                 serde_saphyr::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
             let image = &values["image"];

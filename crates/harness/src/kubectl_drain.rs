@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::objects::{self, Budget};
-use crate::{TestEnv, wait};
+use crate::test_env::TestEnv;
+use crate::wait;
 
 impl TestEnv {
     /// `count` kwok nodes `<namespace>-<prefix>-<i>` (deleted with the test), each running

@@ -13,8 +13,8 @@ use kube::api::DeleteParams;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::TestEnv;
 use crate::objects::{self, Budget};
+use crate::test_env::TestEnv;
 
 /// PDBs `during-upgrade-<n>` created and deleted every 200 ms in the test's namespace, until
 /// stopped.

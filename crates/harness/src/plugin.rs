@@ -7,13 +7,13 @@ use std::process::Command;
 
 use anyhow::{Result, ensure};
 
-use crate::TestEnv;
+use crate::test_env::TestEnv;
 
 impl TestEnv {
     /// `kubectl evictkit <args> --kubeconfig <kubeconfig>`, not yet started. The plugin must take
     /// the cluster from `--kubeconfig`, so `KUBECONFIG` is removed from its environment.
     pub fn plugin(&self, kubeconfig: &Path, args: &[&str]) -> Result<Command> {
-        let plugin_dir = crate::debug_dir();
+        let plugin_dir = crate::workspace::debug_dir();
         ensure!(
             plugin_dir.join("kubectl-evictkit").exists(),
             "no {}/kubectl-evictkit: run cargo build --workspace --bins",

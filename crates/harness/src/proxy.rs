@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::TestEnv;
+use crate::test_env::TestEnv;
 
 pub struct ApiProxy {
     kubeconfig: PathBuf,

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> Result<()> {
 
 fn dir() -> PathBuf {
     std::env::var_os("EVICTKIT_REGISTRY_DIR").map_or_else(
-        || crate::workspace_root().join("target/evictkit-registry"),
+        || crate::workspace::workspace_root().join("target/evictkit-registry"),
         PathBuf::from,
     )
 }
@@ -161,7 +161,7 @@ pub fn up() -> Result<Registry> {
         &[crate::packages::CA_CERTIFICATES, ("/usr/bin/curl", "curl")],
         "the Go module proxy (TLS) and the registry's health check",
     )?;
-    let bin = crate::cached_build("tests/registry/build.sh", &[])?.join("registry");
+    let bin = crate::workspace::cached_build("tests/registry/build.sh", &[])?.join("registry");
     let dir = dir();
     let data_dir = dir.join("data");
     fs::create_dir_all(&data_dir)?;

@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::TestEnv;
 use crate::objects::now;
+use crate::test_env::TestEnv;
 
 /// `responder`'s entry of the Eviction's `.status.responders`, applied by `field_manager`: a
 /// heartbeat with `message`, and its completion when `complete`; the Eviction as written.

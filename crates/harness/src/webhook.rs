@@ -21,8 +21,8 @@ use evictkit_runtime::process::shutdown::CancellationToken;
 use evictkit_runtime::serving::tls::ReloadingCertResolver;
 use evictkit_runtime::serving::webhook::Webhooks;
 
-use crate::TestEnv;
 use crate::certs::{self, ServingCert};
+use crate::test_env::TestEnv;
 
 /// Where a webhook is served and which requests it gets.
 pub struct Registration {

@@ -1,6 +1,6 @@
 //! The objects every test cluster starts with: its audit policy and its kwok nodes.
 
-use super::{KWOK_NODE_ANNOTATION, ZONES};
+use super::kwok::{KWOK_NODE_ANNOTATION, ZONES};
 
 pub(super) const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy

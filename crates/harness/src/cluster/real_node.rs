@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Cluster, strings};
+use super::control_plane::{Cluster, strings};
+use super::node_packages::CTR;
+use super::state::RealNode;
 use crate::image;
 use crate::process::free_ports;
 
@@ -32,17 +34,7 @@ const BRIDGE_ADDRESS: &str = "10.244.0.1/24";
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// kwok's pod addresses (cluster.rs `--cidr`): no real traffic may leave the machine for them.
 const KWOK_POD_CIDR: &str = "10.0.0.0/16";
-const DEBIAN_PACKAGES: [crate::packages::Need; 6] = [
-    ("/usr/bin/containerd", "containerd"),
-    ("/usr/sbin/runc", "runc"),
-    ("/usr/lib/cni/bridge", "containernetworking-plugins"),
-    ("/usr/sbin/iptables", "iptables"),
-    ("/usr/sbin/conntrack", "conntrack"),
-    ("/usr/sbin/ip", "iproute2"),
-];
-pub const CONTAINERD: &str = "/usr/bin/containerd";
 const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
-const CTR: &str = "/usr/bin/ctr";
 
 /// What `up --real-node` chose and why, printed on `up`.
 const CHOICES: &str = "\
@@ -67,13 +59,6 @@ const CHOICES: &str = "\
       and kwok's pod range is a blackhole route, so no packet for them leaves the machine.
     - the node is labelled evictkit.io/real-node=true and tainted evictkit.io/real-node=true:NoSchedule:
       only pods that ask for it land there; kwok nodes keep the tests' workloads.";
-
-/// Ports and paths of the real node, kept in the cluster's state for `down`.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
-pub struct RealNode {
-    pub node_ip: String,
-    pub dir: PathBuf,
-}
 
 impl RealNode {
     fn socket(&self) -> PathBuf {
@@ -115,11 +100,6 @@ pub fn node_ip() -> Result<String> {
             Some(words.next()?.split('/').next()?.to_string())
         })
         .context("this machine has no non-loopback IPv4 address for the real node")
-}
-
-/// Installs the Debian packages the real node needs.
-pub fn ensure_packages() -> Result<()> {
-    crate::packages::ensure(&DEBIAN_PACKAGES, "the real node")
 }
 
 /// The kube-apiserver flags of a real-node cluster: reachable from pods at the machine's address.

@@ -53,7 +53,7 @@ pub fn command(
     interval: &str,
     verbosity: u8,
 ) -> Result<Command> {
-    let binary = super::binary()?;
+    let binary = super::build::binary()?;
     std::fs::write(policy_file, policy.policy())
         .with_context(|| format!("writing {}", policy_file.display()))?;
     let mut command = Command::new(binary);
