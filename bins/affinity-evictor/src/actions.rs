@@ -29,8 +29,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 
 use crate::cache::CachedPod;
+use crate::context::Context;
+use crate::error::Error;
+use crate::events::{EVENT_REASON, EVENT_REASON_DAEMONSET};
 use crate::rounds::Step;
-use crate::{Context, EVENT_REASON, EVENT_REASON_DAEMONSET, Error};
 
 /// The pod matches again or opted out: stop retrying, and if we acted on its violation, withdraw
 /// our eviction request and set our condition `False` with `reason`.

@@ -4,13 +4,16 @@
 //! `scheduling` for its own required node affinity) is evicted through the Eviction API, so
 //! PodDisruptionBudgets are respected, once its node no longer matches. Reads top to bottom:
 //! flags, wiring, the watches (Nodes: label changes only; Pods: indexed by node) and
-//! `reconcile` of one pod; the actions it takes are in `actions`, what it remembers per pod in
-//! `pod_state`. The decisions are in [`evictkit_core::affinity_eviction`]; the mutating webhook
-//! that makes the scheduler and the DaemonSet controller honour the same selector is in
-//! [`webhook`].
+//! `reconcile` of one pod; the actions it takes are in `actions`, what it is handed in
+//! `context`, what it remembers per pod in `pod_state`. The decisions are in
+//! [`evictkit_core::affinity_eviction`]; the mutating webhook that makes the scheduler and the
+//! DaemonSet controller honour the same selector is in [`webhook`].
 
 mod actions;
 mod cache;
+mod context;
+mod error;
+mod events;
 mod metrics;
 mod pod_state;
 mod rounds;
@@ -26,41 +29,31 @@ use evictkit_api::keys::{
 };
 use evictkit_core::affinity_eviction::{REASON_MATCHES_AGAIN, REASON_OPTED_OUT, Verdict};
 use evictkit_runtime::caches::watch::{Objects, Watches};
-use evictkit_runtime::clients::events::EventRecorder;
-use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError};
-use evictkit_runtime::clients::eviction_request::EvictionRequestError;
 use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use evictkit_runtime::clients::eviction_request::requester::{Done, Requester, RequesterNames};
-use evictkit_runtime::clients::pod_condition::PodConditionError;
 use evictkit_runtime::control::backoff::{Backoff, PerObject};
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use evictkit_runtime::process::shutdown::CancellationToken;
-use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future, stream};
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::actions::{settled, violation};
 use crate::cache::{CachedPod, pods_by_node, strip_node};
+use crate::context::{Context, Settings};
+use crate::error::Error;
+pub use crate::events::{EVENT_REASON, EVENT_REASON_DAEMONSET, EVENT_REASON_MALFORMED};
 use crate::metrics::AffinityMetrics;
 pub use crate::metrics::METRIC_DAEMONSET_PODS_NOT_EVICTED;
-use crate::pod_state::PodStates;
 use crate::rounds::{LabelRounds, Rounds, Step};
 
 /// Reporting component of Events and the `component` label of shared metrics.
 pub const COMPONENT: &str = "affinity-evictor";
 const LEASE_NAME: &str = "evictkit-affinity-evictor";
-/// Event reason of KEP-4328 (Normal on eviction, Warning when it fails).
-pub const EVENT_REASON: &str = "NodeAffinityEviction";
-/// Event reason for a pod whose annotation cannot be parsed.
-pub const EVENT_REASON_MALFORMED: &str = "InvalidRequiredDuringExecution";
-/// Warning Event reason on a DaemonSet whose pod violates its execution-time affinity while the
-/// template still places it on that node: evicting it would only have it recreated there.
-pub const EVENT_REASON_DAEMONSET: &str = "ExecutionAffinityNotInTemplate";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -235,44 +228,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(manager.run().await?)
 }
 
-/// What the flags decide, handed to each term of leadership.
-struct Settings {
-    evictions: EvictionClient,
-    recorder: EventRecorder,
-    metrics: AffinityMetrics,
-    enabled: bool,
-    dry_run: bool,
-    /// `--retry-backoff-base`, `--retry-backoff-max`.
-    backoff: Backoff,
-    namespace: Option<String>,
-    /// `--eviction-request-api` as given: `auto` also withdraws what was asked through the CRD.
-    eviction_request_api: ApiMode,
-    /// `--mode eviction-request`: asks for and withdraws EvictionRequests; `None`: evicts.
-    requester: Option<Requester>,
-    controller: controller::Config,
-    /// Held not ready while a term's caches make their first list; `None`: not held.
-    listing: Option<Readiness>,
-}
-
-/// What reconcile needs, with the per-pod state of this term: rebuilt from the API each term,
-/// a pod still violating is simply tried again.
-struct Context {
-    client: Client,
-    settings: Arc<Settings>,
-    nodes: Store<Node>,
-    pods: Mutex<PodStates>,
-    /// Failed eviction attempts per pod in a row, and when the next may be made.
-    retries: PerObject<ObjectRef<CachedPod>>,
-    rounds: Arc<Mutex<Rounds>>,
-}
-
-impl std::ops::Deref for Context {
-    type Target = Settings;
-    fn deref(&self) -> &Settings {
-        &self.settings
-    }
-}
-
 /// The watches and the controller of one term as leader, built afresh from the API.
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let watches = Watches::new(client.clone(), token.clone());
@@ -348,22 +303,6 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             future::ready(())
         });
     future::join(controller, future::OptionFuture::from(listed)).await;
-}
-
-#[derive(Debug, thiserror::Error)]
-enum Error {
-    #[error(transparent)]
-    Withdraw(#[from] EvictionRequestError),
-    #[error(transparent)]
-    Eviction(#[from] EvictionError),
-    #[error("cannot read DaemonSet {daemonset}: {source}")]
-    DaemonSet {
-        daemonset: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(transparent)]
-    Condition(#[from] PodConditionError),
 }
 
 /// One pod: judge it against its node and act on the verdict; then close the pod's part of

@@ -25,8 +25,10 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::cache::CachedPod;
+use crate::context::{Context, Settings};
+use crate::events::{EVENT_REASON, EVENT_REASON_DAEMONSET};
 use crate::metrics::AffinityMetrics;
-use crate::{COMPONENT, Context, EVENT_REASON, EVENT_REASON_DAEMONSET, Settings, reconcile};
+use crate::{COMPONENT, reconcile};
 
 const POD: &str = "/api/v1/namespaces/ns/pods/web-0";
 const USER_B_ALLOWED: &str = r#"{"nodeSelectorTerms":[{"matchExpressions":[{"key":"userB","operator":"In","values":["allow"]}]}]}"#;
