@@ -10,6 +10,8 @@
 //! period 0. Each removal is announced by one Event and counted once per pod; refusals and
 //! errors are retried with the pod's backoff while it stays due.
 
+use std::time::Duration;
+
 use evictkit_api::conditions::{
     MESSAGE_DELETION_BY_TAINT_MANAGER, POD_DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER,
     STATUS_TRUE,
@@ -29,9 +31,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::cache::CachedPod;
-use crate::zone_guard::Admission;
-use crate::{Context, EVENT_REASON, Error, ZONE_RECHECK, name_of};
+use crate::cache::{CachedPod, name_of};
+use crate::context::Context;
+use crate::error::Error;
+use crate::events::EVENT_REASON;
+use crate::zone_state::Admission;
+
+/// How often pods of a paused zone look again (besides the node events that resume them).
+const ZONE_RECHECK: Duration = Duration::from_secs(30);
 
 /// How a due pod goes.
 pub enum Removal {
@@ -353,6 +360,19 @@ pub async fn withdraw_if_requested(pod: &CachedPod, context: &Context) -> Result
         record(context, pod, EventType::Normal, "Withdraw", &note).await;
     }
     Ok(())
+}
+
+/// The pod is no longer due: forget it, and say so if a removal was pending, scheduled for
+/// the end of a window or announced and not made yet (upstream's `cancelWorkWithEvent`).
+pub async fn cancel(pod: &CachedPod, context: &Context) {
+    let key = ObjectRef::from_obj(pod);
+    let announced = context.announced(&key);
+    let was_waiting = context.forget(&key);
+    if was_waiting || announced {
+        let note = format!("Cancelling deletion of Pod {}", name_of(pod));
+        tracing::info!(pod = %name_of(pod), "no longer due; cancelled its removal");
+        record(context, pod, EventType::Normal, "Cancel", &note).await;
+    }
 }
 
 /// Upstream's condition before the delete.

@@ -19,8 +19,8 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, NodeCondition, NodeSpec, NodeStatus, Pod, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 
 use evictkit_runtime::caches::interned::Interner;
@@ -138,6 +138,19 @@ fn bound_at(pod: &Pod) -> Timestamp {
 /// `ComputeZoneState`).
 pub fn node_ready(node: &Node) -> bool {
     node_conditions(node).any(|c| c.type_ == NODE_READY && c.status == "True")
+}
+
+/// The (stripped) node's NoExecute taints, each with a `timeAdded`.
+pub fn taints_of(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+/// `namespace/name`, as logs and Events name the pod.
+pub fn name_of(pod: &CachedPod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
 pub fn strip_namespace(namespace: &mut Namespace) {

@@ -19,8 +19,9 @@
 //!
 //! Reads top to bottom: flags, wiring, the watches ([`watches`]), `reconcile` of one pod
 //! ([`reconcile`]), and the removal it makes ([`actions`]). The decisions are in [`evictkit_core::taints`] and
-//! [`evictkit_core::taint_policy`]; per-pod bookkeeping is in [`pod_state`], the zone guard
-//! in [`zone_guard`], policy status in [`status`].
+//! [`evictkit_core::taint_policy`]; what each reconcile is handed is in `context`, per-pod
+//! bookkeeping in [`pod_state`], the zone guard in [`zone_guard`] (its state in
+//! `zone_state`), policy status in [`status`].
 //!
 //! ## Toleration windows and restarts
 //! A pod's window is upstream's timer: it starts when the taint-manager first finds the pod
@@ -44,6 +45,9 @@
 mod access;
 mod actions;
 mod cache;
+mod context;
+mod error;
+mod events;
 mod metrics;
 mod pod_state;
 mod reconcile;
@@ -51,6 +55,7 @@ mod requests;
 mod status;
 mod watches;
 mod zone_guard;
+mod zone_state;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,46 +68,30 @@ use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
 };
-use evictkit_runtime::caches::listed::Listed;
 use evictkit_runtime::caches::watch::Watches;
-use evictkit_runtime::clients::events::EventRecorder;
-use evictkit_runtime::clients::eviction::{EvictionClient, EvictionError};
-use evictkit_runtime::clients::eviction_request::EvictionRequestError;
 use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use evictkit_runtime::clients::eviction_request::requester::{Done, Requester, RequesterNames};
-use evictkit_runtime::clients::pod_condition::PodConditionError;
 use evictkit_runtime::control::backoff::{Backoff, PerObject};
 use evictkit_runtime::manager::Manager;
 use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, parse_duration};
 use evictkit_runtime::process::shutdown::CancellationToken;
-use evictkit_runtime::serving::http::Readiness;
 use futures::{StreamExt, future, stream};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Namespace, Node, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::Client;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
 
 use crate::cache::{CachedPod, pods_by_node};
+use crate::context::{Context, Settings};
+pub use crate::events::{EVENT_REASON, EVENT_REPORTER};
+pub use crate::metrics::COMPONENT;
 use crate::metrics::TaintMetrics;
 use crate::pod_state::Pacer;
 use crate::reconcile::{error_policy, reconcile};
 pub use crate::zone_guard::{EVENT_REASON_ZONE_PAUSED, EVENT_REASON_ZONE_RESUMED};
 
-/// The `component` label of shared metrics.
-pub const COMPONENT: &str = "taint-manager";
-/// Reporting controller of Events: upstream's, so `kubectl describe`, `kubectl events` and
-/// alerting on Events see the same source as with kube-controller-manager's controller (it
-/// replaces that controller; the reporting instance, the pod's hostname, tells them apart).
-pub const EVENT_REPORTER: &str = "taint-eviction-controller";
 const LEASE_NAME: &str = "evictkit-taint-manager";
-/// Upstream's Event reason, for marking and cancelling deletions alike.
-pub const EVENT_REASON: &str = "TaintManagerEviction";
-/// How often pods of a paused zone look again (besides the node events that resume them).
-const ZONE_RECHECK: Duration = Duration::from_secs(30);
-/// How often a pod looks again while the caches are still being listed.
-const CACHE_WAIT: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -278,68 +267,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(manager.run().await?)
 }
 
-/// What the flags decide, handed to each term of leadership.
-struct Settings {
-    /// The watches RBAC denies (readiness).
-    access: Arc<access::Access>,
-    /// Not ready while a term's caches make their first list.
-    readiness: Readiness,
-    evictions: EvictionClient,
-    recorder: EventRecorder,
-    metrics: TaintMetrics,
-    dry_run: bool,
-    /// `--retry-backoff-base`, `--retry-backoff-max`.
-    backoff: Backoff,
-    /// Asks for and withdraws EvictionRequests (action `EvictionRequest`).
-    requester: Requester,
-    /// `--eviction-request-api` as given (`auto` also follows the CRD's requests).
-    eviction_request_api: ApiMode,
-    /// `--concurrent-syncs`.
-    controller: kube::runtime::controller::Config,
-    /// `--zone-guard`: without it, no zone state is kept and nothing is paced by zone.
-    zone_guard: bool,
-    zone_flags: ZoneFlags,
-    pacer: Pacer,
-    namespace: Option<String>,
-    policy_selector: Option<String>,
-}
-
-/// What reconcile needs: the flags, the caches, and the per-pod bookkeeping ([`pod_state`]).
-struct Context {
-    client: Client,
-    settings: Arc<Settings>,
-    /// Cancelled when this term as leader ends: what it spawns ends with it.
-    term: CancellationToken,
-    nodes: Store<Node>,
-    namespaces: Store<Namespace>,
-    policies: Store<TaintEvictionPolicy>,
-    /// Whether each of those caches has listed (see [`Context::caches_ready`]).
-    nodes_listed: Listed,
-    namespaces_listed: Listed,
-    policies_listed: Listed,
-    /// Whether the TaintEvictionPolicy CRD is installed; without it, no policies.
-    policies_installed: bool,
-    /// The pods the taint-manager's EvictionRequests stand for, and whether the watch of each
-    /// API followed has listed.
-    requests: Arc<requests::OwnRequests>,
-    requests_listed: Vec<Listed>,
-    /// When this term as leader began: windows that would have started before are recovered
-    /// from the taints' `timeAdded` (see "Toleration windows and restarts").
-    planning_since: Timestamp,
-    /// The zones' states and paced zones' next removal slots.
-    zones: Mutex<zone_guard::ZoneGuard>,
-    pods: Mutex<pod_state::PodStates>,
-    /// Failed removal attempts per pod in a row, and when the next may be made.
-    retries: PerObject<ObjectRef<CachedPod>>,
-}
-
-impl std::ops::Deref for Context {
-    type Target = Settings;
-    fn deref(&self) -> &Settings {
-        &self.settings
-    }
-}
-
 /// The watches and the controller of one term as leader, built afresh from the API.
 async fn control(client: Client, settings: Arc<Settings>, token: CancellationToken) {
     let rbac = settings.access.clone();
@@ -439,26 +366,4 @@ async fn control(client: Client, settings: Arc<Settings>, token: CancellationTok
             future::ready(())
         });
     future::join4(controller, status, listed, follow_requests).await;
-}
-
-#[derive(Debug, thiserror::Error)]
-enum Error {
-    #[error(transparent)]
-    Eviction(#[from] EvictionError),
-    #[error(transparent)]
-    Request(#[from] EvictionRequestError),
-    #[error(transparent)]
-    Condition(#[from] PodConditionError),
-}
-
-/// The (stripped) node's NoExecute taints, each with a `timeAdded`.
-fn taints_of(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
-}
-
-fn name_of(pod: &CachedPod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }

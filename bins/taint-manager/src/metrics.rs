@@ -9,6 +9,9 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
 };
 
+/// The `component` label of shared metrics.
+pub const COMPONENT: &str = "taint-manager";
+
 /// Upstream's buckets of `taint_eviction_controller_pod_deletion_duration_seconds`.
 const UPSTREAM_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,

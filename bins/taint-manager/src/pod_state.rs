@@ -8,14 +8,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use evictkit_core::taint_policy::Pending;
-use evictkit_runtime::clients::events::EventType;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::actions::record;
 use crate::cache::CachedPod;
-use crate::{Context, name_of};
 
 #[derive(Default)]
 pub struct PodStates {
@@ -44,80 +41,59 @@ fn acted_on(pod: &CachedPod) -> (String, Option<Timestamp>) {
     (pod.uid().unwrap_or_default(), pod.deletion_timestamp())
 }
 
-impl Context {
-    fn states(&self) -> std::sync::MutexGuard<'_, PodStates> {
-        self.pods.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The pod is no longer due: forget it, and say so if a removal was pending, scheduled for
-    /// the end of a window or announced and not made yet (upstream's `cancelWorkWithEvent`).
-    pub(crate) async fn cancel(&self, pod: &CachedPod) {
-        let key = ObjectRef::from_obj(pod);
-        let announced = self.states().marked.contains_key(&key);
-        let was_waiting = self.forget(&key);
-        if was_waiting || announced {
-            let note = format!("Cancelling deletion of Pod {}", name_of(pod));
-            tracing::info!(pod = %name_of(pod), "no longer due; cancelled its removal");
-            record(self, pod, EventType::Normal, "Cancel", &note).await;
-        }
-    }
-
+impl PodStates {
     /// Drops everything remembered about the pod; returns whether it was waiting for the end
     /// of a window.
-    pub(crate) fn forget(&self, key: &ObjectRef<CachedPod>) -> bool {
-        let mut states = self.states();
-        self.retries.forget(key);
-        states.marked.remove(key);
-        states.acted.remove(key);
-        states.windows.remove(key);
-        states.scheduled.remove(key)
+    pub fn forget(&mut self, key: &ObjectRef<CachedPod>) -> bool {
+        self.marked.remove(key);
+        self.acted.remove(key);
+        self.windows.remove(key);
+        self.scheduled.remove(key)
     }
 
     /// Remembers that the pod waits for the end of `pending`'s window; returns whether it was
     /// not waiting before.
-    pub(crate) fn wait_for(&self, key: ObjectRef<CachedPod>, pending: Pending) -> bool {
-        let mut states = self.states();
-        states.windows.insert(key.clone(), pending);
-        states.scheduled.insert(key)
+    pub fn wait_for(&mut self, key: ObjectRef<CachedPod>, pending: Pending) -> bool {
+        self.windows.insert(key.clone(), pending);
+        self.scheduled.insert(key)
     }
 
     /// The pod's toleration window and what follows it, if it has one.
-    pub(crate) fn pending(&self, key: &ObjectRef<CachedPod>) -> Option<Pending> {
-        self.states().windows.get(key).cloned()
+    pub fn pending(&self, key: &ObjectRef<CachedPod>) -> Option<Pending> {
+        self.windows.get(key).cloned()
     }
 
-    /// The pod's window is over and its removal is being made: it waits no more. (Its own
-    /// deletion can reach the pod watch before the delete call returns; a pod still waiting
-    /// then would be announced as a cancelled deletion.)
-    pub(crate) fn due(&self, key: &ObjectRef<CachedPod>) {
-        self.states().scheduled.remove(key);
+    /// The pod's window is over and its removal is being made: it waits no more.
+    pub fn due(&mut self, key: &ObjectRef<CachedPod>) {
+        self.scheduled.remove(key);
+    }
+
+    /// Whether the pod's removal was announced.
+    pub fn announced(&self, key: &ObjectRef<CachedPod>) -> bool {
+        self.marked.contains_key(key)
     }
 
     /// Remembers that the pod's removal was announced, as an EvictionRequest if `request`;
     /// returns whether it was new.
-    pub(crate) fn mark(&self, key: ObjectRef<CachedPod>, request: bool) -> bool {
-        let mut states = self.states();
-        let new = !states.marked.contains_key(&key);
-        *states.marked.entry(key).or_default() |= request;
+    pub fn mark(&mut self, key: ObjectRef<CachedPod>, request: bool) -> bool {
+        let new = !self.marked.contains_key(&key);
+        *self.marked.entry(key).or_default() |= request;
         new
     }
 
-    /// Whether the pod's eviction was requested through an EvictionRequest announced by this
-    /// process (and not forgotten since).
-    pub(crate) fn requested(&self, key: &ObjectRef<CachedPod>) -> bool {
-        self.states().marked.get(key) == Some(&true)
+    /// Whether the pod's eviction was requested through an announced EvictionRequest.
+    pub fn requested(&self, key: &ObjectRef<CachedPod>) -> bool {
+        self.marked.get(key) == Some(&true)
     }
 
-    /// A removal of `pod` (as the cache showed it) succeeded: forget the rest, remember this.
-    pub(crate) fn removed(&self, pod: &CachedPod) {
-        let key = ObjectRef::from_obj(pod);
-        self.forget(&key);
-        self.states().acted.insert(key, acted_on(pod));
+    /// A removal of `pod` (as the cache showed it) succeeded: remember what it acted on.
+    pub fn removed(&mut self, pod: &CachedPod) {
+        self.acted.insert(ObjectRef::from_obj(pod), acted_on(pod));
     }
 
     /// Whether a removal already acted on this very state of the pod (a stale cache read).
-    pub(crate) fn already_removed(&self, pod: &CachedPod) -> bool {
-        self.states().acted.get(&ObjectRef::from_obj(pod)) == Some(&acted_on(pod))
+    pub fn already_removed(&self, pod: &CachedPod) -> bool {
+        self.acted.get(&ObjectRef::from_obj(pod)) == Some(&acted_on(pod))
     }
 }
 

@@ -14,9 +14,13 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::actions::{Removal, remove, withdraw_if_requested};
-use crate::cache::CachedPod;
-use crate::{CACHE_WAIT, Context, Error, name_of, taints_of};
+use crate::actions::{Removal, cancel, remove, withdraw_if_requested};
+use crate::cache::{CachedPod, name_of, taints_of};
+use crate::context::Context;
+use crate::error::Error;
+
+/// How often a pod looks again while the caches are still being listed.
+const CACHE_WAIT: Duration = Duration::from_millis(200);
 
 impl Context {
     /// Whether the node, namespace, policy and own request caches hold a complete list (the
@@ -137,7 +141,7 @@ pub(crate) async fn reconcile(pod: Arc<CachedPod>, context: Arc<Context>) -> Res
     }
     match plan {
         PodPlan::Keep => {
-            context.cancel(&pod).await;
+            cancel(&pod, &context).await;
             Ok(Action::await_change())
         }
         PodPlan::Wait(pending) => {

@@ -18,8 +18,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
-use crate::cache::PodsByNode;
-use crate::{Context, taints_of};
+use crate::cache::{PodsByNode, taints_of};
+use crate::context::Context;
 
 const INTERVAL: Duration = Duration::from_secs(5);
 /// Event reason on a policy that cannot be applied.

@@ -17,9 +17,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use crate::actions::record;
-use crate::cache::{CachedPod, FirstSeen, PodsByNode, node_ready, on_node, strip_namespace};
+use crate::cache::{
+    CachedPod, FirstSeen, PodsByNode, name_of, node_ready, on_node, strip_namespace, taints_of,
+};
+use crate::context::Context;
 use crate::zone_guard::{zone_guard, zone_of};
-use crate::{Context, name_of, taints_of};
 
 /// Pods bound to a node only (the taints of a node concern the pods on it), indexed by node;
 /// a pod that goes away is forgotten, with a "Cancelling deletion" Event if it was waiting.

@@ -7,9 +7,8 @@
 //! resumes gets an Event on its first node and a log line; every state change a log line; the
 //! `evictkit_taint_manager_paused_zones` gauge counts the paused zones.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use evictkit_core::zone_disruption::{Zone, ZoneLimit, zone_key, zones};
 use k8s_openapi::api::core::v1::Node;
@@ -18,8 +17,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use evictkit_runtime::control::leader::spawn_in_term;
 
-use crate::Context;
 use crate::cache::{CachedPod, PodsByNode, node_ready, on_node};
+use crate::context::Context;
+use crate::zone_state::{Admission, ZoneGuard};
 
 /// Event reason on a node of a zone whose removals the zone guard pauses.
 pub const EVENT_REASON_ZONE_PAUSED: &str = "TaintManagerZonePaused";
@@ -31,50 +31,15 @@ pub fn zone_of(node: &Node) -> String {
     zone_key(node.metadata.labels.as_ref().unwrap_or(&EMPTY))
 }
 
-/// What the zone guard says about one removal now.
-pub enum Admission {
-    Go,
-    /// The zone is paused.
-    Paused(String),
-    /// The zone's rate allows the next removal after this wait.
-    Later(String, Duration),
-}
-
-/// The zones' current states and each paced zone's next free removal slot.
-#[derive(Default)]
-pub struct ZoneGuard {
-    zones: BTreeMap<String, Zone>,
-    next_slot: HashMap<String, tokio::time::Instant>,
-}
-
 impl Context {
-    fn guard(&self) -> std::sync::MutexGuard<'_, ZoneGuard> {
+    fn guard(&self) -> MutexGuard<'_, ZoneGuard> {
         self.zones.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether a pod on `node` may be removed now; a paced zone's slot is taken if so.
     pub(crate) fn admit(&self, node: &Node) -> Admission {
         let zone = zone_of(node);
-        let mut guard = self.guard();
-        let limit = guard
-            .zones
-            .get(&zone)
-            .map_or(ZoneLimit::Unpaced, |z| z.limit);
-        match limit {
-            ZoneLimit::Unpaced => Admission::Go,
-            ZoneLimit::Paused => Admission::Paused(zone),
-            ZoneLimit::PerSecond(rate) => {
-                let now = tokio::time::Instant::now();
-                let slot = guard.next_slot.get(&zone).copied().unwrap_or(now);
-                if slot > now {
-                    return Admission::Later(zone, slot - now);
-                }
-                guard
-                    .next_slot
-                    .insert(zone, now + Duration::from_secs_f64(1.0 / rate));
-                Admission::Go
-            }
-        }
+        self.guard().admit(zone)
     }
 }
 
@@ -86,11 +51,7 @@ pub fn zone_guard(context: &Arc<Context>, index: &Mutex<PodsByNode>) -> Vec<Obje
         keys.iter().map(|(z, r)| (z.as_str(), *r)),
         &context.zone_flags,
     );
-    let previous = {
-        let mut guard = context.guard();
-        guard.next_slot.retain(|zone, _| now.contains_key(zone));
-        std::mem::replace(&mut guard.zones, now.clone())
-    };
+    let previous = context.guard().update(now.clone());
     let paused = |z: Option<&Zone>| z.is_some_and(|z| z.limit == ZoneLimit::Paused);
     context.metrics.paused_zones.set(
         now.values()

@@ -32,11 +32,13 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use super::reconcile;
+use crate::access;
 use crate::cache::CachedPod;
-use crate::metrics::TaintMetrics;
+use crate::context::{Context, Settings};
+use crate::events::EVENT_REPORTER;
+use crate::metrics::{COMPONENT, TaintMetrics};
 use crate::pod_state::Pacer;
 use crate::watches::pod_gone;
-use crate::{Context, Settings, access};
 
 /// An apiserver that answers a create with the object sent and anything else with `pod`.
 fn apiserver(pod: Value) -> FakeApi {
@@ -68,13 +70,13 @@ fn apiserver_with_request(pod: Value, request: Value) -> FakeApi {
 /// A context as one term of leadership has it, its node and namespace caches listed with
 /// `node`, planning since an hour ago (no window to recover from a restart).
 async fn context(client: Client, node: Node) -> Arc<Context> {
-    let metrics = Arc::new(Metrics::new(crate::COMPONENT).unwrap());
+    let metrics = Arc::new(Metrics::new(COMPONENT).unwrap());
     let readiness = Readiness::default();
     let settings = Arc::new(Settings {
         access: Arc::new(access::Access::new(readiness.clone())),
         readiness,
         evictions: EvictionClient::new(client.clone(), metrics.clone()),
-        recorder: EventRecorder::from_client(client.clone(), crate::EVENT_REPORTER),
+        recorder: EventRecorder::from_client(client.clone(), EVENT_REPORTER),
         metrics: TaintMetrics::register(&metrics).unwrap(),
         dry_run: false,
         backoff: Backoff {
