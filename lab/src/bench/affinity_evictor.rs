@@ -21,6 +21,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use super::running_cluster::on_running_cluster;
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::{audit, bench, process};
@@ -60,7 +61,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("need at least 2 nodes and more than {ON_CHANGED_NODE} pods");
     }
     let binary = bench::release_binary(BINARY)?;
-    super::on_running_cluster(
+    on_running_cluster(
         async |cluster, client| bench(cluster, client, &binary, args).await,
         clean_up,
     )

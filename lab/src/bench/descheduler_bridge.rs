@@ -23,6 +23,7 @@ use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostP
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use super::running_cluster::on_running_cluster;
 use evictkit_harness::bench::percentile;
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
@@ -46,7 +47,7 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let binary = bench::release_binary("descheduler-bridge")?;
-    super::on_running_cluster(
+    on_running_cluster(
         async |cluster, client| {
             setup(cluster, client, args.pods).await?;
             measure(cluster, client, &binary, args).await

@@ -30,21 +30,21 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use super::running_cluster::on_running_cluster;
 use super::webhooks::apiserver::Snapshot;
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::csv;
 use evictkit_harness::{audit, bench, process};
 use interceptors::Interceptors;
+use workload::{CONCURRENCY, NS};
 
 mod interceptors;
 mod webhook;
+mod workload;
 
-const NS: &str = "bench-evictionrequest";
 const REQUESTER: &str = "bench.evictkit.io";
 const CONTROLLER: &str = "evictionrequest-controller";
-/// Concurrent creations of pods and of EvictionRequests.
-const CONCURRENCY: usize = 16;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -107,7 +107,7 @@ pub fn run(args: &Args) -> Result<()> {
         args.interceptors
     );
     let binary = bench::binary(CONTROLLER, !args.debug_build)?;
-    super::on_running_cluster(
+    on_running_cluster(
         async |cluster, client| bench(cluster, client, &binary, args).await,
         async |_, client| {
             webhook::unregister(client, NS).await;

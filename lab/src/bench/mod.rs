@@ -1,16 +1,13 @@
 //! `cargo xtask bench <component>`: figures, not timed tests (docs/architecture.md, where each kind of test lives). Each
 //! component adds its benchmark as a subcommand.
 
-use evictkit_harness::bench;
-use evictkit_harness::cluster::{self, Cluster};
-use kube::Client;
-
 mod affinity_evictor;
 mod descheduler_bridge;
 mod evictionrequest;
 mod pdb_policy_webhook;
 pub mod plot;
 mod report;
+mod running_cluster;
 mod scale;
 mod taint_manager;
 pub mod webhooks;
@@ -66,24 +63,6 @@ enum Component {
     /// The no-op webhook `webhooks --scenarios floor` starts as the floor of its calls.
     #[command(hide = true)]
     NoopWebhook(webhooks::noop::Args),
-}
-
-/// `measure` against the running control plane, on a multi-threaded runtime with an admin
-/// client; then `clean_up`, whatever came of it, so the next run starts from a quiet cluster.
-fn on_running_cluster(
-    measure: impl AsyncFnOnce(&Cluster, &Client) -> anyhow::Result<()>,
-    clean_up: impl AsyncFnOnce(&Cluster, &Client),
-) -> anyhow::Result<()> {
-    let cluster = cluster::running()?;
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let client = bench::client(&cluster).await?;
-            let result = measure(&cluster, &client).await;
-            clean_up(&cluster, &client).await;
-            result
-        })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -21,28 +21,29 @@
 //! the NoExecute taint (with `timeAdded`, as `kubectl taint` sets it). The run ends once the
 //! expected pods are deleted and nothing more happened for a few seconds.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use futures::{StreamExt, TryStreamExt, future, stream};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
+use controller::{Controller, cleanup, start_controller};
 use evictkit_harness::cluster::{self, Cluster, UpArgs};
 use evictkit_harness::component::Component;
 use evictkit_harness::{audit, bench, process};
+use scenario::{Run, Scenario, TAINT};
 
-/// The bench's NoExecute taint; nothing else in the cluster sets or tolerates it.
+mod controller;
 mod report;
+mod scenario;
 mod sequences;
 
-const TAINT: &str = "evictkit.io/bench";
 /// Concurrent pod creations (the apiserver, etcd, kwok and this process share 2 cores).
 const CONCURRENCY: usize = 32;
 
@@ -105,102 +106,6 @@ pub fn run(args: &Args) -> Result<()> {
         .block_on(bench(&cluster, &binary, args))
 }
 
-/// What a pod does about the bench's taint.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-enum Class {
-    Untolerated,
-    Short,
-    Forever,
-}
-
-impl Class {
-    fn of(index: usize) -> Self {
-        [Class::Untolerated, Class::Short, Class::Forever][index % 3]
-    }
-}
-
-/// The scenario both controllers face.
-struct Scenario {
-    /// Pod name -> (node, class).
-    pods: BTreeMap<String, (String, Class)>,
-    tainted: BTreeSet<String>,
-    toleration_seconds: i64,
-}
-
-impl Scenario {
-    fn new(nodes: &[String], args: &Args) -> Self {
-        let pods = (0..args.pods)
-            .map(|i| {
-                let node = nodes[i % nodes.len()].clone();
-                (format!("pod-{i}"), (node, Class::of(i)))
-            })
-            .collect();
-        Self {
-            pods,
-            tainted: nodes.iter().take(args.tainted).cloned().collect(),
-            toleration_seconds: args.toleration_seconds,
-        }
-    }
-
-    /// The pods upstream's rules delete: on a tainted node, not tolerating it forever.
-    fn expected(&self) -> BTreeSet<String> {
-        self.pods
-            .iter()
-            .filter(|(_, (node, class))| self.tainted.contains(node) && *class != Class::Forever)
-            .map(|(name, _)| name.clone())
-            .collect()
-    }
-
-    fn manifest(&self, name: &str) -> Result<Pod> {
-        let (node, class) = &self.pods[name];
-        let tolerations = match class {
-            Class::Untolerated => json!([]),
-            Class::Short => json!([{"key": TAINT, "operator": "Exists", "effect": "NoExecute",
-                                    "tolerationSeconds": self.toleration_seconds}]),
-            Class::Forever => json!([{"key": TAINT, "operator": "Exists", "effect": "NoExecute"}]),
-        };
-        Ok(serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"app": "bench"}},
-            "spec": {
-                "nodeName": node,
-                "tolerations": tolerations,
-                // Deleted at once: kwok plays no part in the deletion being measured.
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
-            },
-        }))?)
-    }
-}
-
-/// Which controller a run measures.
-enum Controller<'a> {
-    Upstream,
-    Ours(&'a Path),
-}
-
-impl Controller<'_> {
-    fn label(&self) -> &'static str {
-        match self {
-            Controller::Upstream => "upstream",
-            Controller::Ours(_) => "ours",
-        }
-    }
-}
-
-/// What one run measured.
-struct Run {
-    /// Pod -> when the apiserver received its first successful delete by the controller.
-    deleted: BTreeMap<String, Timestamp>,
-    /// Successful deletes in all (more than `deleted` means a pod was deleted twice).
-    deletes: usize,
-    /// Node -> when the bench sent its taint.
-    tainted_at: BTreeMap<String, Timestamp>,
-    rss_kib: u64,
-    peak_rss_kib: u64,
-    cpu_seconds: f64,
-    writes: BTreeMap<String, usize>,
-}
-
 async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
     let client = bench::client(cluster).await?;
     bench::install_crd(cluster, "taintevictionpolicies.evictkit.io")?;
@@ -223,7 +128,7 @@ async fn bench(cluster: &Cluster, binary: &Path, args: &Args) -> Result<()> {
         nodes.len(),
         args.tainted
     );
-    let scenario = Scenario::new(&nodes, args);
+    let scenario = Scenario::new(&nodes, args.pods, args.tainted, args.toleration_seconds);
     let expected = scenario.expected();
     println!(
         "taint-manager side by side: {} pods on {} kwok nodes ({} per class: no toleration, \
@@ -262,59 +167,6 @@ async fn scenario_run(
     let tainted: Vec<String> = scenario.tainted.iter().cloned().collect();
     cleanup(client, &tainted, &ns).await?;
     result
-}
-
-/// Starts `controller` as a service account of `ns` (created here) with both controllers'
-/// client rate limits; returns it and the account's audit user name.
-async fn start_controller(
-    cluster: &Cluster,
-    client: &Client,
-    controller: &Controller<'_>,
-    qps: f64,
-    ns: &str,
-) -> Result<(Component, String)> {
-    let label = controller.label();
-    let rate = [
-        format!("--kube-api-qps={qps}"),
-        format!("--kube-api-burst={}", (qps * 1.5).ceil()),
-    ];
-    bench::create_namespace(client, ns).await?;
-    let account = format!("taint-{label}");
-    let (kubeconfig, user) = bench::service_account(cluster, client, &account).await?;
-    let port = process::free_port()?;
-    let component = match controller {
-        Controller::Upstream => {
-            let mut command = Command::new(cluster.bin("kube-controller-manager"));
-            command.args([
-                &format!("--kubeconfig={}", kubeconfig.display()),
-                "--controllers=taint-eviction-controller,node-lifecycle-controller",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                &format!("--secure-port={port}"),
-            ]);
-            command.args(&rate);
-            let component = Component::start(cluster, "kcm-taint-eviction-controller", command)?;
-            bench::wait_listening(port).await?;
-            // Its two controllers have listed what they watch: it acts from now on.
-            super::scale::caches_synced(&component, 2).await?;
-            component
-        }
-        Controller::Ours(binary) => {
-            let mut command = Command::new(binary);
-            command
-                .args([
-                    "--leader-elect=false",
-                    &format!("--metrics-addr=127.0.0.1:{port}"),
-                ])
-                .args(&rate)
-                .env("KUBECONFIG", &kubeconfig)
-                .env("RUST_LOG", "warn");
-            let mut component = Component::start(cluster, "taint-manager", command)?;
-            component.wait_ready_on(port).await?;
-            component
-        }
-    };
-    Ok((component, user))
 }
 
 async fn measure(
@@ -406,29 +258,4 @@ async fn create_pods(client: &Client, scenario: &Scenario, ns: &str) -> Result<(
     bench::wait_running(&api, scenario.pods.len())
         .await
         .with_context(|| format!("pods of {ns}"))
-}
-
-/// The taints of `nodes` go and the namespace with them; the next run starts from a quiet
-/// cluster.
-async fn cleanup(client: &Client, nodes: &[String], ns: &str) -> Result<()> {
-    bench::patch_nodes(
-        client,
-        nodes,
-        &json!({"spec": {"taints": null}}),
-        "untainting node",
-    )
-    .await?;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .delete(ns, &DeleteParams::background())
-        .await
-        .with_context(|| format!("deleting namespace {ns}"))?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while namespaces.get_opt(ns).await?.is_some() {
-        if Instant::now() > deadline {
-            bail!("namespace {ns} still there 300 s after its deletion");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    Ok(())
 }

@@ -16,7 +16,7 @@ use evictkit_runtime::process::shutdown::CancellationToken;
 use kube::{Client, ResourceExt};
 use tokio::sync::Semaphore;
 
-use super::{CONCURRENCY, NS};
+use super::workload::{CONCURRENCY, NS};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::{audit, bench};
 

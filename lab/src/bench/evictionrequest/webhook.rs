@@ -16,7 +16,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
+use crate::bench::pdb_policy_webhook::webhook::{Webhook, start_webhook};
 use crate::bench::webhooks::apiserver::{Snapshot, TIMEOUT_SECONDS};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::metrics;

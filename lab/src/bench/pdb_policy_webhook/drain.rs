@@ -33,7 +33,9 @@ use kube::api::{DeleteParams, EvictParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{Args, NS, PODS, WEBHOOK_NAME, Webhook, register, start_webhook};
+use super::args::Args;
+use super::namespace::{NS, PODS};
+use super::webhook::{WEBHOOK_NAME, Webhook, register, start_webhook};
 use crate::bench::webhooks::apiserver::{Histogram, Snapshot};
 use evictkit_harness::bench::percentile;
 use evictkit_harness::cluster::Cluster;

@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::Result;
 use kube::Client;
 
-use super::{Scenario, create_pods};
+use super::scenario::{Scenario, create_pods};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::component::Component;
 use evictkit_harness::{bench, certs, process};

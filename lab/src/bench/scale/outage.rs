@@ -54,8 +54,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::relist::Restart;
-use super::{NS, Scenario, create_pods};
+use super::apiserver_restart::{Restart, restart_apiserver, wait_deletions};
+use super::scenario::{NS, Outage, PODS_PER_NODE, Scenario, create_pods};
 use evictkit_harness::bench::percentile;
 use evictkit_harness::cluster::{Cluster, KWOK_NODE_ANNOTATION};
 use evictkit_harness::component::Component;
@@ -131,24 +131,6 @@ impl Side {
     }
 }
 
-/// Which nodes go down, and who taints them.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Outage {
-    /// A third of each zone's nodes, tainted by the bench at once: every zone stays Normal.
-    ThirdOfEachZone,
-    /// Every node of one zone, tainted by the node-lifecycle-controller at its pace.
-    WholeZone,
-}
-
-impl Outage {
-    fn label(self) -> &'static str {
-        match self {
-            Outage::ThirdOfEachZone => "a third of each zone",
-            Outage::WholeZone => "every node of one zone",
-        }
-    }
-}
-
 /// The node-lifecycle-controller's `--node-monitor-grace-period` default: how long a node
 /// that stopped reporting stays Ready.
 const NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
@@ -192,7 +174,7 @@ pub async fn measure(
     println!(
         "  outage at --kube-api-qps {qps}: {} of {} nodes down ({}), {due} pods due {} s after their node's taint{}",
         scenario.down(outage).len(),
-        scenario.pods.len().div_ceil(super::PODS_PER_NODE),
+        scenario.pods.len().div_ceil(PODS_PER_NODE),
         outage.label(),
         scenario.toleration_seconds,
         relist_after.map_or_else(String::new, |after| format!(
@@ -382,16 +364,14 @@ async fn run_side(
             return Ok(None);
         };
         tokio::time::sleep_until(started + after).await;
-        super::relist::restart_apiserver(cluster, client)
-            .await
-            .map(Some)
+        restart_apiserver(cluster, client).await.map(Some)
     };
     let deletions = async {
         match relist_after {
             None => {
                 audit::wait_deletions(&user, NS, since, due, timeout, Duration::from_secs(2)).await
             }
-            Some(_) => super::relist::wait_deletions(&user, since, due, timeout).await,
+            Some(_) => wait_deletions(&user, since, due, timeout).await,
         }
     };
     let (restart, deletions) = tokio::join!(restart, deletions);

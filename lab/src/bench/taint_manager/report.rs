@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Class, Run, Scenario};
+use super::scenario::{Class, Run, Scenario};
 use evictkit_harness::bench::percentile;
 
 /// Seconds from the taint of each deleted pod's node to its deletion, by class.

@@ -20,7 +20,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Controller, cleanup, start_controller};
+use super::controller::{Controller, cleanup, start_controller};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::{audit, bench};
 

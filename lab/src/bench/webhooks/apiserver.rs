@@ -244,6 +244,14 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
     Some(&rest[..rest.find('"')?])
 }
 
+/// The bucket bound (ms) at or under which the `q` quantile of `durations` lies: never an
+/// interpolation past a bound; a call is never longer than the timeout.
+pub fn quantile_bound_ms(durations: &Histogram, q: f64) -> Option<f64> {
+    durations
+        .quantile_bound(q)
+        .map(|bound| bound.min(TIMEOUT_SECONDS as f64) * 1000.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,8 +25,8 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::apiserver::{Snapshot, TIMEOUT_SECONDS};
-use super::{Answer, Row};
-use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
+use super::row::{Answer, Row};
+use crate::bench::pdb_policy_webhook::webhook::{Webhook, start_webhook};
 use evictkit_harness::bench;
 use evictkit_harness::cluster::{self, Cluster};
 use evictkit_harness::descheduler::{self, PodLifeTime};

@@ -28,8 +28,8 @@ use serde_json::json;
 
 use super::apiserver::Snapshot;
 use super::floor::IDLE_GAPS;
+use super::row::{Answer, Row};
 use super::target::dry_run;
-use super::{Answer, Row};
 use evictkit_harness::bench;
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::helm::{NAMESPACE, RELEASE};
@@ -261,7 +261,7 @@ async fn idle_gaps(cluster: &Cluster, callers: &Callers, length: Duration) -> Re
             format!("{bursts} bursts over {minutes:.1} min; gaps 40-100 s; chart on the real node"),
             &apiserver,
         );
-        row.p99_ms = super::floor::quantile_bound_ms(&apiserver.durations, 0.99);
+        row.p99_ms = super::apiserver::quantile_bound_ms(&apiserver.durations, 0.99);
         if name.contains("descheduler-bridge") {
             row.expected = Answer::Deny;
             row.api_calls = Some(bridge.clone());

@@ -17,9 +17,10 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::Row;
 use super::apiserver::{Histogram, Snapshot, TIMEOUT_SECONDS};
-use crate::bench::pdb_policy_webhook::{self as pdb_bench, NS, Webhook};
+use super::row::Row;
+use crate::bench::pdb_policy_webhook::namespace::{self as pdb_bench_namespace, NS};
+use crate::bench::pdb_policy_webhook::webhook::{Webhook, start_webhook};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::{bench, metrics};
 
@@ -31,9 +32,9 @@ const CONCURRENCY: usize = 50;
 
 pub async fn measure(cluster: &Cluster, binary: &Path, count: usize) -> Result<Row> {
     let client = bench::client(cluster).await?;
-    pdb_bench::setup(cluster, &client).await?;
+    pdb_bench_namespace::setup(cluster, &client).await?;
     let row = async {
-        let mut webhook = pdb_bench::start_webhook(cluster, binary, &[]).await?;
+        let mut webhook = start_webhook(cluster, binary, &[]).await?;
         register(&client, &webhook).await?;
         let before = Snapshot::take(cluster, &[MUTATE, VALIDATE])?;
         let own_before = own_durations(webhook.metrics_port)?;
@@ -62,7 +63,7 @@ pub async fn measure(cluster: &Cluster, binary: &Path, count: usize) -> Result<R
     let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .delete(CONFIGURATION, &dp)
         .await;
-    pdb_bench::teardown(&client).await;
+    pdb_bench_namespace::teardown(&client).await;
     row
 }
 

@@ -18,9 +18,9 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::Row;
 use super::apiserver::{Snapshot, TIMEOUT_SECONDS};
-use crate::bench::pdb_policy_webhook::{Webhook, start_webhook};
+use super::row::Row;
+use crate::bench::pdb_policy_webhook::webhook::{Webhook, start_webhook};
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::{bench, metrics};
 
