@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::Demo;
+use super::session::Demo;
 
 const SCENARIO: &str = "affinity-evictor";
 const BINARY: &str = "affinity-evictor";

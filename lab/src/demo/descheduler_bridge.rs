@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::Demo;
 use super::eviction_request::crd::{self, complete, wait_for};
+use super::session::Demo;
 use evictkit_harness::cluster;
 
 const SCENARIO: &str = "descheduler-bridge";

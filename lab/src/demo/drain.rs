@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::Demo;
+use super::session::Demo;
 
 pub(super) fn run(demo: &Demo) -> Result<()> {
     let ns = "demo-drain";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::Demo;
+use super::session::Demo;
 
 const NS: &str = "demo-pdb-policy";
 const SCENARIO: &str = "pdb-policy-webhook";

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use super::Demo;
+use super::session::Demo;
 
 const SCENARIO: &str = "taint-manager";
 const BINARY: &str = "taint-manager";

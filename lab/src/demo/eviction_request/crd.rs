@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 
-use super::{BINARY, POD, blocked_pod, describe, relax_pdb, request};
-use crate::demo::{Demo, now_rfc3339};
+use super::steps::{BINARY, POD, blocked_pod, describe, relax_pdb, request};
+use crate::demo::session::{Demo, now_rfc3339};
 
 const SCENARIO: &str = "evictionrequest";
 const NAMESPACE: &str = "demo-evictionrequest";
@@ -16,9 +16,9 @@ const SURGE: &str = "surge.demo.example.com";
 const CHECKPOINT: &str = "checkpoint.demo.example.com";
 const IMPERATIVE: &str = "imperative-eviction.k8s.io";
 /// The CRD, as kubectl names its resource and as crds/ names its file.
-pub(in crate::demo) const RESOURCE: &str = "evictionrequests.evictkit.io";
+pub(crate) const RESOURCE: &str = "evictionrequests.evictkit.io";
 
-pub(in crate::demo) fn run(demo: &Demo) -> Result<()> {
+pub(crate) fn run(demo: &Demo) -> Result<()> {
     demo.install_crd(RESOURCE)?;
     demo.fresh_namespace(NAMESPACE)?;
     blocked_pod(
@@ -108,7 +108,7 @@ webhooks:
 
 /// `interceptor`'s entry of the request's `.status.interceptors`, written under its own field
 /// manager as an interceptor does: started, heartbeat and completed now, with `message`.
-pub(in crate::demo) fn complete(
+pub(crate) fn complete(
     demo: &Demo,
     namespace: &str,
     name: &str,
@@ -125,7 +125,7 @@ pub(in crate::demo) fn complete(
 }
 
 /// [`Demo::wait_for`] on the request `namespace/name`.
-pub(in crate::demo) fn wait_for(
+pub(crate) fn wait_for(
     demo: &Demo,
     namespace: &str,
     name: &str,

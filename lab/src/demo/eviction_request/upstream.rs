@@ -10,8 +10,8 @@
 
 use anyhow::{Context, Result, bail};
 
-use super::{BINARY, blocked_pod, describe, relax_pdb, request};
-use crate::demo::{Demo, now_rfc3339};
+use super::steps::{BINARY, blocked_pod, describe, relax_pdb, request};
+use crate::demo::session::{Demo, now_rfc3339};
 
 const SCENARIO: &str = "lifecycle";
 const NAMESPACE: &str = "demo-lifecycle";
@@ -24,7 +24,7 @@ const EVICTION: &str = "pod-1-p-1";
 /// Upstream's Eviction, as kubectl names its resource.
 const RESOURCE: &str = "evictions.lifecycle.k8s.io";
 
-pub(in crate::demo) fn run(demo: &Demo) -> Result<()> {
+pub(crate) fn run(demo: &Demo) -> Result<()> {
     demo.fresh_namespace(NAMESPACE)?;
     blocked_pod(
         demo,
