@@ -42,7 +42,10 @@
 //! installed on the real node, and count failed admission calls (see `chaos/webhook.rs`); the
 //! cluster gets the real node only when one of them is selected.
 
+mod namespace;
+mod row;
 mod seats;
+mod snapshot;
 mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,22 +60,20 @@ use evictkit_api::keys::{
 };
 use evictkit_core::eviction_request::crd::State;
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::soak::sample::{self, Figures};
 use evictkit_harness::cluster::{self, Cluster, UpArgs};
 use evictkit_harness::component::Component;
 use evictkit_harness::{audit, bench, metrics, process};
+use namespace::{delete_namespace, release};
+use row::{Row, THROTTLED_CPU_GOAL, TIME_GOAL, Throttled};
+use snapshot::Snapshot;
 
-/// The charts' lease duration (they keep the binaries' default `--leader-election-lease-duration`).
-const LEASE_DURATION: Duration = Duration::from_secs(15);
-/// Goal of a takeover or a recovery: the lease duration plus 2 s.
-const TIME_GOAL: Duration = Duration::from_secs(LEASE_DURATION.as_secs() + 2);
 /// The finalizer that keeps a deleted pod terminating for [`TERMINATING_FOR`].
 const FINALIZER: &str = "chaos.evictkit.io/terminating";
 const TERMINATING_FOR: Duration = Duration::from_secs(3);
@@ -90,8 +91,6 @@ const CONCURRENCY: usize = 16;
 /// How long the api-throttled fault answers the work 429: within the 30 s the apiserver lets
 /// a webhook stall a request (the seat holders', see `chaos/seats.rs`).
 const THROTTLE_FOR: Duration = Duration::from_secs(28);
-/// Goal while throttled: each replica backs off, using at most this share of a core.
-const THROTTLED_CPU_GOAL: f64 = 0.25;
 /// The FlowSchema and PriorityLevelConfiguration of the api-throttled fault.
 const THROTTLED: &str = "chaos-throttled";
 const KWOK_NODES: usize = 5;
@@ -257,111 +256,6 @@ impl Workload {
             }
         }
         Ok(serde_json::from_value(pod)?)
-    }
-}
-
-/// One row of the table.
-struct Row {
-    scenario: String,
-    /// Takeover or recovery time; `None` if no action came after the fault.
-    time: Option<Duration>,
-    double: usize,
-    lost: usize,
-    /// Pods acted on that the workload did not ask for.
-    unexpected: usize,
-    /// Replicas that exited though nothing killed them.
-    exited: Vec<String>,
-    /// api-throttled: what the replicas did while answered 429.
-    throttled: Option<Throttled>,
-    /// webhook-killed and webhook-deleted: the admission calls while a replica stopped.
-    admissions: Option<webhook::Admissions>,
-    detail: String,
-}
-
-/// The replicas while API priority and fairness rejected their work.
-struct Throttled {
-    /// Requests answered 429.
-    rejected: usize,
-    /// The busier replica's CPU, in cores, over the throttled window.
-    cpu_cores: f64,
-}
-
-impl Throttled {
-    /// The fault took place (the apiserver rejected requests) and the replicas backed off.
-    fn met(&self) -> bool {
-        self.rejected > 0 && self.cpu_cores <= THROTTLED_CPU_GOAL
-    }
-}
-
-/// What the soak samples, at one moment of a row: each replica's figures (or why it did not
-/// answer) and the cluster's counts.
-struct Snapshot {
-    replicas: Vec<(String, std::result::Result<Figures, String>)>,
-    counts: sample::Counts,
-}
-
-impl Snapshot {
-    /// Of replicas running on this machine, by their metrics ports.
-    async fn local(client: &Client, replicas: &[(Component, u16)]) -> Result<Snapshot> {
-        Ok(Snapshot {
-            replicas: replicas
-                .iter()
-                .map(|(component, port)| {
-                    let figures = Figures::local(component.pid(), *port)
-                        .map_err(|error| format!("{error:#}"));
-                    (component.name.clone(), figures)
-                })
-                .collect(),
-            counts: sample::counts(client).await?,
-        })
-    }
-
-    /// Of the pods matching `selector` in `namespace`, through the apiserver.
-    async fn pods(client: &Client, namespace: &str, selector: &str) -> Result<Snapshot> {
-        let (pods, silent) = sample::pods(client, namespace, selector).await?;
-        let mut replicas: Vec<_> = pods
-            .into_iter()
-            .map(|pod| {
-                let name = format!("{} ({} restarts)", pod.pod, pod.restarts);
-                (name, Ok(pod.figures))
-            })
-            .collect();
-        // Each `<pod>: <error>`.
-        replicas.extend(silent.into_iter().map(|line| match line.split_once(": ") {
-            Some((pod, error)) => (pod.to_owned(), Err(error.to_owned())),
-            None => (line, Err(String::new())),
-        }));
-        Ok(Snapshot {
-            replicas,
-            counts: sample::counts(client).await?,
-        })
-    }
-
-    fn describe(&self) -> String {
-        let replicas: Vec<String> = self
-            .replicas
-            .iter()
-            .map(|(name, figures)| match figures {
-                Ok(figures) => format!("{name} {}", figures.describe()),
-                Err(error) => format!("{name} did not answer ({error})"),
-            })
-            .collect();
-        format!("{}; {}", replicas.join("; "), self.counts.describe())
-    }
-}
-
-impl Row {
-    fn met(&self) -> bool {
-        self.time.is_some_and(|time| time <= TIME_GOAL)
-            && self.double == 0
-            && self.lost == 0
-            && self.unexpected == 0
-            && self.exited.is_empty()
-            && self.throttled.as_ref().is_none_or(Throttled::met)
-            && self
-                .admissions
-                .as_ref()
-                .is_none_or(webhook::Admissions::met)
     }
 }
 
@@ -1076,16 +970,6 @@ async fn finish_terminating(client: Client, ns: String) {
     }
 }
 
-async fn release(api: &Api<Pod>, name: &str) -> Result<()> {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await?;
-    Ok(())
-}
-
 /// Taints and labels off the nodes, the finalizers off the pods, the namespace deleted.
 async fn clean_up(client: &Client, workload: Workload, ns: &str, nodes: &[String]) -> Result<()> {
     match workload {
@@ -1094,31 +978,4 @@ async fn clean_up(client: &Client, workload: Workload, ns: &str, nodes: &[String
         Workload::EvictionrequestController | Workload::DeschedulerBridge => {}
     }
     delete_namespace(client, ns).await
-}
-
-/// Deletes `ns` (left over from an earlier run, or this run's) with its pods, whose finalizers
-/// are removed first; waits until it is gone.
-async fn delete_namespace(client: &Client, ns: &str) -> Result<()> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces.get_opt(ns).await?.is_none() {
-        return Ok(());
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    namespaces
-        .delete(ns, &DeleteParams::background())
-        .await
-        .with_context(|| format!("deleting namespace {ns}"))?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while namespaces.get_opt(ns).await?.is_some() {
-        for pod in pods.list_metadata(&ListParams::default()).await?.items {
-            if let Some(name) = pod.metadata.name {
-                let _ = release(&pods, &name).await;
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("namespace {ns} still there 120 s after its deletion");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    Ok(())
 }

@@ -27,6 +27,7 @@
 //! up, is left out). It writes `<output>/soak-pods.csv`, `soak-cluster.csv` and PNG plots.
 
 mod churn;
+pub mod release;
 pub mod sample;
 
 use std::collections::BTreeMap;
@@ -41,14 +42,8 @@ use crate::bench::plot::{self, Chart, Series};
 use churn::Churn;
 use evictkit_harness::bench;
 use evictkit_harness::cluster::{self, Cluster, UpArgs};
+use release::{DESCHEDULER_ACCOUNT, RELEASE_NAMESPACE, RELEASE_SELECTOR, install_umbrella};
 use sample::{GoneTargets, Level, Logs, MIB, PodSample};
-
-/// The umbrella chart's namespace and release (see [`install_umbrella`]).
-pub use evictkit_harness::helm::{NAMESPACE as RELEASE_NAMESPACE, RELEASE};
-pub const RELEASE_SELECTOR: &str = "app.kubernetes.io/instance=evictkit";
-/// The ServiceAccount (of [`bench::BENCH_NAMESPACE`]) as which the real descheduler runs,
-/// whose evictions descheduler-bridge intercepts.
-pub const DESCHEDULER_ACCOUNT: &str = "descheduler";
 
 /// The evictionrequest-controller's `--finished-ttl` default (README: finished requests go away
 /// 5 minutes after they finished), plus one round: gone pods are seen once a round.
@@ -206,20 +201,6 @@ async fn soak(cluster: &Cluster, args: &Args) -> Result<()> {
 fn install(cluster: &Cluster) -> Result<()> {
     eprintln!("==> soak: installing the umbrella chart on the real node (helm)");
     install_umbrella(cluster, "affinityEvictor.mode=eviction-request")
-}
-
-/// `helm upgrade --install` of the umbrella chart on the real node as the installed suite
-/// installs it (`charts/evictkit/ci/real-node-values.yaml`: two replicas of each component), as
-/// [`RELEASE`] in [`RELEASE_NAMESPACE`], descheduler-bridge intercepting the evictions of
-/// [`DESCHEDULER_ACCOUNT`]; `values` (`--set`, comma-separated) on top.
-pub fn install_umbrella(cluster: &Cluster, values: &str) -> Result<()> {
-    cluster.helm(&["dependency", "build", "--skip-refresh", "charts/evictkit"])?;
-    let values = format!(
-        "deschedulerBridge.descheduler.serviceAccount.namespace={},\
-         deschedulerBridge.descheduler.serviceAccount.name={DESCHEDULER_ACCOUNT},{values}",
-        bench::BENCH_NAMESPACE
-    );
-    evictkit_harness::helm::install_checkout(cluster, &values)
 }
 
 async fn observe_gone(

@@ -41,8 +41,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use super::{Row, Snapshot};
-use crate::soak::{DESCHEDULER_ACCOUNT, RELEASE, RELEASE_NAMESPACE as NAMESPACE};
+use super::namespace::delete_namespace;
+use super::row::{Admissions, Row};
+use super::snapshot::Snapshot;
+use crate::soak::release::{DESCHEDULER_ACCOUNT, RELEASE, RELEASE_NAMESPACE as NAMESPACE};
 use evictkit_harness::bench::percentile;
 use evictkit_harness::cluster::Cluster;
 use evictkit_harness::{bench, process};
@@ -107,23 +109,6 @@ impl Webhook {
     }
 }
 
-/// What the apiserver and the evictions saw of one webhook while a replica stopped.
-pub struct Admissions {
-    /// Calls the apiserver failed to complete (its own count: failed open, or failed the request).
-    pub failed: usize,
-    /// Answers other than the expected one and other than the apiserver's failed calls, by text.
-    pub other: BTreeMap<String, usize>,
-    /// p99 of the evictions' latency, ms: before the stop, and in the [`AFTER_STOP`] after it.
-    pub p99_before: f64,
-    pub p99_after_stop: f64,
-}
-
-impl Admissions {
-    pub fn met(&self) -> bool {
-        self.failed == 0 && self.other.is_empty()
-    }
-}
-
 /// One eviction: when it was sent (since the load started), how long its answer took, and the
 /// answer (Ok for 201, else the status code and message).
 struct Call {
@@ -141,7 +126,7 @@ pub async fn rows(
 ) -> Result<Vec<Row>> {
     let (kubeconfig, _) = bench::service_account(cluster, admin, DESCHEDULER_ACCOUNT).await?;
     install(cluster)?;
-    super::delete_namespace(admin, WORKLOAD).await?;
+    delete_namespace(admin, WORKLOAD).await?;
     bench::create_namespace(admin, WORKLOAD).await?;
     create_pods(admin).await?;
     let mut rows = Vec::new();
@@ -165,7 +150,7 @@ pub async fn rows(
         println!("{}", row.detail);
         rows.push(row);
     }
-    super::delete_namespace(admin, WORKLOAD).await?;
+    delete_namespace(admin, WORKLOAD).await?;
     cluster.helm(&["uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"])?;
     Ok(rows)
 }
@@ -173,7 +158,7 @@ pub async fn rows(
 /// The umbrella chart with the two webhook components only.
 fn install(cluster: &Cluster) -> Result<()> {
     eprintln!("==> webhook faults: installing pdb-policy-webhook and descheduler-bridge (helm)");
-    crate::soak::install_umbrella(
+    crate::soak::release::install_umbrella(
         cluster,
         "affinityEvictor.enabled=false,taintManager.enabled=false,\
          evictionrequestController.enabled=false",

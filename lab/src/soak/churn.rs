@@ -20,8 +20,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use super::release::{RELEASE_NAMESPACE, RELEASE_SELECTOR};
 use super::sample::Logs;
-use super::{RELEASE_NAMESPACE, RELEASE_SELECTOR};
 use evictkit_harness::bench;
 use evictkit_harness::cluster::Cluster;
 
