@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 use kube::core::cel::{
@@ -627,6 +628,6 @@ fn every_rule_compiles_within_budget() {
 fn crd_round_trips_through_json() {
     let crd = EvictionRequest::crd();
     let text = serde_json::to_string(&crd).unwrap();
-    let back: crate::CustomResourceDefinition = serde_json::from_str(&text).unwrap();
+    let back: CustomResourceDefinition = serde_json::from_str(&text).unwrap();
     assert_eq!(back, crd);
 }
