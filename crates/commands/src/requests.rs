@@ -2,17 +2,20 @@
 //! read a request in words (also kubectl-evictkit's `describe`). On evictkit.io's CRD here, on
 //! lifecycle.k8s.io in [`lifecycle`].
 
+mod error;
 mod lifecycle;
+mod reads;
 
 use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_runtime::clients::eviction_request::TargetPod;
 use evictkit_runtime::clients::eviction_request::apis::{ApiMode, served};
 use evictkit_runtime::clients::eviction_request::crd::{request_eviction, withdraw_target};
-use evictkit_runtime::clients::eviction_request::{EvictionRequestError, TargetPod};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
+
+pub use error::RequestCommandError;
+use reads::{list_requests, read_pod};
 
 use crate::ApiError;
 
@@ -40,18 +43,6 @@ pub struct DescribeArgs {
     /// installed), or the one chosen.
     #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
     pub api: ApiMode,
-}
-
-/// Why a request command failed: the apiserver's answer to one of its calls, or the request
-/// library's error, each naming the object.
-#[derive(Debug, thiserror::Error)]
-pub enum RequestCommandError {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("asking the cluster whether it serves lifecycle.k8s.io")]
-    Discovery(#[source] kube::Error),
-    #[error(transparent)]
-    Request(#[from] EvictionRequestError),
 }
 
 /// The API `mode` names, discovered for `auto`.
@@ -177,33 +168,4 @@ pub async fn find(
                 .creation_timestamp
                 .cmp(&b.metadata.creation_timestamp)
         }))
-}
-
-/// The pod `namespace/name`.
-async fn read_pod(client: &Client, namespace: &str, name: &str) -> Result<Pod, ApiError> {
-    Api::<Pod>::namespaced(client.clone(), namespace)
-        .get(name)
-        .await
-        .map_err(ApiError::of(
-            "cannot read",
-            format!("pod {namespace}/{name}"),
-        ))
-}
-
-/// Every EvictionRequest of `namespace`, on either API (`K`).
-async fn list_requests<K>(client: &Client, namespace: &str) -> Result<Vec<K>, ApiError>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map(|list| list.items)
-        .map_err(ApiError::of(
-            "cannot list",
-            format!("EvictionRequests in {namespace}"),
-        ))
 }

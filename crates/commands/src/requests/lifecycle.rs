@@ -9,7 +9,8 @@ use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use super::{RequestCommandError, list_requests, read_pod};
+use super::error::RequestCommandError;
+use super::reads::{list_requests, read_pod};
 use crate::ApiError;
 
 pub async fn request(
