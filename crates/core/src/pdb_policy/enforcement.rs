@@ -14,7 +14,7 @@ use evictkit_api::keys::UNHEALTHY_POD_EVICTION_POLICY_BEFORE_ENFORCEMENT;
 use evictkit_api::{PodDisruptionBudgetPolicy, PolicyMode, UnhealthyPodEvictionPolicyType};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use super::unhealthy_pod_eviction_policy_to_set;
+use super::defaulting::unhealthy_pod_eviction_policy_to_set;
 use crate::backoff::Backoff;
 
 /// A PDB's own `unhealthyPodEvictionPolicy` before an Enforce policy overwrote it (`None`:

@@ -8,8 +8,10 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
+use super::defaulting::unhealthy_pod_eviction_policy_to_set;
+use super::names::{name_of, pod_id};
+use super::rule::Rule;
 use super::stricter::{Circumstances, StrictCase, StricterDenial, stricter_eviction};
-use super::{Rule, name_of, pod_id, unhealthy_pod_eviction_policy_to_set};
 
 /// A PDB as `explain` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -10,7 +10,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
-use super::{Rule, name_of, pod_id};
+use super::names::{name_of, pod_id};
+use super::rule::Rule;
 use crate::labels::LabelSelectorMatcher;
 
 /// A stricter eviction rule that denies an eviction the apiserver would allow.

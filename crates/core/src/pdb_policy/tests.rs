@@ -4,7 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use evictkit_api::{PodDisruptionBudgetPolicySpec, StricterEviction};
+use crate::eviction;
+use evictkit_api::{
+    CheckAction, PodDisruptionBudgetPolicy, PodDisruptionBudgetPolicySpec, PolicyMode,
+    StricterEviction, UnhealthyPodEvictionPolicyType,
+};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::core::v1::{
@@ -13,8 +17,11 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod, PodCondition, PodSpec, PodStatus,
     Volume, VolumeNodeAffinity,
 };
-use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+use k8s_openapi::api::policy::v1::{
+    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
