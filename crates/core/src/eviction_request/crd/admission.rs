@@ -10,7 +10,8 @@ use jiff::{SignedDuration, Timestamp};
 use evictkit_api::keys::EVICTION_INTERCEPTORS;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{PodInterceptors, hand_over_due, is_reserved};
+use super::controller::hand_over_due;
+use super::interceptors::{PodInterceptors, is_reserved};
 
 /// KEP: "after taking time skew of up to 10 seconds into account".
 pub const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(10);

@@ -6,7 +6,7 @@ use evictkit_api::eviction_request::EvictionRequest;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::State;
+use super::state::State;
 
 /// A request in words, for `evictionrequest-controller describe`: who asked, who is active,
 /// what each interceptor said, and how it ended.

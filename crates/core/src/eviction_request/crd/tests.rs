@@ -7,11 +7,11 @@ use evictkit_api::eviction_request::{
 use evictkit_api::keys::{EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR as IMPERATIVE};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference, Time};
 use proptest::prelude::*;
 
 use super::*;
-use crate::eviction_request::{message_eviction_failed, retries_in_message};
+use crate::eviction_request::{Imperative, message_eviction_failed, retries_in_message};
 use evictkit_api::keys::{
     EVICTION_REQUEST_CONTROLLER as CONTROLLER_FIELD_MANAGER, LABELS_FROM_POD, MIRROR_POD_ANNOTATION,
 };
