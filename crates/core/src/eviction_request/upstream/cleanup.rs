@@ -10,10 +10,11 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 
-use super::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_WITHDRAWN, REASON_EVICTION_INVALID, Target,
-    condition,
+use super::conditions::condition;
+use super::names::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_WITHDRAWN, REASON_EVICTION_INVALID,
 };
+use super::target::Target;
 
 /// `kind` of an EvictionRequest owner.
 const OWNER_KIND: &str = "EvictionRequest";

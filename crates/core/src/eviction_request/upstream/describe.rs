@@ -7,10 +7,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, STATE_ACTIVE, condition,
-    responder_order, responder_status,
-};
+use super::conditions::condition;
+use super::names::{CONDITION_FAILED, CONDITION_TARGET_EVICTED, INTENT_EVICTION, STATE_ACTIVE};
+use super::selection::{responder_order, responder_status};
 
 /// `evictions` and `requests` of one pod name (several pods of that name over time: each
 /// Eviction on its own), as lines.

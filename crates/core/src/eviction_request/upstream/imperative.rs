@@ -7,7 +7,9 @@ use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, ResponderStatus};
 
-use super::{STATE_ACTIVE, is_finished, responder_status};
+use super::evictions::is_finished;
+use super::names::STATE_ACTIVE;
+use super::selection::responder_status;
 
 /// The imperative evictor's view of an Eviction: whether it is the active responder now.
 pub fn imperative_evictor_active(eviction: &Eviction) -> bool {

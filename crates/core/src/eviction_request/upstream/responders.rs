@@ -9,14 +9,36 @@ use k8s_openapi::api::lifecycle::v1alpha1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, Config, REASON_AWAITING_EVICTION,
+use super::conditions::set_condition;
+use super::names::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_AWAITING_EVICTION,
     REASON_CANCELED_NO_REQUESTERS, REASON_EVICTION_FAILED, REASON_NO_FURTHER_RESPONDER,
     REASON_POD_DELETED, REASON_POD_TERMINAL, REASON_SUCCEEDED, STATE_ACTIVE, STATE_CANCELED,
-    STATE_COMPLETED, STATE_INACTIVE, STATE_INTERRUPTED, Target, has_eviction_intent,
-    initial_responders, is_final_state, requesters, responder_order, responder_status,
-    set_condition,
+    STATE_COMPLETED, STATE_INACTIVE, STATE_INTERRUPTED,
 };
+use super::participants::{has_eviction_intent, requesters};
+use super::selection::{initial_responders, responder_order, responder_status};
+use super::target::Target;
+
+/// The controller's settings that shape decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The active responder is Interrupted when its heartbeat (or, before one, its startTime) is
+    /// older. The API's deadline is 20 minutes; the apiserver refuses an earlier hand-over.
+    pub heartbeat_timeout: SignedDuration,
+    /// How long the active responder of a pod that is gone or terminal may take to report
+    /// completion, from the pod's end.
+    pub graceful_completion_delay: SignedDuration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout: SignedDuration::from_mins(20),
+            graceful_completion_delay: SignedDuration::from_secs(5),
+        }
+    }
+}
 
 /// A responder state change, for Events and logs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,4 +248,8 @@ pub fn progress(
         transitions,
         requeue_after,
     }
+}
+
+fn is_final_state(state: &str) -> bool {
+    matches!(state, STATE_INTERRUPTED | STATE_CANCELED | STATE_COMPLETED)
 }

@@ -5,6 +5,14 @@ use k8s_openapi::api::lifecycle::v1alpha1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::lifecycle::v1alpha1::{
+    Eviction, EvictionRequest, EvictionStatus, Requester, ResponderStatus, TargetResponder,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use super::*;
 
 const UID: &str = "0c6a1e5e-7c55-4c43-9d0a-0b5cf3a1e001";

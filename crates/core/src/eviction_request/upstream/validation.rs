@@ -9,11 +9,14 @@ use k8s_openapi::api::lifecycle::v1alpha1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, Progress, REASON_EVICTION_FAILED,
-    REASON_EVICTION_INVALID, STATE_ACTIVE, STATE_CANCELED, Target, Transition, in_pod_group,
-    is_finished, relevant_eviction, set_condition,
+use super::conditions::set_condition;
+use super::evictions::{is_finished, relevant_eviction};
+use super::names::{
+    CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_EVICTION_FAILED, REASON_EVICTION_INVALID,
+    STATE_ACTIVE, STATE_CANCELED,
 };
+use super::responders::{Progress, Transition};
+use super::target::{Target, in_pod_group};
 
 /// Why an EvictionRequest is refused before any Eviction exists for it (upstream's early
 /// validation), as the `Failed` message with reason `EvictionInvalid`.
