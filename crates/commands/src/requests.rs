@@ -1,10 +1,10 @@
 //! evictionrequest-controller's subcommands for people: take part as a requester by hand, and
 //! read a request in words (also kubectl-evictkit's `describe`). On evictkit.io's CRD here, on
-//! lifecycle.k8s.io in [`lifecycle`].
+//! lifecycle.k8s.io (upstream's API) in [`upstream`].
 
 mod error;
-mod lifecycle;
 mod reads;
+mod upstream;
 
 use evictkit_api::eviction_request::EvictionRequest;
 use evictkit_runtime::clients::eviction_request::TargetPod;
@@ -65,7 +65,7 @@ fn parse_pod(value: &str) -> Result<(String, String), String> {
 pub async fn request(client: &Client, args: &RequestArgs) -> Result<(), RequestCommandError> {
     let (namespace, name) = &args.pod;
     if resolve(args.api, client).await? == ApiMode::Lifecycle {
-        return lifecycle::request(client, namespace, name, &args.requester).await;
+        return upstream::request(client, namespace, name, &args.requester).await;
     }
     let pod = read_pod(client, namespace, name).await?;
     let request = request_eviction(client, &pod, &args.requester).await?;
@@ -82,7 +82,7 @@ pub async fn request(client: &Client, args: &RequestArgs) -> Result<(), RequestC
 pub async fn withdraw(client: &Client, args: &RequestArgs) -> Result<(), RequestCommandError> {
     let (namespace, name) = &args.pod;
     if resolve(args.api, client).await? == ApiMode::Lifecycle {
-        return lifecycle::withdraw_request(client, namespace, name, &args.requester).await;
+        return upstream::withdraw_request(client, namespace, name, &args.requester).await;
     }
     let Some(request) = find(client, namespace, name).await? else {
         println!("Pod {namespace}/{name} has no EvictionRequest.");
@@ -109,14 +109,14 @@ pub async fn withdraw(client: &Client, args: &RequestArgs) -> Result<(), Request
 /// evictkit.io's CRD where it is installed (a v1.37 cluster may have both).
 pub async fn describe(client: &Client, args: &DescribeArgs) -> Result<(), RequestCommandError> {
     let (namespace, name) = &args.pod;
-    let lifecycle = match args.api {
+    let upstream = match args.api {
         ApiMode::Lifecycle => true,
         ApiMode::Crd => false,
         ApiMode::Auto => served(client)
             .await
             .map_err(RequestCommandError::Discovery)?,
     };
-    let mut found = lifecycle && lifecycle::describe_pod(client, namespace, name).await?;
+    let mut found = upstream && upstream::describe_pod(client, namespace, name).await?;
     if args.api != ApiMode::Lifecycle {
         let request = match find(client, namespace, name).await {
             Ok(request) => request,
