@@ -321,3 +321,50 @@ fn project_namespace(namespace: &mut Namespace) {
         ..Default::default()
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(name: &str, app: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": {"app": app}},
+        }))
+        .unwrap()
+    }
+
+    fn pdb(name: &str, selector: serde_json::Value) -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"selector": selector},
+        }))
+        .unwrap()
+    }
+
+    /// The caches' own selections, kept by their watches: a pod's PDBs and their pods.
+    #[test]
+    fn the_caches_read_a_pods_budgets_and_their_pods() {
+        let caches = Caches::of(
+            vec![pod("web-0", "web"), pod("web-1", "web"), pod("db-0", "db")],
+            vec![
+                pdb("web", json!({"matchLabels": {"app": "web"}})),
+                pdb("db", json!({"matchLabels": {"app": "db"}})),
+            ],
+            vec![],
+            vec![],
+        );
+        let (budgets, pods) = caches.budgets_of_pod("ns", "web-1");
+        let budgets: Vec<_> = budgets
+            .iter()
+            .map(|b| b.meta().name.clone().unwrap())
+            .collect();
+        let pods: Vec<_> = pods
+            .iter()
+            .map(|p| p.meta().name.clone().unwrap())
+            .collect();
+        assert_eq!(budgets, ["web"]);
+        assert_eq!(pods, ["web-0", "web-1"]);
+    }
+}

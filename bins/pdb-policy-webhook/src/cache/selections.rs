@@ -16,7 +16,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 
-use super::CachedPod;
+use super::pod::CachedPod;
 
 /// The selections of every namespace.
 #[derive(Default)]
@@ -177,7 +177,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cache::Caches;
 
     fn pod(name: &str, app: &str) -> ApiPod {
         serde_json::from_value(json!({
@@ -202,15 +201,9 @@ mod tests {
     /// deletions: each pod's PDBs and each PDB's pods are what matching them all would give.
     #[test]
     fn selections_follow_pods_and_budgets_in_either_order() {
-        let caches = Caches::of(
-            vec![pod("web-0", "web"), pod("web-1", "web"), pod("db-0", "db")],
-            vec![pdb("web", json!({"matchLabels": {"app": "web"}}))],
-            vec![],
-            vec![],
-        );
         let mut selections = Selections::default();
-        for p in caches.pods.all() {
-            selections.pod_applied(&p);
+        for p in [pod("web-0", "web"), pod("web-1", "web"), pod("db-0", "db")] {
+            selections.pod_applied(&CachedPod::from(p));
         }
         selections.budget_applied(&pdb("web", json!({"matchLabels": {"app": "web"}})));
         selections.budget_applied(&pdb("all", json!({})));
@@ -224,14 +217,8 @@ mod tests {
         );
 
         // A pod arriving after the PDBs; a pod relabelled out of one.
-        let late = Caches::of(
-            vec![pod("web-2", "web"), pod("web-1", "db")],
-            vec![],
-            vec![],
-            vec![],
-        );
-        for p in late.pods.all() {
-            selections.pod_applied(&p);
+        for p in [pod("web-2", "web"), pod("web-1", "db")] {
+            selections.pod_applied(&CachedPod::from(p));
         }
         assert_eq!(
             names(selections.of_budget("ns", "web")),
@@ -249,30 +236,5 @@ mod tests {
         assert_eq!(names(budgets), names(["web"]));
         assert_eq!(names(pods), names(["web-1"]));
         assert_eq!(selections.of_pod("ns", "db-0"), (vec![], BTreeSet::new()));
-    }
-
-    /// The caches' own selections, kept by their watches: a pod's PDBs and their pods.
-    #[test]
-    fn the_caches_read_a_pods_budgets_and_their_pods() {
-        let caches = Caches::of(
-            vec![pod("web-0", "web"), pod("web-1", "web"), pod("db-0", "db")],
-            vec![
-                pdb("web", json!({"matchLabels": {"app": "web"}})),
-                pdb("db", json!({"matchLabels": {"app": "db"}})),
-            ],
-            vec![],
-            vec![],
-        );
-        let (budgets, pods) = caches.budgets_of_pod("ns", "web-1");
-        let budgets: Vec<_> = budgets
-            .iter()
-            .map(|b| b.meta().name.clone().unwrap())
-            .collect();
-        let pods: Vec<_> = pods
-            .iter()
-            .map(|p| p.meta().name.clone().unwrap())
-            .collect();
-        assert_eq!(budgets, ["web"]);
-        assert_eq!(pods, ["web-0", "web-1"]);
     }
 }
