@@ -7,6 +7,7 @@
 
 mod detached;
 mod json;
+mod output;
 mod screen;
 
 use std::collections::BTreeMap;
@@ -17,8 +18,7 @@ use anyhow::{Result, bail};
 use evictkit_core::drain::progress;
 use evictkit_drain::escalate::{self, Escalation};
 use evictkit_drain::{
-    ApiMode, Blocker, Channel, Ending, Left, Observer, Options, Plan, Report, Row, Settings,
-    Withdrawal,
+    ApiMode, Blocker, Ending, Left, Observer, Options, Plan, Report, Row, Settings, Withdrawal,
 };
 use evictkit_runtime::process::cli::parse_duration;
 use jiff::Timestamp;
@@ -26,7 +26,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::Answer;
+use crate::answer::Answer;
+pub use output::Output;
+use output::through;
 
 /// Where ours differs from kubectl drain on purpose, for `--help`.
 pub const DIFFERENCES: &str = "\
@@ -181,13 +183,6 @@ pub struct UncordonArgs {
     /// Namespace of the evictionrequest-controller (its Lease), which --api auto follows.
     #[arg(long, value_name = "NAMESPACE", default_value = "evictkit-system")]
     controller_namespace: String,
-}
-
-/// How the drain prints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    Text,
-    Json,
 }
 
 pub async fn run(
@@ -385,14 +380,6 @@ pub async fn uncordon(client: &Client, args: UncordonArgs) -> Result<Answer> {
     Ok(Answer::Done)
 }
 
-fn through(channel: Channel) -> &'static str {
-    match channel {
-        Channel::Lifecycle => "a lifecycle.k8s.io EvictionRequest",
-        Channel::Crd => "an evictkit.io EvictionRequest",
-        Channel::Eviction => "the Eviction API",
-    }
-}
-
 /// A blocker in words for the table and the lines, where ACTIVE and HEARTBEAT do not say it
 /// already (a responder's).
 fn shown_blocker(blocker: Option<&Blocker>, now: Timestamp) -> Option<String> {
@@ -497,16 +484,16 @@ impl Observer for Text {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
+    use clap::{Args as _, FromArgMatches as _};
 
-    use crate::{Cli, Command};
+    use super::*;
 
+    /// The drain's flags as the plugin's `drain` subcommand parses them.
     fn grace_period(args: &[&str]) -> Result<Option<u32>, clap::Error> {
-        let cli = Cli::try_parse_from(["kubectl-evictkit", "drain", "n"].iter().chain(args))?;
-        match cli.command {
-            Command::Drain(drain) => Ok(u32::try_from(drain.grace_period).ok()),
-            other => panic!("not a drain: {other:?}"),
-        }
+        let matches = DrainArgs::augment_args(clap::Command::new("drain"))
+            .try_get_matches_from(["drain", "n"].iter().chain(args))?;
+        let drain = DrainArgs::from_arg_matches(&matches)?;
+        Ok(u32::try_from(drain.grace_period).ok())
     }
 
     #[test]
@@ -544,21 +531,5 @@ mod tests {
                 .contains("-2 is neither -1 (each pod's own terminationGracePeriodSeconds) nor 0"),
             "{error}"
         );
-    }
-
-    #[test]
-    fn help_says_where_the_grace_period_applies() {
-        let help = Cli::try_parse_from(["kubectl-evictkit", "drain", "--help"])
-            .expect_err("help")
-            .to_string();
-        for says in [
-            "each Eviction of --eviction-api-fallback",
-            "each deletion of --escalate, --detach's included",
-            "the request carries no grace period",
-            "--grace-period, partly",
-        ] {
-            assert!(help.contains(says), "{says}: {help}");
-        }
-        assert!(!help.contains("no --grace-period"), "{help}");
     }
 }

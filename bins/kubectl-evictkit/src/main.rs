@@ -5,6 +5,7 @@
 //! script can gate a drain on `kubectl evictkit drain-preview NODE`; `drain` is kubectl drain
 //! through EvictionRequests.
 
+mod answer;
 mod completion;
 mod connection;
 mod drain;
@@ -18,13 +19,13 @@ use anyhow::{Context as _, Result, bail};
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 use evictkit_commands::explain::{self, EVICTION_WEBHOOK_NAME, ExplainArgs};
 use evictkit_commands::requests::{self as controller, DescribeArgs};
-use evictkit_core::pdb_policy::Explanation;
 use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::{Api, Client};
 use serde::Serialize;
 
+use crate::answer::Answer;
 use crate::connection::{Connection, ConnectionArgs};
 use crate::requests::Scope;
 
@@ -172,33 +173,6 @@ struct EvictionWebhook {
     /// quotes it in the message of a denial by a stricter rule.
     #[arg(long, value_name = "NAME", default_value = EVICTION_WEBHOOK_NAME)]
     eviction_webhook_name: String,
-}
-
-/// What a command found, beyond "it ran": only explain and drain-preview predict a refusal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answer {
-    Done,
-    WouldBeBlocked,
-    /// drain: pods are left on the node.
-    Left,
-}
-
-impl Answer {
-    fn of(explanations: &[Explanation]) -> Self {
-        if explanations.iter().all(Explanation::allowed) {
-            Self::Done
-        } else {
-            Self::WouldBeBlocked
-        }
-    }
-
-    fn exit_code(result: &Result<Self>) -> u8 {
-        match result {
-            Ok(Self::Done) => 0,
-            Err(_) => 1,
-            Ok(Self::WouldBeBlocked | Self::Left) => 3,
-        }
-    }
 }
 
 #[tokio::main]
@@ -382,46 +356,7 @@ fn print_as(format: Structured, value: &impl Serialize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use evictkit_core::pdb_policy;
-    use k8s_openapi::api::core::v1::Pod;
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use serde_json::json;
-
-    /// web-0 (Ready) under a PDB with `disruptions_allowed`, as explain sees it.
-    fn explanation(disruptions_allowed: i32) -> Explanation {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "web-0", "namespace": "shop", "labels": {"app": "web"}},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-        }))
-        .unwrap();
-        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": "shop", "generation": 1},
-            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
-            "status": {"observedGeneration": 1, "currentHealthy": 2 + disruptions_allowed,
-                       "desiredHealthy": 2, "disruptionsAllowed": disruptions_allowed, "expectedPods": 2 + disruptions_allowed},
-        }))
-        .unwrap();
-        pdb_policy::explain(
-            &pod,
-            &[pdb],
-            std::slice::from_ref(&pod),
-            None,
-            &pdb_policy::Circumstances::at(Timestamp::now()),
-        )
-    }
-
-    #[test]
-    fn a_refused_eviction_has_its_own_exit_code() {
-        let allowed = explanation(1);
-        let blocked = explanation(0);
-        let code = |explanations: &[Explanation]| Answer::exit_code(&Ok(Answer::of(explanations)));
-        assert_eq!(code(std::slice::from_ref(&allowed)), 0);
-        assert_eq!(code(&[allowed.clone(), blocked.clone()]), 3);
-        assert_eq!(code(&[blocked]), 3);
-        // A node without pods: nothing would be refused.
-        assert_eq!(code(&[]), 0);
-        assert_eq!(Answer::exit_code(&Err(anyhow::anyhow!("pod not found"))), 1);
-    }
 
     #[test]
     fn api_errors_end_with_the_apiservers_message() {
@@ -529,5 +464,21 @@ mod tests {
             ),
             (Some("shop"), Some("dev"), Format::Yaml)
         );
+    }
+
+    #[test]
+    fn help_says_where_the_grace_period_applies() {
+        let help = Cli::try_parse_from(["kubectl-evictkit", "drain", "--help"])
+            .expect_err("help")
+            .to_string();
+        for says in [
+            "each Eviction of --eviction-api-fallback",
+            "each deletion of --escalate, --detach's included",
+            "the request carries no grace period",
+            "--grace-period, partly",
+        ] {
+            assert!(help.contains(says), "{says}: {help}");
+        }
+        assert!(!help.contains("no --grace-period"), "{help}");
     }
 }

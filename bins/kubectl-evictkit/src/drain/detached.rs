@@ -17,8 +17,8 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::Output;
-use crate::Answer;
+use super::output::Output;
+use crate::answer::Answer;
 
 /// How often `drain wait` reads the status (the controller writes it once a round).
 const POLL: Duration = evictkit_drain::ROUND;

@@ -18,7 +18,7 @@ use evictkit_drain::{Blocker, Ending, Observer, Plan, Report, Row, Withdrawal};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::through;
+use super::output::through;
 
 pub struct Lines<W: Write> {
     out: W,
