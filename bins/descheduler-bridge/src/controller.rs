@@ -451,7 +451,7 @@ async fn patch_marks(
     match pods
         .patch(
             &target.name,
-            &crate::patch_params(&context.settings.manager),
+            &crate::field_manager::patch_params(&context.settings.manager),
             &Patch::Merge(json!({ "metadata": metadata })),
         )
         .await

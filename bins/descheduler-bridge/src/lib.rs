@@ -23,6 +23,7 @@
 
 mod cache;
 pub mod controller;
+mod field_manager;
 pub mod metrics;
 pub mod pods;
 pub mod requests;
@@ -43,12 +44,10 @@ use evictkit_runtime::manager::Manager;
 use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs, parse_duration};
 use jiff::SignedDuration;
 use k8s_openapi::api::lifecycle::v1alpha1::EvictionRequest as LifecycleRequest;
-use kube::api::PatchParams;
 
+pub use crate::field_manager::COMPONENT;
 use crate::metrics::BridgeMetrics;
 
-/// Field manager of the bridge's pod writes and the `component` label of shared metrics.
-pub const COMPONENT: &str = "descheduler-bridge";
 const LEASE_NAME: &str = "evictkit-descheduler-bridge";
 
 /// The descheduler's ServiceAccount as its Helm chart installs it.
@@ -121,14 +120,6 @@ pub struct Args {
     /// first, then restart the bridge to move it.
     #[arg(long, value_enum, value_name = "API", default_value_t = ApiMode::Auto)]
     pub eviction_request_api: ApiMode,
-}
-
-/// Patch parameters of the bridge's pod writes: merge patches under `manager`.
-pub(crate) fn patch_params(manager: &str) -> PatchParams {
-    PatchParams {
-        field_manager: Some(manager.to_owned()),
-        ..PatchParams::default()
-    }
 }
 
 /// Starts the health server, the webhook (all replicas) and the controller (the Lease

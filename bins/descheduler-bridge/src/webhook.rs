@@ -246,7 +246,7 @@ async fn evacuate(context: &Context, pod: &ReviewedPod, namespace: &str, name: &
         if let Err(error) = pods
             .patch(
                 name,
-                &crate::patch_params(&context.manager),
+                &crate::field_manager::patch_params(&context.manager),
                 &Patch::Merge(patch),
             )
             .await

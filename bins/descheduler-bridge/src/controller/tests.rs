@@ -95,7 +95,7 @@ fn apiserver(path: &str, request: &Value, pod: Option<Value>) -> FakeApi {
 /// A term's context with a one-hour `--max-evacuation-request-ttl`.
 fn context(api: &FakeApi) -> Arc<Context> {
     let client = api.client();
-    let metrics = Metrics::new(crate::COMPONENT).unwrap();
+    let metrics = Metrics::new(crate::field_manager::COMPONENT).unwrap();
     let (pods, _) = kube::runtime::reflector::store();
     Arc::new(Context {
         settings: Arc::new(Settings {
@@ -105,9 +105,9 @@ fn context(api: &FakeApi) -> Arc<Context> {
             },
             namespace: None,
             metrics: BridgeMetrics::register(&metrics).unwrap(),
-            manager: crate::COMPONENT.to_owned(),
+            manager: crate::field_manager::COMPONENT.to_owned(),
             dry_run: false,
-            recorder: EventRecorder::from_client(client.clone(), crate::COMPONENT),
+            recorder: EventRecorder::from_client(client.clone(), crate::field_manager::COMPONENT),
             controller: ControllerArgs {
                 concurrent_syncs: 1,
             }

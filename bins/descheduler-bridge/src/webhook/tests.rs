@@ -39,7 +39,7 @@ fn apiserver(pod: Value) -> FakeApi {
 /// A replica's context on the CRD, nobody else asking for any pod, its pod cache listed with
 /// `cached`.
 async fn context(client: Client, cached: Vec<Value>) -> Arc<Context> {
-    let metrics = Metrics::new(crate::COMPONENT).unwrap();
+    let metrics = Metrics::new(crate::field_manager::COMPONENT).unwrap();
     let names = RequesterNames {
         crd: DESCHEDULER_REQUESTER,
         lifecycle: DESCHEDULER_REQUESTER_KEY,
@@ -59,7 +59,7 @@ async fn context(client: Client, cached: Vec<Value>) -> Arc<Context> {
         users: [DESCHEDULER.to_owned()].into(),
         opt_in: OptIn::RequestEvictOnly,
         metrics: BridgeMetrics::register(&metrics).unwrap(),
-        manager: crate::COMPONENT.to_owned(),
+        manager: crate::field_manager::COMPONENT.to_owned(),
         dry_run: false,
     })
 }
@@ -168,7 +168,7 @@ async fn an_opted_in_pods_eviction_becomes_its_eviction_request_and_a_mark() {
         mark[DESCHEDULER_BRIDGE_EVACUATION_STARTED].is_string(),
         "{mark}"
     );
-    assert!(calls[2].has_query(&format!("fieldManager={}", crate::COMPONENT)));
+    assert!(calls[2].has_query(&format!("fieldManager={}", crate::field_manager::COMPONENT)));
 }
 
 /// An eviction the descheduler repeats joins the same request and keeps the evacuation's
