@@ -10,16 +10,22 @@
 //! `reconcile` of one request, the API calls it makes, its metrics), [`upstream`] for
 //! Kubernetes' own lifecycle.k8s.io API (the controller and its imperative evictor). Beside
 //! them, what both use: the one pod watch ([`target_pod`], [`cache`]), the workqueue metrics
-//! ([`metrics`]), the memory of its own writes ([`own_writes`]), and the detached drains
-//! ([`node_drain`]). The decisions are in [`evictkit_core::eviction_request`]; the validating
-//! webhook of the CRD is in [`webhook`]; the commands for people are
+//! ([`metrics`]), the memory of its own writes ([`own_writes`]), the settings the flags give
+//! each half ([`settings`]), the Events it records ([`events`]), the names it goes by
+//! ([`identity`]), the NotFound that ends the work on an object ([`not_found`]), and the
+//! detached drains ([`node_drain`]). The decisions are in [`evictkit_core::eviction_request`];
+//! the validating webhook of the CRD is in [`webhook`]; the commands for people are
 //! [`evictkit_commands::requests`], shared with kubectl-evictkit.
 
 mod cache;
 mod crd;
+mod events;
+mod identity;
 mod metrics;
 mod node_drain;
+mod not_found;
 mod own_writes;
+mod settings;
 mod target_pod;
 mod upstream;
 pub mod webhook;
@@ -33,8 +39,6 @@ use evictkit_commands::requests;
 use evictkit_core::eviction_request::crd::admission::ControllerIdentity;
 use evictkit_core::eviction_request::{crd as crd_core, upstream as upstream_core};
 use evictkit_runtime::caches::watch::Watches;
-use evictkit_runtime::clients::events::EventRecorder;
-use evictkit_runtime::clients::eviction::EvictionClient;
 pub use evictkit_runtime::clients::eviction_request::apis::ApiMode;
 use evictkit_runtime::clients::eviction_request::apis::{self, Apis, REDISCOVERY};
 use evictkit_runtime::control::backoff::Backoff;
@@ -43,17 +47,11 @@ use evictkit_runtime::process::cli::{CommonArgs, ControllerArgs, Role, RoleArgs,
 use evictkit_runtime::process::shutdown::CancellationToken;
 use evictkit_runtime::serving::http::Readiness;
 use jiff::SignedDuration;
-use kube::runtime::controller;
-use kube::{Resource, ResourceExt};
 
+pub use crate::identity::COMPONENT;
+use crate::identity::LEASE_NAME;
+use crate::settings::Settings;
 use crate::target_pod::PodWatch;
-
-/// Reporting component of Events, field manager of the controller's writes, and the
-/// `component` label of shared metrics.
-pub const COMPONENT: &str = evictkit_api::keys::EVICTION_REQUEST_CONTROLLER;
-/// Requesters look for it by this name
-/// ([`evictkit_runtime::clients::eviction_request::requester`]).
-const LEASE_NAME: &str = evictkit_runtime::clients::eviction_request::requester::CONTROLLER_LEASE;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -157,52 +155,32 @@ pub struct Args {
     pub controller: ControllerArgs,
 }
 
-/// What the flags decide for the controller of one API ([`crd::Settings`],
-/// [`upstream::Settings`]: `M` its metrics, `C` its decisions' settings), shared by every term
-/// of leadership.
-pub(crate) struct Settings<M, C> {
-    pub(crate) evictions: EvictionClient,
-    pub(crate) recorder: EventRecorder,
-    pub(crate) metrics: M,
-    pub(crate) config: C,
-    pub(crate) backoff: Backoff,
-    /// `--finished-ttl`; `None` (0s) keeps finished requests.
-    pub(crate) finished_ttl: Option<SignedDuration>,
-    pub(crate) dry_run: bool,
-    pub(crate) namespace: Option<String>,
-    pub(crate) controller: controller::Config,
-    /// Held not ready while a term's caches make their first list; `None`: not held.
-    pub(crate) listing: Option<Readiness>,
-}
-
-impl<M, C> Settings<M, C> {
-    /// One API's settings from the flags, with its own `metrics` and `config`.
-    async fn new(
-        manager: &Manager,
-        args: &Args,
-        metrics: M,
-        config: C,
-        listing: Option<Readiness>,
-    ) -> anyhow::Result<Arc<Self>> {
-        Ok(Arc::new(Self {
-            evictions: manager.evictions(),
-            recorder: manager.recorder(COMPONENT).await?,
-            metrics,
-            config,
-            backoff: Backoff {
-                initial: args.eviction_backoff_initial,
-                max: args.eviction_backoff_max,
-            },
-            finished_ttl: (!args.finished_ttl.is_zero())
-                .then(|| SignedDuration::try_from(args.finished_ttl))
-                .transpose()
-                .context("--finished-ttl is too long")?,
-            dry_run: args.common.dry_run,
-            namespace: args.namespace.clone(),
-            controller: args.controller.config(),
-            listing,
-        }))
-    }
+/// One API's settings from the flags, with its own `metrics` and `config`.
+async fn api_settings<M, C>(
+    manager: &Manager,
+    args: &Args,
+    metrics: M,
+    config: C,
+    listing: Option<Readiness>,
+) -> anyhow::Result<Arc<Settings<M, C>>> {
+    Ok(Arc::new(Settings {
+        evictions: manager.evictions(),
+        recorder: manager.recorder(COMPONENT).await?,
+        metrics,
+        config,
+        backoff: Backoff {
+            initial: args.eviction_backoff_initial,
+            max: args.eviction_backoff_max,
+        },
+        finished_ttl: (!args.finished_ttl.is_zero())
+            .then(|| SignedDuration::try_from(args.finished_ttl))
+            .transpose()
+            .context("--finished-ttl is too long")?,
+        dry_run: args.common.dry_run,
+        namespace: args.namespace.clone(),
+        controller: args.controller.config(),
+        listing,
+    }))
 }
 
 /// Runs a subcommand, or else the controller and webhook.
@@ -315,14 +293,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 heartbeat_timeout,
                 ..upstream_core::Config::default()
             };
-            Some(Settings::new(&manager, &args, metrics, config, listing.clone()).await?)
+            Some(api_settings(&manager, &args, metrics, config, listing.clone()).await?)
         } else {
             None
         };
         let crd_settings = if may_serve.crd {
             let metrics = crd::CrdMetrics::register(manager.metrics())?;
             let config = crd_core::Config { heartbeat_timeout };
-            Some(Settings::new(&manager, &args, metrics, config, listing).await?)
+            Some(api_settings(&manager, &args, metrics, config, listing).await?)
         } else {
             None
         };
@@ -456,45 +434,6 @@ async fn serve_apis(
             tracing::error!(%error, "an EvictionRequest controller panicked");
         }
     }
-}
-
-/// Whether a write to the object `name` was answered with its own NotFound: it was deleted
-/// meanwhile (the garbage collector removes a finished request with its pod, an Eviction with
-/// its last request), so the work on it is done. Another object's NotFound (a create in a
-/// deleted namespace) or the API's (a resource no longer served) is not.
-fn deleted_meanwhile(error: &kube::Error, name: &str) -> bool {
-    matches!(error, kube::Error::Api(status)
-        if status.code == 404 && status.details.as_ref().is_some_and(|d| d.name == name))
-}
-
-fn id<K: Resource>(object: &K) -> String {
-    format!(
-        "{}/{}",
-        object.namespace().unwrap_or_default(),
-        object.name_any()
-    )
-}
-
-async fn normal<K: Resource<DynamicType = ()>>(
-    recorder: &EventRecorder,
-    object: &K,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    tracing::info!(object = %id(object), reason, "{note}");
-    recorder.normal(object, reason, action, note).await;
-}
-
-async fn warn<K: Resource<DynamicType = ()>>(
-    recorder: &EventRecorder,
-    object: &K,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    tracing::warn!(object = %id(object), reason, "{note}");
-    recorder.warning(object, reason, action, note).await;
 }
 
 #[cfg(test)]

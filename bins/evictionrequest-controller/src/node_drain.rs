@@ -25,7 +25,9 @@ use kube::{Api, Client, ResourceExt};
 use prometheus::{IntCounterVec, IntGauge, Opts};
 use serde_json::json;
 
-use crate::COMPONENT;
+use crate::events::{normal, warn};
+use crate::identity::COMPONENT;
+use crate::not_found::deleted_meanwhile;
 
 /// How long a drain that failed to start (the node unreadable, RBAC) waits before it tries
 /// again; its status says why meanwhile.
@@ -154,7 +156,7 @@ async fn drive(
     let mut status = drain.status.clone().unwrap_or_default();
     if status.start_time.is_none() {
         let note = format!("draining node {node} (detached)");
-        crate::normal(&settings.recorder, &drain, "DrainStarted", "Drain", &note).await;
+        normal(&settings.recorder, &drain, "DrainStarted", "Drain", &note).await;
     }
     settings.metrics.running.inc();
     loop {
@@ -170,7 +172,7 @@ async fn drive(
                 status.message = Some(error.to_string());
                 status.finish_time = Some(Timestamp::now().to_string());
                 write_status(&api, &node, &status).await;
-                crate::warn(
+                warn(
                     &settings.recorder,
                     &drain,
                     "DrainEnded",
@@ -208,7 +210,7 @@ async fn drive(
                     "the drain of node {node} cannot go on: {message}; trying again in {}s",
                     RETRY.as_secs()
                 );
-                crate::warn(&settings.recorder, &drain, "DrainFailed", "Drain", &note).await;
+                warn(&settings.recorder, &drain, "DrainFailed", "Drain", &note).await;
                 status.message = Some(note);
                 write_status(&api, &node, &status).await;
                 tokio::select! {
@@ -239,19 +241,19 @@ async fn finish(
     match &report.ending {
         Ending::Drained => {
             let note = format!("node {node} drained: {} pods gone", report.gone);
-            crate::normal(&settings.recorder, drain, "Drained", "Drain", &note).await;
+            normal(&settings.recorder, drain, "Drained", "Drain", &note).await;
         }
         Ending::TimedOut(_) => {
             let note = format!(
                 "the drain of node {node} timed out after {}s: {left} pods left, their requests withdrawn",
                 timeout.as_secs()
             );
-            crate::warn(&settings.recorder, drain, "DrainTimedOut", "Drain", &note).await;
+            warn(&settings.recorder, drain, "DrainTimedOut", "Drain", &note).await;
         }
         _ => {
             let why = status.message.clone().unwrap_or_default();
             let note = format!("the drain of node {node} ended ({word}): {why}");
-            crate::warn(&settings.recorder, drain, "DrainEnded", "Drain", &note).await;
+            warn(&settings.recorder, drain, "DrainEnded", "Drain", &note).await;
         }
     }
 }
@@ -266,7 +268,7 @@ async fn write_status(api: &Api<NodeDrain>, node: &str, status: &NodeDrainStatus
     });
     let params = PatchParams::apply(COMPONENT).force();
     if let Err(error) = api.patch_status(node, &params, &Patch::Apply(&patch)).await
-        && !crate::deleted_meanwhile(&error, node)
+        && !deleted_meanwhile(&error, node)
     {
         tracing::warn!(%error, nodedrain = node, "writing the NodeDrain's status");
     }

@@ -1,13 +1,13 @@
 //! The API calls of the EvictionRequest controller: the imperative eviction (with its back-off
 //! and the status written before the first attempt), expiry of finished requests, the
-//! ownerReference to the pod, the labels synchronised with it, the status, and the Events of each
-//! transition.
+//! ownerReference to the pod, the labels synchronised with it, the status (and what it last
+//! wrote of a request in one reconcile), and the Events of each transition.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use evictkit_api::conditions::REASON_VALIDATION_FAILED;
-use evictkit_api::eviction_request::EvictionRequest;
+use evictkit_api::eviction_request::{EvictionRequest, EvictionRequestStatus};
 use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
 use evictkit_core::eviction_request::crd::{
     self as core, HandOverCause, Plan, Transition, interceptor_status,
@@ -23,8 +23,12 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Error, Key, LastWrite, metrics};
-use crate::{COMPONENT, id, normal, warn};
+use super::context::Context;
+use super::error::Error;
+use super::key::Key;
+use super::metrics;
+use crate::events::{id, normal, warn};
+use crate::identity::COMPONENT;
 
 /// KEP (Eviction): the default interceptor evicts the pod; on failure the retry count goes into
 /// its status message and the next attempt waits (exponential backoff, capped). Returns the
@@ -246,6 +250,37 @@ pub(crate) async fn patch_labels(
             source: Box::new(source),
         })?;
     Ok(written.metadata.resource_version)
+}
+
+/// What the controller last wrote of one request in this reconcile (before its first write:
+/// what it read): the version the next write replaces, and its part of the status.
+pub(crate) struct LastWrite {
+    pub(crate) version: Option<String>,
+    pub(crate) status: EvictionRequestStatus,
+}
+
+impl LastWrite {
+    pub(crate) fn replaced(&mut self, context: &Context, key: &Key, version: Option<String>) {
+        let replaced = std::mem::replace(&mut self.version, version);
+        context.written.replaced(key, replaced);
+    }
+
+    /// Writes the plan's status unless it is what was last written (or `--dry-run`).
+    pub(crate) async fn write_status(
+        &mut self,
+        context: &Context,
+        request: &EvictionRequest,
+        key: &Key,
+        plan: &Plan,
+    ) -> Result<(), Error> {
+        if self.status == plan.status || context.dry_run {
+            return Ok(());
+        }
+        let version = apply_status(&context.client, request, plan, self.version.clone()).await?;
+        self.replaced(context, key, version);
+        self.status = plan.status.clone();
+        Ok(())
+    }
 }
 
 /// The controller's part of the status, by server-side apply, forced (the status fields are the

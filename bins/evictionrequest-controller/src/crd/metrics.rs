@@ -14,7 +14,7 @@ use evictkit_runtime::process::metrics::{Metrics, MetricsError};
 use kube::runtime::reflector::ObjectRef;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts};
 
-use super::Key;
+use super::key::Key;
 use crate::metrics::{QueueMetrics, gauges};
 
 /// Label value of the KEP's workqueue metrics for the CRD mode's one queue.

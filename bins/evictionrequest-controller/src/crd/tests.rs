@@ -3,7 +3,10 @@
 //! makes as the default interceptor, KEP-4563's `imperative-eviction.k8s.io`.
 
 use evictkit_api::conditions::{EVICTION_REQUEST_CANCELED, REASON_VALIDATION_FAILED};
-use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS};
+use std::time::Duration;
+
+use evictkit_api::keys::{API_VERSION, EVICTION_INTERCEPTORS, IMPERATIVE_EVICTION_INTERCEPTOR};
+use evictkit_core::eviction_request::crd as core;
 use evictkit_core::eviction_request::message_eviction_failed;
 use evictkit_fake_api::{Answer, Call, FakeApi};
 use evictkit_runtime::clients::events::EventRecorder;
@@ -12,10 +15,15 @@ use evictkit_runtime::control::backoff::Backoff;
 use evictkit_runtime::process::cli::ControllerArgs;
 use evictkit_runtime::process::metrics::Metrics;
 use jiff::SignedDuration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
+use super::error::Error;
+use super::reconcile::reconcile;
 use super::*;
-use crate::COMPONENT;
+use crate::identity::COMPONENT;
+use crate::target_pod::TargetPods;
 
 fn request_at(version: &str) -> EvictionRequest {
     let mut request: EvictionRequest = serde_json::from_value(json!({

@@ -20,12 +20,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::context::{Context, predates_own_write, wrote};
+use super::error::{Error, write_error};
 use super::imperative::imperative_evictor;
-use super::{
-    Context, Error, Expiry, apply_eviction_status, decided_from, delete_when_due,
-    predates_own_write, write_error, wrote,
-};
-use crate::{COMPONENT, normal, warn};
+use super::writes::{Expiry, apply_eviction_status, decided_from, delete_when_due};
+use crate::events::{normal, warn};
+use crate::identity::COMPONENT;
 
 /// One Eviction: the imperative evictor's turn if it is active, the controller's step, then
 /// labels and ownerReferences.

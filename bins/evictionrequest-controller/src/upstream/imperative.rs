@@ -20,8 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::{Context, Error, apply_eviction_status};
-use crate::{id, normal, warn};
+use super::context::Context;
+use super::error::Error;
+use super::writes::apply_eviction_status;
+use crate::events::{id, normal, warn};
 
 /// Field manager of the imperative evictor's own responder entry (apart from the
 /// controller's, so the controller's applies never touch the responder's fields).

@@ -17,11 +17,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::context::{Context, predates_own_write, wrote};
+use super::error::{Error, write_error};
 use super::index::new_eviction_name;
-use super::{
-    Context, Error, Expiry, decided_from, delete_when_due, predates_own_write, write_error, wrote,
-};
-use crate::{COMPONENT, id, warn};
+use super::writes::{Expiry, decided_from, delete_when_due};
+use crate::events::{id, warn};
+use crate::identity::COMPONENT;
 
 /// One EvictionRequest: refused if invalid; otherwise its target's Eviction (created when
 /// needed) and that Eviction's conditions copied to the request.

@@ -3,19 +3,22 @@
 //! of its pod created, its conditions written, an invalid request refused.
 
 use evictkit_core::eviction_request::upstream::{
-    CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_AWAITING_EVICTION, REASON_EVICTION_INVALID,
-    ROLE_REQUESTER,
+    self as core, CONDITION_FAILED, CONDITION_TARGET_EVICTED, REASON_AWAITING_EVICTION,
+    REASON_EVICTION_INVALID, ROLE_REQUESTER,
 };
 use evictkit_fake_api::{Answer, Call, FakeApi};
 use evictkit_runtime::clients::events::EventRecorder;
-use evictkit_runtime::clients::eviction::EvictionClient;
+use evictkit_runtime::clients::eviction::{EvictionClient, STALE_CACHE_RECHECK};
 use evictkit_runtime::control::backoff::Backoff;
 use evictkit_runtime::process::cli::ControllerArgs;
 use evictkit_runtime::process::metrics::Metrics;
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
 
+use super::error::write_error;
 use super::*;
-use crate::COMPONENT;
+use crate::identity::COMPONENT;
+use crate::target_pod::TargetPods;
 
 /// An apiserver's answer `code` about `name` (`None`: about no object, e.g. an API not
 /// served).
