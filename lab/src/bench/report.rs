@@ -133,27 +133,7 @@ fn sections(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
             ],
         ),
     );
-    sections.insert(
-        "relist",
-        plain(
-            &read("scale-relist.csv")?,
-            &[
-                ("pods", "size"),
-                ("QPS", "kube_api_qps"),
-                ("side", "controller"),
-                ("restart after (s)", "relist_after_seconds"),
-                ("apiserver down (s)", "apiserver_down_seconds"),
-                ("longest stall after (s)", "stall_seconds"),
-                ("longest gap before (s)", "max_gap_before_restart_seconds"),
-                (
-                    "longest gap, no restart (s)",
-                    "max_gap_without_relist_seconds",
-                ),
-                ("p99 (s)", "p99_seconds"),
-                ("p99, no restart (s)", "p99_without_relist_seconds"),
-            ],
-        ),
-    );
+    sections.insert("relist", relist_table(&read("scale-relist.csv")?));
     sections.insert(
         "evictionrequest",
         plain(
@@ -365,7 +345,13 @@ fn median(values: &[f64]) -> Option<f64> {
 
 /// The outage rows grouped by case: by size, QPS, then upstream, ours, ours' variants.
 fn cases(rows: &[Row]) -> Vec<Case<'_>> {
-    let mut cases: BTreeMap<(u64, u64, u8, String), Case> = BTreeMap::new();
+    cases_by(rows, &[])
+}
+
+/// The rows grouped as by [`cases`], and within a side by the values of the columns `also`.
+fn cases_by<'a>(rows: &'a [Row], also: &[&str]) -> Vec<Case<'a>> {
+    type Key = (u64, u64, u8, String, Vec<String>);
+    let mut cases: BTreeMap<Key, Case> = BTreeMap::new();
     for row in rows {
         let size: u64 = row["size"].parse().unwrap_or(0);
         let qps = row["kube_api_qps"].clone();
@@ -380,6 +366,9 @@ fn cases(rows: &[Row]) -> Vec<Case<'_>> {
             qps.parse::<f64>().unwrap_or(0.0) as u64,
             rank,
             side.clone(),
+            also.iter()
+                .map(|column| row.get(*column).cloned().unwrap_or_default())
+                .collect(),
         );
         cases
             .entry(key)
@@ -439,6 +428,49 @@ fn outage_table(rows: &[Row]) -> String {
                 side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
                 case.spread("rss_kib", MIB, 0),
                 side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
+            ];
+            cells.extend(provenance(&case.runs));
+            cells
+        })
+        .collect();
+    markdown(&headings, &cells)
+}
+
+/// Every relist case (size, QPS, side, restart time): the medians over its repeats with their
+/// range, the restart's run beside the same repeat's outage without it.
+fn relist_table(rows: &[Row]) -> String {
+    let headings = [
+        "pods",
+        "QPS",
+        "side",
+        "restart after (s)",
+        "runs",
+        "apiserver down (s)",
+        "longest stall after (s)",
+        "longest gap before (s)",
+        "longest gap, no restart (s)",
+        "p99 (s)",
+        "p99, no restart (s)",
+        "commit",
+        "date",
+        "load",
+    ]
+    .map(str::to_owned);
+    let cells: Vec<Vec<String>> = cases_by(rows, &["relist_after_seconds"])
+        .iter()
+        .map(|case| {
+            let mut cells = vec![
+                thousands(case.size),
+                case.qps.clone(),
+                case.side.clone(),
+                case.runs[0]["relist_after_seconds"].clone(),
+                case.runs.len().to_string(),
+                case.spread("apiserver_down_seconds", 1.0, 2),
+                case.spread("stall_seconds", 1.0, 2),
+                case.spread("max_gap_before_restart_seconds", 1.0, 2),
+                case.spread("max_gap_without_relist_seconds", 1.0, 2),
+                case.spread("p99_seconds", 1.0, 2),
+                case.spread("p99_without_relist_seconds", 1.0, 2),
             ];
             cells.extend(provenance(&case.runs));
             cells
@@ -635,5 +667,37 @@ mod tests {
         assert_eq!(median(&[1.0, 3.0]), Some(2.0));
         assert_eq!(thousands(100000), "100,000");
         assert_eq!(thousands(999), "999");
+    }
+
+    #[test]
+    fn relist_repeats_give_the_median_per_restart_time() {
+        let row = |after: &str, repeat: &str, stall: &str| -> Row {
+            [
+                ("size", "30000"),
+                ("kube_api_qps", "200"),
+                ("controller", "ours"),
+                ("relist_after_seconds", after),
+                ("repeat", repeat),
+                ("stall_seconds", stall),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+        };
+        let rows = vec![
+            row("60", "1", "0.19"),
+            row("60", "2", "0.40"),
+            row("60", "3", "0.25"),
+            row("30", "1", "1.00"),
+        ];
+        let table = relist_table(&rows);
+        assert!(
+            table.contains("| 30,000 | 200 | ours | 30 | 1 | - | 1.00 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 30,000 | 200 | ours | 60 | 3 | - | 0.25 (0.19-0.40) |"),
+            "{table}"
+        );
     }
 }

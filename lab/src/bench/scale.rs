@@ -194,11 +194,12 @@ pub fn run(args: &Args) -> Result<()> {
                             upstream_first,
                         )
                         .await?;
-                        let rows = relist::rows(&scenario, qps, after, &runs, &relisted)?;
+                        let rows = relist::rows(&scenario, qps, after, repeat, &runs, &relisted)?;
                         csv::record(
                             &csv::path("scale-relist.csv")?,
                             relist::HEADER,
-                            4,
+                            // Key: size, QPS, side, restart time, repeat.
+                            5,
                             &rows,
                             &provenance,
                         )?;

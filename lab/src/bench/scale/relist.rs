@@ -33,6 +33,7 @@ pub const HEADER: &[&str] = &[
     "kube_api_qps",
     "controller",
     "relist_after_seconds",
+    "repeat",
     "pods_due",
     "pods_deleted",
     "deleted_before_restart",
@@ -97,11 +98,12 @@ fn sorted_deletions(run: &Run) -> Vec<Timestamp> {
 }
 
 /// One CSV row per side of `with` (the outage with the restart), beside the same side of
-/// `without`; printed too.
+/// `without` in the same repeat; printed too.
 pub fn rows(
     scenario: &Scenario,
     qps: f64,
     after: Duration,
+    repeat: usize,
     without: &[(Side, Run)],
     with: &[(Side, Run)],
 ) -> Result<Vec<Vec<String>>> {
@@ -125,6 +127,7 @@ pub fn rows(
             qps.to_string(),
             side.label(),
             after.as_secs().to_string(),
+            repeat.to_string(),
             scenario.due(Outage::ThirdOfEachZone).count().to_string(),
             run.deleted.len().to_string(),
             gaps.deleted_before.to_string(),
@@ -156,9 +159,8 @@ pub fn rows(
              the restart {} s); p99 {} s against {} s without ({}x); wall {} s against {} s",
             row[2],
             row[3],
-            row[6],
-            row[4],
             row[7],
+            row[5],
             row[8],
             row[9],
             row[10],
@@ -168,6 +170,7 @@ pub fn rows(
             row[14],
             row[15],
             row[16],
+            row[17],
         );
         rows.push(row);
     }
