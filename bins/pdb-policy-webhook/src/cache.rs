@@ -26,6 +26,8 @@ use kube::runtime::watcher::{Config, Event};
 
 use evictkit_api::PodDisruptionBudgetPolicy;
 
+#[cfg(test)]
+mod fixtures;
 mod pod;
 mod selections;
 
@@ -326,22 +328,8 @@ fn project_namespace(namespace: &mut Namespace) {
 mod tests {
     use serde_json::json;
 
+    use super::fixtures::{pdb, pod};
     use super::*;
-
-    fn pod(name: &str, app: &str) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns", "labels": {"app": app}},
-        }))
-        .unwrap()
-    }
-
-    fn pdb(name: &str, selector: serde_json::Value) -> PodDisruptionBudget {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns"},
-            "spec": {"selector": selector},
-        }))
-        .unwrap()
-    }
 
     /// The caches' own selections, kept by their watches: a pod's PDBs and their pods.
     #[test]

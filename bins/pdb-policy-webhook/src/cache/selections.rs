@@ -173,25 +173,10 @@ impl Namespace {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Pod as ApiPod;
     use serde_json::json;
 
+    use super::super::fixtures::{pdb, pod};
     use super::*;
-
-    fn pod(name: &str, app: &str) -> ApiPod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns", "labels": {"app": app}},
-        }))
-        .unwrap()
-    }
-
-    fn pdb(name: &str, selector: serde_json::Value) -> PodDisruptionBudget {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns"},
-            "spec": {"selector": selector},
-        }))
-        .unwrap()
-    }
 
     fn names<T: AsRef<str>>(names: impl IntoIterator<Item = T>) -> Vec<String> {
         names.into_iter().map(|n| n.as_ref().to_owned()).collect()
