@@ -19,19 +19,15 @@ pub struct Graph {
     pub imports: BTreeMap<String, BTreeSet<String>>,
 }
 
-/// Where the workspace's crates keep their sources, from its root (fuzz/ is a workspace of its
-/// own).
-const CRATE_DIRS: [&str; 5] = ["crates", "bins", "xtask", "checks", "lab"];
+/// The workspace's members as Cargo.toml lists them: a directory with `src/` is a crate, any
+/// other holds one crate per subdirectory (fuzz/ is a workspace of its own).
+const MEMBERS: [&str; 6] = ["crates", "bins", "xtask", "checks", "lab", "tests/e2e"];
 
 /// Fails naming every crate of the workspace at `root` whose modules import each other; else
 /// says, per crate, how many modules and imports it read.
 pub fn check_workspace(root: &Path) -> Result<String> {
     let mut sources = Vec::new();
-    for dir in CRATE_DIRS
-        .iter()
-        .map(|d| root.join(d))
-        .chain([root.join("tests/e2e")])
-    {
+    for dir in MEMBERS.iter().map(|d| root.join(d)) {
         if dir.join("src").is_dir() {
             sources.push(dir.join("src"));
             continue;
@@ -44,23 +40,17 @@ pub fn check_workspace(root: &Path) -> Result<String> {
         members.sort();
         sources.extend(members.into_iter().filter(|src| src.is_dir()));
     }
-    let (passed, failed): (Vec<_>, Vec<_>) = sources
-        .iter()
-        .map(|src| check(src))
-        .partition(Result::is_ok);
+    let (mut passed, mut failed) = (Vec::new(), Vec::new());
+    for src in &sources {
+        match check(src) {
+            Ok(summary) => passed.push(summary),
+            Err(error) => failed.push(error.to_string()),
+        }
+    }
     if !failed.is_empty() {
-        let failed: Vec<String> = failed
-            .into_iter()
-            .filter_map(|r| r.err())
-            .map(|e| e.to_string())
-            .collect();
         bail!("{}", failed.join("\n"));
     }
-    Ok(passed
-        .into_iter()
-        .filter_map(Result::ok)
-        .collect::<Vec<_>>()
-        .join("\n"))
+    Ok(passed.join("\n"))
 }
 
 /// Fails when modules of the crate whose sources are in `src` import each other; else says how
