@@ -405,35 +405,25 @@ fn outage_table(rows: &[Row]) -> String {
         "side CPU (s)",
         "RSS (MiB)",
         "side RSS (MiB)",
-        "commit",
-        "date",
-        "load",
-    ]
-    .map(str::to_owned);
-    let cells: Vec<Vec<String>> = cases(rows)
-        .iter()
-        .map(|case| {
-            let mut cells = vec![
-                thousands(case.size),
-                case.qps.clone(),
-                case.side.clone(),
-                case.runs.len().to_string(),
-                case.spread("p99_seconds", 1.0, 2),
-                case.spread("wall_seconds", 1.0, 2),
-                case.spread("deletions_per_second", 1.0, 1),
-                case.spread("budget_calls_per_pod", 1.0, 2),
-                case.spread("share_of_bound", 1.0, 2),
-                case.spread("events", 1.0, 0),
-                case.spread("cpu_seconds", 1.0, 2),
-                side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
-                case.spread("rss_kib", MIB, 0),
-                side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
-            ];
-            cells.extend(provenance(&case.runs));
-            cells
-        })
-        .collect();
-    markdown(&headings, &cells)
+    ];
+    case_table(&headings, &cases(rows), |case| {
+        vec![
+            thousands(case.size),
+            case.qps.clone(),
+            case.side.clone(),
+            case.runs.len().to_string(),
+            case.spread("p99_seconds", 1.0, 2),
+            case.spread("wall_seconds", 1.0, 2),
+            case.spread("deletions_per_second", 1.0, 1),
+            case.spread("budget_calls_per_pod", 1.0, 2),
+            case.spread("share_of_bound", 1.0, 2),
+            case.spread("events", 1.0, 0),
+            case.spread("cpu_seconds", 1.0, 2),
+            side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
+            case.spread("rss_kib", MIB, 0),
+            side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
+        ]
+    })
 }
 
 /// Every relist case (size, QPS, side, restart time): the medians over its repeats with their
@@ -451,15 +441,12 @@ fn relist_table(rows: &[Row]) -> String {
         "longest gap, no restart (s)",
         "p99 (s)",
         "p99, no restart (s)",
-        "commit",
-        "date",
-        "load",
-    ]
-    .map(str::to_owned);
-    let cells: Vec<Vec<String>> = cases_by(rows, &["relist_after_seconds"])
-        .iter()
-        .map(|case| {
-            let mut cells = vec![
+    ];
+    case_table(
+        &headings,
+        &cases_by(rows, &["relist_after_seconds"]),
+        |case| {
+            vec![
                 thousands(case.size),
                 case.qps.clone(),
                 case.side.clone(),
@@ -471,12 +458,24 @@ fn relist_table(rows: &[Row]) -> String {
                 case.spread("max_gap_without_relist_seconds", 1.0, 2),
                 case.spread("p99_seconds", 1.0, 2),
                 case.spread("p99_without_relist_seconds", 1.0, 2),
-            ];
-            cells.extend(provenance(&case.runs));
-            cells
+            ]
+        },
+    )
+}
+
+/// A row per case: `cells` of it under `headings`, then the provenance of its runs.
+fn case_table(headings: &[&str], cases: &[Case], cells: impl Fn(&Case) -> Vec<String>) -> String {
+    let mut headings: Vec<String> = headings.iter().map(|h| (*h).to_owned()).collect();
+    headings.extend(["commit", "date", "load"].map(str::to_owned));
+    let rows: Vec<Vec<String>> = cases
+        .iter()
+        .map(|case| {
+            let mut row = cells(case);
+            row.extend(provenance(&case.runs));
+            row
         })
         .collect();
-    markdown(&headings, &cells)
+    markdown(&headings, &rows)
 }
 
 /// A side's whole cost: its `side_*` column; upstream's rows from before that column have it
