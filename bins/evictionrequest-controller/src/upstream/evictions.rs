@@ -3,19 +3,21 @@
 //! ownerReferences that let the garbage collector remove an Eviction with its last request.
 //! `--finished-ttl` deletes a finished Eviction that nothing owns or asks for any more.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use evictkit_api::keys::{IMPERATIVE_EVICTOR_RESPONDER, LIFECYCLE_API_VERSION};
+use evictkit_api::keys::IMPERATIVE_EVICTOR_RESPONDER;
 use evictkit_core::eviction_request::upstream::{
     self as core, Progress, Target, imperative_evictor_active,
 };
 use evictkit_core::eviction_request::whole_seconds;
 use evictkit_runtime::clients::eviction::STALE_CACHE_RECHECK;
+use evictkit_runtime::clients::exact_patch::patch_exactly;
 use jiff::Timestamp;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, RemoveOperation};
 use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest, EvictionStatus};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -23,7 +25,7 @@ use serde_json::json;
 use super::context::{Context, predates_own_write, wrote};
 use super::error::{Error, write_error};
 use super::imperative::imperative_evictor;
-use super::writes::{Expiry, apply_eviction_status, decided_from, delete_when_due};
+use super::writes::{Expiry, apply_eviction_status, delete_when_due};
 use crate::events::{normal, warn};
 use crate::identity::COMPONENT;
 
@@ -201,63 +203,90 @@ async fn apply_step(
 /// The participant labels and an ownerReference to every live EvictionRequest of the target,
 /// none ever removed ([`core::cleanup::eviction_owners`]), so the garbage collector removes
 /// the Eviction with the last of them; nothing once it does ([`core::cleanup::collected`]).
+///
+/// A JSON patch at the version read ([`patch_exactly`]), not an apply: the garbage collector
+/// may have removed the Eviction since the cache showed it, and an apply would create it again.
 async fn refresh_metadata(
     context: &Context,
     eviction: &Eviction,
     requests: &[&EvictionRequest],
 ) -> Result<(), Error> {
-    if core::cleanup::collected(eviction.owner_references(), requests) {
-        return Ok(());
-    }
-    let responders = eviction
-        .status
-        .as_ref()
-        .and_then(|s| s.target_responders.clone())
-        .unwrap_or_default();
-    let labels = core::participant_labels(requests, &responders);
-    let roles = [
-        core::ROLE_REQUESTER,
-        core::ROLE_RESPONDER,
-        core::ROLE_REQUESTER_RESPONDER,
-    ];
-    let current: BTreeMap<String, String> = eviction
-        .labels()
-        .iter()
-        .filter(|(_, v)| roles.contains(&v.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let owners = core::cleanup::eviction_owners(eviction.owner_references(), requests);
-    let current_owners: BTreeSet<&str> = eviction
-        .owner_references()
-        .iter()
-        .map(|o| o.uid.as_str())
-        .collect();
-    let new_owner = owners
-        .iter()
-        .any(|o| !current_owners.contains(o.uid.as_str()));
-    if (labels == current && !new_owner) || context.dry_run {
+    if context.dry_run {
         return Ok(());
     }
     let api: Api<Eviction> = Api::namespaced(
         context.client.clone(),
         &eviction.namespace().unwrap_or_default(),
     );
-    let mut metadata = decided_from(eviction);
-    metadata["labels"] = json!(labels);
-    metadata["ownerReferences"] = json!(owners);
-    let body = json!({
-        "apiVersion": LIFECYCLE_API_VERSION,
-        "kind": "Eviction",
-        "metadata": metadata,
-        "spec": { "target": { "pod": eviction.spec.target.pod } },
-    });
-    api.patch(
-        &eviction.name_any(),
-        &PatchParams::apply(COMPONENT).force(),
-        &Patch::Apply(body),
-    )
+    let written = patch_exactly(&api, eviction, COMPONENT, |current| {
+        participants_patch(current, requests)
+    })
     .await
     .map_err(write_error("update the labels of", eviction))?;
-    wrote(context, eviction);
+    // None: gone, or another Eviction under its name (its own reconcile decides for it).
+    if written.is_some_and(|w| w.metadata.resource_version != eviction.metadata.resource_version) {
+        wrote(context, eviction);
+    }
     Ok(())
+}
+
+/// The operations that bring `eviction`'s participant labels and request owners up to
+/// `requests`: none when they are, or when the garbage collector is removing it. Owners are
+/// appended, so those of other kinds (and their writers' fields) stay as they are.
+fn participants_patch(eviction: &Eviction, requests: &[&EvictionRequest]) -> Vec<PatchOperation> {
+    if core::cleanup::collected(eviction.owner_references(), requests) {
+        return Vec::new();
+    }
+    let responders = eviction
+        .status
+        .as_ref()
+        .and_then(|s| s.target_responders.clone())
+        .unwrap_or_default();
+    let wanted = core::participant_labels(requests, &responders);
+    let roles = [
+        core::ROLE_REQUESTER,
+        core::ROLE_RESPONDER,
+        core::ROLE_REQUESTER_RESPONDER,
+    ];
+    let labels = eviction.labels();
+    let mut operations = Vec::new();
+    if eviction.metadata.labels.is_none() && !wanted.is_empty() {
+        operations.push(add(&["metadata", "labels"], json!({})));
+    }
+    for (key, role) in labels {
+        if roles.contains(&role.as_str()) && !wanted.contains_key(key) {
+            operations.push(PatchOperation::Remove(RemoveOperation {
+                path: PointerBuf::from_tokens(["metadata", "labels", key]),
+            }));
+        }
+    }
+    for (key, role) in &wanted {
+        if labels.get(key) != Some(role) {
+            operations.push(add(&["metadata", "labels", key], json!(role)));
+        }
+    }
+    let owned: BTreeSet<&str> = eviction
+        .owner_references()
+        .iter()
+        .map(|o| o.uid.as_str())
+        .collect();
+    let new_owners: Vec<_> = core::cleanup::eviction_owners(eviction.owner_references(), requests)
+        .into_iter()
+        .filter(|o| !owned.contains(o.uid.as_str()))
+        .collect();
+    if eviction.metadata.owner_references.is_none() && !new_owners.is_empty() {
+        operations.push(add(&["metadata", "ownerReferences"], json!(new_owners)));
+    } else {
+        for owner in new_owners {
+            operations.push(add(&["metadata", "ownerReferences", "-"], json!(owner)));
+        }
+    }
+    operations
+}
+
+fn add(path: &[&str], value: serde_json::Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(path.iter().copied()),
+        value,
+    })
 }

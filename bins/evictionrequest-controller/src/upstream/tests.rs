@@ -227,3 +227,106 @@ async fn a_request_for_a_pod_that_does_not_exist_is_refused_without_an_eviction(
     assert_eq!(failed["message"], "Target pod not found.");
     assert_eq!(api.event_reasons(), ["EvictionInvalid"]);
 }
+
+const EVICTION: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/ns/evictions/pod-1-web-0";
+const OTHER_REQUESTER: &str = "example.com/other";
+
+/// A second requester's request for the same pod.
+fn other_request() -> Value {
+    let mut request = new_request();
+    request["metadata"]["name"] = json!("web-0-example-com-other");
+    request["metadata"]["uid"] = json!("uid-request-2");
+    request["spec"]["requester"] = json!(OTHER_REQUESTER);
+    request
+}
+
+/// The Eviction the first request got ([`a_request_with_eviction_intent_creates_its_pods_one_eviction`]),
+/// as the apiserver stored it: labelled with its requester, owned by its request.
+async fn created_eviction() -> Value {
+    let api = apiserver();
+    let context = context(&api, vec![pod()], vec![new_request()]);
+    let request: Arc<EvictionRequest> = Arc::new(serde_json::from_value(new_request()).unwrap());
+    unless_stale(reconcile_request(request, context).await).unwrap();
+    api.quiet().await;
+    let mut eviction = api.calls_to("POST", EVICTIONS)[0].body.clone().unwrap();
+    eviction["metadata"]["namespace"] = json!("ns");
+    eviction["metadata"]["uid"] = json!("uid-eviction");
+    eviction["metadata"]["resourceVersion"] = json!("9");
+    eviction
+}
+
+/// The Eviction's reconcile once a second requester asked for the same pod, against `api`;
+/// returns the writes to the Eviction itself (not its status).
+async fn refresh_for_a_second_requester(api: &FakeApi, eviction: &Value) -> Vec<Call> {
+    let context = context(api, vec![pod()], vec![new_request(), other_request()]);
+    let cached: Arc<Eviction> = Arc::new(serde_json::from_value(eviction.clone()).unwrap());
+    let result = reconcile_eviction(cached, context).await;
+    api.quiet().await;
+    if let Err(error) = result {
+        panic!("the reconcile failed: {error}; {:?}", api.object_lines());
+    }
+    api.calls_to("PATCH", EVICTION)
+}
+
+/// A second requester joins: its label and an ownerReference to its request are added by a
+/// JSON patch at the resourceVersion read, the first requester's kept.
+#[tokio::test]
+async fn a_new_requester_is_labelled_and_owns_the_eviction_by_a_patch_at_the_version_read() {
+    let eviction = created_eviction().await;
+    let api = FakeApi::new()
+        .on(
+            "PATCH",
+            &format!("{EVICTION}/status"),
+            Answer::patched(eviction.clone()),
+        )
+        .on("PATCH", EVICTION, Answer::patched(eviction.clone()));
+
+    let writes = refresh_for_a_second_requester(&api, &eviction).await;
+
+    assert_eq!(writes.len(), 1, "{:?}", api.object_lines());
+    let written = writes[0].patched(&eviction).expect("a patch that applies");
+    assert_eq!(written["metadata"]["labels"][REQUESTER], ROLE_REQUESTER);
+    assert_eq!(
+        written["metadata"]["labels"][OTHER_REQUESTER],
+        ROLE_REQUESTER
+    );
+    let owners: Vec<&Value> = written["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|owner| &owner["uid"])
+        .collect();
+    assert_eq!(owners, [&json!("uid-request"), &json!("uid-request-2")]);
+}
+
+/// The garbage collector removed the Eviction since the cache showed it: the labels' write is
+/// answered 404 and ends there. A server-side apply would have created the Eviction again
+/// (the apiserver creates what an apply names, whatever resourceVersion it carries); a JSON
+/// patch never creates.
+#[tokio::test]
+async fn an_eviction_deleted_meanwhile_is_not_created_again_by_its_label_refresh() {
+    let eviction = created_eviction().await;
+    let api = FakeApi::new().on(
+        "PATCH",
+        &format!("{EVICTION}/status"),
+        Answer::patched(eviction.clone()),
+    );
+
+    let writes = refresh_for_a_second_requester(&api, &eviction).await;
+
+    assert_eq!(writes.len(), 1, "{:?}", api.object_lines());
+    let operations = writes[0].body.as_ref().and_then(Value::as_array);
+    assert!(
+        operations.is_some_and(|operations| operations.contains(&json!(
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": "9"}
+        ))),
+        "not a JSON patch at the version read: {:?} {:?}",
+        writes[0].query,
+        writes[0].body
+    );
+    assert_eq!(
+        api.object_lines().last(),
+        Some(&format!("PATCH {EVICTION}")),
+        "nothing after the 404"
+    );
+}

@@ -12,13 +12,13 @@
 //! every call ([`EvictionRequestError`]) here; which API a component speaks and which the
 //! cluster serves ([`apis`]); one requester over whichever it is ([`requester`]: what
 //! taint-manager, affinity-evictor, descheduler-bridge and the drain ask through); and the
-//! write both withdraw with, to exactly the request they read (`apply`).
+//! write both withdraw with, to exactly the request they read
+//! ([`crate::clients::exact_patch`]).
 
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 pub mod apis;
-mod apply;
 pub mod crd;
 #[cfg(test)]
 mod recording;

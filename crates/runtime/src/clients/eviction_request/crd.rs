@@ -67,8 +67,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::apply::{is_not_found, patch_exactly};
 use super::{EvictionRequestError, TargetPod};
+use crate::clients::exact_patch::{is_not_found, patch_exactly};
 
 fn api_error(
     action: &'static str,

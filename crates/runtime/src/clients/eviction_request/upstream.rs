@@ -29,9 +29,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::apply::patch_exactly;
 use super::{EvictionRequestError, TargetPod};
 use crate::clients::events::EventRecorder;
+use crate::clients::exact_patch::patch_exactly;
 use crate::process::shutdown::CancellationToken;
 
 /// Intents of `spec.intent`.

@@ -1,5 +1,6 @@
-//! The write both APIs' requesters withdraw with: a JSON patch to exactly the request they
-//! read, never to a successor of the same name, and never creating one.
+//! A write to exactly the object read: a JSON patch at its resourceVersion, never to a successor
+//! of the same name, and never creating one. Both EvictionRequest APIs' requesters withdraw with
+//! it, and the controller keeps an Eviction's participants with it.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, ReplaceOperation};
@@ -8,7 +9,7 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 /// Whether the apiserver answered 404 (the object is gone).
-pub(super) fn is_not_found(error: &kube::Error) -> bool {
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
@@ -18,11 +19,13 @@ pub(super) fn is_not_found(error: &kube::Error) -> bool {
 /// again and computed anew. No operations: nothing to write, the object as read. `None` when it
 /// is gone or replaced under the same name.
 ///
-/// A JSON patch, unlike a server-side apply, never creates the object: an apply of a withdrawal
-/// to a request deleted since it was read would create a new one from the withdrawal's body
-/// (refused as invalid on the CRD, a request nobody asked for on upstream's API). A UID in an
-/// apply's body is no precondition either: the apiserver refuses it as an immutable field.
-pub(super) async fn patch_exactly<K>(
+/// A JSON patch, unlike a server-side apply, never creates the object: the apiserver creates
+/// what an apply names when it is gone, whatever resourceVersion the apply carries. An apply of a
+/// withdrawal to a request deleted since it was read would create a new one (refused as invalid
+/// on the CRD, a request nobody asked for on upstream's API); one of an Eviction's labels would
+/// bring back the Eviction the garbage collector just removed. A UID in an apply's body is no
+/// precondition either: the apiserver refuses it as an immutable field.
+pub async fn patch_exactly<K>(
     api: &Api<K>,
     seen: &K,
     field_manager: &str,
