@@ -213,10 +213,33 @@ fn krew_manifest(root: &Path, version: &str, base: &str, archives: &[Archive]) -
 mod tests {
     use super::*;
 
+    /// A test's own directory, removed when the test ends, passed or not.
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for Scratch {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
     /// An archive of `program` as a release packs it, into a directory of this test's own.
-    fn archive_of(test: &str, program: &[u8]) -> (PathBuf, Archive) {
-        let out =
-            std::env::temp_dir().join(format!("evictkit-plugin-{}-{test}", std::process::id()));
+    fn archive_of(test: &str, program: &[u8]) -> (Scratch, Archive) {
+        let out = Scratch(
+            std::env::temp_dir().join(format!("evictkit-plugin-{}-{test}", std::process::id())),
+        );
         fs::create_dir_all(&out).unwrap();
         let archive = pack(
             &evictkit_harness::workspace_root(),
@@ -348,7 +371,6 @@ mod tests {
             printed.contains("all 1 spec.platforms installed fine"),
             "{printed}"
         );
-        fs::remove_dir_all(&out).unwrap();
     }
 
     /// Serves the files of `dir` over HTTP on a loopback port until the test process ends.
