@@ -6,11 +6,13 @@
 //! recorded in `target/evictkit-cluster/state.json`, written as each process
 //! starts so `down` can always find what `up` started, even after a failed `up`.
 //! `EVICTKIT_CLUSTER_DIR=<dir>` puts a second, independent cluster there (every
-//! command, the tests and the benches follow it).
+//! command, the tests and the benches follow it). One `up` or `down` runs at a time per
+//! directory ([`lock`]); a second waits for the first.
 
 mod control_plane;
 mod flags;
 mod kwok;
+mod lock;
 mod manifests;
 mod node_packages;
 mod pki;
@@ -76,6 +78,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Starts the control plane, or reuses a healthy one started with the same flags.
 pub fn up(args: &UpArgs) -> Result<Cluster> {
+    let _alone = lock::hold(&state_dir())?;
     let started = Instant::now();
     crate::packages::ensure(&[crate::packages::PROCPS], "stopping the control plane")?;
     if let Some(cluster) = Cluster::load()? {
@@ -89,7 +92,7 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
         eprintln!(
             "==> the recorded cluster is unhealthy or was started with other flags: restarting it"
         );
-        down()?;
+        stop_recorded()?;
     }
 
     let bin_dir = build_control_plane(args.kubernetes.as_deref())?;
@@ -299,6 +302,15 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
 
 /// Stops every recorded process (SIGTERM, then SIGKILL after 10 s) and removes the state.
 pub fn down() -> Result<()> {
+    if !state_dir().exists() {
+        return Ok(());
+    }
+    let _alone = lock::hold(&state_dir())?;
+    stop_recorded()
+}
+
+/// [`down`]'s work, with the directory held.
+fn stop_recorded() -> Result<()> {
     let Some(cluster) = Cluster::load()? else {
         return Ok(());
     };
@@ -327,7 +339,11 @@ pub fn down() -> Result<()> {
     }
     for entry in fs::read_dir(&cluster.dir)? {
         let path = entry?.path();
-        if path.file_name().is_some_and(|name| name == "logs") {
+        // The lock's file stays: a waiter holds it open, and a new one would let a third in.
+        if path
+            .file_name()
+            .is_some_and(|name| name == "logs" || name == lock::LOCK_FILE)
+        {
             continue;
         }
         if path.is_dir() {
