@@ -7,7 +7,7 @@
 //! starts so `down` can always find what `up` started, even after a failed `up`.
 //! `EVICTKIT_CLUSTER_DIR=<dir>` puts a second, independent cluster there (every
 //! command, the tests and the benches follow it). One `up` or `down` runs at a time per
-//! directory ([`lock`]); a second waits for the first.
+//! directory (the `lock` module); a second waits for the first.
 
 mod control_plane;
 mod flags;
