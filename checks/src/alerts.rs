@@ -1,5 +1,5 @@
 //! `cargo xtask check-alerts`: every component chart's alerting rules, as `helm template`
-//! renders them, pass `promtool test rules` with the cases of tests/promtool/<chart>.test.yaml:
+//! renders them, pass `promtool test rules` with the cases of `tests/promtool/<chart>.test.yaml`:
 //! for every alert one case where it fires and one where it stays silent. The input series are
 //! written as Prometheus stores them (target labels `namespace`, `service`, `job`, ... next to
 //! the component's own), under a ServiceMonitor and under annotation-based scraping. Also: each

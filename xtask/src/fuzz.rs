@@ -1,7 +1,7 @@
 //! `cargo xtask fuzz`: the libFuzzer targets in fuzz/ (every parser of user input: the two pod
 //! annotations, the policy specs and every webhook's AdmissionReview body), each for a bounded
-//! time, with cargo-fuzz on the nightly toolchain. The committed corpus (fuzz/corpus/<target>)
-//! seeds each run and is never written: what a run finds goes to target/fuzz-corpus/<target>.
+//! time, with cargo-fuzz on the nightly toolchain. The committed corpus (`fuzz/corpus/<target>`)
+//! seeds each run and is never written: what a run finds goes to `target/fuzz-corpus/<target>`.
 
 use std::path::Path;
 use std::process::Command;

@@ -84,8 +84,8 @@ enum Command {
     /// its Go module) that `release` pushes to.
     Registry(registry::Args),
     /// Release the workspace version: its CHANGELOG.md section, the images pushed to a registry,
-    /// the charts pushed as OCI artifacts (dependencies inside) and target/release/<version>/
-    /// install.yaml for `kubectl apply`.
+    /// the charts pushed as OCI artifacts (dependencies inside) and
+    /// `target/release/<version>/install.yaml` for `kubectl apply`.
     Release(release::Args),
 }
 

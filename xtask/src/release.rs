@@ -60,7 +60,7 @@ pub struct Args {
     #[arg(long)]
     no_build: bool,
     /// The signing key: a PKCS#8 PEM file of an ECDSA P-256 key. Default: a new key for this
-    /// release only, its public half in target/release/<version>/cosign.pub.
+    /// release only, its public half in `target/release/<version>/cosign.pub`.
     #[arg(long, env = "EVICTKIT_SIGNING_KEY", value_name = "PATH")]
     signing_key: Option<PathBuf>,
     /// Print the version's CHANGELOG.md section (the forge's release notes) and nothing else.
@@ -281,7 +281,7 @@ fn package_charts(
     Ok(packages)
 }
 
-/// charts/ without what `helm dependency build` left in a checkout (charts/<chart>/charts/):
+/// charts/ without what `helm dependency build` left in a checkout (`charts/<chart>/charts/`):
 /// the release builds each chart's dependencies from the sources it releases.
 fn copy_chart_sources(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir_all(to)?;

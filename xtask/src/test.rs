@@ -248,7 +248,7 @@ fn should_have_run(skips: &[Skip], lifecycle_api: bool) -> Vec<&Skip> {
 
 /// This binary, by its path. The stage that builds the binaries (`cargo build --workspace
 /// --bins`, whose features differ from `cargo xtask`'s) relinks target/debug/xtask while this
-/// run goes on, and /proc/self/exe then names the old, deleted file ("<path> (deleted)"): the
+/// run goes on, and /proc/self/exe then names the old, deleted file (`"<path> (deleted)"`): the
 /// installed stage's `xtask release` failed with "No such file or directory".
 fn xtask_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("the xtask binary")?;

@@ -9,6 +9,9 @@
 //! [`evictkit_core::affinity_eviction`]; the mutating webhook that makes the scheduler and the
 //! DaemonSet controller honour the same selector is in [`webhook`].
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod actions;
 mod cache;
 mod context;

@@ -21,6 +21,9 @@
 //!
 //! The decisions are in [`evictkit_core::descheduler_bridge`].
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod cache;
 pub mod controller;
 mod field_manager;

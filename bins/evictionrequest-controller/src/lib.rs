@@ -17,6 +17,9 @@
 //! the validating webhook of the CRD is in [`webhook`]; the commands for people are
 //! [`evictkit_commands::requests`], shared with kubectl-evictkit.
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 mod cache;
 mod crd;
 mod events;

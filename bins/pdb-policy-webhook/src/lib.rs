@@ -16,6 +16,9 @@
 //! all `Ignore`. A dead webhook then costs a missed default or check, never a blocked drain or a
 //! refused PDB cluster-wide; the policies' effects are restored at the PDB's next update.
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod admission;
 pub mod cache;
 pub mod conformance;

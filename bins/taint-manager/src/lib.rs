@@ -18,10 +18,10 @@
 //! the node lifecycle controller paces the tainting of nodes.
 //!
 //! Reads top to bottom: flags, wiring, the watches ([`watches`]), `reconcile` of one pod
-//! ([`reconcile`]), and the removal it makes ([`actions`]). The decisions are in [`evictkit_core::taints`] and
-//! [`evictkit_core::taint_policy`]; what each reconcile is handed is in `context`, per-pod
-//! bookkeeping in [`pod_state`], the zone guard in [`zone_guard`] (its state in
-//! `zone_state`), policy status in [`status`].
+//! ([`mod@reconcile`]), and the removal it makes ([`actions`]). The decisions are in
+//! [`evictkit_core::taints`] and [`evictkit_core::taint_policy`]; what each reconcile is handed
+//! is in `context`, per-pod bookkeeping in [`pod_state`], the zone guard in [`zone_guard`] (its
+//! state in `zone_state`), policy status in [`status`].
 //!
 //! ## Toleration windows and restarts
 //! A pod's window is upstream's timer: it starts when the taint-manager first finds the pod
@@ -41,6 +41,9 @@
 //! it, so its window starts anew, as upstream's does. A request of the `EvictionRequest` action
 //! is its own record ([`requests`]: the taint-manager's requests, watched), so a restarted
 //! taint-manager still withdraws it.
+
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod access;
 mod actions;

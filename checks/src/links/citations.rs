@@ -105,7 +105,7 @@ fn opens_aside(token: &str) -> bool {
 }
 
 /// Whether the word before a number names no project: none (the line starts there), a clause
-/// ending before it (a comma, as in "the PR that would, #<n>,"), or one of [`NO_PROJECT`].
+/// ending before it (a comma, as in "the PR that would, `#<n>`,"), or one of [`NO_PROJECT`].
 fn no_project(before: Option<&str>) -> bool {
     let Some(before) = before else { return true };
     if before.ends_with(['.', ',', ';']) {

@@ -209,6 +209,8 @@ pub struct EvictionRequestStatus {
     /// first heartbeat, so every interceptor gets its full window, even when the controller
     /// hands over late (like lifecycle.k8s.io/v1alpha1's ResponderStatus.startTime).
     /// This field is managed by Kubernetes.
+    // This text is the CRD's description (crds/, `kubectl explain`), where `[0]` is an index.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::time")]
     pub activation_time: Option<Time>,

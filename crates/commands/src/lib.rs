@@ -10,6 +10,9 @@
 //! `evictkit-core`'s. Their errors say what they were doing to which object; the binaries that
 //! run them print them.
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod explain;
 pub mod requests;
 

@@ -5,7 +5,7 @@
 //! controller place pods where they may stay.
 //!
 //! The execution-time node affinity is the pod annotation
-//! [`REQUIRED_DURING_EXECUTION`](evictkit_api::keys::REQUIRED_DURING_EXECUTION), parsed by
+//! [`REQUIRED_DURING_EXECUTION`], parsed by
 //! [`parse_required_during_execution`]; matching is [`NodeSelectorMatcher`]'s and
 //! [`RequiredNodeAffinity`]'s, i.e. the scheduler's.
 

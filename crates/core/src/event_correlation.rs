@@ -2,7 +2,7 @@
 //! (`tools/record/events_cache.go`), so a component sends no more Events than an upstream
 //! controller would for the same work:
 //! - the aggregator: on one object, Events of the same type, reason and action but different
-//!   notes are folded into one "(combined from similar events): <note>" Event once
+//!   notes are folded into one `"(combined from similar events): <note>"` Event once
 //!   [`Limits::aggregate_after`] distinct notes arrive with no gap longer than
 //!   [`Limits::aggregate_window`];
 //! - the series: a repeat of an identical Event (or of an aggregate) updates the Event already

@@ -28,6 +28,9 @@
 //! in a particular way (an invalid node-selector term does not stop another term from matching,
 //! an invalid PDB selector selects nothing) the same tolerance is kept and documented.
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod affinity_eviction;
 pub mod backoff;
 pub mod descheduler_bridge;

@@ -12,7 +12,7 @@
 //!   ([`objects`]), wait helpers whose failures show the object ([`wait`]), webhook
 //!   registration by URL ([`webhook`]), the real descheduler ([`descheduler`]); for the
 //!   installed stage, the helm release on the real node and PDB writes through its rollout;
-//! - for a benchmark, [`bench`] (service accounts, audited calls, webhook clients) and its
+//! - for a benchmark, [`mod@bench`] (service accounts, audited calls, webhook clients) and its
 //!   CSV records ([`csv`]).
 //!
 //! ```no_run

@@ -72,7 +72,7 @@ fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
     })
 }
 
-/// utime + stime of a process, from /proc/<pid>/stat (in clock ticks of 1/100 s on Linux).
+/// utime + stime of a process, from `/proc/<pid>/stat` (in clock ticks of 1/100 s on Linux).
 pub fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name may hold spaces; the fields after its closing parenthesis do not.

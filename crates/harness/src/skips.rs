@@ -19,7 +19,7 @@ pub const LIFECYCLE_API: &str = "lifecycle.k8s.io/v1alpha1";
 pub struct Skip {
     /// The test's name, as libtest names its thread.
     pub test: String,
-    /// The test binary (tests/e2e/tests/<binary>.rs).
+    /// The test binary (`tests/e2e/tests/<binary>.rs`).
     pub binary: String,
     /// The API the cluster did not serve, e.g. [`LIFECYCLE_API`].
     pub needs: String,

@@ -14,7 +14,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(250);
 
 /// Waits until `name` exists and satisfies `condition`; `what` completes the sentence
-/// "waiting for <Kind> <name> to be <what>".
+/// `"waiting for <Kind> <name> to be <what>"`.
 pub async fn wait_for<K>(
     api: &Api<K>,
     name: &str,

@@ -16,6 +16,9 @@
 //! [`manager`] puts them together as each binary runs them. Nothing here decides anything about
 //! pods: decisions live in `evictkit-core`.
 
+// These docs are built with --document-private-items, where links to private items resolve.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod caches;
 pub mod clients;
 pub mod control;

@@ -45,7 +45,7 @@ pub struct Archive {
     pub sha256: String,
 }
 
-/// Builds the plugin (unless `!compile` and it is already in target/<target>/release), packs
+/// Builds the plugin (unless `!compile` and it is already in `target/<target>/release`), packs
 /// an archive per platform into `out`, and writes the checksums and the krew manifest beside
 /// them; returns every file written.
 pub fn release(out: &Path, version: &str, compile: bool) -> Result<Vec<PathBuf>> {

@@ -41,7 +41,8 @@ impl Context {
     }
 
     /// The request's target pod for the decisions: the cached one; for a request in progress
-    /// whose pod the cache lacks (or holds with another UID), the API's ([`target_pod`]).
+    /// whose pod the cache lacks (or holds with another UID), the API's
+    /// ([`target_pod`](crate::target_pod)).
     pub(crate) async fn pod(
         &self,
         request: &EvictionRequest,

@@ -117,8 +117,8 @@ pub const ONLY_ACTIVE_STATUS_CHANGES: &str = "!has(oldSelf.interceptors) || oldS
 pub const ONLY_ACTIVE_STATUS_CHANGES_MESSAGE: &str =
     "only the status of an active interceptor can change";
 
-/// KEP: "The first initialization of this field [heartbeatTime] must also set StartTime" and
-/// "The initialization of this field [startTime] must also set HeartbeatTime."
+/// KEP: "The first initialization of this field \[`heartbeatTime`\] must also set StartTime" and
+/// "The initialization of this field \[`startTime`\] must also set HeartbeatTime."
 pub const START_WITH_HEARTBEAT: &str = "has(self.startTime) == has(self.heartbeatTime)";
 /// Message of [`START_WITH_HEARTBEAT`].
 pub const START_WITH_HEARTBEAT_MESSAGE: &str = "startTime and heartbeatTime must be set together";

@@ -108,7 +108,7 @@ impl Cluster {
     }
 
     /// Starts one control-plane process in its own process group (so a Ctrl-C of the
-    /// caller does not take the cluster down), logging to logs/<name>.log.
+    /// caller does not take the cluster down), logging to `logs/<name>.log`.
     pub(super) fn start(&mut self, name: &str, args: &[String]) -> Result<()> {
         let log = fs::File::create(self.log_path(name))?;
         let child = Command::new(self.bin(name))

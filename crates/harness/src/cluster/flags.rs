@@ -28,7 +28,7 @@ pub struct UpArgs {
     pub real_node: bool,
     /// The Kubernetes release of the control plane, e.g. v1.35.4 (default: the one
     /// tests/controlplane/go.mod pins), built from its Go module into
-    /// ~/.cache/evictkit/k8s-<version>. Releases before v1.37 have no EvictionRequestAPI gate and
+    /// `~/.cache/evictkit/k8s-<version>`. Releases before v1.37 have no EvictionRequestAPI gate and
     /// serve no lifecycle.k8s.io: the gate is left out for them.
     #[arg(long, value_name = "VERSION")]
     #[serde(default)]

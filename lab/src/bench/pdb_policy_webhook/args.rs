@@ -21,7 +21,7 @@ pub struct Args {
     pub(super) pods_per_node: usize,
     /// The webhook's --kube-api-qps in the drain (burst 1.5 times it; 0: unlimited). 20 is its
     /// default, as the chart runs it; it reads the pod and its namespace's PDBs per eviction.
-    /// Another value shows in the CSV as webhook "on-qps<N>".
+    /// Another value shows in the CSV as webhook `"on-qps<N>"`.
     #[arg(long, default_value_t = 20.0)]
     pub(super) webhook_kube_api_qps: f64,
 }

@@ -67,7 +67,7 @@ const RESULTS: [&str; 3] = ["allowed", "denied", "error"];
 
 /// What one drain measured.
 pub(crate) struct Drain {
-    /// The CSV's `webhook` column: off, on (at the chart's client limit) or on-qps<N>.
+    /// The CSV's `webhook` column: off, on (at the chart's client limit) or `on-qps<N>`.
     pub(crate) label: String,
     /// Each eviction call's latency, ms.
     latencies: Vec<f64>,
