@@ -69,6 +69,22 @@ pub fn run(args: Args) -> Result<()> {
             "warnings",
         ]),
     )?;
+    // The docs as developers read them, private items included (module docs name their private
+    // children); a warning such as a broken link or a path like `<version>` taken for an HTML tag
+    // fails it. RUSTDOCFLAGS is in the fingerprint of doc units only: clippy's and the tests'
+    // artifacts in the same target directory stay.
+    step(
+        "cargo doc",
+        cargo_with_env(
+            &[
+                "doc",
+                "--no-deps",
+                "--workspace",
+                "--document-private-items",
+            ],
+            &[("RUSTDOCFLAGS", "-D warnings")],
+        ),
+    )?;
     step("CRD freshness", checks::crds::check())?;
     step("workflows (actionlint)", checks::workflows::check())?;
     step("alerts (promtool test rules)", checks::alerts::check())?;
@@ -638,7 +654,15 @@ fn cargo_output(args: &[&str]) -> Result<String> {
 }
 
 fn cargo(args: &[&str]) -> Result<()> {
-    run_command(evictkit_harness::cargo().args(args))
+    cargo_with_env(args, &[])
+}
+
+fn cargo_with_env(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    run_command(
+        evictkit_harness::cargo()
+            .args(args)
+            .envs(env.iter().copied()),
+    )
 }
 
 #[cfg(test)]
