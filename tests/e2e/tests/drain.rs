@@ -363,6 +363,68 @@ async fn terminating_pod(env: &TestEnv, node: &str, name: &str) -> Result<Pod> {
 const HOLD: &str = "example.com/hold";
 const BACKUP: &str = "example.com/backup";
 
+/// Makes `node` a node whose kubelet stopped reporting, as the node lifecycle controller sees
+/// one: its Ready condition Unknown and the unreachable taint. kwok leaves its status to the
+/// test from then on ([`objects::CUSTOM_STATUS_ANNOTATION`]), so nothing reports it Ready again
+/// and the controller keeps the taint (it lifts the taint from a node that is Ready). Written
+/// again until it holds: a heartbeat kwok sent before it saw the annotation may land after.
+async fn lose(env: &TestEnv, node: &str) -> Result<()> {
+    let nodes = Api::<Node>::all(env.client.clone());
+    let (key, value) = objects::CUSTOM_STATUS_ANNOTATION;
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(key.to_owned(), json!(value));
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await?;
+    let lost = |n: &Node| {
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "node.kubernetes.io/unreachable"));
+        let unknown = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+            });
+        tainted && unknown
+    };
+    for _ in 0..10 {
+        let now = jiff::Timestamp::now().to_string();
+        nodes
+            .patch_status(
+                node,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now,
+                }]}})),
+            )
+            .await?;
+        nodes
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": [
+                    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}})),
+            )
+            .await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if lost(&nodes.get(node).await?) {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("node {node} is reported Ready again after 10 tries to mark it unreachable")
+}
+
 /// Lets the pods holding [`HOLD`] go, so the namespace can.
 async fn release(env: &TestEnv, pods: &[&str]) -> Result<()> {
     for pod in pods {
@@ -404,21 +466,7 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
     terminating_pod(&env, &node, "held-0").await?;
     terminating_pod(&env, &lost, "gone-0").await?;
     env.wait_for_ready_pods("app=backup-0", 1).await?;
-    // The node lifecycle controller's mark of a kubelet that stopped reporting. kwok keeps
-    // reporting the node Ready, so the controller lifts it: put back while the test runs.
-    let nodes = Api::<Node>::all(env.client.clone());
-    let taint = Patch::Merge(json!({"spec": {"taints": [
-        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}}));
-    nodes.patch(&lost, &PatchParams::default(), &taint).await?;
-    let retaint = {
-        let (nodes, lost) = (nodes.clone(), lost.clone());
-        tokio::spawn(async move {
-            loop {
-                let _ = nodes.patch(&lost, &PatchParams::default(), &taint).await;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-    };
+    lose(&env, &lost).await?;
     let kubeconfig = env.kubeconfig().to_owned();
 
     let dry = run(env.plugin(
@@ -481,7 +529,6 @@ async fn each_blocker_is_named_in_the_dry_run_and_in_what_is_left() -> Result<()
         controller.log_tail(30)
     );
 
-    retaint.abort();
     // A pod Terminating longer than the flag allows counts as gone: the lost node drains.
     let skipped = run(env.plugin(
         &kubeconfig,
