@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
         return installed(args.keep_cluster, None, args.kubernetes);
     }
     let root = evictkit_harness::workspace_root();
-    disk_check(&root);
+    disk_check(&root)?;
     let with_installed = !args.unit_only && !args.no_installed && args.e2e_args.is_empty();
     let early_images = with_installed.then(BackgroundBuild::images).transpose()?;
     let early_tools = with_installed
