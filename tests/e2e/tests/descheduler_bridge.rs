@@ -943,6 +943,17 @@ async fn other_users_and_other_pods_pass_untouched() -> Result<()> {
     let plain = &pods[2];
     t.annotate(plain, json!({DESCHEDULER_REQUEST_EVICT_ONLY: null}))
         .await?;
+    // The bridge decides from its pod cache, which sees the annotation go a moment later: wait
+    // for it with dry runs, which write nothing and are answered as the eviction will be.
+    let deadline = tokio::time::Instant::now() + DEFAULT_TIMEOUT;
+    while evict(&as_descheduler, plain, true).await? != Ok(()) {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the bridge still intercepts {} after its annotation went",
+            plain.name_any()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     ensure!(evict(&as_descheduler, plain, false).await? == Ok(()));
     wait::wait_for_deletion(&t.env.api::<Pod>(), &plain.name_any(), DEFAULT_TIMEOUT).await?;
     t.ensure_no_request(plain, "no request for a pod that did not opt in")
