@@ -215,15 +215,17 @@ fn sections(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
     Ok(sections)
 }
 
-/// A Markdown table: numbers (and `-`) right-aligned.
+/// The headings of columns whose cells are words (a side, a scenario, a commit, a date),
+/// left-aligned; every other column holds figures, right-aligned. Declared, because a word can
+/// begin with a digit (a commit "96d1e9c", a date, "2 replicas").
+const WORD_COLUMNS: &[&str] = &["side", "scenario", "size", "webhook", "commit", "date"];
+
+/// A Markdown table: figures right-aligned, the [`WORD_COLUMNS`] left.
 fn markdown(headings: &[String], rows: &[Vec<String>]) -> String {
-    let numeric = |i: usize| {
-        rows.iter()
-            .all(|row| row[i] == "-" || row[i].starts_with(|c: char| c.is_ascii_digit()))
-    };
     let mut out = format!("\n| {} |\n|", headings.join(" | "));
-    for i in 0..headings.len() {
-        out.push_str(if numeric(i) { "---:|" } else { "---|" });
+    for heading in headings {
+        let words = WORD_COLUMNS.contains(&heading.as_str());
+        out.push_str(if words { "---|" } else { "---:|" });
     }
     out.push('\n');
     for row in rows {
@@ -666,6 +668,34 @@ mod tests {
         assert_eq!(median(&[1.0, 3.0]), Some(2.0));
         assert_eq!(thousands(100000), "100,000");
         assert_eq!(thousands(999), "999");
+    }
+
+    #[test]
+    fn a_column_aligns_by_what_it_holds_not_by_how_its_cells_begin() {
+        // Every cell of the commit and date columns begins with a digit here, and the side's
+        // and webhook's cells could; they are words all the same, so they stay left-aligned.
+        let row = |webhook: &str| -> Row {
+            [
+                ("webhook", webhook),
+                ("p99_ms", "12"),
+                ("commit", "96d1e9c"),
+                ("date", "2026-12-06T21:00:00Z"),
+                ("loadavg_start", "1.0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+        };
+        let table = plain(
+            &[row("2 replicas"), row("1 replica")],
+            &[("webhook", "webhook"), ("p99 (ms)", "p99_ms")],
+        );
+        assert!(
+            table.contains(
+                "| webhook | p99 (ms) | commit | date | load |\n|---|---:|---|---|---:|\n"
+            ),
+            "{table}"
+        );
     }
 
     #[test]
