@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use self::control_plane::strings;
-pub use self::control_plane::{Cluster, running};
+pub use self::control_plane::{Cluster, HeldBack, running};
 pub use self::flags::{UpArgs, installed_cluster, test_cluster};
 pub use self::kwok::{KWOK_NODE_ANNOTATION, ZONES};
 use self::kwok::{KWOK_STAGES, KWOK_STATUS_ANNOTATION};

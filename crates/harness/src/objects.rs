@@ -8,6 +8,8 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use evictkit_api::keys::TAINT_NODE_NOT_READY;
+
 /// kwok never runs containers; any image name does.
 pub const IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Pods annotated so keep the status a test writes (kwok disregards them; see `cargo xtask cluster`).
@@ -159,7 +161,7 @@ pub fn pod_ready(pod: &Pod) -> bool {
         && condition_true(status.and_then(|s| s.conditions.as_deref()), "Ready")
 }
 
-pub fn node_ready(node: &Node) -> bool {
+fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
@@ -168,4 +170,64 @@ pub fn node_ready(node: &Node) -> bool {
                 .iter()
                 .any(|condition| condition.type_ == "Ready" && condition.status == "True")
         })
+}
+
+/// Whether a node a test created is ready for use: Ready, and rid of the `not-ready:NoSchedule`
+/// taint the apiserver's NodeTaint admission puts on every new node. The node lifecycle
+/// controller removes that taint only after it sees Ready, a moment later and longer under load;
+/// a test that reads the node in between sees a not-ready node. `requested`: the taints the test
+/// created the node with, which stay.
+pub fn node_in_service(node: &Node, requested: &[Taint]) -> bool {
+    let admission_taint = |t: &Taint| t.key == TAINT_NODE_NOT_READY && t.effect == "NoSchedule";
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(admission_taint));
+    node_ready(node) && (!tainted || requested.iter().any(admission_taint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node_with(ready: &str, taints: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_node_is_in_service_once_ready_and_rid_of_its_admission_taint() {
+        let admission = json!([{"key": TAINT_NODE_NOT_READY, "effect": "NoSchedule"}]);
+        let own = json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]);
+        let own_taint: Vec<Taint> = serde_json::from_value(own.clone()).unwrap();
+        let requested_not_ready: Vec<Taint> = serde_json::from_value(admission.clone()).unwrap();
+        let cases = [
+            // (Ready, taints on the node, taints the test asked for, in service)
+            ("False", json!([]), vec![], false),
+            ("True", admission.clone(), vec![], false),
+            ("True", json!([]), vec![], true),
+            ("True", own.clone(), own_taint.clone(), true),
+            ("True", admission.clone(), requested_not_ready, true),
+            (
+                "True",
+                json!([{"key": TAINT_NODE_NOT_READY, "effect": "NoExecute"}]),
+                vec![],
+                true,
+            ),
+        ];
+        for (ready, taints, requested, expected) in cases {
+            let node = node_with(ready, taints.clone());
+            assert_eq!(
+                node_in_service(&node, &requested),
+                expected,
+                "Ready={ready} taints={taints}"
+            );
+        }
+    }
 }

@@ -104,7 +104,8 @@ pub fn stop(pid: u32, bin: &Path) {
     }
 }
 
-fn signal(pid: u32, signal: &str) {
+/// Sends `signal` (a name: TERM, STOP, ...) to `pid`.
+pub(crate) fn signal(pid: u32, signal: &str) {
     let _ = Command::new("kill")
         .arg(format!("-{signal}"))
         .arg(pid.to_string())

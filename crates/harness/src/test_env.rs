@@ -153,7 +153,9 @@ impl TestEnv {
     }
 
     /// Creates a kwok node named `<namespace>-<name>` (deleted with the test) with the given
-    /// labels and NoExecute/NoSchedule taints; returns it once kwok has made it Ready.
+    /// labels and NoExecute/NoSchedule taints; returns it once it is in service
+    /// ([`objects::node_in_service`]): kwok made it Ready and the node lifecycle controller
+    /// removed the not-ready taint every new node is created with.
     pub async fn create_node(&self, mut node: Node) -> Result<Node> {
         let name = format!(
             "{}-{}",
@@ -161,6 +163,11 @@ impl TestEnv {
             node.metadata.name.unwrap_or_default()
         );
         node.metadata.name = Some(name.clone());
+        let requested = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.taints.clone())
+            .unwrap_or_default();
         node.metadata
             .annotations
             .get_or_insert_default()
@@ -178,8 +185,8 @@ impl TestEnv {
             &nodes,
             &name,
             wait::DEFAULT_TIMEOUT,
-            "Ready",
-            |node: &Node| objects::node_ready(node),
+            "Ready, without the not-ready taint of a new node",
+            |node: &Node| objects::node_in_service(node, &requested),
         )
         .await
     }

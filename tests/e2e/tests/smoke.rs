@@ -3,10 +3,11 @@
 //! answers as kube-apiserver does, and admission webhooks are called over TLS.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -14,10 +15,10 @@ use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use serde_json::json;
 
-use evictkit_harness::TestEnv;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{self, Registration};
+use evictkit_harness::{TestEnv, cluster};
 use evictkit_runtime::process::metrics::Metrics;
 use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 
@@ -75,6 +76,40 @@ async fn deployment_of_three_reaches_three_ready_pods_on_kwok_nodes() -> Result<
         |d: &Deployment| d.status.as_ref().and_then(|s| s.available_replicas) == Some(3),
     )
     .await?;
+    Ok(())
+}
+
+/// A node a test creates comes back in service, as a node a test reads next must be: the
+/// apiserver creates every node with the `not-ready:NoSchedule` taint, and the node lifecycle
+/// controller removes it only after kwok reports Ready. A test that reads such a node at once (a
+/// drain's dry run, which names a not-ready node as what blocks) would see a node not ready
+/// yet, or not, as the controller keeps pace; here kube-controller-manager is held back for
+/// 2 s, as a loaded machine holds it back.
+#[tokio::test]
+async fn a_created_node_is_ready_and_rid_of_the_not_ready_taint_of_a_new_node() -> Result<()> {
+    let env = TestEnv::new("smoke-node").await?;
+    let held = cluster::running()?.hold_back("kube-controller-manager")?;
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(held);
+    });
+    let requested = vec![Taint {
+        key: "dedicated".into(),
+        value: Some("db".into()),
+        effect: "NoSchedule".into(),
+        ..Taint::default()
+    }];
+    for (name, taints) in [("plain", vec![]), ("dedicated", requested.clone())] {
+        let node = env
+            .create_node(objects::node(name, &[], taints.clone()))
+            .await?;
+        let on_node = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.taints.clone())
+            .unwrap_or_default();
+        assert_eq!(on_node, taints, "{name}: the taints it returns with");
+    }
     Ok(())
 }
 

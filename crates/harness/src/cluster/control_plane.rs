@@ -13,11 +13,23 @@ use anyhow::{Context, Result, bail};
 
 use super::node_packages::CONTAINERD;
 use super::state::{State, state_dir};
-use crate::process::{process_runs, stdout_of, stop, tail};
+use crate::process::{process_runs, signal, stdout_of, stop, tail};
 
 /// The cluster `up` started and recorded.
 pub fn running() -> Result<Cluster> {
     Cluster::load()?.context("no cluster is running: run cargo xtask cluster up")
+}
+
+/// A control-plane process held back by [`Cluster::hold_back`]; it goes on when this drops,
+/// a failing test's included.
+pub struct HeldBack {
+    pid: u32,
+}
+
+impl Drop for HeldBack {
+    fn drop(&mut self) {
+        signal(self.pid, "CONT");
+    }
 }
 
 /// A started (or found) control plane.
@@ -48,6 +60,24 @@ impl Cluster {
 
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
+    }
+
+    /// Stops the control plane's `name` process (SIGSTOP) until the returned guard drops
+    /// (SIGCONT): a test sees what is left while a controller lags behind, as it does on a
+    /// loaded machine.
+    pub fn hold_back(&self, name: &str) -> Result<HeldBack> {
+        let pid = self
+            .state
+            .processes
+            .iter()
+            .find(|(process, _)| process == name)
+            .map(|(_, pid)| *pid)
+            .with_context(|| format!("the cluster runs no {name}"))?;
+        if !process_runs(pid, &self.bin(name)) {
+            bail!("{name} (pid {pid}) is not running");
+        }
+        signal(pid, "STOP");
+        Ok(HeldBack { pid })
     }
 
     pub fn bin(&self, name: &str) -> PathBuf {
