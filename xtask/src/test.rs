@@ -12,6 +12,7 @@ use evictkit_harness::Skip;
 use evictkit_harness::cluster::{self, installed_cluster, test_cluster};
 use evictkit_harness::process::run_command;
 
+mod failures;
 mod progress;
 mod upgrade;
 
@@ -124,6 +125,8 @@ pub fn run(args: Args) -> Result<()> {
         }
         _ => {}
     }
+    // What failed, said again once the demo and the shutdown have printed.
+    let mut failures_digest = String::new();
     // Every test binary runs, so one failure does not hide another.
     let mut e2e = vec!["test", "--package", "e2e", "--no-fail-fast", "--"];
     e2e.extend(args.e2e_args.iter().map(String::as_str));
@@ -141,15 +144,13 @@ pub fn run(args: Args) -> Result<()> {
             )
         })
         .and_then(|()| {
-            let tests = step(
-                "end-to-end tests",
-                run_command(
-                    evictkit_harness::cargo()
-                        .args(&e2e)
-                        .env("KUBECONFIG", control_plane.kubeconfig()),
-                ),
-            )
-            .and(step(
+            let (tests, failed) = failures::run_keeping_failures(
+                evictkit_harness::cargo()
+                    .args(&e2e)
+                    .env("KUBECONFIG", control_plane.kubeconfig()),
+            );
+            failures_digest = failed;
+            let tests = step("end-to-end tests", tests).and(step(
                 "skipped end-to-end tests",
                 check_skips(&skipped_log, lifecycle_api),
             ));
@@ -170,6 +171,7 @@ pub fn run(args: Args) -> Result<()> {
     if !args.keep_cluster && !was_running {
         cluster::down()?;
     }
+    failures::say_again(&failures_digest);
     result?;
     if let Some(build) = fuzz_targets {
         step("build of the fuzz targets (started early)", build.finish())?;
@@ -344,24 +346,22 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
         started.elapsed().as_secs_f64()
     );
     let suite = Instant::now();
-    let result = step(
-        "installed suite",
-        run_command(
-            evictkit_harness::cargo()
-                .args([
-                    "test",
-                    "--package",
-                    "e2e",
-                    "--test",
-                    "installed",
-                    "--",
-                    "--ignored",
-                ])
-                .env("KUBECONFIG", control_plane.kubeconfig())
-                .env("EVICTKIT_REGISTRY", registry.address())
-                .env("SSL_CERT_FILE", registry.ca_bundle()),
-        ),
+    let (result, failed) = failures::run_keeping_failures(
+        evictkit_harness::cargo()
+            .args([
+                "test",
+                "--package",
+                "e2e",
+                "--test",
+                "installed",
+                "--",
+                "--ignored",
+            ])
+            .env("KUBECONFIG", control_plane.kubeconfig())
+            .env("EVICTKIT_REGISTRY", registry.address())
+            .env("SSL_CERT_FILE", registry.ca_bundle()),
     );
+    let result = step("installed suite", result);
     eprintln!(
         "==> installed suite in {:.0}s",
         suite.elapsed().as_secs_f64()
@@ -374,6 +374,7 @@ fn installed(keep_cluster: bool, early: Option<Early>, kubernetes: Option<String
     if !keep_cluster && !registry_was_running {
         evictkit_harness::registry::down()?;
     }
+    failures::say_again(&failed);
     result
 }
 
