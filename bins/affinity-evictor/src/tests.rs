@@ -113,7 +113,7 @@ async fn context(api: &FakeApi, node: Node, requests: bool) -> Arc<Context> {
         eviction_request_api: ApiMode::Crd,
         requester,
         controller: ControllerArgs {
-            concurrent_syncs: Some(1),
+            concurrent_syncs: 1,
         }
         .config(),
         listing: None,

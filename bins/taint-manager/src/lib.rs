@@ -67,7 +67,6 @@ use anyhow::Context as _;
 use clap::{ArgAction, Parser};
 use evictkit_api::keys::{TAINT_MANAGER_REQUESTER, TAINT_MANAGER_REQUESTER_KEY};
 use evictkit_api::taint_eviction_policy::TaintEvictionPolicy;
-use evictkit_core::taints;
 use evictkit_core::zone_disruption::{
     DEFAULT_LARGE_CLUSTER_SIZE_THRESHOLD, DEFAULT_NODE_EVICTION_RATE,
     DEFAULT_SECONDARY_NODE_EVICTION_RATE, DEFAULT_UNHEALTHY_ZONE_THRESHOLD, ZoneFlags,
@@ -116,11 +115,9 @@ A TaintEvictionPolicy (kubectl get taintevictionpolicies) selects taints, namesp
 sets the action: Delete, Evict (Eviction API, PodDisruptionBudgets respected), EvictionRequest \
 (KEP-4563, requester taint-manager.evictkit.io, withdrawn when the pod is no longer due) or Ignore; \
 forceDeleteTerminatingAfter force-deletes pods stuck terminating on unreachable nodes.",
-    mut_arg("concurrent_syncs", |arg| arg.help(
-        "Pods removed at once [default: --kube-api-qps rounded up, at least 50]: a removal's \
-patch and delete each hold a worker for the apiserver's latency, so fewer workers than \
---kube-api-qps x that latency leave the client budget unused"
-    ))
+    // Workers >= client QPS x call latency: 200 QPS at 250 ms per call, a removal's patch and
+    // delete each waiting their turn; upstream starts a goroutine per due pod.
+    mut_arg("concurrent_syncs", |arg| arg.default_value("50"))
 )]
 pub struct Args {
     #[command(flatten)]
@@ -241,9 +238,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("discovery of lifecycle.k8s.io/v1alpha1 (--eviction-request-api)")?,
         eviction_request_api: args.eviction_request_api,
-        controller: args
-            .controller
-            .config_or(taints::removal_workers(args.common.kube_api_qps)),
+        controller: args.controller.config(),
         zone_guard: args.zone_guard,
         zone_flags: ZoneFlags {
             node_eviction_rate: args.node_eviction_rate,

@@ -14,26 +14,6 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 /// The only effect the taint-eviction controller acts on.
 pub const NO_EXECUTE: &str = "NoExecute";
 
-/// The fewest removal workers (`--concurrent-syncs`) the taint-manager runs.
-pub const MIN_REMOVAL_WORKERS: u16 = 50;
-
-/// How many pods the taint-manager removes at once when `--concurrent-syncs` is not given: one
-/// worker per call a second the client budget (`--kube-api-qps`) admits, at least
-/// [`MIN_REMOVAL_WORKERS`]. A worker has one call in flight, so the budget is `qps` calls a
-/// second only while `qps x call latency` workers are at hand (Little's law); Kubernetes' API
-/// call latency SLO puts a mutating call of one object under a second, so `qps` workers keep
-/// the budget, not the workers, the bound wherever the apiserver meets it. A fixed 50 fell
-/// short at 100,000 pods, where a delete took half a second (docs/bench/README.md). Upstream
-/// starts a goroutine per due pod. Unlimited (`qps` 0): the floor.
-pub fn removal_workers(kube_api_qps: f64) -> u16 {
-    let per_second = kube_api_qps.ceil();
-    if per_second >= f64::from(u16::MAX) {
-        u16::MAX
-    } else {
-        (per_second as u16).max(MIN_REMOVAL_WORKERS)
-    }
-}
-
 /// upstream `Toleration.ToleratesTaint`:
 /// 1. an empty toleration effect matches every effect;
 /// 2. an empty toleration key matches every key (the apiserver only admits that with `Exists`);

@@ -109,7 +109,7 @@ fn context(api: &FakeApi) -> Arc<Context> {
             dry_run: false,
             recorder: EventRecorder::from_client(client.clone(), crate::field_manager::COMPONENT),
             controller: ControllerArgs {
-                concurrent_syncs: Some(1),
+                concurrent_syncs: 1,
             }
             .config(),
             listing: None,

@@ -140,7 +140,7 @@ fn context(api: &FakeApi, pods: Vec<Pod>) -> Arc<Context> {
             dry_run: false,
             namespace: None,
             controller: ControllerArgs {
-                concurrent_syncs: Some(1),
+                concurrent_syncs: 1,
             }
             .config(),
             listing: None,

@@ -121,7 +121,7 @@ fn context(api: &FakeApi, pods: Vec<Pod>, requests: Vec<Value>) -> Arc<Context> 
             dry_run: false,
             namespace: None,
             controller: ControllerArgs {
-                concurrent_syncs: Some(1),
+                concurrent_syncs: 1,
             }
             .config(),
             listing: None,

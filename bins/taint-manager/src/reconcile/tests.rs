@@ -95,7 +95,7 @@ async fn context(client: Client, node: Node) -> Arc<Context> {
         .await
         .unwrap(),
         controller: ControllerArgs {
-            concurrent_syncs: Some(1),
+            concurrent_syncs: 1,
         }
         .config(),
         zone_guard: false,

@@ -523,18 +523,3 @@ fn toleration_window_ends_its_length_after_its_start() {
     let never = TolerationWindow::new(start, Duration::from_secs(i64::MAX.unsigned_abs()));
     assert_eq!(never.ends, Timestamp::MAX, "past year 9999: ends then");
 }
-
-#[test]
-fn removal_workers_keep_the_client_budget_the_bound_up_to_a_second_per_call() {
-    let cases = [
-        ("kube-controller-manager's default QPS: the floor", 20.0, 50),
-        ("up to the floor", 50.0, 50),
-        ("one worker per call a second", 200.0, 200),
-        ("a fraction of a call rounds up", 200.5, 201),
-        ("unlimited (0): the floor", 0.0, 50),
-        ("more than a u16 holds", 1e9, u16::MAX),
-    ];
-    for (case, qps, want) in cases {
-        assert_eq!(removal_workers(qps), want, "{case}");
-    }
-}

@@ -95,27 +95,17 @@ pub struct RoleArgs {
 /// Flags of a binary's reconcile loop.
 #[derive(Debug, Clone, Args)]
 pub struct ControllerArgs {
-    /// Objects reconciled at once, as kube-controller-manager's --concurrent-*-syncs (default
-    /// 10). More only helps when --kube-api-qps allows it: reconciles all waiting for the QPS
-    /// limit cost CPU for nothing, and each one's first write delays every other one's next.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub concurrent_syncs: Option<u16>,
+    /// Objects reconciled at once, as kube-controller-manager's --concurrent-*-syncs. More
+    /// only helps when --kube-api-qps allows it: reconciles all waiting for the QPS limit cost
+    /// CPU for nothing, and each one's first write delays every other one's next.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_syncs: u16,
 }
 
 impl ControllerArgs {
-    /// `--concurrent-syncs` when not given, for a binary without a default of its own.
-    pub const DEFAULT_CONCURRENT_SYNCS: u16 = 10;
-
     /// kube-runtime's controller configuration for these flags.
     pub fn config(&self) -> kube::runtime::controller::Config {
-        self.config_or(Self::DEFAULT_CONCURRENT_SYNCS)
-    }
-
-    /// As [`Self::config`], with `default` reconciles at once when `--concurrent-syncs` is not
-    /// given.
-    pub fn config_or(&self, default: u16) -> kube::runtime::controller::Config {
-        kube::runtime::controller::Config::default()
-            .concurrency(self.concurrent_syncs.unwrap_or(default))
+        kube::runtime::controller::Config::default().concurrency(self.concurrent_syncs)
     }
 }
 
