@@ -322,14 +322,20 @@ impl Case<'_> {
     /// The median, with the range over the repeats when there are several: "45.1 (44.0-47.3)".
     fn spread(&self, column: &str, scale: f64, digits: usize) -> String {
         let values: Vec<f64> = self.values(column).iter().map(|v| v * scale).collect();
-        match (median(&values), values.len()) {
-            (None, _) => "-".to_owned(),
-            (Some(m), 1) => format!("{m:.digits$}"),
-            (Some(m), _) => {
-                let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-                let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                format!("{m:.digits$} ({min:.digits$}-{max:.digits$})")
-            }
+        spread(&values, |v| format!("{v:.digits$}"))
+    }
+}
+
+/// The median of `values` as `show` writes it, with their range when there are several:
+/// "45.1 (44.0-47.3)"; "-" for none.
+fn spread(values: &[f64], show: impl Fn(f64) -> String) -> String {
+    match (median(values), values.len()) {
+        (None, _) => "-".to_owned(),
+        (Some(m), 1) => show(m),
+        (Some(m), _) => {
+            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{} ({}-{})", show(m), show(min), show(max))
         }
     }
 }
@@ -592,11 +598,12 @@ fn memory_table(rows: &[Row]) -> String {
                 .collect();
             let mut cells = vec![thousands(*size)];
             cells.extend(components.iter().map(|component| {
-                of_size
+                let runs: Vec<f64> = of_size
                     .iter()
-                    .find(|row| row["component"] == *component)
-                    .and_then(|row| row["bytes_per_pod"].parse::<u64>().ok())
-                    .map_or_else(|| "-".to_owned(), thousands)
+                    .filter(|row| row["component"] == *component)
+                    .filter_map(|row| row["bytes_per_pod"].parse().ok())
+                    .collect();
+                spread(&runs, |bytes| thousands(bytes.round() as u64))
             }));
             cells.extend(provenance(&of_size));
             cells
@@ -668,6 +675,34 @@ mod tests {
         assert_eq!(median(&[1.0, 3.0]), Some(2.0));
         assert_eq!(thousands(100000), "100,000");
         assert_eq!(thousands(999), "999");
+    }
+
+    #[test]
+    fn memory_repeats_give_the_median_and_the_range_not_the_first_row() {
+        // Two runs of the same size measure each component twice; the table said the first
+        // run's figure while its commit column named both runs.
+        let row = |component: &str, bytes: &str, commit: &str| -> Row {
+            [
+                ("size", "30000"),
+                ("component", component),
+                ("bytes_per_pod", bytes),
+                ("commit", commit),
+                ("date", "2026-12-07T07:26Z"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+        };
+        let table = memory_table(&[
+            row("taint-manager", "872", "5565671"),
+            row("pdb-policy-webhook", "1126", "5565671"),
+            row("taint-manager", "866", "7f19fa8"),
+            row("pdb-policy-webhook", "1125", "7f19fa8"),
+        ]);
+        assert!(
+            table.contains("| 30,000 | 1,126 (1,125-1,126) | 869 (866-872) | 5565671 7f19fa8 |"),
+            "{table}"
+        );
     }
 
     #[test]
