@@ -117,22 +117,7 @@ fn sections(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
         .cloned()
         .collect();
     sections.insert("readme-memory", memory_table(&largest));
-    sections.insert(
-        "zone-outage",
-        plain(
-            &read("scale-zone-outage.csv")?,
-            &[
-                ("pods", "size"),
-                ("QPS", "kube_api_qps"),
-                ("side", "controller"),
-                ("pods deleted", "pods_deleted"),
-                ("first deletion (s)", "first_seconds"),
-                ("p99 (s)", "p99_seconds"),
-                ("wall (s)", "wall_seconds"),
-                ("Events", "events"),
-            ],
-        ),
-    );
+    sections.insert("zone-outage", zone_table(&read("scale-zone-outage.csv")?));
     sections.insert("relist", relist_table(&read("scale-relist.csv")?));
     sections.insert(
         "evictionrequest",
@@ -429,6 +414,38 @@ fn outage_table(rows: &[Row]) -> String {
             case.spread("cpu_seconds", 1.0, 2),
             side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
             case.spread("rss_kib", MIB, 0),
+            side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
+        ]
+    })
+}
+
+/// Every whole-zone case (size, QPS, side): the medians over its repeats with their range.
+fn zone_table(rows: &[Row]) -> String {
+    let headings = [
+        "pods",
+        "QPS",
+        "side",
+        "runs",
+        "pods deleted",
+        "first deletion (s)",
+        "p99 (s)",
+        "wall (s)",
+        "Events",
+        "side CPU (s)",
+        "side RSS (MiB)",
+    ];
+    case_table(&headings, &cases(rows), |case| {
+        vec![
+            thousands(case.size),
+            case.qps.clone(),
+            case.side.clone(),
+            case.runs.len().to_string(),
+            case.spread("pods_deleted", 1.0, 0),
+            case.spread("first_seconds", 1.0, 2),
+            case.spread("p99_seconds", 1.0, 2),
+            case.spread("wall_seconds", 1.0, 2),
+            case.spread("events", 1.0, 0),
+            side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
             side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
         ]
     })
@@ -761,6 +778,32 @@ mod tests {
         );
         assert!(
             table.contains("| 30,000 | 200 | ours | 60 | 3 | - | 0.25 (0.19-0.40) |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn zone_repeats_give_the_median_and_the_range() {
+        // A row per repeat, like the third-of-each-zone outage: one line per side, not three.
+        let row = |p99: &str, events: &str| -> Row {
+            [
+                ("size", "1000"),
+                ("kube_api_qps", "20"),
+                ("controller", "upstream"),
+                ("pods_deleted", "400"),
+                ("p99_seconds", p99),
+                ("events", events),
+                ("cpu_seconds", "4.00"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+        };
+        let table = zone_table(&[row("51.0", "400"), row("50.0", "400"), row("53.5", "401")]);
+        assert!(
+            table.contains(
+                "| 1,000 | 20 | upstream | 3 | 400 (400-400) | - | 51.00 (50.00-53.50) | - | 400 (400-401) | 4.00 (4.00-4.00) |"
+            ),
             "{table}"
         );
     }
