@@ -356,7 +356,6 @@ pub fn install_crd(cluster: &Cluster, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates the benchmark's namespace; one left over from a failed run is an error that says so.
 /// The kwok nodes of the cluster, in the order of their numbers (kwok-node-0, kwok-node-1, ...).
 pub async fn kwok_nodes(client: &Client) -> Result<Vec<String>> {
     let mut nodes: Vec<String> = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
@@ -394,6 +393,7 @@ pub async fn patch_nodes(
     Ok(())
 }
 
+/// Creates the benchmark's namespace; one left over from a failed run is an error that says so.
 pub async fn create_namespace(client: &Client, namespace: &str) -> Result<()> {
     let body = serde_json::json!({"metadata": {"name": namespace}});
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
