@@ -323,6 +323,16 @@ pub fn audited_writes_since(
         .collect())
 }
 
+/// The Event writes (creates and series patches) among `writes` (by "verb resource", as
+/// [`audited_writes`] counts them).
+pub fn event_writes(writes: &BTreeMap<String, usize>) -> usize {
+    writes
+        .iter()
+        .filter(|(write, _)| write.ends_with(" events"))
+        .map(|(_, count)| count)
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -393,14 +393,41 @@ pub async fn patch_nodes(
     Ok(())
 }
 
-/// Creates the benchmark's namespace; one left over from a failed run is an error that says so.
+/// How long [`create_namespace`] waits for a namespace still Terminating to go: the previous
+/// run's clean-up deletes its pods with it (10,000 of them take minutes at 20 QPS).
+const TERMINATING_NAMESPACE_GONE_WITHIN: Duration = Duration::from_secs(600);
+
+/// Creates the benchmark's namespace. One still Terminating (the clean-up of the run before,
+/// moments ago) is waited for until it is gone; one that is not Terminating was left over
+/// from a failed run, an error that says so.
 pub async fn create_namespace(client: &Client, namespace: &str) -> Result<()> {
-    let body = serde_json::json!({"metadata": {"name": namespace}});
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .create(&Default::default(), &serde_json::from_value(body)?)
-        .await
-        .with_context(|| {
-            format!("creating namespace {namespace} (left over from a failed run? delete it)")
-        })?;
-    Ok(())
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let body: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))?;
+    let deadline = Instant::now() + TERMINATING_NAMESPACE_GONE_WITHIN;
+    loop {
+        match namespaces.create(&Default::default(), &body).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => {
+                return Err(error).with_context(|| format!("creating namespace {namespace}"));
+            }
+        }
+        let existing = namespaces
+            .get_opt(namespace)
+            .await
+            .with_context(|| format!("reading namespace {namespace}"))?;
+        let terminating = existing.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some());
+        ensure!(
+            terminating,
+            "namespace {namespace} already exists (left over from a failed run? delete it)"
+        );
+        ensure!(
+            Instant::now() < deadline,
+            "namespace {namespace} still Terminating after {} s; what holds it: kubectl get namespace {namespace} -o yaml",
+            TERMINATING_NAMESPACE_GONE_WITHIN.as_secs()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

@@ -130,6 +130,8 @@ fn sections(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
                 ("to all Evicted (s)", "seconds_to_all_evicted"),
                 ("requests/s", "requests_per_second"),
                 ("controller writes/request", "controller_writes_per_request"),
+                ("budget writes/request", "budget_writes_per_request"),
+                ("share of q/k", "share_of_qk_bound"),
                 ("controller CPU (s)", "controller_cpu_seconds"),
                 ("controller RSS (KiB)", "controller_rss_kib"),
                 ("webhook calls", "webhook_calls"),
@@ -309,6 +311,27 @@ impl Case<'_> {
         let values: Vec<f64> = self.values(column).iter().map(|v| v * scale).collect();
         spread(&values, |v| format!("{v:.digits$}"))
     }
+
+    /// The side's whole cost, CPU seconds and RSS in MiB ([`Case::side_spread`] of each).
+    fn side_cost(&self) -> [String; 2] {
+        [
+            self.side_spread("side_cpu_seconds", "cpu_seconds", 1.0, 2),
+            self.side_spread("side_rss_kib", "rss_kib", MIB, 0),
+        ]
+    }
+
+    /// A side's whole cost: its `side_*` column; upstream's rows from before that column have
+    /// it in the process's (one process does all), ours' are unknown (its helper was not
+    /// measured).
+    fn side_spread(&self, side_column: &str, process: &str, scale: f64, digits: usize) -> String {
+        if !self.values(side_column).is_empty() {
+            self.spread(side_column, scale, digits)
+        } else if self.side == "upstream" {
+            self.spread(process, scale, digits)
+        } else {
+            "not measured".to_owned()
+        }
+    }
 }
 
 /// The median of `values` as `show` writes it, with their range when there are several:
@@ -384,10 +407,6 @@ const MIB: f64 = 1.0 / 1024.0;
 /// whole cost.
 fn outage_table(rows: &[Row]) -> String {
     let headings = [
-        "pods",
-        "QPS",
-        "side",
-        "runs",
         "p99 (s)",
         "wall (s)",
         "pods/s",
@@ -395,16 +414,12 @@ fn outage_table(rows: &[Row]) -> String {
         "share of q/k",
         "Events",
         "CPU (s)",
-        "side CPU (s)",
         "RSS (MiB)",
+        "side CPU (s)",
         "side RSS (MiB)",
     ];
     case_table(&headings, &cases(rows), |case| {
-        vec![
-            thousands(case.size),
-            case.qps.clone(),
-            case.side.clone(),
-            case.runs.len().to_string(),
+        let mut cells = vec![
             case.spread("p99_seconds", 1.0, 2),
             case.spread("wall_seconds", 1.0, 2),
             case.spread("deletions_per_second", 1.0, 1),
@@ -412,20 +427,16 @@ fn outage_table(rows: &[Row]) -> String {
             case.spread("share_of_bound", 1.0, 2),
             case.spread("events", 1.0, 0),
             case.spread("cpu_seconds", 1.0, 2),
-            side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
             case.spread("rss_kib", MIB, 0),
-            side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
-        ]
+        ];
+        cells.extend(case.side_cost());
+        cells
     })
 }
 
 /// Every whole-zone case (size, QPS, side): the medians over its repeats with their range.
 fn zone_table(rows: &[Row]) -> String {
     let headings = [
-        "pods",
-        "QPS",
-        "side",
-        "runs",
         "pods deleted",
         "first deletion (s)",
         "p99 (s)",
@@ -435,19 +446,15 @@ fn zone_table(rows: &[Row]) -> String {
         "side RSS (MiB)",
     ];
     case_table(&headings, &cases(rows), |case| {
-        vec![
-            thousands(case.size),
-            case.qps.clone(),
-            case.side.clone(),
-            case.runs.len().to_string(),
+        let mut cells = vec![
             case.spread("pods_deleted", 1.0, 0),
             case.spread("first_seconds", 1.0, 2),
             case.spread("p99_seconds", 1.0, 2),
             case.spread("wall_seconds", 1.0, 2),
             case.spread("events", 1.0, 0),
-            side_spread(case, "side_cpu_seconds", "cpu_seconds", 1.0, 2),
-            side_spread(case, "side_rss_kib", "rss_kib", MIB, 0),
-        ]
+        ];
+        cells.extend(case.side_cost());
+        cells
     })
 }
 
@@ -455,11 +462,7 @@ fn zone_table(rows: &[Row]) -> String {
 /// range, the restart's run beside the same repeat's outage without it.
 fn relist_table(rows: &[Row]) -> String {
     let headings = [
-        "pods",
-        "QPS",
-        "side",
         "restart after (s)",
-        "runs",
         "apiserver down (s)",
         "longest stall after (s)",
         "longest gap before (s)",
@@ -472,11 +475,7 @@ fn relist_table(rows: &[Row]) -> String {
         &cases_by(rows, &["relist_after_seconds"]),
         |case| {
             vec![
-                thousands(case.size),
-                case.qps.clone(),
-                case.side.clone(),
                 case.runs[0]["relist_after_seconds"].clone(),
-                case.runs.len().to_string(),
                 case.spread("apiserver_down_seconds", 1.0, 2),
                 case.spread("stall_seconds", 1.0, 2),
                 case.spread("max_gap_before_restart_seconds", 1.0, 2),
@@ -488,31 +487,30 @@ fn relist_table(rows: &[Row]) -> String {
     )
 }
 
-/// A row per case: `cells` of it under `headings`, then the provenance of its runs.
+/// A row per case: what names it (pods, QPS, side) and its number of runs, then `cells` of it
+/// under `headings`, then the provenance of its runs.
 fn case_table(headings: &[&str], cases: &[Case], cells: impl Fn(&Case) -> Vec<String>) -> String {
-    let mut headings: Vec<String> = headings.iter().map(|h| (*h).to_owned()).collect();
-    headings.extend(["commit", "date", "load"].map(str::to_owned));
+    let headings: Vec<String> = ["pods", "QPS", "side", "runs"]
+        .iter()
+        .chain(headings)
+        .chain(&["commit", "date", "load"])
+        .map(|h| (*h).to_owned())
+        .collect();
     let rows: Vec<Vec<String>> = cases
         .iter()
         .map(|case| {
-            let mut row = cells(case);
+            let mut row = vec![
+                thousands(case.size),
+                case.qps.clone(),
+                case.side.clone(),
+                case.runs.len().to_string(),
+            ];
+            row.extend(cells(case));
             row.extend(provenance(&case.runs));
             row
         })
         .collect();
     markdown(&headings, &rows)
-}
-
-/// A side's whole cost: its `side_*` column; upstream's rows from before that column have it
-/// in the process's (one process does all), ours' are unknown (its helper was not measured).
-fn side_spread(case: &Case, side_column: &str, process: &str, scale: f64, digits: usize) -> String {
-    if !case.values(side_column).is_empty() {
-        case.spread(side_column, scale, digits)
-    } else if case.side == "upstream" {
-        case.spread(process, scale, digits)
-    } else {
-        "not measured".to_owned()
-    }
 }
 
 /// Per size and QPS with both sides: ours / upstream of the medians. `readme`: the short form
@@ -773,11 +771,11 @@ mod tests {
         ];
         let table = relist_table(&rows);
         assert!(
-            table.contains("| 30,000 | 200 | ours | 30 | 1 | - | 1.00 |"),
+            table.contains("| 30,000 | 200 | ours | 1 | 30 | - | 1.00 |"),
             "{table}"
         );
         assert!(
-            table.contains("| 30,000 | 200 | ours | 60 | 3 | - | 0.25 (0.19-0.40) |"),
+            table.contains("| 30,000 | 200 | ours | 3 | 60 | - | 0.25 (0.19-0.40) |"),
             "{table}"
         );
     }

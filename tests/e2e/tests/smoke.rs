@@ -1,16 +1,18 @@
 //! Smoke tests that prove the test control plane is real: the scheduler places pods on
 //! kwok nodes, the disruption controller maintains PDB status, the eviction subresource
-//! answers as kube-apiserver does, and admission webhooks are called over TLS.
+//! answers as kube-apiserver does, and admission webhooks are called over TLS; and that the
+//! bench harness's set-up copes with what the cluster leaves from a run before.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Taint};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Api;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use serde_json::json;
@@ -18,7 +20,7 @@ use serde_json::json;
 use evictkit_harness::objects::{self, Budget};
 use evictkit_harness::wait::{self, DEFAULT_TIMEOUT};
 use evictkit_harness::webhook::{self, Registration};
-use evictkit_harness::{TestEnv, cluster};
+use evictkit_harness::{TestEnv, bench, cluster};
 use evictkit_runtime::process::metrics::Metrics;
 use evictkit_runtime::serving::webhook::{Admission, Webhooks};
 
@@ -306,4 +308,54 @@ async fn a_validating_webhook_registered_by_url_is_called_and_its_denial_reaches
         }
     }
     bail!("the webhook was never called in 10 s")
+}
+
+/// A bench run right after another finds the other's namespace still Terminating (its pods
+/// still going): the bench harness waits until it is gone and creates it anew; a namespace
+/// that is not Terminating is a leftover of a failed run, an error.
+#[tokio::test]
+async fn a_bench_waits_out_a_terminating_namespace() -> Result<()> {
+    let env = TestEnv::new("smoke-bench-ns").await?;
+    let name = format!("{}-bench", env.namespace);
+    let namespaces: Api<Namespace> = Api::all(env.client.clone());
+    bench::create_namespace(&env.client, &name).await?;
+    // A ConfigMap whose finalizer holds its namespace Terminating until the test lets it go.
+    let held: Api<ConfigMap> = Api::namespaced(env.client.clone(), &name);
+    let holder = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("holder".into()),
+            finalizers: Some(vec!["evictkit.io/e2e-hold".into()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    held.create(&PostParams::default(), &holder).await?;
+    namespaces.delete(&name, &Default::default()).await?;
+    let release = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let finalizers = json!({"metadata": {"finalizers": null}});
+        held.patch(
+            "holder",
+            &PatchParams::default(),
+            &Patch::Merge(&finalizers),
+        )
+        .await
+    };
+    let (created, released) = tokio::join!(bench::create_namespace(&env.client, &name), release);
+    released?;
+    created?;
+    let recreated = namespaces.get(&name).await?;
+    let left_over = bench::create_namespace(&env.client, &name).await;
+    namespaces.delete(&name, &Default::default()).await?;
+    ensure!(
+        recreated.metadata.deletion_timestamp.is_none(),
+        "{name} is still the Terminating one: {:?}",
+        recreated.metadata
+    );
+    let error = format!(
+        "{:#}",
+        left_over.err().context("a live leftover was accepted")?
+    );
+    ensure!(error.contains("left over from a failed run"), "{error}");
+    Ok(())
 }

@@ -387,7 +387,7 @@ async fn run_side(
     while quiet_since.elapsed() < EVENTS_SETTLE && Instant::now() < events_deadline {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let now = taint_controller_calls(&user, since)?;
-        if event_writes(&now) != event_writes(&calls) {
+        if audit::event_writes(&now) != audit::event_writes(&calls) {
             quiet_since = Instant::now();
         }
         calls = now;
@@ -456,15 +456,6 @@ fn taint_controller_calls(user: &str, since: Timestamp) -> Result<BTreeMap<Strin
         }
     }
     Ok(calls)
-}
-
-/// The Event writes (creates and series patches) among a side's calls.
-fn event_writes(calls: &BTreeMap<String, usize>) -> usize {
-    calls
-        .iter()
-        .filter(|(call, _)| call.ends_with(" events"))
-        .map(|(_, count)| count)
-        .sum()
 }
 
 /// Waits until `kcm`'s log says the caches of its `controllers` controllers are synced: each has
@@ -771,12 +762,10 @@ fn row(scenario: &Scenario, qps: f64, side: &Side, outage: Outage, run: &Run) ->
     let calls: usize = run.calls.values().sum();
     // The taint-manager sends its Events through a client of its own (README, Reliability):
     // only its pod writes draw on the budget of the removals. Upstream's Events share it.
-    let budget_calls: usize = run
-        .calls
-        .iter()
-        .filter(|(call, _)| *side == Side::Upstream || !call.ends_with(" events"))
-        .map(|(_, count)| count)
-        .sum();
+    let budget_calls = match side {
+        Side::Upstream => calls,
+        Side::Ours(_) => calls - audit::event_writes(&run.calls),
+    };
     let budget_per_pod = budget_calls as f64 / pods;
     let events = run.calls.get("create events").copied().unwrap_or(0);
     let bound = if budget_per_pod > 0.0 {
