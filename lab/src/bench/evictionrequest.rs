@@ -10,7 +10,7 @@
 //! budget until all are Evicted: [`budget_writes`]), the controller's RSS and
 //! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there). Writes
 //! these figures as one row of `target/bench/evictionrequest.csv` (a rerun of the same api,
-//! requests, interceptors and --kube-api-qps replaces its row; a `--debug-build` run writes
+//! requests, interceptors, --kube-api-qps and --concurrent-syncs replaces its row; a `--debug-build` run writes
 //! none). Only the controller is rate limited (`--kube-api-qps`); the interceptors' clients
 //! have kube's default, no client-side limit.
 //!
@@ -57,6 +57,10 @@ pub struct Args {
     /// --kube-api-burst is 1.5 times it.
     #[arg(long, default_value_t = 20.0)]
     kube_api_qps: f64,
+    /// The controller's --concurrent-syncs (its default, 10): requests reconciled at once.
+    /// Where the budget is not the limit, this over a request's write latency is.
+    #[arg(long, default_value_t = 10)]
+    concurrent_syncs: u16,
     /// The controller's --finished-ttl in seconds (its default): the bench then counts the
     /// requests left behind until none is, or this plus a minute after the last Evicted.
     #[arg(long, default_value_t = 300)]
@@ -150,6 +154,7 @@ async fn bench(
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--kube-api-qps={}", args.kube_api_qps),
             &format!("--kube-api-burst={}", (args.kube_api_qps * 1.5).ceil()),
+            &format!("--concurrent-syncs={}", args.concurrent_syncs),
             &format!("--finished-ttl={}s", args.finished_ttl_seconds),
         ])
         .env("KUBECONFIG", &kubeconfig)
@@ -163,7 +168,7 @@ async fn bench(
     let webhook_before = Snapshot::take(cluster, &[webhook::NAME])?;
 
     println!(
-        "{CONTROLLER} ({}, --roles controller, --api {}, --kube-api-qps {}), {} pods without PDBs, {} interceptors each{}",
+        "{CONTROLLER} ({}, --roles controller, --api {}, --kube-api-qps {}, --concurrent-syncs {}), {} pods without PDBs, {} interceptors each{}",
         if args.debug_build {
             "dev profile"
         } else {
@@ -171,6 +176,7 @@ async fn bench(
         },
         args.api.name(),
         args.kube_api_qps,
+        args.concurrent_syncs,
         args.requests,
         args.interceptors,
         if args.interceptors > 0 {
@@ -308,6 +314,7 @@ async fn bench(
         requests: args.requests,
         interceptors: args.interceptors,
         kube_api_qps: args.kube_api_qps,
+        concurrent_syncs: args.concurrent_syncs,
         seconds_to_all_evicted: all_evicted.as_secs_f64(),
         requests_per_second,
         controller_writes,
@@ -355,11 +362,12 @@ fn print_writes(
 }
 
 /// The columns of `evictionrequest.csv`; a run's key is the first [`KEY_COLUMNS`].
-const HEADER: [&str; 17] = [
+const HEADER: [&str; 18] = [
     "api",
     "requests",
     "interceptors",
     "kube_api_qps",
+    "concurrent_syncs",
     "seconds_to_all_evicted",
     "requests_per_second",
     "controller_writes_per_request",
@@ -374,7 +382,7 @@ const HEADER: [&str; 17] = [
     "webhook_p99_ms",
     "events",
 ];
-const KEY_COLUMNS: usize = 4;
+const KEY_COLUMNS: usize = 5;
 
 /// One run's figures, as a row of `evictionrequest.csv`.
 struct Row {
@@ -382,6 +390,7 @@ struct Row {
     requests: usize,
     interceptors: usize,
     kube_api_qps: f64,
+    concurrent_syncs: u16,
     seconds_to_all_evicted: f64,
     requests_per_second: f64,
     /// In all, over the run.
@@ -411,6 +420,7 @@ impl Row {
             self.requests.to_string(),
             self.interceptors.to_string(),
             self.kube_api_qps.to_string(),
+            self.concurrent_syncs.to_string(),
             format!("{:.1}", self.seconds_to_all_evicted),
             format!("{:.1}", self.requests_per_second),
             per_request(self.controller_writes),
@@ -581,6 +591,7 @@ mod tests {
             requests: 300,
             interceptors: 2,
             kube_api_qps: 20.0,
+            concurrent_syncs: 10,
             seconds_to_all_evicted: 61.23,
             requests_per_second: 4.9,
             controller_writes: 1200,
@@ -601,15 +612,15 @@ mod tests {
         assert_eq!(
             row.values(),
             [
-                "crd", "300", "2", "20", "61.2", "4.9", "4.00", "3.00", "2.00", "1.23", "30000",
-                "0.01", "0.98", "1500", "0", "12.3", "7"
+                "crd", "300", "2", "20", "10", "61.2", "4.9", "4.00", "3.00", "2.00", "1.23",
+                "30000", "0.01", "0.98", "1500", "0", "12.3", "7"
             ]
         );
         let without_webhook = Row {
             webhook: None,
             ..row
         };
-        assert_eq!(without_webhook.values()[13..], ["", "", "", "7"]);
+        assert_eq!(without_webhook.values()[14..], ["", "", "", "7"]);
         assert_eq!(row.values().len(), HEADER.len());
         assert_eq!(
             interceptors::names(2),

@@ -127,6 +127,7 @@ fn sections(dir: &Path) -> Result<BTreeMap<&'static str, String>> {
                 ("requests", "requests"),
                 ("interceptors", "interceptors"),
                 ("QPS", "kube_api_qps"),
+                ("syncs", "concurrent_syncs"),
                 ("to all Evicted (s)", "seconds_to_all_evicted"),
                 ("requests/s", "requests_per_second"),
                 ("controller writes/request", "controller_writes_per_request"),
