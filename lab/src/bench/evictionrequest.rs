@@ -10,9 +10,9 @@
 //! budget until all are Evicted: [`budget_writes`]), the controller's RSS and
 //! CPU seconds, and its CPU seconds while idle afterwards (a hot loop would show there). Writes
 //! these figures as one row of `target/bench/evictionrequest.csv` (a rerun of the same api,
-//! requests, interceptors, --kube-api-qps and --concurrent-syncs replaces its row; a `--debug-build` run writes
-//! none). Only the controller is rate limited (`--kube-api-qps`); the interceptors' clients
-//! have kube's default, no client-side limit.
+//! requests, interceptors, --kube-api-qps and --concurrent-syncs replaces its row; a
+//! `--debug-build` run writes none). Only the controller is rate limited (`--kube-api-qps`);
+//! the interceptors' clients have kube's default, no client-side limit.
 //!
 //! `--api lifecycle` runs the same on Kubernetes' own `lifecycle.k8s.io/v1alpha1` API: one
 //! EvictionRequest (intent Eviction) per pod through `evictkit_runtime::clients::eviction_request::upstream`,
