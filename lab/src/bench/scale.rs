@@ -83,6 +83,11 @@ pub struct Args {
     /// `cargo xtask bench report` takes the median and the spread.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     repeats: u16,
+    /// The number of the first repeat, for a run that goes on with an earlier run's repeats:
+    /// `--first-repeat 2 --repeats 1` runs repeat 2 alone, ours first, where one repeat of
+    /// 100,000 pods is most of a session on this machine.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    first_repeat: u16,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -149,14 +154,19 @@ pub fn run(args: &Args) -> Result<()> {
                     .map(|flags| flags.split_whitespace().map(str::to_owned).collect())
                     .collect();
                 for (outage, file) in outages {
-                    for (&qps, repeat) in args.kube_api_qps.iter().flat_map(|qps| {
-                        (1..=usize::from(args.repeats)).map(move |repeat| (qps, repeat))
-                    }) {
+                    let repeats = usize::from(args.first_repeat)
+                        ..usize::from(args.first_repeat) + usize::from(args.repeats);
+                    for (&qps, repeat) in args
+                        .kube_api_qps
+                        .iter()
+                        .flat_map(|qps| repeats.clone().map(move |repeat| (qps, repeat)))
+                    {
                         let taint_manager = &binaries.taint_manager;
                         let upstream_first = repeat % 2 == 1;
                         println!(
-                            "  repeat {repeat} of {}, {} first",
-                            args.repeats,
+                            "  repeat {repeat} (repeats {}-{}), {} first",
+                            repeats.start,
+                            repeats.end - 1,
                             if upstream_first { "upstream" } else { "ours" }
                         );
                         let provenance = csv::Provenance::now()?;
