@@ -31,7 +31,7 @@ use self::control_plane::strings;
 pub use self::control_plane::{Cluster, HeldBack, running};
 pub use self::flags::{UpArgs, installed_cluster, test_cluster};
 pub use self::kwok::{KWOK_NODE_ANNOTATION, ZONES};
-use self::kwok::{KWOK_STAGES, KWOK_STATUS_ANNOTATION};
+use self::kwok::{KWOK_STAGES, KWOK_STATUS_ANNOTATION, POD_DELETE_STAGE, POD_DELETE_STAGE_FILE};
 use self::manifests::{AUDIT_POLICY, node_manifests};
 use self::pki::{Pki, write_kubeconfig};
 pub use self::state::state_dir;
@@ -268,6 +268,10 @@ pub fn up(args: &UpArgs) -> Result<Cluster> {
     for stage in KWOK_STAGES {
         kwok_args.push(format!("--config={}", stages.join(stage).display()));
     }
+    let pod_delete_stage = dir.join(POD_DELETE_STAGE_FILE);
+    fs::write(&pod_delete_stage, POD_DELETE_STAGE)
+        .with_context(|| format!("writing {}", pod_delete_stage.display()))?;
+    kwok_args.push(format!("--config={}", pod_delete_stage.display()));
     cluster.start("kwok", &kwok_args)?;
 
     eprintln!("==> creating {} kwok nodes", args.nodes);

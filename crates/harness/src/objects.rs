@@ -30,7 +30,8 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// A Node with these labels and taints: `TestEnv::create_node` makes it kwok's (kwok's
-/// annotation) and prefixes its name with the test namespace; created as it is, nothing serves it.
+/// annotation) and prefixes its name with the test namespace; created as it is, nothing serves
+/// it.
 pub fn node(name: &str, node_labels: &[(&str, &str)], taints: Vec<Taint>) -> Node {
     Node {
         metadata: ObjectMeta {

@@ -153,9 +153,9 @@ pub fn run(args: &Args) -> Result<()> {
                     .iter()
                     .map(|flags| flags.split_whitespace().map(str::to_owned).collect())
                     .collect();
+                let repeats = usize::from(args.first_repeat)
+                    ..usize::from(args.first_repeat) + usize::from(args.repeats);
                 for (outage, file) in outages {
-                    let repeats = usize::from(args.first_repeat)
-                        ..usize::from(args.first_repeat) + usize::from(args.repeats);
                     for (&qps, repeat) in args
                         .kube_api_qps
                         .iter()

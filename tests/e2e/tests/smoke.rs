@@ -115,6 +115,82 @@ async fn a_created_node_is_ready_and_rid_of_the_not_ready_taint_of_a_new_node() 
     Ok(())
 }
 
+/// The lines of kwok's log about the pod `namespace/name`.
+fn kwok_log_of(namespace: &str, name: &str) -> Result<Vec<String>> {
+    let path = cluster::state_dir().join("logs/kwok.log");
+    let log = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading kwok's log {}", path.display()))?;
+    let key = format!("\"pod\":\"{namespace}/{name}\"");
+    Ok(log
+        .lines()
+        .filter(|line| line.contains(&key))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// A pod deleted with grace 0 is removed by the apiserver itself, and its name is free at
+/// once: a StatefulSet (or a test) creates the successor then. kwok deletes by name alone, so
+/// it must not play its delete stage for such a pod: a late play (here, kwok held back over
+/// the deletion and the successor's creation) deleted the successor. A pod with a grace period
+/// is still deleted by kwok, as a kubelet would delete it.
+#[tokio::test]
+async fn kwok_leaves_a_pod_deleted_with_grace_0_to_the_apiserver_and_its_successor_stays()
+-> Result<()> {
+    let env = TestEnv::new("smoke-kwok-delete").await?;
+    let mut graceful = objects::pod("graceful", "graceful");
+    if let Some(spec) = graceful.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(30);
+    }
+    env.create(&graceful).await?;
+    env.create(&objects::pod("db-0", "db")).await?;
+    env.wait_for_ready_pods("app=graceful", 1).await?;
+    let original = env.wait_for_ready_pods("app=db", 1).await?.remove(0);
+    let pods = env.api::<Pod>();
+
+    let held = cluster::running()?.hold_back("kwok")?;
+    pods.delete("graceful", &kube::api::DeleteParams::default())
+        .await?;
+    pods.delete("db-0", &kube::api::DeleteParams::default().grace_period(0))
+        .await?;
+    wait::wait_for_deletion(&pods, "db-0", DEFAULT_TIMEOUT).await?;
+    let successor = pods
+        .create(&PostParams::default(), &objects::pod("db-0", "db"))
+        .await?;
+    drop(held);
+
+    // kwok deletes the graceful pod: its stage still plays, and this test reads kwok's log.
+    wait::wait_for_deletion(&pods, "graceful", DEFAULT_TIMEOUT).await?;
+    let graceful_log = kwok_log_of(&env.namespace, "graceful")?;
+    ensure!(
+        graceful_log
+            .iter()
+            .any(|line| line.contains("\"msg\":\"Delete pod\"")),
+        "kwok's log shows no deletion of the graceful pod: {graceful_log:#?}"
+    );
+    // Longer than kwok takes to play a stage for an event it has read.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let plays: Vec<String> = kwok_log_of(&env.namespace, "db-0")?
+        .into_iter()
+        .filter(|line| line.contains("\"msg\":\"Delete pod\"") || line.contains("pod-delete"))
+        .collect();
+    ensure!(
+        plays.is_empty(),
+        "kwok played its delete stage for db-0 (uid {:?}), deleted with grace 0: {plays:#?}",
+        original.metadata.uid
+    );
+    let still_there = pods.get_opt("db-0").await?;
+    ensure!(
+        still_there
+            .as_ref()
+            .is_some_and(|pod| pod.metadata.uid == successor.metadata.uid
+                && pod.metadata.deletion_timestamp.is_none()),
+        "the successor db-0 (uid {:?}) was deleted; db-0 now: {:?}",
+        successor.metadata.uid,
+        still_there.map(|pod| (pod.metadata.uid, pod.metadata.deletion_timestamp))
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn eviction_respects_the_disruption_budget_and_the_replicaset_replaces_the_pod() -> Result<()>
 {
