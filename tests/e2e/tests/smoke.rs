@@ -117,7 +117,7 @@ async fn a_created_node_is_ready_and_rid_of_the_not_ready_taint_of_a_new_node() 
 
 /// The lines of kwok's log about the pod `namespace/name`.
 fn kwok_log_of(namespace: &str, name: &str) -> Result<Vec<String>> {
-    let path = cluster::state_dir().join("logs/kwok.log");
+    let path = cluster::running()?.log_path("kwok");
     let log = std::fs::read_to_string(&path)
         .with_context(|| format!("reading kwok's log {}", path.display()))?;
     let key = format!("\"pod\":\"{namespace}/{name}\"");

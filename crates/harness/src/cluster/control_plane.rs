@@ -121,7 +121,8 @@ impl Cluster {
         )
     }
 
-    pub(super) fn log_path(&self, name: &str) -> PathBuf {
+    /// The log of the control plane's `name` process (`kwok`, `kube-apiserver`, ...).
+    pub fn log_path(&self, name: &str) -> PathBuf {
         self.dir.join("logs").join(format!("{name}.log"))
     }
 
